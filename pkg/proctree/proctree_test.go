@@ -95,4 +95,3 @@ func TestDescendantsFindsSetsidGrandchild(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // polling /proc for a process that is being exec'd
 	}
 }
-
