@@ -1,0 +1,120 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// WriteFileAtomic replaces path with data so that a reader, or the file after
+// a crash, holds either the old content or the new one, never a mix: it
+// writes a temp file in the same directory, fsyncs it, renames it over path
+// and fsyncs the directory so the rename itself is durable.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	tmp, err := writeTemp(dir, base, data, perm)
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// WriteJSONAtomic encodes v as indented JSON and writes it with
+// WriteFileAtomic.
+func WriteJSONAtomic(path string, v any, perm os.FileMode) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(path, append(b, '\n'), perm)
+}
+
+// ReadJSON decodes the JSON file at path into v. Errors from os.ReadFile are
+// returned unchanged, so callers can test for fs.ErrNotExist.
+func ReadJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("state: %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeTemp writes data to a new uniquely named, fsynced file in dir and
+// returns its path. The name starts with '.' so listings of the directory
+// can skip temp files left by a crash.
+func writeTemp(dir, base string, data []byte, perm os.FileMode) (string, error) {
+	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	if err != nil {
+		return "", err
+	}
+	name := f.Name()
+	fail := func(err error) (string, error) {
+		_ = f.Close()
+		_ = os.Remove(name)
+		return "", err
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fail(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		_ = os.Remove(name)
+		return "", err
+	}
+	return name, nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && err != unix.EINVAL {
+		return err
+	}
+	return nil
+}
+
+// Lock takes an exclusive flock(2) on path, creating the file if needed,
+// and returns the function that releases it. The lock belongs to the open
+// file, so it is released by the kernel if the process dies.
+func Lock(path string) (unlock func(), err error) {
+	return lockFile(path, unix.LOCK_EX)
+}
+
+// LockShared takes a shared flock(2) on path: many readers may hold it at
+// once, and none while someone holds the exclusive lock.
+func LockShared(path string) (unlock func(), err error) {
+	return lockFile(path, unix.LOCK_SH)
+}
+
+func lockFile(path string, how int) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := flock(int(f.Fd()), how); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("state: lock %s: %w", path, err)
+	}
+	return func() { _ = f.Close() }, nil
+}

@@ -1,0 +1,58 @@
+package state
+
+import (
+	"context"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Watch watches paths (directories see changes to the files inside them)
+// and returns a channel that receives a value after each batch of changes,
+// coalesced: a pending signal is not duplicated. The channel is closed when
+// ctx ends or the watcher fails.
+//
+// To never miss a change, arm the watch first and then check the state you
+// are waiting for; wait on the channel only if the check says not yet, and
+// check again after each signal.
+func Watch(ctx context.Context, paths ...string) (<-chan struct{}, error) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range paths {
+		if err := w.Add(p); err != nil {
+			_ = w.Close()
+			return nil, err
+		}
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer close(ch)
+		defer w.Close()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-w.Events:
+				if !ok {
+					return
+				}
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			case _, ok := <-w.Errors:
+				if !ok {
+					return
+				}
+				// An overflow means events were lost: report a change so
+				// the caller re-checks rather than waits forever.
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}()
+	return ch, nil
+}
