@@ -43,7 +43,7 @@ func TestUnified(t *testing.T) {
 		},
 		{
 			name: "two hunks", ctx: 1, checkExact: true,
-			old:  "1\n2\n3\n4\n5\n6\n7\n8\n", new: "1\nX\n3\n4\n5\n6\nY\n8\n",
+			old: "1\n2\n3\n4\n5\n6\n7\n8\n", new: "1\nX\n3\n4\n5\n6\nY\n8\n",
 			want: "--- o\n+++ n\n@@ -1,3 +1,3 @@\n 1\n-2\n+X\n 3\n@@ -6,3 +6,3 @@\n 6\n-7\n+Y\n 8\n", add: 2, rem: 2,
 		},
 		{name: "crlf", old: "a\r\nb\r\n", new: "a\r\nc\r\n", ctx: 3, add: 1, rem: 1},

@@ -1,0 +1,298 @@
+// Package files is the agentfs engine: reads, atomic writes, edits, inserts,
+// multi-file change sets and undo, each reporting the file before and after.
+//
+// Every operation goes through an os.Root, so confinement to FS.Root is
+// enforced by the kernel-facing lookups at the moment of the operation, not
+// by a string check followed by a later open. Without a Root the engine
+// uses an os.Root at "/" so that the code path is the same.
+//
+// Symbolic links are resolved by the engine itself, one component at a time
+// through the os.Root (which keeps every lookup inside it), so that a write
+// through a link replaces the link's target and never the link, and so that
+// an absolute link pointing inside the root still works (os.Root alone
+// refuses every absolute link).
+//
+// Concurrency: a mutation holds an exclusive flock on the directory that
+// contains each file it changes, from before it reads the file until after
+// the rename. A directory's inode is stable across the renames that replace
+// files in it, unlike the file's own inode, and locking it leaves nothing
+// behind in the workspace. Two agentfs processes changing files in the same
+// directory therefore take turns: each reads what the other wrote, so no
+// update is lost, and an --expect-sha256 check made under the lock is exact.
+package files
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// DefaultMaxContent is the size past which a mutation result leaves out the
+// whole texts before and after (the diff stays).
+const DefaultMaxContent = 1 << 20
+
+// Default bounds of the undo history kept for each file.
+const (
+	DefaultHistoryVersions = 20
+	DefaultHistoryBytes    = 256 << 20
+)
+
+// maxSymlinks bounds link resolution, like the kernel's ELOOP limit.
+const maxSymlinks = 40
+
+// FS is the configuration of the engine. The zero value works: no root, no
+// deny list, no size limit, no undo history. An FS holds no open resources
+// and is safe for concurrent use.
+type FS struct {
+	// Root confines every path: it must resolve, symlinks followed, inside
+	// this directory. Empty means no confinement.
+	Root string
+	// Dir is the directory relative paths start from; empty means the
+	// process's working directory.
+	Dir string
+	// Deny lists doublestar globs (see MatchGlob) of paths that may not be
+	// read or written. They are matched against the path relative to Root
+	// (or the absolute path without Root), both as given and as resolved,
+	// and against each parent directory.
+	Deny []string
+	// MaxFileSize refuses files larger than this many bytes for reading and
+	// text operations (file_too_large); 0 means no limit.
+	MaxFileSize int64
+	// MaxContent is the size past which a mutation result leaves out the
+	// whole texts (ContentOmitted); 0 means DefaultMaxContent.
+	MaxContent int64
+	// HistoryDir is where undo history lives; empty disables history and
+	// Undo reports nothing_to_undo.
+	HistoryDir string
+	// HistoryVersions and HistoryBytes bound the history of one file: the
+	// oldest versions go first when either is exceeded (the newest version
+	// is always kept). 0 means the defaults.
+	HistoryVersions int
+	HistoryBytes    int64
+
+	// afterStage, when set, runs after every temp file of a change set is
+	// written and synced and before the first rename; an error from it
+	// aborts the change as a crash at that point would. Tests only.
+	afterStage func() error
+	// afterRename, when set, runs after the i-th rename of a commit; an
+	// error makes the commit roll back. Tests only.
+	afterRename func(i int) error
+}
+
+// session is one operation's view of the file system: an open os.Root and
+// the two spellings of the root's absolute path.
+type session struct {
+	fs       *FS
+	root     *os.Root
+	rootAbs  string // the root as configured, made absolute and clean
+	rootReal string // the same with symlinks resolved
+	confined bool
+	base     string // absolute directory relative paths start from
+}
+
+func (f *FS) open() (*session, error) {
+	s := &session{fs: f, rootAbs: "/", rootReal: "/"}
+	if f.Root != "" {
+		abs, err := filepath.Abs(f.Root)
+		if err != nil {
+			return nil, newErr(CodeIOError, "root %s: %v", f.Root, err)
+		}
+		s.rootAbs = abs
+		real, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			return nil, osError(err, f.Root)
+		}
+		s.rootReal = real
+		s.confined = true
+	}
+	r, err := os.OpenRoot(s.rootReal)
+	if err != nil {
+		return nil, osError(err, s.rootReal)
+	}
+	s.root = r
+	s.base = f.Dir
+	if s.base == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			r.Close()
+			return nil, newErr(CodeIOError, "working directory: %v", err)
+		}
+		s.base = wd
+	} else if !filepath.IsAbs(s.base) {
+		abs, err := filepath.Abs(s.base)
+		if err != nil {
+			r.Close()
+			return nil, newErr(CodeIOError, "dir %s: %v", s.base, err)
+		}
+		s.base = abs
+	}
+	return s, nil
+}
+
+func (s *session) close() { s.root.Close() }
+
+// target is a path the caller named, resolved for one operation.
+type target struct {
+	given string // as the caller wrote it, for messages and results
+	rel   string // slash-separated, relative to the root, no symlinks; "." is the root
+	abs   string // absolute path on disk, for history keys
+}
+
+// within returns name relative to dir when name is dir or below it.
+func within(dir, name string) (string, bool) {
+	if dir == "/" {
+		return strings.TrimPrefix(name, "/"), true
+	}
+	if name == dir {
+		return "", true
+	}
+	if strings.HasPrefix(name, dir+"/") {
+		return name[len(dir)+1:], true
+	}
+	return "", false
+}
+
+// relToRoot maps an absolute, clean path to a path relative to the root,
+// accepting either spelling of the root.
+func (s *session) relToRoot(abs string) (string, bool) {
+	if r, ok := within(s.rootAbs, abs); ok {
+		return r, true
+	}
+	return within(s.rootReal, abs)
+}
+
+// resolve maps a caller's path to a target. With followFinal false the last
+// component is not followed when it is a symlink (for stat, list and the
+// parent walk of a file that does not exist yet).
+func (s *session) resolve(p string, followFinal bool) (target, error) {
+	if p == "" {
+		return target{}, invalid("empty path")
+	}
+	abs := p
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(s.base, abs)
+	}
+	abs = filepath.Clean(abs)
+	lexical, ok := s.relToRoot(abs)
+	if !ok {
+		return target{}, newErr(CodeOutsideRoot, "%s is outside the root %s", p, s.fs.Root)
+	}
+	if err := s.checkDeny(p, lexical); err != nil {
+		return target{}, err
+	}
+
+	var resolved []string
+	pending := splitPath(lexical)
+	links := 0
+	for len(pending) > 0 {
+		comp := pending[0]
+		pending = pending[1:]
+		switch comp {
+		case "", ".":
+			continue
+		case "..":
+			if len(resolved) == 0 {
+				return target{}, newErr(CodeOutsideRoot, "%s resolves outside the root", p)
+			}
+			resolved = resolved[:len(resolved)-1]
+			continue
+		}
+		cand := path.Join(append(append([]string{}, resolved...), comp)...)
+		if len(pending) == 0 && !followFinal {
+			resolved = append(resolved, comp)
+			break
+		}
+		fi, err := s.root.Lstat(cand)
+		if err != nil {
+			if os.IsNotExist(err) {
+				// Nothing below a missing component can be a link.
+				resolved = append(resolved, comp)
+				resolved = append(resolved, pending...)
+				pending = nil
+				break
+			}
+			return target{}, osError(err, p)
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = append(resolved, comp)
+			continue
+		}
+		links++
+		if links > maxSymlinks {
+			return target{}, newErr(CodeIOError, "%s: too many levels of symbolic links", p)
+		}
+		dest, err := s.root.Readlink(cand)
+		if err != nil {
+			return target{}, osError(err, p)
+		}
+		if filepath.IsAbs(dest) {
+			r, ok := s.relToRoot(filepath.Clean(dest))
+			if !ok {
+				return target{}, newErr(CodeOutsideRoot, "%s is a symlink to %s, outside the root", p, dest)
+			}
+			resolved = nil
+			dest = r
+		}
+		pending = append(splitPath(filepath.ToSlash(dest)), pending...)
+	}
+	rel := path.Join(resolved...)
+	if rel == "" {
+		rel = "."
+	}
+	if rel != lexical {
+		if err := s.checkDeny(p, rel); err != nil {
+			return target{}, err
+		}
+	}
+	return target{given: p, rel: rel, abs: filepath.Join(s.rootReal, filepath.FromSlash(rel))}, nil
+}
+
+// denied reports whether rel (relative to the root) or one of its parents
+// matches a deny glob. Without confinement the globs see the absolute path.
+func (s *session) denied(rel string) (string, bool) {
+	if len(s.fs.Deny) == 0 {
+		return "", false
+	}
+	name := rel
+	if !s.confined {
+		name = "/" + strings.TrimPrefix(rel, "/")
+	}
+	for name != "" && name != "." && name != "/" {
+		for _, g := range s.fs.Deny {
+			if MatchGlob(g, name) {
+				return g, true
+			}
+		}
+		name = path.Dir(name)
+	}
+	return "", false
+}
+
+func (s *session) checkDeny(given, rel string) error {
+	if g, ok := s.denied(rel); ok {
+		return newErr(CodePathDenied, "%s is denied by the rule %s", given, g).With("rule", g)
+	}
+	return nil
+}
+
+// checkSize refuses a file over MaxFileSize.
+func (s *session) checkSize(t target, size int64) *result.Error {
+	if max := s.fs.MaxFileSize; max > 0 && size > max {
+		return newErr(CodeFileTooLarge, "%s is %d bytes, over the limit of %d", t.given, size, max).
+			With("size", size).With("limit", max)
+	}
+	return nil
+}
+
+// display is the path reported in messages for a resolved name relative to
+// the root.
+func (s *session) display(rel string) string {
+	if s.confined {
+		return rel
+	}
+	return "/" + strings.TrimPrefix(rel, "/")
+}

@@ -1,0 +1,237 @@
+package files
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Undo history layout: HistoryDir/<hash of the file's absolute resolved
+// path>/<seq>.data holds the content before change number seq and
+// <seq>.json describes it (whether the file existed, its mode, and the
+// sha256 agentfs wrote, which Undo compares with the file). The .json is
+// written last and atomically, so an entry exists only once both are
+// durable; a .data without its .json is debris from a crash and is swept.
+// Every access happens under the lock of the file's directory, so one
+// file's history has one writer at a time.
+
+// historyEntry is one recorded change of one file.
+type historyEntry struct {
+	dir  string // the file's history directory
+	Meta historyMeta
+}
+
+type historyMeta struct {
+	Path          string `json:"path"`
+	Seq           int64  `json:"seq"`
+	Time          string `json:"time"`
+	PrevExists    bool   `json:"prev_exists"`
+	PrevSHA256    string `json:"prev_sha256,omitempty"`
+	PrevMode      uint32 `json:"prev_mode,omitempty"`
+	PrevSize      int64  `json:"prev_size"`
+	WrittenExists bool   `json:"written_exists"`
+	WrittenSHA256 string `json:"written_sha256,omitempty"`
+}
+
+func (h *historyEntry) base() string {
+	return filepath.Join(h.dir, fmt.Sprintf("%012d", h.Meta.Seq))
+}
+
+// historyDir is the directory of one file's history.
+func (f *FS) historyDir(abs string) string {
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(f.HistoryDir, hex.EncodeToString(sum[:16]))
+}
+
+// entries lists a file's history, oldest first, and removes debris.
+func (f *FS) entries(dir string) ([]*historyEntry, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	metas := map[int64]bool{}
+	for _, de := range des {
+		if n, ok := strings.CutSuffix(de.Name(), ".json"); ok {
+			if seq, err := strconv.ParseInt(n, 10, 64); err == nil {
+				metas[seq] = true
+			}
+		}
+	}
+	var out []*historyEntry
+	for _, de := range des {
+		name := de.Name()
+		if n, ok := strings.CutSuffix(name, ".data"); ok {
+			if seq, err := strconv.ParseInt(n, 10, 64); err == nil && !metas[seq] {
+				_ = os.Remove(filepath.Join(dir, name))
+			}
+			continue
+		}
+		if strings.HasPrefix(name, ".tmp-") {
+			_ = os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		n, ok := strings.CutSuffix(name, ".json")
+		if !ok {
+			continue
+		}
+		if _, err := strconv.ParseInt(n, 10, 64); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		h := &historyEntry{dir: dir}
+		if err := json.Unmarshal(b, &h.Meta); err != nil {
+			// A damaged entry cannot be undone; drop it rather than block
+			// every later undo.
+			_ = os.Remove(filepath.Join(dir, name))
+			continue
+		}
+		out = append(out, h)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Meta.Seq < out[j].Meta.Seq })
+	return out, nil
+}
+
+// recordHistory saves p's current state before the commit replaces it.
+func (f *FS) recordHistory(p *plan) (*historyEntry, error) {
+	if f.HistoryDir == "" {
+		return nil, nil
+	}
+	dir := f.historyDir(p.t.abs)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, historyError(err)
+	}
+	existing, err := f.entries(dir)
+	if err != nil {
+		return nil, historyError(err)
+	}
+	seq := int64(1)
+	if n := len(existing); n > 0 {
+		seq = existing[n-1].Meta.Seq + 1
+	}
+	h := &historyEntry{dir: dir, Meta: historyMeta{
+		Path:          p.t.abs,
+		Seq:           seq,
+		Time:          time.Now().UTC().Format("2006-01-02T15:04:05.000Z"),
+		PrevExists:    p.cur.exists,
+		WrittenExists: !p.remove,
+	}}
+	if p.cur.exists {
+		h.Meta.PrevSHA256 = p.cur.sha
+		h.Meta.PrevMode = uint32(p.cur.mode.Perm())
+		h.Meta.PrevSize = int64(len(p.cur.content))
+		if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
+			return nil, historyError(err)
+		}
+	}
+	if !p.remove {
+		h.Meta.WrittenSHA256 = p.newSHA()
+	}
+	meta, err := json.Marshal(h.Meta)
+	if err != nil {
+		return nil, historyError(err)
+	}
+	if err := writeAtomic(dir, h.base()+".json", meta); err != nil {
+		_ = os.Remove(h.base() + ".data")
+		return nil, historyError(err)
+	}
+	return h, nil
+}
+
+func historyError(err error) error {
+	return newErr(CodeIOError, "undo history: %v", err).Wrap(err)
+}
+
+// dropHistory removes an entry, meta first so that no half entry is ever
+// visible.
+func (f *FS) dropHistory(h *historyEntry) {
+	_ = os.Remove(h.base() + ".json")
+	_ = os.Remove(h.base() + ".data")
+}
+
+// pruneHistory keeps at most HistoryVersions entries and HistoryBytes of
+// saved content for the file, dropping the oldest first but always keeping
+// the newest.
+func (f *FS) pruneHistory(dir string) {
+	maxN := f.HistoryVersions
+	if maxN <= 0 {
+		maxN = DefaultHistoryVersions
+	}
+	maxBytes := f.HistoryBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultHistoryBytes
+	}
+	list, err := f.entries(dir)
+	if err != nil {
+		return
+	}
+	var total int64
+	for _, h := range list {
+		total += h.Meta.PrevSize
+	}
+	for len(list) > 1 && (len(list) > maxN || total > maxBytes) {
+		total -= list[0].Meta.PrevSize
+		f.dropHistory(list[0])
+		list = list[1:]
+	}
+}
+
+// readData returns an entry's saved content, checked against its hash.
+func (h *historyEntry) readData() ([]byte, error) {
+	b, err := os.ReadFile(h.base() + ".data")
+	if err != nil {
+		return nil, historyError(err)
+	}
+	if sha(b) != h.Meta.PrevSHA256 {
+		return nil, newErr(CodeIOError, "undo history of %s is damaged (saved content does not match its hash)", h.Meta.Path)
+	}
+	return b, nil
+}
+
+// writeAtomic writes data to name through a synced temp file in dir and a
+// rename, then syncs dir.
+func writeAtomic(dir, name string, data []byte) error {
+	f, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,387 @@
+package files
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"strings"
+	"unicode/utf8"
+)
+
+// ReadOptions selects what Read returns.
+type ReadOptions struct {
+	Offset   int  // first line to return, 1-based; 0 means 1
+	Limit    int  // number of lines; 0 means to the end
+	Numbered bool // prefix each line with its number, like cat -n
+	MaxBytes int  // cut the content at this many bytes (at a line end when possible); 0 means no cut
+}
+
+// ReadResult is a file's content, or part of it, and facts about the whole.
+type ReadResult struct {
+	Path       string `json:"path"`
+	Content    string `json:"content"`
+	SHA256     string `json:"sha256"` // of the whole file, for ExpectSHA256
+	Size       int64  `json:"size"`
+	TotalLines int    `json:"total_lines"`
+	LineStart  int    `json:"line_start"`
+	LineEnd    int    `json:"line_end"`
+	Truncated  bool   `json:"truncated"` // MaxBytes cut the content
+	Binary     bool   `json:"binary"`    // not UTF-8 text: Content is empty
+}
+
+// Read returns lines of a text file, and for a binary file only its facts.
+func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
+	s, err := f.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	t, err := s.resolve(path, true)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.readCurrent(t)
+	if err != nil {
+		return nil, err
+	}
+	if !cur.exists {
+		return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+	}
+	r := &ReadResult{Path: path, SHA256: cur.sha, Size: int64(len(cur.content))}
+	if !isText(cur.content) {
+		r.Binary = true
+		return r, nil
+	}
+	body := bytes.TrimPrefix(cur.content, []byte(utf8BOM))
+	r.TotalLines = countLines(body)
+	first := max(opt.Offset, 1)
+	if first > r.TotalLines && !(r.TotalLines == 0 && first == 1) {
+		return nil, newErr(CodeLineOutOfRange, "offset %d is past the end of %s (%d lines)", first, path, r.TotalLines).
+			With("total_lines", r.TotalLines)
+	}
+	if r.TotalLines == 0 {
+		return r, nil
+	}
+	// Find the byte range of the selected lines.
+	start := 0
+	for line := 1; line < first; line++ {
+		start += bytes.IndexByte(body[start:], '\n') + 1
+	}
+	end, last := start, first-1
+	for end < len(body) && (opt.Limit <= 0 || last-first+1 < opt.Limit) {
+		i := bytes.IndexByte(body[end:], '\n')
+		if i < 0 {
+			end = len(body)
+		} else {
+			end += i + 1
+		}
+		last++
+	}
+	var out strings.Builder
+	r.LineStart = first
+	r.LineEnd = first - 1
+	for n, rest := first, body[start:end]; len(rest) > 0; n++ {
+		i := bytes.IndexByte(rest, '\n')
+		line := rest
+		if i >= 0 {
+			line = rest[:i+1]
+		}
+		rest = rest[len(line):]
+		piece := string(line)
+		if opt.Numbered {
+			piece = fmt.Sprintf("%6d\t%s", n, strings.TrimSuffix(strings.TrimSuffix(piece, "\n"), "\r"))
+			if i >= 0 {
+				piece += "\n"
+			}
+		}
+		if opt.MaxBytes > 0 && out.Len()+len(piece) > opt.MaxBytes {
+			r.Truncated = true
+			if out.Len() == 0 {
+				// Not even one line fits: cut inside it, on a character boundary.
+				cut := opt.MaxBytes
+				for cut > 0 && !utf8.RuneStart(piece[cut]) {
+					cut--
+				}
+				out.WriteString(piece[:cut])
+				r.LineEnd = n
+			}
+			break
+		}
+		out.WriteString(piece)
+		r.LineEnd = n
+	}
+	r.Content = out.String()
+	return r, nil
+}
+
+// WriteOptions tunes Write.
+type WriteOptions struct {
+	Append       bool        // add content at the end instead of replacing
+	ExpectSHA256 string      // refuse (file_changed) unless the file has this hash
+	ExpectAbsent bool        // refuse (file_exists) if the file exists
+	Mode         fs.FileMode // permission bits; 0 keeps the file's, or 0644 for a new file
+	NoMkdir      bool        // refuse (file_not_found) instead of creating parent directories
+}
+
+// Write replaces (or with Append extends) a file's content atomically,
+// creating it if needed. Writing the content a file already has changes
+// nothing and reports changed false.
+func (f *FS) Write(path string, content []byte, opt WriteOptions) (*Mutation, error) {
+	return f.mutateOne(path, opt.NoMkdir, func(t target, cur current) (*plan, error) {
+		if opt.ExpectAbsent && cur.exists {
+			return nil, newErr(CodeFileExists, "%s already exists", path).With("sha256", cur.sha)
+		}
+		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
+			return nil, err
+		}
+		data := content
+		if opt.Append && cur.exists {
+			data = make([]byte, 0, len(cur.content)+len(content))
+			data = append(append(data, cur.content...), content...)
+		}
+		p := &plan{t: t, cur: cur, data: data, mode: opt.Mode}
+		if cur.exists && bytes.Equal(cur.content, data) && (opt.Mode == 0 || opt.Mode == cur.mode.Perm()) {
+			p.unchanged = true
+		}
+		return p, nil
+	})
+}
+
+// EditOptions tunes Edit.
+type EditOptions struct {
+	ExpectSHA256 string // refuse (file_changed) unless the file has this hash
+	Fuzzy        bool   // also accept a unique match differing only in whitespace
+}
+
+// Edit applies string replacements in order, all or nothing, and reports
+// how each matched. See EditSpec and the package documentation of the
+// matching rules: exact, then line endings normalised, then (Fuzzy)
+// whitespace-insensitive by whole lines.
+func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, error) {
+	if len(edits) == 0 {
+		return nil, invalid("no edits given")
+	}
+	var reports []EditReport
+	m, err := f.mutateOne(path, true, func(t target, cur current) (*plan, error) {
+		if !cur.exists {
+			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+		}
+		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
+			return nil, err
+		}
+		txt, err := parseText(path, cur.content)
+		if err != nil {
+			return nil, err
+		}
+		body, reps, err := applyEdits(path, txt.body, txt.eol, edits, opt.Fuzzy)
+		if err != nil {
+			return nil, err
+		}
+		reports = reps
+		data := txt.bytes(body)
+		if bytes.Equal(data, cur.content) {
+			return nil, newErr(CodeNoChange, "the edits leave %s unchanged", path)
+		}
+		return &plan{t: t, cur: cur, data: data}, nil
+	})
+	if m != nil {
+		m.Edits = reports
+	}
+	return m, err
+}
+
+// InsertOptions tunes Insert.
+type InsertOptions struct {
+	ExpectSHA256 string // refuse (file_changed) unless the file has this hash
+}
+
+// Insert puts text after line (0 = before the first line) as whole lines in
+// the file's line ending. A file without a final newline keeps lacking one.
+func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mutation, error) {
+	if text == "" {
+		return nil, newErr(CodeNoChange, "nothing to insert")
+	}
+	if !utf8.ValidString(text) {
+		return nil, newErr(CodeInvalidEncoding, "the text to insert is not valid UTF-8")
+	}
+	return f.mutateOne(path, true, func(t target, cur current) (*plan, error) {
+		if !cur.exists {
+			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+		}
+		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
+			return nil, err
+		}
+		txt, err := parseText(path, cur.content)
+		if err != nil {
+			return nil, err
+		}
+		body := txt.body
+		total := countLines(body)
+		if line < 0 || line > total {
+			return nil, newErr(CodeLineOutOfRange, "line %d is outside %s (0 to %d)", line, path, total).
+				With("total_lines", total)
+		}
+		ins := toEOL(text, txt.eol)
+		if !strings.HasSuffix(ins, "\n") {
+			ins += txt.eol
+		}
+		var nb []byte
+		if line == total && len(body) > 0 && body[len(body)-1] != '\n' {
+			// After a last line without a newline: the newline goes
+			// between, and the file still ends without one.
+			nb = make([]byte, 0, len(body)+len(txt.eol)+len(ins))
+			nb = append(append(append(nb, body...), txt.eol...), strings.TrimSuffix(strings.TrimSuffix(ins, "\n"), "\r")...)
+		} else {
+			off := 0
+			for range line {
+				off += bytes.IndexByte(body[off:], '\n') + 1
+			}
+			nb = make([]byte, 0, len(body)+len(ins))
+			nb = append(append(append(nb, body[:off]...), ins...), body[off:]...)
+		}
+		return &plan{t: t, cur: cur, data: txt.bytes(nb)}, nil
+	})
+}
+
+// Undo restores the version of the file from before the last change agentfs
+// made to it, provided the file is still what agentfs wrote (else
+// undo_conflict). Undoing a creation deletes the file. Each Undo steps one
+// version further back.
+func (f *FS) Undo(path string) (*Mutation, error) {
+	if f.HistoryDir == "" {
+		return nil, newErr(CodeNothingToUndo, "no undo history is kept")
+	}
+	var entry *historyEntry
+	m, err := f.mutateOne(path, false, func(t target, cur current) (*plan, error) {
+		list, err := f.entries(f.historyDir(t.abs))
+		if err != nil {
+			return nil, historyError(err)
+		}
+		for i := len(list) - 1; i >= 0; i-- {
+			h := list[i].Meta
+			if h.WrittenExists == cur.exists && (!cur.exists || h.WrittenSHA256 == cur.sha) {
+				entry = list[i]
+				break
+			}
+			if h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) {
+				// The recorded change never landed (a crash between the
+				// history and the rename): the entry is stale.
+				f.dropHistory(list[i])
+				continue
+			}
+			e := newErr(CodeUndoConflict, "%s changed since agentfs last wrote it; undo would lose those changes", path).
+				With("expected_sha256", h.WrittenSHA256)
+			if cur.exists {
+				e.With("current_sha256", cur.sha)
+			}
+			return nil, e
+		}
+		if entry == nil {
+			return nil, newErr(CodeNothingToUndo, "no change of %s to undo", path)
+		}
+		p := &plan{t: t, cur: cur, remove: !entry.Meta.PrevExists}
+		if entry.Meta.PrevExists {
+			data, err := entry.readData()
+			if err != nil {
+				return nil, err
+			}
+			p.data = data
+			p.mode = fs.FileMode(entry.Meta.PrevMode)
+			if p.mode == 0 {
+				p.mode = defaultFileMode
+			}
+		}
+		return p, nil
+	}, withoutHistory())
+	if err == nil && entry != nil {
+		f.dropHistory(entry)
+	}
+	return m, err
+}
+
+type mutateConfig struct{ record bool }
+
+type mutateOption func(*mutateConfig)
+
+func withoutHistory() mutateOption { return func(c *mutateConfig) { c.record = false } }
+
+// mutateOne runs one single-file change: resolve, create parents (unless
+// noMkdir), lock the directory, read, build the plan, commit, report.
+func (f *FS) mutateOne(path string, noMkdir bool, build func(target, current) (*plan, error), opts ...mutateOption) (*Mutation, error) {
+	cfg := mutateConfig{record: true}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := f.open()
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	t, err := s.resolve(path, true)
+	if err != nil {
+		return nil, err
+	}
+	if t.rel == "." {
+		return nil, newErr(CodeIsDirectory, "%s is a directory", path)
+	}
+	dirs, err := s.prepareDirs([]target{t}, noMkdir)
+	if err != nil {
+		s.removeDirs(dirs)
+		return nil, err
+	}
+	unlock, err := s.lockDirs([]target{t})
+	if err != nil {
+		s.removeDirs(dirs)
+		return nil, err
+	}
+	defer unlock()
+	cur, err := s.readCurrent(t)
+	if err != nil {
+		s.removeDirs(dirs)
+		return nil, err
+	}
+	p, err := build(t, cur)
+	if err != nil {
+		s.removeDirs(dirs)
+		return nil, err
+	}
+	if p.unchanged {
+		s.removeDirs(dirs)
+		return f.reportPlan(p, path, path), nil
+	}
+	if err := s.commit([]*plan{p}, cfg.record); err != nil {
+		s.removeDirs(dirs)
+		return nil, err
+	}
+	if p.hist != nil {
+		f.pruneHistory(p.hist.dir)
+	}
+	return f.reportPlan(p, path, path), nil
+}
+
+// reportPlan is report for a committed (or unchanged) plan.
+func (f *FS) reportPlan(p *plan, oldName, newName string) *Mutation {
+	var after []byte
+	afterSHA := ""
+	if !p.remove {
+		after = p.data
+		afterSHA = p.newSHA()
+	}
+	return f.report(p.t.given, oldName, newName, p.cur.content, after, p.cur.sha, afterSHA, p.cur.exists, !p.remove)
+}
+
+// checkExpect enforces an expected hash, read under the lock so the check
+// and the write see the same file.
+func checkExpect(path string, cur current, want string) error {
+	if want == "" {
+		return nil
+	}
+	if !cur.exists {
+		return newErr(CodeFileChanged, "%s no longer exists", path).With("expected_sha256", want)
+	}
+	if !strings.EqualFold(cur.sha, strings.TrimSpace(want)) {
+		return newErr(CodeFileChanged, "%s changed since it was read (sha256 differs)", path).
+			With("expected_sha256", want).With("current_sha256", cur.sha)
+	}
+	return nil
+}

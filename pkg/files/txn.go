@@ -1,0 +1,446 @@
+package files
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/textdiff"
+)
+
+// defaultFileMode is the mode of a file agentfs creates when none is given.
+// It is applied exactly (not through the umask), so results are predictable.
+const defaultFileMode fs.FileMode = 0o644
+
+// diffContext is the number of context lines in reported diffs, as diff -u.
+const diffContext = 3
+
+// current is what a file is at the start of a change, read under the lock.
+type current struct {
+	exists  bool
+	content []byte
+	sha     string
+	mode    fs.FileMode
+	uid     int
+	gid     int
+}
+
+// plan is one file's part of a change set: what it becomes and, once the
+// commit runs, the temp and backup names used to get there.
+type plan struct {
+	t      target
+	cur    current
+	data   []byte      // the new content, when !remove
+	remove bool        // the file goes away
+	mode   fs.FileMode // 0: keep the current mode, or defaultFileMode
+
+	tmp     string // staged new content, relative to the root
+	backup  string // hard link to (or the renamed) original, relative to the root
+	renamed bool   // the original at t.rel has been replaced or removed
+	hist    *historyEntry
+	dataSHA string // cache of sha(data)
+
+	unchanged bool // the plan would write what is already there
+}
+
+// newSHA returns the hash of the new content, computed once: for a large
+// file each hash is a measurable share of the work.
+func (p *plan) newSHA() string {
+	if p.dataSHA == "" {
+		p.dataSHA = sha(p.data)
+	}
+	return p.dataSHA
+}
+
+// readCurrent reads the file at t, which must be a regular file or absent.
+// Symlinks were resolved by resolve, so one found here was swapped in since:
+// it is refused rather than followed.
+func (s *session) readCurrent(t target) (current, error) {
+	fi, err := s.root.Lstat(t.rel)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return current{}, nil
+		}
+		return current{}, osError(err, t.given)
+	}
+	switch {
+	case fi.IsDir():
+		return current{}, newErr(CodeIsDirectory, "%s is a directory", t.given)
+	case !fi.Mode().IsRegular():
+		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file (%s)", t.given, kindOf(fi.Mode()))
+	}
+	if err := s.checkSize(t, fi.Size()); err != nil {
+		return current{}, err
+	}
+	f, err := s.root.OpenFile(t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return current{}, osError(err, t.given)
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return current{}, osError(err, t.given)
+	}
+	if !fi.Mode().IsRegular() {
+		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file", t.given)
+	}
+	if err := s.checkSize(t, fi.Size()); err != nil {
+		return current{}, err
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+1))
+	if _, err := buf.ReadFrom(f); err != nil {
+		return current{}, osError(err, t.given)
+	}
+	c := current{exists: true, content: buf.Bytes(), mode: fi.Mode(), uid: -1, gid: -1}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		c.uid, c.gid = int(st.Uid), int(st.Gid)
+	}
+	c.sha = sha(c.content)
+	return c, nil
+}
+
+// prepareDirs creates the missing parents of each target (unless noMkdir)
+// and returns the directories it created, deepest last, so a failed change
+// can remove them again.
+func (s *session) prepareDirs(ts []target, noMkdir bool) ([]string, error) {
+	var created []string
+	for _, t := range ts {
+		dir := path.Dir(t.rel)
+		var missing []string
+		for d := dir; d != "." && d != "/"; d = path.Dir(d) {
+			fi, err := s.root.Stat(d)
+			if err == nil {
+				if !fi.IsDir() {
+					return created, newErr(CodeFileNotFound, "a parent of %s is not a directory", t.given)
+				}
+				break
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return created, osError(err, t.given)
+			}
+			missing = append(missing, d)
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		if noMkdir {
+			return created, newErr(CodeFileNotFound, "the directory of %s does not exist", t.given).
+				With("hint", "create it first, or allow parents to be created")
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			if err := s.root.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return created, osError(err, t.given)
+			}
+			created = append(created, missing[i])
+		}
+	}
+	return created, nil
+}
+
+// removeDirs undoes prepareDirs, deepest first; a directory someone else
+// filled in the meantime stays.
+func (s *session) removeDirs(dirs []string) {
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = s.root.Remove(dirs[i])
+	}
+}
+
+// lockDirs takes an exclusive flock on the directory of each target, in a
+// fixed order so that two change sets never deadlock, and returns the
+// function that releases them. See the package documentation for why the
+// directory is what gets locked.
+func (s *session) lockDirs(ts []target) (func(), error) {
+	dirs := map[string]bool{}
+	for _, t := range ts {
+		dirs[path.Dir(t.rel)] = true
+	}
+	order := make([]string, 0, len(dirs))
+	for d := range dirs {
+		order = append(order, d)
+	}
+	sort.Strings(order)
+	var held []*os.File
+	release := func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i].Close() // closing the descriptor drops the flock
+		}
+	}
+	for _, d := range order {
+		f, err := s.root.Open(d)
+		if err != nil {
+			release()
+			return nil, osError(err, s.display(d))
+		}
+		held = append(held, f)
+		if err := flock(f); err != nil {
+			release()
+			return nil, newErr(CodeIOError, "lock %s: %v", s.display(d), err)
+		}
+	}
+	return release, nil
+}
+
+func flock(f *os.File) error {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// randomSuffix names temp and backup files; collisions are also caught by
+// O_EXCL.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// sideName is a hidden sibling of rel used during a commit.
+func sideName(rel, kind string) string {
+	return path.Join(path.Dir(rel), "."+path.Base(rel)+".agentfs-"+randomSuffix()+"."+kind)
+}
+
+// stage writes p's new content to a temp file beside the target, with the
+// target's mode and owner, and syncs it.
+func (s *session) stage(p *plan) error {
+	mode := p.mode
+	if mode == 0 {
+		mode = defaultFileMode
+		if p.cur.exists {
+			mode = p.cur.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		}
+	}
+	name := sideName(p.t.rel, "tmp")
+	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return osError(err, p.t.given)
+	}
+	p.tmp = name
+	fail := func(err error) error {
+		f.Close()
+		return osError(err, p.t.given)
+	}
+	if _, err := f.Write(p.data); err != nil {
+		return fail(err)
+	}
+	if p.cur.exists && p.cur.uid >= 0 {
+		// Keep the owner; only root can give a file away, so an EPERM
+		// for anyone else is expected and the new owner is the writer.
+		if err := f.Chown(p.cur.uid, p.cur.gid); err != nil && !errors.Is(err, fs.ErrPermission) {
+			return fail(err)
+		}
+	}
+	if err := f.Chmod(mode); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := f.Close(); err != nil {
+		return osError(err, p.t.given)
+	}
+	return nil
+}
+
+// commit makes every plan true, or none. New contents are staged first;
+// then each existing original gets a hard-link backup beside it and the
+// temp file is renamed over it (or the original is renamed away for a
+// removal). If anything fails part-way, the renamed originals come back
+// from their backups and created files are removed. record says whether to
+// add undo history (Undo itself does not).
+func (s *session) commit(plans []*plan, record bool) (err error) {
+	defer func() {
+		if err != nil {
+			s.rollback(plans)
+		}
+	}()
+	for _, p := range plans {
+		if !p.remove {
+			if err := s.stage(p); err != nil {
+				return err
+			}
+		}
+	}
+	if s.fs.afterStage != nil {
+		if err := s.fs.afterStage(); err != nil {
+			return err
+		}
+	}
+	if record {
+		for _, p := range plans {
+			h, err := s.fs.recordHistory(p)
+			if err != nil {
+				return err
+			}
+			p.hist = h
+		}
+	}
+	for i, p := range plans {
+		if p.cur.exists {
+			p.backup = sideName(p.t.rel, "bak")
+			if p.remove {
+				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+					p.backup = ""
+					return osError(err, p.t.given)
+				}
+				p.renamed = true
+			} else if err := s.root.Link(p.t.rel, p.backup); err != nil {
+				// A file system without hard links: move the original
+				// aside instead. Readers may briefly see no file.
+				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+					p.backup = ""
+					return osError(err, p.t.given)
+				}
+				p.renamed = true
+			}
+		}
+		if !p.remove {
+			if err := s.root.Rename(p.tmp, p.t.rel); err != nil {
+				return osError(err, p.t.given)
+			}
+			p.tmp = ""
+			p.renamed = true
+		}
+		if s.fs.afterRename != nil {
+			if err := s.fs.afterRename(i); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range plans {
+		if p.backup != "" {
+			_ = s.root.Remove(p.backup)
+			p.backup = ""
+		}
+	}
+	return s.syncDirs(plans)
+}
+
+// rollback restores every file of a failed commit as it was.
+func (s *session) rollback(plans []*plan) {
+	for i := len(plans) - 1; i >= 0; i-- {
+		p := plans[i]
+		if p.renamed {
+			if p.backup != "" {
+				_ = s.root.Rename(p.backup, p.t.rel)
+				p.backup = ""
+			} else if !p.cur.exists {
+				_ = s.root.Remove(p.t.rel)
+			}
+		}
+		if p.backup != "" {
+			_ = s.root.Remove(p.backup)
+		}
+		if p.tmp != "" {
+			_ = s.root.Remove(p.tmp)
+		}
+		if p.hist != nil {
+			s.fs.dropHistory(p.hist)
+		}
+	}
+	_ = s.syncDirs(plans)
+}
+
+// syncDirs fsyncs each directory that had an entry renamed, so the renames
+// survive a power loss.
+func (s *session) syncDirs(plans []*plan) error {
+	seen := map[string]bool{}
+	for _, p := range plans {
+		d := path.Dir(p.t.rel)
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		f, err := s.root.Open(d)
+		if err != nil {
+			return osError(err, s.display(d))
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil && !errors.Is(err, syscall.EINVAL) {
+			return osError(err, s.display(d))
+		}
+	}
+	return nil
+}
+
+// DiffStats counts the lines a change added and removed.
+type DiffStats struct {
+	Added   int `json:"added"`
+	Removed int `json:"removed"`
+}
+
+// Mutation is the report of one file changed by Write, Edit, Insert, Undo or
+// Apply. Texts are left out (ContentOmitted) past FS.MaxContent or when the
+// content is not text (Binary); the diff stays.
+type Mutation struct {
+	Path           string       `json:"path"`
+	Action         string       `json:"action,omitempty"`  // Apply only: add, update, delete, move
+	MoveTo         string       `json:"move_to,omitempty"` // Apply, move only
+	Created        bool         `json:"created"`
+	Deleted        bool         `json:"deleted,omitempty"`
+	Changed        bool         `json:"changed"`
+	OriginalFile   string       `json:"original_file"`
+	NewFile        string       `json:"new_file"`
+	SHA256Before   string       `json:"sha256_before"` // empty when the file did not exist
+	SHA256After    string       `json:"sha256_after"`  // empty when the file no longer exists
+	Diff           string       `json:"diff"`
+	DiffStats      DiffStats    `json:"diff_stats"`
+	ContentOmitted bool         `json:"content_omitted,omitempty"`
+	Binary         bool         `json:"binary,omitempty"`
+	Edits          []EditReport `json:"edits,omitempty"`
+}
+
+// report builds the Mutation for a file that went from before to after;
+// nil means absent. oldName and newName are the paths for the diff headers.
+func (f *FS) report(given, oldName, newName string, before, after []byte, beforeSHA, afterSHA string, existed, exists bool) *Mutation {
+	m := &Mutation{
+		Path:    given,
+		Created: !existed && exists,
+		Deleted: existed && !exists,
+		Changed: existed != exists || !bytes.Equal(before, after),
+	}
+	if existed {
+		m.SHA256Before = beforeSHA
+	}
+	if exists {
+		m.SHA256After = afterSHA
+	}
+	if !existed {
+		oldName = "/dev/null"
+	}
+	if !exists {
+		newName = "/dev/null"
+	}
+	maxContent := f.MaxContent
+	if maxContent <= 0 {
+		maxContent = DefaultMaxContent
+	}
+	if isText(before) && isText(after) {
+		m.Diff, m.DiffStats.Added, m.DiffStats.Removed = textdiff.Unified(oldName, newName, before, after, diffContext)
+		if int64(len(before)) > maxContent || int64(len(after)) > maxContent {
+			m.ContentOmitted = true
+		} else {
+			m.OriginalFile, m.NewFile = string(before), string(after)
+		}
+	} else {
+		m.Binary = true
+		m.ContentOmitted = true
+		if m.Changed {
+			m.Diff = "Binary files " + oldName + " and " + newName + " differ\n"
+		}
+	}
+	return m
+}
+
+func isText(b []byte) bool { return !isBinary(b) && validUTF8(b) }
