@@ -1,0 +1,32 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/agentplane/agentplane/pkg/cli/agentsh"
+	"github.com/agentplane/agentplane/pkg/testkit"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"agentsh": func() { os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the end-to-end scripts in testdata/script against the
+// real program.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		Cmds:                testkit.Commands(),
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
+			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
+			return nil
+		},
+	})
+}

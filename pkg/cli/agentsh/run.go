@@ -1,0 +1,415 @@
+package agentsh
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
+)
+
+// Defaults of CONTRACT §2.
+const (
+	DefaultTimeout   = 2 * time.Minute
+	DefaultKillAfter = 5 * time.Second
+	DefaultDrain     = 500 * time.Millisecond
+	DefaultMaxOutput = 30000
+)
+
+// RunOptions are the flags of a one-shot run.
+type RunOptions struct {
+	Command    string
+	Cwd        string
+	Env        []string
+	ClearEnv   bool
+	Stdin      string
+	StdinFile  string
+	Timeout    time.Duration
+	KillAfter  time.Duration
+	Signal     string
+	Drain      time.Duration
+	MaxOutput  int64
+	Keep       string
+	Merge      bool
+	SaveOutput string
+	Raw        bool
+	Tee        bool
+	Stream     bool
+	Binary     string
+	ExitZero   bool
+	Shell      string
+}
+
+func config(fs interface {
+	SetAnnotation(string, string, []string) error
+}, names ...string) {
+	for _, n := range names {
+		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+	}
+}
+
+func addRunFlags(cmd *cobra.Command, o *RunOptions) {
+	o.Timeout, o.KillAfter, o.Drain, o.MaxOutput = DefaultTimeout, DefaultKillAfter, DefaultDrain, DefaultMaxOutput
+	o.Keep, o.Signal = "both", "SIGTERM"
+	f := cmd.Flags()
+	f.StringVarP(&o.Command, "command", "c", "", "run this `STRING` through the shell (bash -c, else sh -c)")
+	f.StringVar(&o.Cwd, "cwd", "", "run in `DIR`")
+	f.StringArrayVar(&o.Env, "env", nil, "set `K=V` in the command's environment (repeatable)")
+	_ = f.SetAnnotation("env", clikit.AnnotObject, []string{"true"})
+	f.BoolVar(&o.ClearEnv, "clear-env", false, "start from an empty environment plus PATH, HOME, LANG, TERM, USER")
+	f.StringVar(&o.Stdin, "stdin", "", "give the command this `STRING` on stdin (default: /dev/null)")
+	f.StringVar(&o.StdinFile, "stdin-file", "", "give the command this `FILE` on stdin")
+	f.Var(clikit.DurationValue{D: &o.Timeout}, "timeout", "stop the command after `D` (0 = no timeout)")
+	f.Var(clikit.DurationValue{D: &o.KillAfter}, "kill-after", "grace `D` between the first signal and SIGKILL")
+	f.StringVar(&o.Signal, "signal", o.Signal, "first `SIGNAL` sent on timeout")
+	f.Var(clikit.DurationValue{D: &o.Drain}, "drain", "wait up to `D` for output after the main process exits")
+	f.Var(clikit.SizeValue{N: &o.MaxOutput}, "max-output", "keep at most `BYTES` of each stream")
+	f.Var(clikit.EnumValue{S: &o.Keep, Allowed: []string{"start", "end", "both"}}, "keep", "which part of an over-long stream to keep: start, end or both")
+	f.BoolVar(&o.Merge, "merge-output", false, "capture stdout and stderr interleaved in one output field")
+	f.StringVar(&o.SaveOutput, "save-output", "", "also write the whole streams to files in `DIR`")
+	f.BoolVar(&o.Raw, "raw", false, "keep ANSI escapes and carriage returns")
+	f.BoolVar(&o.Tee, "tee", false, "copy the command's output live to stderr")
+	f.BoolVar(&o.Stream, "stream", false, "print NDJSON events as output arrives, then the result")
+	f.Var(clikit.EnumValue{S: &o.Binary, Allowed: []string{"", "text", "base64"}}, "binary", "report output as text (default) or base64 of the raw bytes")
+	f.BoolVar(&o.ExitZero, "exit-zero", false, "exit 0 whenever a result was printed")
+	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` for -c (default bash, else sh)")
+	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
+}
+
+// nonInteractive is the environment every command gets unless the caller
+// sets the variable itself with --env: nothing may wait for a human.
+var nonInteractive = [][2]string{
+	{"PAGER", "cat"}, {"GIT_PAGER", "cat"}, {"MANPAGER", "cat"}, {"GIT_EDITOR", ":"},
+	{"GIT_MERGE_AUTOEDIT", "no"}, {"GIT_TERMINAL_PROMPT", "0"}, {"PIP_NO_INPUT", "1"},
+	{"PYTHONUNBUFFERED", "1"}, {"DEBIAN_FRONTEND", "noninteractive"}, {"TERM", "dumb"}, {"NO_COLOR", "1"},
+}
+
+// BuildEnv composes the command's environment: the caller's (or the
+// minimal set with clearEnv), then the non-interactive defaults, then the
+// explicit K=V settings, later entries winning.
+func BuildEnv(parent []string, clearEnv bool, set []string) ([]string, error) {
+	vals := map[string]string{}
+	var order []string
+	put := func(k, v string) {
+		if _, ok := vals[k]; !ok {
+			order = append(order, k)
+		}
+		vals[k] = v
+	}
+	keep := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "TERM": true, "USER": true}
+	for _, kv := range parent {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			continue
+		}
+		if clearEnv && !keep[k] {
+			continue
+		}
+		put(k, v)
+	}
+	if _, ok := vals["PATH"]; !ok && clearEnv {
+		put("PATH", "/usr/local/bin:/usr/bin:/bin")
+	}
+	for _, d := range nonInteractive {
+		put(d[0], d[1])
+	}
+	for _, kv := range set {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+			return nil, result.Errorf(result.CodeInvalidRequest, "--env wants K=V, not %q", kv)
+		}
+		put(k, v)
+	}
+	out := make([]string, 0, len(order))
+	for _, k := range order {
+		out = append(out, k+"="+vals[k])
+	}
+	return out, nil
+}
+
+// ShellArgv returns the argv that runs s through the shell.
+func ShellArgv(shell, s string) []string {
+	if shell == "" {
+		if p, err := exec.LookPath("bash"); err == nil {
+			shell = p
+		} else {
+			shell = "/bin/sh"
+		}
+	}
+	return []string{shell, "-c", s}
+}
+
+// spec is a validated one-shot request.
+type spec struct {
+	req     run.Request
+	command any // the string or the argv, as reported
+	cwd     string
+	render  capture.RenderOptions
+}
+
+func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (*spec, error) {
+	argv, err := env.Positional(cmd, args, 0)
+	if err != nil {
+		return nil, err
+	}
+	s := &spec{}
+	switch {
+	case o.Command != "" && len(argv) > 0:
+		return nil, result.Errorf(result.CodeUsage, "give either -c STRING or -- PROGRAM ARGS, not both")
+	case clikit.FlagChanged(cmd, "command") && o.Command == "":
+		return nil, result.Errorf(result.CodeUsage, "-c needs a non-empty command string")
+	case o.Command != "":
+		s.req.Argv = ShellArgv(o.Shell, o.Command)
+		s.command = o.Command
+	case len(argv) > 0:
+		s.req.Argv = argv
+		s.command = argv
+	default:
+		return nil, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
+	}
+	if strings.ContainsRune(o.Command, 0) {
+		return nil, result.Errorf(result.CodeInvalidRequest, "the command contains a NUL byte")
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "/"
+	}
+	if o.Cwd != "" {
+		if filepath.IsAbs(o.Cwd) {
+			cwd = filepath.Clean(o.Cwd)
+		} else {
+			cwd = filepath.Join(cwd, o.Cwd)
+		}
+	}
+	s.cwd = cwd
+	s.req.Dir = cwd
+	if s.req.Env, err = BuildEnv(env.Environ(), o.ClearEnv, o.Env); err != nil {
+		return nil, err
+	}
+	if clikit.FlagChanged(cmd, "stdin") {
+		if o.StdinFile != "" {
+			return nil, result.Errorf(result.CodeUsage, "give either --stdin or --stdin-file, not both")
+		}
+		s.req.Stdin = []byte(o.Stdin)
+	}
+	s.req.StdinFile = o.StdinFile
+	sig, err := run.ParseSignal(o.Signal)
+	if err != nil {
+		return nil, result.Errorf(result.CodeUsage, "--signal: %v", err)
+	}
+	s.req.Signal = sig
+	s.req.Timeout, s.req.KillAfter, s.req.Drain = o.Timeout, o.KillAfter, o.Drain
+	if o.MaxOutput > 1<<30 {
+		return nil, result.Errorf(result.CodeUsage, "--max-output is limited to 1G: capture is held in memory")
+	}
+	s.req.MaxOutput = int(o.MaxOutput)
+	if s.req.Keep, err = capture.ParseKeep(o.Keep); err != nil {
+		return nil, result.Errorf(result.CodeUsage, "--keep: %v", err)
+	}
+	s.req.Merge = o.Merge
+	s.req.SaveDir = o.SaveOutput
+	s.render = capture.RenderOptions{Raw: o.Raw}
+	if o.Binary == "base64" {
+		s.render.Binary = "base64"
+	}
+	if o.Tee {
+		s.req.Tee = &lockedWriter{w: env.Err}
+	}
+	return s, nil
+}
+
+func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (*clikit.Outcome, error) {
+	env.ExitZero = o.ExitZero
+	s, err := buildSpec(cmd, env, o, args)
+	if err != nil {
+		return nil, err
+	}
+	s.req.ReapAll = true
+	if o.Stream {
+		env.Pretty = false
+		st := newStreamer(env, s.render.Raw)
+		s.req.OnStart = func(pid int) { _ = env.Emit(map[string]any{"type": "start", "pid": pid}) }
+		s.req.OnOutput = st.chunk
+		defer st.flush()
+	}
+	res, err := run.Run(env.Ctx, s.req)
+	if err != nil {
+		re := result.AsError(err)
+		code := exitCode(re.Code)
+		obj := result.New().Set("success", false).Set("status", run.StatusError).
+			Set("exit_code", code).Set("error", result.ErrorObject(re)).
+			Set("cwd", s.cwd).Set("command", s.command)
+		if env.Description != "" {
+			obj.Set("description", env.Description)
+		}
+		return &clikit.Outcome{Value: obj, Exit: code}, nil
+	}
+	if res.Status == run.StatusCancelled {
+		if sig, ok := env.Signal().(syscall.Signal); ok {
+			res.ExitCode = ExitSignalBase + int(sig)
+		}
+	}
+	obj := Render(res, s.render)
+	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
+	if env.Description != "" {
+		obj.Set("description", env.Description)
+	}
+	return &clikit.Outcome{Value: obj, Exit: ExitStatus(res)}, nil
+}
+
+// ExitStatus is agentsh's exit status for a finished run.
+func ExitStatus(res *run.Result) int {
+	switch res.Status {
+	case run.StatusTimeout:
+		return ExitTimeout
+	}
+	if res.ExitCode < 0 {
+		return ExitFailed
+	}
+	return res.ExitCode
+}
+
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime renders t as RFC 3339 UTC with milliseconds.
+func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// Render builds the result object of a finished run (without cwd, command
+// and pid, which the caller adds).
+func Render(res *run.Result, opt capture.RenderOptions) *result.Object {
+	exit := res.ExitCode
+	if res.Status == run.StatusTimeout {
+		exit = ExitTimeout
+	}
+	obj := result.New().
+		Set("success", res.Status == run.StatusCompleted && res.ExitCode == 0).
+		Set("status", res.Status).
+		Set("exit_code", exit)
+	if res.Signal != "" {
+		obj.Set("signal", res.Signal)
+	} else {
+		obj.Set("signal", nil)
+	}
+	obj.Set("timed_out", res.TimedOut)
+	type str struct {
+		name string
+		cap  *capture.HeadTail
+		file string
+	}
+	var streams []str
+	if res.Output != nil {
+		streams = []str{{"output", res.Output, res.OutputFile}}
+	} else {
+		streams = []str{{"stdout", res.Stdout, res.StdoutFile}, {"stderr", res.Stderr, res.StderrFile}}
+	}
+	truncated := false
+	texts := make([]capture.Text, len(streams))
+	snaps := make([]capture.Captured, len(streams))
+	for i, s := range streams {
+		snaps[i] = s.cap.Snapshot()
+		texts[i] = capture.Render(snaps[i], opt)
+		obj.Set(s.name, texts[i].Text)
+	}
+	for i, s := range streams {
+		obj.Set(s.name+"_bytes", snaps[i].Total)
+	}
+	for i, s := range streams {
+		obj.Set(s.name+"_truncated", snaps[i].Truncated())
+		truncated = truncated || snaps[i].Truncated()
+	}
+	obj.Set("truncated", truncated)
+	for i, s := range streams {
+		if texts[i].Lossy {
+			obj.Set(s.name+"_lossy", true)
+		}
+		if texts[i].Base64 {
+			obj.Set(s.name+"_encoding", "base64")
+		}
+		if s.file != "" {
+			obj.Set(s.name+"_file", s.file)
+		}
+	}
+	obj.Set("elapsed_ms", res.Elapsed.Milliseconds()).
+		Set("started_at", FormatTime(res.StartedAt))
+	return obj
+}
+
+// lockedWriter serialises writes from the two stream readers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  interface{ Write([]byte) (int, error) }
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// streamer turns output chunks into NDJSON events. A chunk may end inside
+// a UTF-8 character; the partial bytes wait for the next chunk so that no
+// event carries a broken character.
+type streamer struct {
+	env     *clikit.Env
+	raw     bool
+	mu      sync.Mutex
+	pending map[string][]byte
+}
+
+func newStreamer(env *clikit.Env, raw bool) *streamer {
+	return &streamer{env: env, raw: raw, pending: map[string][]byte{}}
+}
+
+func (s *streamer) chunk(stream string, p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	buf := append(s.pending[stream], p...)
+	cut := len(buf)
+	// Hold back an incomplete rune at the end (at most 3 bytes).
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	s.pending[stream] = append([]byte(nil), buf[cut:]...)
+	s.emit(stream, buf[:cut])
+}
+
+func (s *streamer) emit(stream string, b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	var text string
+	if s.raw {
+		text = string(bytes.ToValidUTF8(b, []byte("\uFFFD")))
+	} else {
+		text = string(capture.Clean(b))
+	}
+	if text == "" {
+		return
+	}
+	_ = s.env.Emit(map[string]any{"type": stream, "data": text})
+}
+
+func (s *streamer) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, b := range s.pending {
+		s.emit(name, b)
+		delete(s.pending, name)
+	}
+}

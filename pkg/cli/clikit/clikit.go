@@ -1,0 +1,361 @@
+// Package clikit is what the three agentplane command trees share: the Main
+// harness that turns every invocation into one JSON object on stdout, the
+// --pretty/--query/--request/--config flags, configuration through viper
+// (flags > request > environment > config file > defaults), the mapping of
+// error codes to exit statuses, and tool schemas generated from the same
+// flag definitions that parse requests.
+package clikit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/tidwall/gjson"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Version is the release of the agentplane programs.
+const Version = "0.1.0"
+
+// Flag annotations understood by the harness.
+const (
+	// AnnotConfig marks a flag whose default may come from the environment
+	// or the config file. Flags without it are per-call only.
+	AnnotConfig = "agentplane/config"
+	// AnnotObject marks a repeatable K=V flag that a request gives as a
+	// JSON object.
+	AnnotObject = "agentplane/object"
+	// AnnotNoRequest hides a flag from requests and schemas.
+	AnnotNoRequest = "agentplane/no-request"
+	// AnnotRequired marks a request key the schema lists as required.
+	AnnotRequired = "agentplane/required"
+)
+
+// Command annotations.
+const (
+	// AnnotTool names the command's operation in tool schemas.
+	AnnotTool = "agentplane/tool"
+	// AnnotArgs names the positional arguments as request keys, comma
+	// separated; a trailing "..." makes the last one variadic.
+	AnnotArgs = "agentplane/args"
+)
+
+// Program describes one of the programs for Main.
+type Program struct {
+	Name  string
+	Short string
+	Long  string
+	// ExitCode maps an error code to the program's exit status.
+	ExitCode func(code string) int
+	// Build adds the program's own flags and subcommands to root.
+	Build func(root *cobra.Command, env *Env)
+}
+
+// Env is the per-invocation context handed to every command: the streams,
+// the process environment, the parsed global flags and the request.
+type Env struct {
+	Program *Program
+	In      io.Reader
+	Out     io.Writer
+	Err     io.Writer
+	// LookupEnv reads the process environment (os.LookupEnv in Main).
+	LookupEnv func(string) (string, bool)
+	// Environ lists the process environment (os.Environ in Main).
+	Environ func() []string
+	// Ctx is cancelled when the process receives SIGINT or SIGTERM.
+	Ctx context.Context
+
+	Pretty      bool
+	Query       string
+	RequestFile string
+	ConfigFile  string
+	Verbose     bool
+	// Description is the caller's stated intent, from --description or
+	// the request's "description" key.
+	Description string
+
+	// Request holds the keys of --request that were not flags, for
+	// commands that read structured values (the "command" of agentsh).
+	Request map[string]any
+
+	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
+	ExitZero bool
+
+	outcome   *Outcome
+	outMu     sync.Mutex
+	sigMu     sync.Mutex
+	gotSignal os.Signal
+}
+
+// Outcome is what a command produced: the value to print and the exit status.
+type Outcome struct {
+	Value any
+	Exit  int
+}
+
+// Getenv returns the variable's value or "".
+func (e *Env) Getenv(k string) string {
+	v, _ := e.LookupEnv(k)
+	return v
+}
+
+// Signal returns the signal that cancelled Ctx, if any.
+func (e *Env) Signal() os.Signal {
+	e.sigMu.Lock()
+	defer e.sigMu.Unlock()
+	return e.gotSignal
+}
+
+// Logf writes a diagnostic for humans to stderr, only with --verbose.
+func (e *Env) Logf(format string, args ...any) {
+	if e.Verbose {
+		fmt.Fprintf(e.Err, e.Program.Name+": "+format+"\n", args...)
+	}
+}
+
+// Emit writes one NDJSON line (a streaming event) to stdout. With --query
+// only the final result is printed, so events are dropped.
+func (e *Env) Emit(v any) error {
+	if e.Query != "" {
+		return nil
+	}
+	b, err := result.Marshal(v)
+	if err != nil {
+		return err
+	}
+	e.outMu.Lock()
+	defer e.outMu.Unlock()
+	_, err = e.Out.Write(append(b, '\n'))
+	return err
+}
+
+// Action adapts a command body to cobra. The body returns the result value
+// and exit status, or an error that becomes a JSON failure.
+func (e *Env) Action(body func(cmd *cobra.Command, args []string) (*Outcome, error)) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		out, err := body(cmd, args)
+		if err != nil {
+			return err
+		}
+		e.outcome = out
+		return nil
+	}
+}
+
+// Main runs a program with the given arguments and streams and returns the
+// exit status. It is the only function that decides what reaches stdout.
+func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	env := &Env{Program: p, In: stdin, Out: stdout, Err: stderr, LookupEnv: os.LookupEnv, Environ: os.Environ, Ctx: ctx}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			env.sigMu.Lock()
+			env.gotSignal = s
+			env.sigMu.Unlock()
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return Run(env, args)
+}
+
+// Run executes the program's command tree in env. Tests and the MCP server
+// call it directly with their own streams.
+func Run(env *Env, args []string) int {
+	root := NewRoot(env)
+	root.SetArgs(args)
+	err := root.Execute()
+	if errors.Is(err, errHelpShown) {
+		return 0
+	}
+	if err == nil && env.outcome == nil {
+		// --help, --version or a help topic: human text was printed.
+		return 0
+	}
+	if err != nil {
+		code := env.fail(err)
+		if env.ExitZero {
+			return 0
+		}
+		return code
+	}
+	if err := env.print(env.outcome.Value); err != nil {
+		fmt.Fprintf(env.Err, "%s: error: %v\n", env.Program.Name, err)
+		return env.Program.ExitCode(result.CodeInternal)
+	}
+	if env.ExitZero {
+		return 0
+	}
+	return env.outcome.Exit
+}
+
+var errHelpShown = errors.New("help shown")
+
+func (e *Env) fail(err error) int {
+	re := result.AsError(err)
+	if re.Code == result.CodeInternal && isCobraUsageError(err) {
+		re = &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
+	}
+	if re.Code == result.CodeUsage {
+		re.With("hint", "run '"+e.Program.Name+" --help' for usage")
+	}
+	_ = e.print(result.Failure(re))
+	return e.Program.ExitCode(re.Code)
+}
+
+// isCobraUsageError recognises the errors cobra itself returns for unknown
+// commands and argument-count violations (flag errors are already wrapped
+// by the flag error func).
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "unknown shorthand", "invalid argument", "flag needs an argument", "required flag"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// print writes the final result, applying --query and --pretty.
+func (e *Env) print(v any) error {
+	e.outMu.Lock()
+	defer e.outMu.Unlock()
+	if e.Query == "" {
+		return result.Write(e.Out, v, e.Pretty)
+	}
+	b, err := result.Marshal(v)
+	if err != nil {
+		return err
+	}
+	r := gjson.GetBytes(b, e.Query)
+	if !r.Exists() {
+		return nil
+	}
+	var s string
+	if r.Type == gjson.String {
+		s = r.Str
+	} else {
+		s = r.Raw
+	}
+	_, err = io.WriteString(e.Out, s+"\n")
+	return err
+}
+
+// NewRoot builds the program's command tree with the shared flags. It is
+// exported so that tests and the docs generator can build the tree without
+// a subprocess.
+func NewRoot(env *Env) *cobra.Command {
+	p := env.Program
+	root := &cobra.Command{
+		Use:           p.Name,
+		Short:         p.Short,
+		Long:          p.Long,
+		Version:       versionString(),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetIn(env.In)
+	root.SetOut(env.Out)
+	root.SetErr(env.Err)
+	root.SetVersionTemplate("{{.Name}} version {{.Version}}\n")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
+	})
+
+	pf := root.PersistentFlags()
+	pf.BoolVar(&env.Pretty, "pretty", false, "indent the JSON result")
+	pf.StringVarP(&env.Query, "query", "q", "", "print only the value at this gjson `PATH` of the result, raw")
+	pf.StringVar(&env.RequestFile, "request", "", "read the operation as a JSON object from `FILE` (- for stdin)")
+	pf.StringVar(&env.ConfigFile, "config", "", "read configuration from `FILE` instead of the user's config file")
+	pf.BoolVar(&env.Verbose, "verbose", false, "write diagnostics for humans to stderr")
+	pf.StringVar(&env.Description, "description", "", "the human-readable intent of this call, recorded for approval prompts and audit logs")
+	for _, n := range []string{"pretty", "query", "request", "config", "verbose"} {
+		_ = pf.SetAnnotation(n, AnnotNoRequest, []string{"true"})
+	}
+
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		return env.prepare(cmd)
+	}
+	p.Build(root, env)
+	addSchemaCmd(root, env)
+	for _, c := range root.Commands() {
+		if !c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+			continue
+		}
+	}
+	markGroups(root, env)
+	return root
+}
+
+// markGroups makes a command that only groups subcommands answer a bare
+// call with a usage error instead of human help on stdout.
+func markGroups(c *cobra.Command, env *Env) {
+	for _, sub := range c.Commands() {
+		markGroups(sub, env)
+	}
+	if c.HasParent() && c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+		c.Args = cobra.ArbitraryArgs
+		c.RunE = func(cmd *cobra.Command, args []string) error {
+			var names []string
+			for _, s := range cmd.Commands() {
+				if s.IsAvailableCommand() {
+					names = append(names, s.Name())
+				}
+			}
+			if len(args) > 0 {
+				return result.Errorf(result.CodeUsage, "unknown command %q for %q", args[0], cmd.CommandPath()).With("commands", names)
+			}
+			return result.Errorf(result.CodeUsage, "%s needs a subcommand: %s", cmd.CommandPath(), strings.Join(names, ", ")).With("commands", names)
+		}
+	}
+}
+
+func versionString() string {
+	v := Version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+	}
+	return v
+}
+
+// prepare runs before every command: it applies the request, then the
+// environment and config file, to the flags the command line left unset.
+func (e *Env) prepare(cmd *cobra.Command) error {
+	set := map[string]bool{}
+	cmd.Flags().Visit(func(f *pflag.Flag) { set[f.Name] = true })
+	if e.RequestFile != "" {
+		if err := e.applyRequest(cmd, set); err != nil {
+			return err
+		}
+	}
+	return e.applyConfig(cmd, set)
+}
+
+// FlagChanged reports whether the named flag was set on the command line,
+// by the request, or by configuration.
+func FlagChanged(cmd *cobra.Command, name string) bool {
+	f := cmd.Flags().Lookup(name)
+	return f != nil && f.Changed
+}

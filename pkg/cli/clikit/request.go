@@ -1,0 +1,472 @@
+package clikit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// AnnotJSON marks a string flag whose value is JSON text, so a request may
+// give it as a JSON array or object.
+const AnnotJSON = "agentplane/json"
+
+// maxRequestSize bounds a request document; a model's tool call is small.
+const maxRequestSize = 64 << 20
+
+func invalidRequest(format string, args ...any) *result.Error {
+	return result.Errorf(result.CodeInvalidRequest, format, args...)
+}
+
+// readRequest reads and decodes the --request document.
+func (e *Env) readRequest() (map[string]any, error) {
+	var r io.Reader
+	if e.RequestFile == "-" {
+		r = e.In
+	} else {
+		f, err := os.Open(e.RequestFile)
+		if err != nil {
+			return nil, invalidRequest("cannot open request file %s: %v", e.RequestFile, unwrapPath(err))
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxRequestSize+1))
+	if err != nil {
+		return nil, invalidRequest("cannot read the request: %v", err)
+	}
+	if len(data) > maxRequestSize {
+		return nil, invalidRequest("the request is larger than %d bytes", maxRequestSize)
+	}
+	return DecodeRequest(data)
+}
+
+// DecodeRequest parses a request document: exactly one JSON object.
+func DecodeRequest(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, invalidRequest("the request is empty; expected a JSON object")
+		}
+		return nil, invalidRequest("the request is not valid JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, invalidRequest("the request has data after its JSON object")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, invalidRequest("the request has data after its JSON object")
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, invalidRequest("the request must be a JSON object, not %s", jsonKind(v))
+	}
+	return m, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case json.Number:
+		return "a number"
+	case string:
+		return "a string"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// ArgNames returns the request keys of a command's positional arguments and
+// whether the last one is variadic.
+func ArgNames(cmd *cobra.Command) (names []string, variadic bool) {
+	spec := cmd.Annotations[AnnotArgs]
+	if spec == "" {
+		return nil, false
+	}
+	names = strings.Split(spec, ",")
+	last := names[len(names)-1]
+	if strings.HasSuffix(last, "...") {
+		names[len(names)-1] = strings.TrimSuffix(last, "...")
+		variadic = true
+	}
+	return names, variadic
+}
+
+// applyRequest sets the flags named by the request's keys, except those
+// given on the command line, and keeps positional keys for Positional.
+func (e *Env) applyRequest(cmd *cobra.Command, set map[string]bool) error {
+	req, err := e.readRequest()
+	if err != nil {
+		return err
+	}
+	e.Request = map[string]any{}
+	argNames, variadic := ArgNames(cmd)
+	isArg := map[string]bool{}
+	for _, n := range argNames {
+		isArg[n] = true
+	}
+	keys := make([]string, 0, len(req))
+	for k := range req {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		val := req[key]
+		if key == "description" {
+			s, ok := val.(string)
+			if !ok {
+				return invalidRequest("key %q: expected a string, got %s", key, jsonKind(val)).With("key", key)
+			}
+			if !set["description"] {
+				e.Description = s
+			}
+			continue
+		}
+		if isArg[key] {
+			e.Request[key] = val
+			continue
+		}
+		name := strings.ReplaceAll(key, "_", "-")
+		f := cmd.Flags().Lookup(name)
+		if f == nil || f.Hidden || hasAnnot(f, AnnotNoRequest) || strings.Contains(key, "-") {
+			return invalidRequest("unknown key %q", key).With("key", key).With("hint", "run '"+cmd.CommandPath()+" --help' or 'schema' for the accepted keys")
+		}
+		if set[name] {
+			continue // the command line overrides the request
+		}
+		// A command string key may carry an argv array instead, when the
+		// command takes a variadic positional (agentsh's command).
+		if arr, ok := val.([]any); ok && variadic && f.Value.Type() == "string" && !hasAnnot(f, AnnotJSON) {
+			e.Request[argNames[len(argNames)-1]] = arr
+			continue
+		}
+		if err := setFromJSON(f, key, val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hasAnnot(f *pflag.Flag, a string) bool {
+	_, ok := f.Annotations[a]
+	return ok
+}
+
+// setFromJSON converts a JSON value to the flag's string syntax, checking
+// its type against the flag's.
+func setFromJSON(f *pflag.Flag, key string, val any) error {
+	typ := f.Value.Type()
+	bad := func(want string) error {
+		return invalidRequest("key %q: expected %s, got %s", key, want, jsonKind(val)).With("key", key)
+	}
+	setOne := func(s string) error {
+		if err := f.Value.Set(s); err != nil {
+			return invalidRequest("key %q: %v", key, err).With("key", key)
+		}
+		f.Changed = true
+		return nil
+	}
+	if val == nil {
+		return bad("a value")
+	}
+	switch typ {
+	case "bool":
+		b, ok := val.(bool)
+		if !ok {
+			return bad("a boolean")
+		}
+		if b {
+			return setOne("true")
+		}
+		return setOne("false")
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "count":
+		n, ok := val.(json.Number)
+		if !ok {
+			return bad("an integer")
+		}
+		if _, err := n.Int64(); err != nil {
+			return bad("an integer")
+		}
+		return setOne(n.String())
+	case "float32", "float64":
+		n, ok := val.(json.Number)
+		if !ok {
+			return bad("a number")
+		}
+		return setOne(n.String())
+	case "duration", "size":
+		switch v := val.(type) {
+		case json.Number:
+			return setOne(v.String())
+		case string:
+			return setOne(v)
+		}
+		if typ == "duration" {
+			return bad("a duration (a number of seconds or a string like \"90s\")")
+		}
+		return bad("a size (a number of bytes or a string like \"64M\")")
+	case "stringArray", "stringSlice":
+		var items []string
+		switch v := val.(type) {
+		case string:
+			items = []string{v}
+		case []any:
+			for _, it := range v {
+				s, ok := it.(string)
+				if !ok {
+					return bad("an array of strings")
+				}
+				items = append(items, s)
+			}
+		case map[string]any:
+			if !hasAnnot(f, AnnotObject) {
+				return bad("an array of strings")
+			}
+			ks := make([]string, 0, len(v))
+			for k := range v {
+				ks = append(ks, k)
+			}
+			sort.Strings(ks)
+			for _, k := range ks {
+				s, ok := v[k].(string)
+				if !ok {
+					if n, isNum := v[k].(json.Number); isNum {
+						s = n.String()
+					} else if b, isBool := v[k].(bool); isBool {
+						s = fmt.Sprint(b)
+					} else {
+						return invalidRequest("key %q: value of %q must be a string", key, k).With("key", key)
+					}
+				}
+				items = append(items, k+"="+s)
+			}
+		default:
+			if hasAnnot(f, AnnotObject) {
+				return bad("an object of strings")
+			}
+			return bad("an array of strings")
+		}
+		for _, it := range items {
+			if err := setOne(it); err != nil {
+				return err
+			}
+		}
+		return nil
+	default: // string, enum and custom string-like values
+		switch v := val.(type) {
+		case string:
+			return setOne(v)
+		case []any, map[string]any:
+			if hasAnnot(f, AnnotJSON) {
+				b, _ := json.Marshal(v)
+				return setOne(string(b))
+			}
+		case json.Number:
+			if typ != "string" && typ != "enum" {
+				return setOne(v.String())
+			}
+			// Allow numbers for string flags such as --mode 644.
+			return setOne(v.String())
+		}
+		return bad("a string")
+	}
+}
+
+// Positional returns the command's positional arguments: those on the
+// command line, or else the request's keys named by the command's args
+// annotation. It checks their count.
+func (e *Env) Positional(cmd *cobra.Command, args []string, min int) ([]string, error) {
+	names, variadic := ArgNames(cmd)
+	if len(args) == 0 && e.Request != nil {
+		for i, n := range names {
+			v, ok := e.Request[n]
+			if !ok {
+				continue
+			}
+			switch t := v.(type) {
+			case string:
+				if variadic && i == len(names)-1 {
+					return nil, invalidRequest("key %q: expected an array of strings", n).With("key", n)
+				}
+				args = append(args, t)
+			case []any:
+				if !(variadic && i == len(names)-1) {
+					return nil, invalidRequest("key %q: expected a string", n).With("key", n)
+				}
+				for _, it := range t {
+					s, ok := it.(string)
+					if !ok {
+						return nil, invalidRequest("key %q: expected an array of strings", n).With("key", n)
+					}
+					args = append(args, s)
+				}
+			default:
+				return nil, invalidRequest("key %q: expected a string, got %s", n, jsonKind(v)).With("key", n)
+			}
+		}
+	}
+	if len(args) < min {
+		missing := "an argument"
+		if len(names) > len(args) {
+			missing = names[len(args)]
+		}
+		return nil, result.Errorf(result.CodeUsage, "%s: missing %s", cmd.CommandPath(), missing)
+	}
+	if !variadic && len(args) > len(names) {
+		return nil, result.Errorf(result.CodeUsage, "%s: unexpected argument %q", cmd.CommandPath(), args[len(names)])
+	}
+	return args, nil
+}
+
+// configPath returns the config file to read, or "" for none. A config
+// file is never taken from the working directory: a repository must not be
+// able to loosen its own sandbox.
+func (e *Env) configPath() (string, bool) {
+	if e.ConfigFile != "" {
+		return e.ConfigFile, true
+	}
+	if p, ok := e.LookupEnv("AGENTPLANE_CONFIG"); ok && p != "" {
+		return p, true
+	}
+	dir := e.Getenv("XDG_CONFIG_HOME")
+	if dir == "" || !filepath.IsAbs(dir) {
+		home := e.Getenv("HOME")
+		if home == "" {
+			return "", false
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "agentplane", "config.toml"), false
+}
+
+// ConfigKey is the name of a flag in the environment and config file.
+func ConfigKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }
+
+// EnvNames returns the environment variables that configure a flag, in
+// order of precedence.
+func EnvNames(program, flag string) []string {
+	k := strings.ToUpper(ConfigKey(flag))
+	return []string{strings.ToUpper(program) + "_" + k, "AGENTPLANE_" + k}
+}
+
+// applyConfig fills configurable flags that are still unset from the
+// environment, then from the config file.
+func (e *Env) applyConfig(cmd *cobra.Command, set map[string]bool) error {
+	var flags []*pflag.Flag
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if hasAnnot(f, AnnotConfig) && !f.Changed {
+			flags = append(flags, f)
+		}
+	})
+	if len(flags) == 0 {
+		return nil
+	}
+	var v *viper.Viper
+	path, explicit := e.configPath()
+	if path != "" {
+		if _, err := os.Stat(path); err == nil {
+			v = viper.New()
+			v.SetConfigFile(path)
+			v.SetConfigType("toml")
+			if err := v.ReadInConfig(); err != nil {
+				return result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
+			}
+		} else if explicit || !errors.Is(err, fs.ErrNotExist) {
+			return result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
+		}
+	}
+	prog := e.Program.Name
+	for _, f := range flags {
+		key := ConfigKey(f.Name)
+		var vals []string
+		source := ""
+		for _, name := range EnvNames(prog, f.Name) {
+			if s, ok := e.LookupEnv(name); ok {
+				vals, source = splitEnvValue(f, s), "environment variable "+name
+				break
+			}
+		}
+		if source == "" && v != nil {
+			for _, k := range []string{prog + "." + key, key} {
+				if v.IsSet(k) {
+					vals, source = configValues(v.Get(k)), "config key "+k
+					break
+				}
+			}
+		}
+		if source == "" {
+			continue
+		}
+		for _, s := range vals {
+			if err := f.Value.Set(s); err != nil {
+				return result.Errorf(result.CodeInvalidConfig, "%s: %v", source, err)
+			}
+		}
+		f.Changed = true
+	}
+	return nil
+}
+
+// splitEnvValue splits a list-valued variable on commas (AGENTSH_ENV=A=1,B=2).
+func splitEnvValue(f *pflag.Flag, s string) []string {
+	switch f.Value.Type() {
+	case "stringArray", "stringSlice":
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	return []string{s}
+}
+
+func configValues(v any) []string {
+	switch t := v.(type) {
+	case []any:
+		out := make([]string, 0, len(t))
+		for _, it := range t {
+			out = append(out, fmt.Sprint(it))
+		}
+		return out
+	case []string:
+		return t
+	case map[string]any:
+		ks := make([]string, 0, len(t))
+		for k := range t {
+			ks = append(ks, k)
+		}
+		sort.Strings(ks)
+		out := make([]string, 0, len(t))
+		for _, k := range ks {
+			out = append(out, k+"="+fmt.Sprint(t[k]))
+		}
+		return out
+	}
+	return []string{fmt.Sprint(v)}
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,597 @@
+// Package run runs one command to completion for an agent: non-interactive,
+// with a timeout that kills the whole process tree, bounded output capture
+// and no hang when a descendant keeps the output pipes open.
+//
+// The order of events after start is fixed:
+//
+//  1. wait for the main process, a timeout, or cancellation of ctx;
+//  2. on timeout or cancellation, send the first signal to the process group,
+//     then SIGKILL the group and every descendant after the grace;
+//  3. once the main process is gone, give the pipe readers up to Drain to see
+//     end-of-file (a background process may hold the pipes forever);
+//  4. kill every remaining descendant, then close the pipes.
+//
+// Step 4 relies on the calling process being a child subreaper that owns no
+// other children (Request.ReapAll): orphans that double-forked or called
+// setsid are reparented to it and found in /proc. Without ReapAll only the
+// process group and the main process's descendants are killed.
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Error codes the runner reports.
+const (
+	CodeCommandNotFound      = "command_not_found"
+	CodeCommandNotExecutable = "command_not_executable"
+	CodeCwdNotFound          = "cwd_not_found"
+	CodeStdinFile            = "stdin_file_error"
+	CodeSaveOutput           = "save_output_error"
+	CodeStartFailed          = "start_failed"
+)
+
+// Status values of a finished run.
+const (
+	StatusCompleted = "completed"
+	StatusTimeout   = "timeout"
+	StatusCancelled = "cancelled"
+	StatusError     = "error"
+)
+
+// Request describes one command. Argv is what is executed; the shell, if
+// any, is already part of it.
+type Request struct {
+	Argv      []string
+	Dir       string
+	Env       []string // the complete environment
+	Stdin     []byte   // used when StdinFile is empty; nil means /dev/null
+	StdinFile string
+
+	Timeout   time.Duration // 0: none
+	KillAfter time.Duration // grace between Signal and SIGKILL
+	Signal    syscall.Signal
+	Drain     time.Duration // wait for pipe EOF after the main process exits
+
+	MaxOutput int
+	Keep      capture.Keep
+	Merge     bool   // one pipe for stdout and stderr
+	SaveDir   string // also write the whole streams there
+
+	// Tee, when set, receives a live copy of both streams.
+	Tee io.Writer
+	// OnStart is called once with the main process's PID.
+	OnStart func(pid int)
+	// OnOutput is called with each chunk read, in order per stream
+	// ("stdout", "stderr", or "output" when merged). It runs on the reader
+	// goroutines; it must not block for long.
+	OnOutput func(stream string, p []byte)
+
+	// ReapAll makes the runner a child subreaper and kills every
+	// descendant of this process at the end. Only a process that runs one
+	// command at a time may set it (the agentsh CLI, a job supervisor).
+	ReapAll bool
+
+	// SysProcAttr is applied to the child; Setsid is always forced on.
+	SysProcAttr *syscall.SysProcAttr
+}
+
+// Result is what happened.
+type Result struct {
+	Status    string
+	ExitCode  int // -1 when the command never ran
+	Signal    string
+	TimedOut  bool
+	PID       int
+	StartedAt time.Time
+	Elapsed   time.Duration
+
+	Stdout *capture.HeadTail // nil when Merge
+	Stderr *capture.HeadTail // nil when Merge
+	Output *capture.HeadTail // only when Merge
+
+	StdoutFile string
+	StderrFile string
+	OutputFile string
+
+	// Leftover lists descendants that could not be killed (should be empty).
+	Leftover []int
+}
+
+// Run executes req. It returns an error (a *result.Error) only when the
+// command could not be started; everything that happens after start is in
+// the Result.
+func Run(ctx context.Context, req Request) (*Result, error) {
+	if len(req.Argv) == 0 {
+		return nil, result.Errorf(result.CodeInvalidRequest, "no command given")
+	}
+	if req.ReapAll {
+		if err := proctree.SetSubreaper(); err != nil {
+			return nil, result.Errorf(CodeStartFailed, "cannot become a child subreaper: %v", err).Wrap(err)
+		}
+	}
+	if req.Dir != "" {
+		st, err := os.Stat(req.Dir)
+		if err != nil {
+			return nil, result.Errorf(CodeCwdNotFound, "working directory %s does not exist", req.Dir).Wrap(err)
+		}
+		if !st.IsDir() {
+			return nil, result.Errorf(CodeCwdNotFound, "working directory %s is not a directory", req.Dir)
+		}
+	}
+	path, err := lookPath(req.Argv[0], req.Env)
+	if err != nil {
+		return nil, err
+	}
+
+	r := &runner{req: req, res: &Result{ExitCode: -1}}
+	return r.run(ctx, path)
+}
+
+// lookPath resolves argv[0] against the PATH of the command's environment,
+// not agentsh's, so that --env PATH=… and --clear-env behave as a shell would.
+func lookPath(name string, env []string) (string, error) {
+	notFound := func() error {
+		return result.Errorf(CodeCommandNotFound, "command not found: %s", name).With("hint", "check the program name and PATH")
+	}
+	check := func(p string) (string, error) {
+		st, err := os.Stat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return "", notFound()
+			}
+			return "", result.Errorf(CodeCommandNotExecutable, "cannot run %s: %v", name, err)
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", result.Errorf(CodeCommandNotExecutable, "%s is not an executable file", p)
+		}
+		return p, nil
+	}
+	if filepath.Base(name) != name || name == "." || name == ".." {
+		return check(name)
+	}
+	pathEnv := "/usr/local/bin:/usr/bin:/bin"
+	for i := len(env) - 1; i >= 0; i-- {
+		if len(env[i]) > 5 && env[i][:5] == "PATH=" {
+			pathEnv = env[i][5:]
+			break
+		}
+	}
+	var firstErr error
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p, err := check(filepath.Join(dir, name))
+		if err == nil {
+			return p, nil
+		}
+		if firstErr == nil && result.AsError(err).Code == CodeCommandNotExecutable {
+			firstErr = err
+		}
+	}
+	if firstErr != nil {
+		return "", firstErr
+	}
+	return "", notFound()
+}
+
+type runner struct {
+	req Request
+	res *Result
+
+	closers []io.Closer // parent's ends, closed at the end
+	readers sync.WaitGroup
+}
+
+type stream struct {
+	name string
+	r    *os.File
+	cap  *capture.HeadTail
+	file *os.File
+}
+
+func (r *runner) run(ctx context.Context, path string) (*Result, error) {
+	req := r.req
+	cmd := &exec.Cmd{Path: path, Args: req.Argv, Dir: req.Dir, Env: req.Env}
+	attr := &syscall.SysProcAttr{}
+	if req.SysProcAttr != nil {
+		a := *req.SysProcAttr
+		attr = &a
+	}
+	// A new session: no controlling terminal, and a process group of its
+	// own whose id is the child's pid.
+	attr.Setsid = true
+	attr.Setpgid = false
+	cmd.SysProcAttr = attr
+
+	stdin, err := r.openStdin()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdin = stdin
+
+	streams, err := r.openStreams(cmd)
+	if err != nil {
+		r.closeAll()
+		return nil, err
+	}
+
+	r.res.StartedAt = time.Now()
+	if err := cmd.Start(); err != nil {
+		r.closeAll()
+		for _, s := range streams {
+			s.r.Close()
+		}
+		return nil, startError(req.Argv[0], err)
+	}
+	// The child has its copies; ours must go or EOF never comes.
+	if f, ok := cmd.Stdout.(*os.File); ok {
+		f.Close()
+	}
+	if f, ok := cmd.Stderr.(*os.File); ok && cmd.Stderr != cmd.Stdout {
+		f.Close()
+	}
+	if f, ok := cmd.Stdin.(*os.File); ok {
+		f.Close()
+	}
+	pid := cmd.Process.Pid
+	r.res.PID = pid
+	if req.OnStart != nil {
+		req.OnStart(pid)
+	}
+
+	done := make(chan struct{})
+	for _, s := range streams {
+		r.readers.Add(1)
+		go r.pump(s)
+	}
+	go func() {
+		r.readers.Wait()
+		close(done)
+	}()
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var timer <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+
+	var waitErr error
+	select {
+	case waitErr = <-waited:
+	case <-timer:
+		r.res.Status = StatusTimeout
+		r.res.TimedOut = true
+		waitErr = r.terminate(pid, waited)
+	case <-ctx.Done():
+		r.res.Status = StatusCancelled
+		waitErr = r.terminate(pid, waited)
+	}
+	r.res.Elapsed = time.Since(r.res.StartedAt)
+	r.setExit(cmd, waitErr)
+
+	// Drain: a background descendant may hold the pipes open forever.
+	if req.Drain > 0 {
+		t := time.NewTimer(req.Drain)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	r.killRest(pid)
+	// Anything killed above released its pipe ends; wait briefly for the
+	// readers to collect what it wrote, then force them off the pipes.
+	t := time.NewTimer(100 * time.Millisecond)
+	select {
+	case <-done:
+	case <-t.C:
+		for _, s := range streams {
+			s.r.Close()
+		}
+		<-done
+	}
+	t.Stop()
+	for _, s := range streams {
+		s.r.Close()
+		if s.file != nil {
+			s.file.Close()
+		}
+	}
+	r.closeAll()
+	return r.res, nil
+}
+
+// terminate sends the first signal to the process group, waits up to the
+// grace for the main process, then SIGKILLs the group and every descendant.
+func (r *runner) terminate(pid int, waited <-chan error) error {
+	sig := r.req.Signal
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = proctree.SignalGroup(pid, sig)
+	// Descendants that left the group get the same first signal.
+	_, _ = proctree.SignalDescendants(pid, sig)
+	var grace <-chan time.Time
+	if r.req.KillAfter > 0 {
+		t := time.NewTimer(r.req.KillAfter)
+		defer t.Stop()
+		grace = t.C
+	} else {
+		c := make(chan time.Time)
+		close(c)
+		grace = c
+	}
+	select {
+	case err := <-waited:
+		return err
+	case <-grace:
+	}
+	_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
+	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+	return <-waited
+}
+
+// killRest kills whatever the command left behind.
+func (r *runner) killRest(pid int) {
+	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+	if r.req.ReapAll {
+		r.res.Leftover = proctree.KillAllDescendants(5 * time.Second)
+	}
+}
+
+func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
+	if r.res.Status == "" {
+		r.res.Status = StatusCompleted
+	}
+	st := cmd.ProcessState
+	if st == nil {
+		return
+	}
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	if !ok {
+		r.res.ExitCode = st.ExitCode()
+		return
+	}
+	switch {
+	case ws.Exited():
+		r.res.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		r.res.Signal = SignalName(ws.Signal())
+		r.res.ExitCode = 128 + int(ws.Signal())
+	}
+}
+
+func (r *runner) openStdin() (*os.File, error) {
+	switch {
+	case r.req.StdinFile != "":
+		f, err := os.Open(r.req.StdinFile)
+		if err != nil {
+			return nil, result.Errorf(CodeStdinFile, "cannot open stdin file %s: %v", r.req.StdinFile, unwrapPathErr(err)).Wrap(err)
+		}
+		return f, nil
+	case r.req.Stdin != nil:
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
+		}
+		data := r.req.Stdin
+		go func() {
+			// A command that does not read all of its input gets EPIPE
+			// here, which is not an error of the run.
+			_, _ = pw.Write(data)
+			pw.Close()
+		}()
+		return pr, nil
+	default:
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, result.Errorf(CodeStartFailed, "open %s: %v", os.DevNull, err)
+		}
+		return f, nil
+	}
+}
+
+func (r *runner) openStreams(cmd *exec.Cmd) ([]*stream, error) {
+	names := []string{"stdout", "stderr"}
+	if r.req.Merge {
+		names = []string{"output"}
+	}
+	var streams []*stream
+	for _, name := range names {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
+		}
+		s := &stream{name: name, r: pr, cap: capture.NewHeadTail(r.req.MaxOutput, r.req.Keep)}
+		if r.req.SaveDir != "" {
+			f, err := createSaveFile(r.req.SaveDir, name)
+			if err != nil {
+				pr.Close()
+				pw.Close()
+				return nil, err
+			}
+			s.file = f
+			switch name {
+			case "stdout":
+				r.res.StdoutFile = f.Name()
+			case "stderr":
+				r.res.StderrFile = f.Name()
+			default:
+				r.res.OutputFile = f.Name()
+			}
+		}
+		switch name {
+		case "stdout":
+			cmd.Stdout = pw
+			r.res.Stdout = s.cap
+		case "stderr":
+			cmd.Stderr = pw
+			r.res.Stderr = s.cap
+		default:
+			cmd.Stdout = pw
+			cmd.Stderr = pw
+			r.res.Output = s.cap
+		}
+		streams = append(streams, s)
+	}
+	return streams, nil
+}
+
+func createSaveFile(dir, stream string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, result.Errorf(CodeSaveOutput, "cannot create %s: %v", dir, unwrapPathErr(err)).Wrap(err)
+	}
+	prefix := "agentsh-" + time.Now().UTC().Format("20060102T150405") + "-" + strconv.Itoa(os.Getpid()) + "-*." + stream
+	f, err := os.CreateTemp(dir, prefix)
+	if err != nil {
+		return nil, result.Errorf(CodeSaveOutput, "cannot create an output file in %s: %v", dir, unwrapPathErr(err)).Wrap(err)
+	}
+	abs, err := filepath.Abs(f.Name())
+	if err == nil && abs != f.Name() {
+		// Report an absolute path: the caller's cwd may differ from ours.
+		f.Close()
+		if f, err = os.OpenFile(abs, os.O_WRONLY, 0); err != nil {
+			return nil, result.Errorf(CodeSaveOutput, "reopen %s: %v", abs, err)
+		}
+	}
+	return f, nil
+}
+
+// pump copies one pipe into its capture and the optional sinks. It owns
+// the read loop so that nothing can bypass the capture's bound (no
+// io.Copy/ReadFrom fast paths into a growing buffer).
+func (r *runner) pump(s *stream) {
+	defer r.readers.Done()
+	buf := make([]byte, 256<<10)
+	for {
+		n, err := s.r.Read(buf)
+		if n > 0 {
+			p := buf[:n]
+			s.cap.Write(p)
+			if s.file != nil {
+				if _, werr := s.file.Write(p); werr != nil {
+					s.file.Close()
+					s.file = nil
+				}
+			}
+			if r.req.Tee != nil {
+				_, _ = r.req.Tee.Write(p)
+			}
+			if r.req.OnOutput != nil {
+				r.req.OnOutput(s.name, p)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *runner) closeAll() {
+	for _, c := range r.closers {
+		c.Close()
+	}
+	r.closers = nil
+}
+
+func startError(name string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return result.Errorf(CodeCommandNotFound, "command not found: %s", name).Wrap(err)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
+		return result.Errorf(CodeCommandNotExecutable, "cannot run %s: %v", name, err).Wrap(err)
+	}
+	return result.Errorf(CodeStartFailed, "cannot start %s: %v", name, err).Wrap(err)
+}
+
+func unwrapPathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// ExitCodeFor maps a start error code to the coreutils-style exit status.
+func ExitCodeFor(code string) int {
+	switch code {
+	case CodeCommandNotFound:
+		return 127
+	case CodeCommandNotExecutable:
+		return 126
+	}
+	return 125
+}
+
+// SignalName returns "SIGTERM" for syscall.SIGTERM.
+func SignalName(s syscall.Signal) string {
+	for name, sig := range signals {
+		if sig == s {
+			return name
+		}
+	}
+	return fmt.Sprintf("SIG%d", int(s))
+}
+
+// ParseSignal accepts "TERM", "SIGTERM", "sigterm" or a number.
+func ParseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("signal number %d out of range", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	up := []byte(s)
+	for i, c := range up {
+		if 'a' <= c && c <= 'z' {
+			up[i] = c - 'a' + 'A'
+		}
+	}
+	name := string(up)
+	if len(name) < 3 || name[:3] != "SIG" {
+		name = "SIG" + name
+	}
+	if sig, ok := signals[name]; ok {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q", s)
+}
+
+var signals = map[string]syscall.Signal{
+	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
+	"SIGILL": syscall.SIGILL, "SIGTRAP": syscall.SIGTRAP, "SIGABRT": syscall.SIGABRT,
+	"SIGBUS": syscall.SIGBUS, "SIGFPE": syscall.SIGFPE, "SIGKILL": syscall.SIGKILL,
+	"SIGUSR1": syscall.SIGUSR1, "SIGSEGV": syscall.SIGSEGV, "SIGUSR2": syscall.SIGUSR2,
+	"SIGPIPE": syscall.SIGPIPE, "SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM,
+	"SIGSTKFLT": syscall.SIGSTKFLT, "SIGCHLD": syscall.SIGCHLD, "SIGCONT": syscall.SIGCONT,
+	"SIGSTOP": syscall.SIGSTOP, "SIGTSTP": syscall.SIGTSTP, "SIGTTIN": syscall.SIGTTIN,
+	"SIGTTOU": syscall.SIGTTOU, "SIGURG": syscall.SIGURG, "SIGXCPU": syscall.SIGXCPU,
+	"SIGXFSZ": syscall.SIGXFSZ, "SIGVTALRM": syscall.SIGVTALRM, "SIGPROF": syscall.SIGPROF,
+	"SIGWINCH": syscall.SIGWINCH, "SIGIO": syscall.SIGIO, "SIGPWR": syscall.SIGPWR,
+	"SIGSYS": syscall.SIGSYS,
+}
