@@ -50,6 +50,8 @@ func TestClean(t *testing.T) {
 		{"cursor column", "abcdef\x1b[2GX", "aXcdef", false},
 		{"huge cursor param", "ab\x1b[99999999999999999999Dc", "cb", false},
 		{"backspace erase idiom", "ab\b \bc", "ac", false},
+		{"backspace at end erases", "abc\b\n", "ab\n", false},
+		{"backspaces at end erase one each", "abc\b\bX", "aX", false},
 		{"overstrike bold", "H\bHi", "Hi", false},
 		{"overstrike underline", "_\bx", "x", false},
 		{"backspace at column 0", "\b\bab", "ab", false},
