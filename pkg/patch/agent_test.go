@@ -187,3 +187,21 @@ func TestParseAgentStructure(t *testing.T) {
 		t.Fatalf("delete %+v", d)
 	}
 }
+
+func TestMatchReported(t *testing.T) {
+	tree := memTree{"e": []byte("a\nb\n"), "t": []byte("a  \nb\n"), "w": []byte("  a\nb\n"), "p": []byte("\u201ca\u201d\nb\n")}
+	for _, tc := range []struct{ path, ctx, want string }{
+		{"e", "a", MatchExact},
+		{"t", "a", MatchTrailingSpace},
+		{"w", "a", MatchWhitespace},
+		{"p", `"a"`, MatchPunctuation},
+	} {
+		_, changes, err := run(t, tree, agentPatch("*** Update File: "+tc.path+"\n@@\n "+tc.ctx+"\n-b\n+c\n"), -1)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.path, err)
+		}
+		if len(changes) != 1 || changes[0].Match != tc.want {
+			t.Errorf("%s: match %q; want %q", tc.path, changes[0].Match, tc.want)
+		}
+	}
+}

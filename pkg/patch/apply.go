@@ -86,10 +86,33 @@ func plainPunctuation(r rune) rune {
 	return r
 }
 
+// String names the level as reported in Change.Match.
+func (lv matchLevel) String() string {
+	switch lv {
+	case matchTrailingSpace:
+		return MatchTrailingSpace
+	case matchSpace:
+		return MatchWhitespace
+	case matchPunctuation:
+		return MatchPunctuation
+	}
+	return MatchExact
+}
+
+// How loosely a patch's context matched, as reported in Change.Match.
+const (
+	MatchExact         = "exact"
+	MatchTrailingSpace = "trailing_whitespace"
+	MatchWhitespace    = "whitespace"
+	MatchPunctuation   = "punctuation"
+)
+
 // matcher finds runs of lines in one file, caching each level's keys.
 type matcher struct {
 	lines []textLine
 	keys  [matchLevels][]string
+	// loosest is the loosest level any successful seek needed.
+	loosest matchLevel
 }
 
 func (m *matcher) keysAt(lv matchLevel) []string {
@@ -119,6 +142,10 @@ func (m *matcher) seek(pattern []string, from, hint int, atEnd bool) int {
 		for i, p := range pattern {
 			pat[i] = lv.key(p)
 		}
+		found := func(i int) int {
+			m.loosest = max(m.loosest, lv)
+			return i
+		}
 		at := func(i int) bool {
 			for j, p := range pat {
 				if keys[i+j] != p {
@@ -130,22 +157,22 @@ func (m *matcher) seek(pattern []string, from, hint int, atEnd bool) int {
 		switch {
 		case atEnd:
 			if at(last) {
-				return last
+				return found(last)
 			}
 		case hint >= 0:
 			hint = min(max(hint, from), last)
 			for d := 0; hint-d >= from || hint+d <= last; d++ {
 				if hint+d <= last && at(hint+d) {
-					return hint + d
+					return found(hint + d)
 				}
 				if d > 0 && hint-d >= from && at(hint-d) {
-					return hint - d
+					return found(hint - d)
 				}
 			}
 		default:
 			for i := from; i <= last; i++ {
 				if at(i) {
-					return i
+					return found(i)
 				}
 			}
 		}
@@ -160,11 +187,12 @@ type replacement struct {
 }
 
 // applyHunks applies the hunks of one file to content and returns the new
-// content. Every hunk is located in the original text, in order; nothing is
-// modified until all of them have been found.
-func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, error) {
+// content, and the loosest match level it needed. Every hunk is located in
+// the original text, in order; nothing is modified until all of them have
+// been found.
+func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, matchLevel, error) {
 	if len(fp.Hunks) == 0 {
-		return append([]byte{}, content...), nil
+		return append([]byte{}, content...), matchExact, nil
 	}
 	s := string(content)
 	hadBOM := strings.HasPrefix(s, bom)
@@ -202,7 +230,7 @@ func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, error) {
 		for _, a := range h.Anchors {
 			i := m.seek([]string{a}, cursor, -1, false)
 			if i < 0 {
-				return nil, hunkFailed(fp.Path, hi, h, []string{a}, "cannot find the @@ context line of hunk %d in %s", hi+1, fp.Path)
+				return nil, 0, hunkFailed(fp.Path, hi, h, []string{a}, "cannot find the @@ context line of hunk %d in %s", hi+1, fp.Path)
 			}
 			cursor = i + 1
 		}
@@ -228,13 +256,13 @@ func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, error) {
 				pos = m.seek(old, cursor, hint, h.EndOfFile)
 			}
 			if pos < 0 {
-				return nil, hunkFailed(fp.Path, hi, h, oldSide(h.Lines), "hunk %d of %s does not match the file: the lines it expects are not there", hi+1, fp.Path)
+				return nil, 0, hunkFailed(fp.Path, hi, h, oldSide(h.Lines), "hunk %d of %s does not match the file: the lines it expects are not there", hi+1, fp.Path)
 			}
 		case h.OldStart > 0:
 			// A pure insertion in a unified diff goes where its header says.
 			pos = h.OldStart - 1 + offset
 			if pos < cursor || pos > len(lines) {
-				return nil, hunkFailed(fp.Path, hi, h, nil, "hunk %d of %s inserts at line %d, beyond the end of the file", hi+1, fp.Path, h.OldStart)
+				return nil, 0, hunkFailed(fp.Path, hi, h, nil, "hunk %d of %s inserts at line %d, beyond the end of the file", hi+1, fp.Path, h.OldStart)
 			}
 		case len(h.Anchors) > 0 && !h.EndOfFile:
 			// A pure insertion under an @@ anchor goes right after it.
@@ -290,7 +318,7 @@ func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, error) {
 	prev := 0
 	for k, r := range reps {
 		if k > 0 && r.start < reps[k-1].start+reps[k-1].n {
-			return nil, result.Errorf(CodeFailed, "hunks %d and %d of %s overlap", k, k+1, fp.Path).With("path", fp.Path).With("hunk", k+1)
+			return nil, 0, result.Errorf(CodeFailed, "hunks %d and %d of %s overlap", k, k+1, fp.Path).With("path", fp.Path).With("hunk", k+1)
 		}
 		out = append(out, lines[prev:r.start]...)
 		out = append(out, r.lines...)
@@ -324,7 +352,7 @@ func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, error) {
 		b.WriteString(l.text)
 		b.WriteString(l.eol)
 	}
-	return b.Bytes(), nil
+	return b.Bytes(), m.loosest, nil
 }
 
 // oldSide returns the texts a hunk expects to find: its context and removed

@@ -24,6 +24,10 @@ type Change struct {
 	// MoveToOldContent is the content a move overwrites at MoveTo, nil when
 	// MoveTo did not exist.
 	MoveToOldContent []byte
+	// Match is how loosely the patch's context had to be matched:
+	// "exact", "trailing_whitespace", "whitespace" or "punctuation". A
+	// loose match is worth telling the agent about.
+	Match string
 }
 
 // fileState is one path as the plan sees it: as first read, and as the
@@ -33,6 +37,7 @@ type fileState struct {
 	orig       []byte
 	exists     bool
 	content    []byte
+	loosest    matchLevel // of the hunks that produced content
 }
 
 // planner applies operations to an in-memory overlay of the files, so that
@@ -121,11 +126,11 @@ func (pl *planner) apply(fp *FilePatch) error {
 		if src.exists && !fp.Overwrite {
 			return exists(fp, fp.Path)
 		}
-		b, err := applyHunks(nil, fp, pl.format)
+		b, lv, err := applyHunks(nil, fp, pl.format)
 		if err != nil {
 			return err
 		}
-		src.exists, src.content = true, b
+		src.exists, src.content, src.loosest = true, b, lv
 		delete(pl.moved, fp.Path)
 
 	case ActionDelete:
@@ -135,7 +140,7 @@ func (pl *planner) apply(fp *FilePatch) error {
 		if len(fp.Hunks) > 0 {
 			// A unified diff deleting a file lists its lines; check them,
 			// as git apply does, so a stale patch cannot delete new work.
-			rest, err := applyHunks(src.content, fp, pl.format)
+			rest, _, err := applyHunks(src.content, fp, pl.format)
 			if err != nil {
 				return err
 			}
@@ -144,31 +149,30 @@ func (pl *planner) apply(fp *FilePatch) error {
 					With("path", fp.Path).With("hunk", len(fp.Hunks)).With("context", []string{}).With("patch_line", fp.Line)
 			}
 		}
-		src.exists, src.content = false, nil
+		src.exists, src.content, src.loosest = false, nil, matchExact
 		delete(pl.moved, fp.Path)
 
 	case ActionUpdate:
 		if !src.exists {
 			return notFound(fp)
 		}
-		b, err := applyHunks(src.content, fp, pl.format)
+		b, lv, err := applyHunks(src.content, fp, pl.format)
 		if err != nil {
 			return err
 		}
-		src.content = b
+		src.content, src.loosest = b, max(src.loosest, lv)
 
 	case ActionMove, ActionCopy:
 		if !src.exists {
 			return notFound(fp)
 		}
-		b := src.content
-		if len(fp.Hunks) > 0 {
-			if b, err = applyHunks(src.content, fp, pl.format); err != nil {
-				return err
-			}
+		b, lv, err := applyHunks(src.content, fp, pl.format)
+		if err != nil {
+			return err
 		}
+		lv = max(lv, src.loosest)
 		if fp.MoveTo == fp.Path {
-			src.content = b
+			src.content, src.loosest = b, lv
 			return nil
 		}
 		dst, err := pl.state(fp.MoveTo)
@@ -178,7 +182,7 @@ func (pl *planner) apply(fp *FilePatch) error {
 		if dst.exists && !fp.Overwrite {
 			return exists(fp, fp.MoveTo)
 		}
-		dst.exists, dst.content = true, b
+		dst.exists, dst.content, dst.loosest = true, b, lv
 		delete(pl.moved, fp.MoveTo)
 		if fp.Action == ActionMove {
 			src.exists, src.content = false, nil
@@ -213,7 +217,7 @@ func (pl *planner) changes() []Change {
 		st := pl.files[path]
 		if dst, ok := moveOf[path]; ok {
 			d := pl.files[dst]
-			c := Change{Path: path, Action: ActionMove, MoveTo: dst, OldContent: st.orig, NewContent: d.content}
+			c := Change{Path: path, Action: ActionMove, MoveTo: dst, OldContent: st.orig, NewContent: d.content, Match: d.loosest.String()}
 			if d.origExists {
 				c.MoveToOldContent = d.orig
 			}
@@ -225,11 +229,11 @@ func (pl *planner) changes() []Change {
 		}
 		switch {
 		case !st.origExists && st.exists:
-			changes = append(changes, Change{Path: path, Action: ActionAdd, NewContent: st.content})
+			changes = append(changes, Change{Path: path, Action: ActionAdd, NewContent: st.content, Match: st.loosest.String()})
 		case st.origExists && !st.exists:
-			changes = append(changes, Change{Path: path, Action: ActionDelete, OldContent: st.orig})
+			changes = append(changes, Change{Path: path, Action: ActionDelete, OldContent: st.orig, Match: MatchExact})
 		case st.origExists && st.exists:
-			changes = append(changes, Change{Path: path, Action: ActionUpdate, OldContent: st.orig, NewContent: st.content})
+			changes = append(changes, Change{Path: path, Action: ActionUpdate, OldContent: st.orig, NewContent: st.content, Match: st.loosest.String()})
 		}
 	}
 	return changes
