@@ -1,0 +1,205 @@
+// Package jobs runs detached jobs under a per-job supervisor process and
+// manages them through a state directory: starting, honest status
+// resolution, capped logs with absolute offsets, waiting without polling,
+// stopping whole process trees, restarts, listing and garbage collection.
+//
+// Each job has a directory <state>/jobs/<id> holding spec.json (written once
+// by Start), status.json (written only by the job's supervisor, always
+// atomically), stdout.log and stderr.log (appended only by the supervisor),
+// a small sidecar per log counting the bytes dropped by the cap, reader
+// cursors, and request/marker files. The supervisor is the calling program
+// re-executed with a hidden subcommand that calls RunSupervisor.
+package jobs
+
+import (
+	"net"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Job statuses (CONTRACT §3).
+const (
+	StatusStarting = "starting"
+	StatusRunning  = "running"
+	StatusReady    = "ready"
+	StatusExited   = "exited"
+	StatusFailed   = "failed"
+	StatusStopped  = "stopped"
+	StatusTimeout  = "timeout"
+	StatusLost     = "lost"
+)
+
+// Lost reasons.
+const (
+	LostHostRestarted  = "host_restarted"
+	LostSupervisorDied = "supervisor_died"
+)
+
+// Error codes produced by this package.
+const (
+	CodeJobNotFound          = "job_not_found"
+	CodeJobExpired           = "job_expired"
+	CodeJobRunning           = "job_running"
+	CodeCommandNotFound      = "command_not_found"
+	CodeCommandNotExecutable = "command_not_executable"
+	CodeCwdNotFound          = "cwd_not_found"
+	CodeStartFailed          = "start_failed"
+)
+
+// Restart policies.
+const (
+	RestartNo        = "no"
+	RestartOnFailure = "on-failure"
+	RestartAlways    = "always"
+)
+
+// Defaults applied by Start to a Spec that leaves them zero.
+const (
+	DefaultLogLimit     int64 = 64 << 20
+	DefaultKillGrace          = 5 * time.Second
+	DefaultReadyTimeout       = 60 * time.Second
+)
+
+// Spec describes a job. Exactly one of Argv and Shell is set.
+type Spec struct {
+	// Argv is the program and its arguments, run directly without a shell.
+	Argv []string `json:"argv,omitempty"`
+	// Shell is a shell string run as ShellProgram -c Shell.
+	Shell string `json:"shell,omitempty"`
+	// ShellProgram runs Shell; Start fills in bash if it is on PATH, else sh.
+	ShellProgram string `json:"shell_program,omitempty"`
+	// Cwd is the job's working directory; Start makes it absolute (empty
+	// means the caller's working directory).
+	Cwd string `json:"cwd"`
+	// Env, when non-nil, is the job's complete environment; nil means the
+	// environment of the process that called Start, which the supervisor
+	// inherits.
+	Env         []string `json:"env,omitempty"`
+	Name        string   `json:"name,omitempty"`
+	Description string   `json:"description,omitempty"`
+	// Timeout bounds the job's whole life, restarts included; 0 is none.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// KillGrace is the time between the first signal (on timeout or a
+	// failed readiness) and SIGKILL.
+	KillGrace time.Duration `json:"kill_grace,omitempty"`
+	Ready     Probe         `json:"ready,omitzero"`
+	// Restart is no, on-failure or always. A stopped or timed out job is
+	// never restarted.
+	Restart string `json:"restart,omitempty"`
+	// MaxRestarts limits automatic restarts; 0 means no limit (the backoff,
+	// up to 30s between runs, bounds a flapping job's rate).
+	MaxRestarts int `json:"max_restarts,omitempty"`
+	// LogLimit caps each log stream in bytes, keeping the newest part.
+	LogLimit int64 `json:"log_limit,omitempty"`
+}
+
+// Probe is a readiness check; at most one of Log, HTTP, TCP and Cmd is set.
+// HTTP counts any response with a status below 500 as ready (a dev server
+// answering 404 on / is up); Cmd is ready when the shell command exits 0.
+type Probe struct {
+	Log     string        `json:"log,omitempty"`
+	HTTP    string        `json:"http,omitempty"`
+	TCP     string        `json:"tcp,omitempty"`
+	Cmd     string        `json:"cmd,omitempty"`
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Set reports whether a probe is configured.
+func (p Probe) Set() bool { return p.Log != "" || p.HTTP != "" || p.TCP != "" || p.Cmd != "" }
+
+func invalid(format string, args ...any) error {
+	return result.Errorf(result.CodeInvalidRequest, format, args...)
+}
+
+// Validate checks a spec for mistakes a caller can fix.
+func (s *Spec) Validate() error {
+	if (len(s.Argv) == 0) == (s.Shell == "") {
+		return invalid("give either a shell string or a program and its arguments")
+	}
+	if len(s.Argv) > 0 && s.Argv[0] == "" {
+		return invalid("the program name is empty")
+	}
+	if strings.HasPrefix(s.Name, "job_") {
+		return invalid("a job name may not start with job_, which is how handles start")
+	}
+	if strings.ContainsAny(s.Name, "\x00\n") || len(s.Name) > 200 {
+		return invalid("a job name must be one line of at most 200 bytes")
+	}
+	switch s.Restart {
+	case "", RestartNo, RestartOnFailure, RestartAlways:
+	default:
+		return invalid("restart must be no, on-failure or always, not %q", s.Restart)
+	}
+	if s.Timeout < 0 || s.KillGrace < 0 || s.Ready.Timeout < 0 || s.MaxRestarts < 0 || s.LogLimit < 0 {
+		return invalid("durations, limits and counts must not be negative")
+	}
+	if s.LogLimit != 0 && s.LogLimit < 2 {
+		return invalid("log limit must be at least 2 bytes")
+	}
+	n := 0
+	for _, v := range []string{s.Ready.Log, s.Ready.HTTP, s.Ready.TCP, s.Ready.Cmd} {
+		if v != "" {
+			n++
+		}
+	}
+	if n > 1 {
+		return invalid("give at most one readiness probe")
+	}
+	if s.Ready.Log != "" {
+		if _, err := regexp.Compile(s.Ready.Log); err != nil {
+			return invalid("ready log pattern: %v", err)
+		}
+	}
+	if s.Ready.HTTP != "" {
+		u, err := url.Parse(s.Ready.HTTP)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return invalid("ready http probe needs an http:// or https:// URL, not %q", s.Ready.HTTP)
+		}
+	}
+	if s.Ready.TCP != "" {
+		if _, _, err := net.SplitHostPort(s.Ready.TCP); err != nil {
+			return invalid("ready tcp probe needs HOST:PORT: %v", err)
+		}
+	}
+	return nil
+}
+
+// command is how the job is shown in its status: the shell string, or the
+// argv array.
+func (s *Spec) command() any {
+	if s.Shell != "" {
+		return s.Shell
+	}
+	return s.Argv
+}
+
+// execArgv is what the supervisor executes.
+func (s *Spec) execArgv() []string {
+	if s.Shell != "" {
+		return []string{s.ShellProgram, "-c", s.Shell}
+	}
+	return s.Argv
+}
+
+func (s *Spec) applyDefaults() {
+	if s.Restart == "" {
+		s.Restart = RestartNo
+	}
+	if s.LogLimit == 0 {
+		s.LogLimit = DefaultLogLimit
+	}
+	if s.KillGrace == 0 {
+		s.KillGrace = DefaultKillGrace
+	}
+	if s.Ready.Set() && s.Ready.Timeout == 0 {
+		s.Ready.Timeout = DefaultReadyTimeout
+	}
+}
+
+func jobErr(code, format string, args ...any) *result.Error {
+	return result.Errorf(code, format, args...)
+}

@@ -1,0 +1,174 @@
+package jobs
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// Files in a job directory.
+const (
+	specFile     = "spec.json"
+	statusFile   = "status.json"
+	stopFile     = "stop.json"
+	lostMarker   = "lost"
+	logLockFile  = "logs.lock"
+	svLogFile    = "supervisor.log"
+	cursorsDir   = "cursors"
+	startingLimb = time.Minute // how long a job with no status yet may still be starting
+)
+
+// record is status.json. Only the job's supervisor writes it, and always
+// with an atomic replace, so it parses whenever it exists. It carries the
+// fields a status needs so that listing reads one small file per job.
+type record struct {
+	Status          string `json:"status"`
+	Final           bool   `json:"final"`
+	Name            string `json:"name,omitempty"`
+	Description     string `json:"description,omitempty"`
+	Command         any    `json:"command"`
+	Cwd             string `json:"cwd"`
+	SupervisorPID   int    `json:"supervisor_pid"`
+	SupervisorStart uint64 `json:"supervisor_start"`
+	BootID          string `json:"boot_id"`
+	PID             int    `json:"pid,omitempty"`
+	PIDStart        uint64 `json:"pid_start,omitempty"`
+	StartedAt       string `json:"started_at,omitempty"`
+	EndedAt         string `json:"ended_at,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	Ready           bool   `json:"ready"`
+	Restarts        int    `json:"restarts"`
+	Run             int    `json:"run"`
+	Reason          string `json:"reason,omitempty"`
+	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`
+	StderrBytes     int64  `json:"stderr_bytes,omitempty"`
+}
+
+// Status is a job's status as CONTRACT §3 reports it.
+type Status struct {
+	Handle      string  `json:"handle"`
+	Name        string  `json:"name"`
+	Status      string  `json:"status"`
+	ExitCode    *int    `json:"exit_code"`
+	Signal      *string `json:"signal"`
+	PID         int     `json:"pid"`
+	Command     any     `json:"command"`
+	Cwd         string  `json:"cwd"`
+	StartedAt   string  `json:"started_at"`
+	EndedAt     *string `json:"ended_at"`
+	Ready       bool    `json:"ready"`
+	Restarts    int     `json:"restarts"`
+	StdoutBytes int64   `json:"stdout_bytes"`
+	StderrBytes int64   `json:"stderr_bytes"`
+	Description string  `json:"description"`
+	// Reason says why a job failed when no exit code does:
+	// ready_timeout, or the code of a start failure.
+	Reason     string `json:"reason,omitempty"`
+	LostReason string `json:"lost_reason,omitempty"`
+	// OrphanPID is the job's process, still alive although its
+	// supervisor is gone; Stop can kill it.
+	OrphanPID int `json:"orphan_pid,omitempty"`
+
+	// ID is the job's id inside the state directory, for the engine's
+	// callers that need to address files; it is not shown to users.
+	ID string `json:"-"`
+	// orphanStart identifies the orphan by start time, for Stop.
+	orphanStart uint64
+	// supervisor identity, for Wait and Stop.
+	svPID   int
+	svStart uint64
+}
+
+// Ended reports whether the job has reached a state it will not leave on
+// its own: a recorded end, or lost.
+func (s Status) Ended() bool {
+	switch s.Status {
+	case StatusExited, StatusFailed, StatusStopped, StatusTimeout, StatusLost:
+		return true
+	}
+	return false
+}
+
+func (st *Store) jobDir(id string) string { return st.dir.Join("jobs", id) }
+
+// statusOf resolves the status of job id without scanning other jobs.
+func (st *Store) statusOf(id string) (Status, error) {
+	dir := st.jobDir(id)
+	var rec record
+	err := state.ReadJSON(filepath.Join(dir, statusFile), &rec)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st.noRecord(id)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	s := Status{
+		Handle: st.dir.Mint("job", id), ID: id,
+		Name: rec.Name, Status: rec.Status, ExitCode: rec.ExitCode,
+		PID: rec.PID, Command: rec.Command, Cwd: rec.Cwd, StartedAt: rec.StartedAt,
+		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
+		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
+	}
+	if rec.Signal != "" {
+		sig := rec.Signal
+		s.Signal = &sig
+	}
+	if rec.EndedAt != "" {
+		e := rec.EndedAt
+		s.EndedAt = &e
+	}
+	if rec.Final {
+		s.StdoutBytes, s.StderrBytes = rec.StdoutBytes, rec.StderrBytes
+		return s, nil
+	}
+	s.StdoutBytes, s.StderrBytes = logTotal(dir, "stdout"), logTotal(dir, "stderr")
+	switch {
+	case st.bootID != "" && rec.BootID != st.bootID:
+		// PIDs and start times from another boot mean nothing now.
+		st.lose(&s, LostHostRestarted)
+	case proctree.Alive(rec.SupervisorPID, rec.SupervisorStart):
+	case rec.PID > 0 && proctree.Alive(rec.PID, rec.PIDStart):
+		s.OrphanPID, s.orphanStart = rec.PID, rec.PIDStart
+		st.lose(&s, LostSupervisorDied)
+	default:
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, nil
+}
+
+// noRecord answers for a job directory without status.json: a supervisor
+// that Start launched moments ago, or the remains of a Start that died
+// before its supervisor wrote anything.
+func (st *Store) noRecord(id string) (Status, error) {
+	fi, err := os.Stat(filepath.Join(st.jobDir(id), specFile))
+	if err != nil {
+		return Status{}, jobErr(CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
+	}
+	var spec Spec
+	_ = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)
+	s := Status{Handle: st.dir.Mint("job", id), ID: id, Name: spec.Name, Status: StatusStarting,
+		Command: spec.command(), Cwd: spec.Cwd, Description: spec.Description}
+	if time.Since(fi.ModTime()) > startingLimb {
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, nil
+}
+
+// lose marks s lost and appends the lost event once per run: the marker
+// file is created with O_EXCL, so of many concurrent observers exactly one
+// reports it. A new run (Restart) removes the marker.
+func (st *Store) lose(s *Status, reason string) {
+	s.Status, s.LostReason, s.Ready = StatusLost, reason, false
+	f, err := os.OpenFile(filepath.Join(st.jobDir(s.ID), lostMarker), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return
+	}
+	_ = f.Close()
+	_, _ = st.dir.AppendEvent(state.Event{Handle: s.Handle, Name: s.Name, Type: StatusLost, Reason: reason})
+}

@@ -1,0 +1,513 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// handshakeTimeout bounds how long Start waits for a supervisor that
+// neither confirms nor exits.
+const handshakeTimeout = 30 * time.Second
+
+// Store manages the jobs of one state directory.
+type Store struct {
+	dir            *state.Dir
+	supervisorArgv []string
+	bootID         string
+}
+
+// NewStore returns the job store of d. supervisorArgv is the command that
+// re-executes the calling program as a supervisor; Start and Restart append
+// the job's id to it, and that command must call RunSupervisor(ctx, d, id)
+// with the same state directory. For example
+// [/proc/self/exe __supervise --state-dir DIR].
+func NewStore(d *state.Dir, supervisorArgv []string) *Store {
+	boot, _ := proctree.BootID()
+	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot}
+}
+
+// Dir returns the store's state directory.
+func (st *Store) Dir() *state.Dir { return st.dir }
+
+// handshake is what a supervisor writes on its confirmation pipe.
+type handshake struct {
+	OK    bool   `json:"ok"`
+	Code  string `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Start records spec as a new job, launches its supervisor detached from
+// the caller (new session, no terminal, stdin and stdout on /dev/null) and
+// returns once the supervisor confirms the job runs. A job that cannot
+// start (missing program, missing cwd) is an error, and leaves no job
+// behind.
+func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
+	if err := spec.Validate(); err != nil {
+		return Status{}, err
+	}
+	spec.applyDefaults()
+	if spec.Shell != "" && spec.ShellProgram == "" {
+		spec.ShellProgram = "sh"
+		if p, err := exec.LookPath("bash"); err == nil {
+			spec.ShellProgram = p
+		}
+	}
+	if !filepath.IsAbs(spec.Cwd) {
+		abs, err := filepath.Abs(spec.Cwd)
+		if err != nil {
+			return Status{}, err
+		}
+		spec.Cwd = abs
+	}
+	if fi, err := os.Stat(spec.Cwd); err != nil || !fi.IsDir() {
+		return Status{}, jobErr(CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
+	}
+	n, err := st.dir.NextID("job")
+	if err != nil {
+		return Status{}, err
+	}
+	id := strconv.FormatUint(n, 10)
+	dir := st.jobDir(id)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Status{}, err
+	}
+	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return Status{}, err
+	}
+	if err := st.launch(ctx, id); err != nil {
+		os.RemoveAll(dir)
+		return Status{}, err
+	}
+	if spec.Name != "" {
+		if err := st.setName(spec.Name, id); err != nil {
+			return Status{}, err
+		}
+	}
+	return st.statusOf(id)
+}
+
+// launch starts the supervisor of job id and waits for its confirmation on
+// a pipe passed as fd 3: a JSON handshake, then EOF. No sleeping and no
+// polling: the read returns when the supervisor writes or dies.
+func (st *Store) launch(ctx context.Context, id string) error {
+	if len(st.supervisorArgv) == 0 {
+		return errors.New("jobs: no supervisor command configured")
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer pr.Close()
+	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	defer devnull.Close()
+	// The supervisor's own diagnostics (a panic, say) go to a file in the
+	// job directory: detached like /dev/null, but not lost.
+	svlog, err := os.OpenFile(filepath.Join(st.jobDir(id), svLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		pw.Close()
+		return err
+	}
+	defer svlog.Close()
+	argv := append(slices.Clone(st.supervisorArgv), id)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, svlog
+	cmd.ExtraFiles = []*os.File{pw}
+	// A new session: no controlling terminal, and outside the caller's
+	// process group, so neither a hangup nor a group kill reaches it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		return fmt.Errorf("jobs: start supervisor: %w", err)
+	}
+	// Reap the supervisor if this process outlives it; a CLI exits first
+	// and the supervisor is adopted by init or the nearest subreaper.
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = pr.SetReadDeadline(deadline)
+	msg, rerr := io.ReadAll(io.LimitReader(pr, 64<<10))
+	var hs handshake
+	if rerr == nil && json.Unmarshal(bytes.TrimSpace(msg), &hs) == nil && hs.OK {
+		return nil
+	}
+	if rerr != nil {
+		// No answer in time: do not leave a half-started job behind.
+		_ = cmd.Process.Kill()
+	}
+	<-exited
+	if hs.Code != "" {
+		return jobErr(hs.Code, "%s", hs.Error)
+	}
+	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
+	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
+		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
+}
+
+func tailBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Resolve turns a handle or a job name into a job id. A handle must verify
+// against this environment's secret (invalid_handle otherwise); one whose
+// job was removed answers job_expired. A name resolves to the newest job
+// started with it.
+func (st *Store) Resolve(ref string) (string, error) {
+	if strings.HasPrefix(ref, "job_") {
+		id, err := st.dir.Parse("job", ref)
+		if err != nil {
+			return "", err
+		}
+		if _, err := os.Stat(st.jobDir(id)); err != nil {
+			return "", jobErr(CodeJobExpired, "job %s was removed", ref)
+		}
+		return id, nil
+	}
+	if ref == "" {
+		return "", result.Errorf(result.CodeInvalidHandle, "no job handle or name given")
+	}
+	b, err := os.ReadFile(st.namePath(ref))
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if _, err := os.Stat(st.jobDir(id)); err == nil {
+			return id, nil
+		}
+	}
+	return "", jobErr(CodeJobNotFound, "no job is named %q in this environment", ref)
+}
+
+// namePath is the name index entry: names are hex-encoded so that any
+// string is a safe file name.
+func (st *Store) namePath(name string) string {
+	return st.dir.Join("jobnames", hex.EncodeToString([]byte(name)))
+}
+
+// setName points name at id unless it already names a newer job (two
+// concurrent Starts with one name: the newer id wins whatever the order).
+func (st *Store) setName(name, id string) error {
+	if err := os.MkdirAll(st.dir.Join("jobnames"), 0o700); err != nil {
+		return err
+	}
+	unlock, err := state.Lock(st.dir.Join("jobnames", ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if b, err := os.ReadFile(st.namePath(name)); err == nil {
+		if cur, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			if n, _ := strconv.ParseUint(id, 10, 64); cur > n {
+				return nil
+			}
+		}
+	}
+	return state.WriteFileAtomic(st.namePath(name), []byte(id+"\n"), 0o600)
+}
+
+func (st *Store) dropName(name, id string) {
+	if name == "" {
+		return
+	}
+	unlock, err := state.Lock(st.dir.Join("jobnames", ".lock"))
+	if err != nil {
+		return
+	}
+	defer unlock()
+	if b, err := os.ReadFile(st.namePath(name)); err == nil && strings.TrimSpace(string(b)) == id {
+		_ = os.Remove(st.namePath(name))
+	}
+}
+
+// Status returns the status of the job ref (handle or name). It reads only
+// that job's files.
+func (st *Store) Status(ref string) (Status, error) {
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return Status{}, err
+	}
+	return st.statusOf(id)
+}
+
+// ids lists the job ids present, newest first.
+func (st *Store) ids() ([]uint64, error) {
+	ents, err := os.ReadDir(st.dir.Join("jobs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, 0, len(ents))
+	for _, e := range ents {
+		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b uint64) int { return -cmpU(a, b) })
+	return out, nil
+}
+
+func cmpU(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// List returns the jobs whose status is one of statuses (all when empty),
+// newest first. Jobs whose supervisor has not yet written a status are
+// left out until it has.
+func (st *Store) List(statuses ...string) ([]Status, error) {
+	ids, err := st.ids()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(ids))
+	for _, n := range ids {
+		id := strconv.FormatUint(n, 10)
+		if _, err := os.Stat(filepath.Join(st.jobDir(id), statusFile)); err != nil {
+			continue
+		}
+		s, err := st.statusOf(id)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		if len(statuses) == 0 || slices.Contains(statuses, s.Status) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Remove deletes a job's files. Its handle then answers job_expired, since
+// ids are never reused. A job that still runs is refused with job_running
+// unless force, which stops it first.
+func (st *Store) Remove(ctx context.Context, ref string, force bool) (Status, error) {
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return Status{}, err
+	}
+	s, err := st.statusOf(id)
+	if err != nil {
+		return Status{}, err
+	}
+	if !s.Ended() || s.OrphanPID != 0 {
+		if !force {
+			return s, jobErr(CodeJobRunning, "job %s is %s; stop it first or force the removal", s.Handle, s.Status).With("status", s.Status)
+		}
+		if s, err = st.Stop(ctx, ref, syscall.SIGTERM, DefaultKillGrace); err != nil {
+			return s, err
+		}
+	}
+	return s, st.removeDir(id, s.Name)
+}
+
+// removeDir renames the job directory out of the way first, so a
+// concurrent reader sees the job either whole or gone.
+func (st *Store) removeDir(id, name string) error {
+	trash := st.dir.Join("jobs", ".removed-"+id)
+	if err := os.Rename(st.jobDir(id), trash); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	st.dropName(name, id)
+	return os.RemoveAll(trash)
+}
+
+// GC removes jobs that ended (lost jobs with a live orphan excepted) more
+// than olderThan before now, and returns their statuses.
+func (st *Store) GC(olderThan time.Duration, now time.Time) ([]Status, error) {
+	all, err := st.List()
+	if err != nil {
+		return nil, err
+	}
+	cutoff := now.Add(-olderThan)
+	var out []Status
+	for _, s := range all {
+		if !s.Ended() || s.OrphanPID != 0 {
+			continue
+		}
+		ended := time.Time{}
+		if s.EndedAt != nil {
+			ended, _ = time.Parse(time.RFC3339Nano, *s.EndedAt)
+		} else if fi, err := os.Stat(filepath.Join(st.jobDir(s.ID), statusFile)); err == nil {
+			ended = fi.ModTime() // lost: the last sign of life
+		}
+		if ended.After(cutoff) {
+			continue
+		}
+		if err := st.removeDir(s.ID, s.Name); err != nil {
+			return out, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// stopRequest is stop.json: how the supervisor should stop the job when
+// Stop signals it.
+type stopRequest struct {
+	Signal  int   `json:"signal"`
+	GraceMS int64 `json:"grace_ms"`
+}
+
+// Stop stops the job's whole process tree: sig to its process group and
+// every descendant, SIGKILL to what remains after grace. Stopping a job that
+// already ended is not an error (it returns the status). A lost job whose
+// process is still alive is killed directly.
+func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return Status{}, err
+	}
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	s, err := st.statusOf(id)
+	if err != nil || (s.Ended() && s.OrphanPID == 0) {
+		return s, err
+	}
+	if s.OrphanPID != 0 {
+		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
+		return st.statusOf(id)
+	}
+	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
+	if err := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600); err != nil {
+		return s, err
+	}
+	// Re-read after writing the request: if the supervisor is gone now,
+	// signalling its old PID could hit a stranger.
+	s, err = st.statusOf(id)
+	if err != nil || s.Ended() && s.OrphanPID == 0 {
+		return s, err
+	}
+	if s.OrphanPID != 0 {
+		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
+		return st.statusOf(id)
+	}
+	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
+		_ = syscall.Kill(s.svPID, syscall.SIGTERM)
+	}
+	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	defer cancel()
+	got, err := st.waitIDs(wctx, []string{id}, ForExit, false)
+	if err == nil && len(got) == 1 {
+		return got[0], nil
+	}
+	// The supervisor did not finish the stop: do it without it.
+	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
+		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
+	}
+	if s.PID > 0 {
+		_ = proctree.SignalGroup(s.PID, syscall.SIGKILL)
+	}
+	return st.statusOf(id)
+}
+
+// killOrphan kills a job process whose supervisor is gone, with its group
+// and descendants (those that left the group were adopted elsewhere and
+// are found only if they are still below it).
+func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
+	if !proctree.Alive(pid, start) {
+		return
+	}
+	_, _ = proctree.SignalDescendants(pid, sig)
+	_ = proctree.SignalGroup(pid, sig)
+	wctx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	_ = waitProcess(wctx, pid, start)
+	if proctree.Alive(pid, start) {
+		_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
+		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = waitProcess(kctx, pid, start)
+	}
+}
+
+// Restart stops the job if it still runs and starts a new run of it under
+// the same handle, with a new supervisor; its restarts count goes up and a
+// restarted event is recorded. Logs continue at the same offsets.
+func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return Status{}, err
+	}
+	s, err := st.Stop(ctx, ref, syscall.SIGTERM, DefaultKillGrace)
+	if err != nil {
+		return s, err
+	}
+	if !s.Ended() || s.OrphanPID != 0 {
+		return s, jobErr(CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
+	}
+	if err := st.launch(ctx, id); err != nil {
+		return Status{}, err
+	}
+	return st.statusOf(id)
+}
+
+// Events returns the environment's lifecycle events after seq since, only
+// those of the job ref when ref is not empty.
+func (st *Store) Events(since int64, ref string) ([]state.Event, error) {
+	keep, err := st.eventFilter(ref)
+	if err != nil {
+		return nil, err
+	}
+	return st.dir.ReadEvents(since, keep)
+}
+
+// WaitEvents blocks until there are events after since (of job ref, if
+// given) and returns them; see Events.
+func (st *Store) WaitEvents(ctx context.Context, since int64, ref string) ([]state.Event, error) {
+	keep, err := st.eventFilter(ref)
+	if err != nil {
+		return nil, err
+	}
+	return st.dir.WaitEvents(ctx, since, keep)
+}
+
+func (st *Store) eventFilter(ref string) (func(state.Event) bool, error) {
+	if ref == "" {
+		return nil, nil
+	}
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	h := st.dir.Mint("job", id)
+	return func(e state.Event) bool { return e.Handle == h }, nil
+}

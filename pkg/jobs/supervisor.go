@@ -1,0 +1,615 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/state"
+	"golang.org/x/sys/unix"
+)
+
+// handshakeFD is the descriptor on which Start passes the confirmation pipe.
+const handshakeFD = 3
+
+// Supervisor timing.
+const (
+	drainTime      = 500 * time.Millisecond // output still arriving after the main process exited
+	killWait       = 5 * time.Second        // how long KillAllDescendants keeps trying
+	probeInterval  = 100 * time.Millisecond // between readiness attempts: a port opening has no event
+	backoffInitial = 100 * time.Millisecond
+	backoffMax     = 30 * time.Second
+	stableRun      = 10 * time.Second // a run this long resets the restart backoff
+)
+
+// supervisor runs one job: it owns status.json, the logs and the process
+// tree.
+type supervisor struct {
+	d    *state.Dir
+	id   string
+	dir  string
+	spec Spec
+	rec  record
+	hs   *os.File // confirmation pipe; nil once answered
+
+	// mu guards known: the children that exec.Cmd values will wait for,
+	// which the orphan reaper must leave alone.
+	mu    sync.Mutex
+	known map[int]bool
+}
+
+// RunSupervisor is the body of the hidden supervisor command that Start
+// launches (its argv is NewStore's supervisorArgv plus the job id). It
+// expects the confirmation pipe on fd 3, as Start arranges, runs the job to
+// its end with its timeout, readiness probe and restart policy, records
+// every transition in status.json and the event log, and returns when the
+// job has ended and nothing of its process tree remains.
+func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
+	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}}
+	// The pipe must not leak into the job: a job holding it would keep
+	// Start waiting for EOF.
+	if isPipe(handshakeFD) {
+		unix.CloseOnExec(handshakeFD)
+		sv.hs = os.NewFile(handshakeFD, "handshake")
+	}
+	// Whatever ends this function before the job runs (a panic included)
+	// must not read as a confirmation.
+	defer sv.answer(errors.New("the supervisor ended before the job started"))
+	// Notify before anything records our PID: from then on Stop may send
+	// SIGTERM, which must reach this handler rather than kill us.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
+
+	if err := state.ReadJSON(filepath.Join(sv.dir, specFile), &sv.spec); err != nil {
+		sv.answer(err)
+		return err
+	}
+	if err := sv.begin(); err != nil {
+		sv.answer(err)
+		return err
+	}
+	if err := proctree.SetSubreaper(); err != nil {
+		sv.answer(err)
+		return err
+	}
+	return sv.loop(ctx, sigs, chld)
+}
+
+func isPipe(fd int) bool {
+	var st unix.Stat_t
+	return unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO
+}
+
+// answer completes the handshake once: ok when err is nil.
+func (sv *supervisor) answer(err error) {
+	if sv.hs == nil {
+		return
+	}
+	hs := handshake{OK: err == nil}
+	if err != nil {
+		hs.Error = err.Error()
+		var ce *codedError
+		if errors.As(err, &ce) {
+			hs.Code = ce.code
+		}
+	}
+	b, _ := json.Marshal(hs)
+	_, _ = sv.hs.Write(b)
+	_ = sv.hs.Close()
+	sv.hs = nil
+}
+
+// codedError is a start failure with a stable code for the handshake.
+type codedError struct {
+	code string
+	err  error
+}
+
+func (e *codedError) Error() string { return e.err.Error() }
+func (e *codedError) Unwrap() error { return e.err }
+
+// begin records the supervisor's identity before anything else, so that
+// from the first status.json on, a dead supervisor is detectable.
+func (sv *supervisor) begin() error {
+	var prev record
+	hadPrev := state.ReadJSON(filepath.Join(sv.dir, statusFile), &prev) == nil
+	self, err := proctree.ReadStat(os.Getpid())
+	if err != nil {
+		return err
+	}
+	boot, _ := proctree.BootID()
+	sv.rec = record{
+		Status: StatusStarting, Name: sv.spec.Name, Description: sv.spec.Description,
+		Command: sv.spec.command(), Cwd: sv.spec.Cwd,
+		SupervisorPID: self.PID, SupervisorStart: self.StartTime, BootID: boot,
+		Run: 1,
+	}
+	if hadPrev {
+		// A manual restart: a new run of the same job.
+		sv.rec.Run = prev.Run + 1
+		sv.rec.Restarts = prev.Restarts + 1
+	}
+	// A stop request or lost marker belongs to the previous run.
+	_ = os.Remove(filepath.Join(sv.dir, stopFile))
+	_ = os.Remove(filepath.Join(sv.dir, lostMarker))
+	return sv.save()
+}
+
+func (sv *supervisor) save() error {
+	return state.WriteJSONAtomic(filepath.Join(sv.dir, statusFile), sv.rec, 0o600)
+}
+
+func (sv *supervisor) event(typ string) {
+	e := state.Event{Handle: sv.d.Mint("job", sv.id), Name: sv.spec.Name, Type: typ,
+		ExitCode: sv.rec.ExitCode, Signal: sv.rec.Signal, Reason: sv.rec.Reason}
+	if typ == "restarted" {
+		e.Restarts = sv.rec.Restarts
+	}
+	_, _ = sv.d.AppendEvent(e)
+}
+
+// runResult is how one run of the job ended.
+type runResult struct {
+	status   string // exited, failed, stopped, timeout
+	exitCode *int
+	signal   string
+	reason   string
+}
+
+func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error {
+	var deadline <-chan time.Time
+	if sv.spec.Timeout > 0 {
+		t := time.NewTimer(sv.spec.Timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	outSink, err := openSink(sv.dir, Stdout, sv.spec.LogLimit)
+	if err != nil {
+		sv.answer(err)
+		return err
+	}
+	defer outSink.Close()
+	errSink, err := openSink(sv.dir, Stderr, sv.spec.LogLimit)
+	if err != nil {
+		sv.answer(err)
+		return err
+	}
+	defer errSink.Close()
+
+	backoff := backoffInitial
+	first := true
+	for {
+		began := time.Now()
+		res, err := sv.runOnce(ctx, first, outSink, errSink, sigs, chld, deadline)
+		if err != nil {
+			// The job could not start: record the failure honestly.
+			sv.rec.Status, sv.rec.Final, sv.rec.Ready = StatusFailed, true, false
+			sv.rec.PID, sv.rec.PIDStart = 0, 0
+			var ce *codedError
+			if errors.As(err, &ce) {
+				sv.rec.Reason = ce.code
+			} else {
+				sv.rec.Reason = CodeStartFailed
+			}
+			if !first {
+				sv.event(StatusFailed)
+			}
+			sv.finish(outSink, errSink)
+			sv.answer(err)
+			return err
+		}
+		first = false
+		sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = res.exitCode, res.signal, res.reason
+		if !sv.shouldRestart(res) {
+			sv.rec.Status, sv.rec.Final, sv.rec.Ready = res.status, true, false
+			sv.event(res.status)
+			sv.finish(outSink, errSink)
+			return nil
+		}
+		if time.Since(began) >= stableRun {
+			backoff = backoffInitial
+		}
+		sv.rec.Status, sv.rec.Ready = StatusStarting, false
+		_ = sv.save()
+		// Wait out the backoff, still answering stop requests and the
+		// overall timeout.
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case s := <-sigs:
+			t.Stop()
+			if s == syscall.SIGHUP {
+				break
+			}
+			sv.rec.Status, sv.rec.Final = StatusStopped, true
+			sv.event(StatusStopped)
+			sv.finish(outSink, errSink)
+			return nil
+		case <-deadline:
+			sv.rec.Status, sv.rec.Final = StatusTimeout, true
+			sv.event(StatusTimeout)
+			sv.finish(outSink, errSink)
+			return nil
+		}
+		backoff = min(2*backoff, backoffMax)
+		sv.rec.Restarts++
+	}
+}
+
+func (sv *supervisor) shouldRestart(res runResult) bool {
+	if res.status != StatusExited && res.status != StatusFailed {
+		return false
+	}
+	switch sv.spec.Restart {
+	case RestartAlways:
+	case RestartOnFailure:
+		if res.status != StatusFailed {
+			return false
+		}
+	default:
+		return false
+	}
+	return sv.spec.MaxRestarts == 0 || sv.rec.Restarts < sv.spec.MaxRestarts
+}
+
+// finish writes the final record. The final event is appended before it:
+// whoever sees the final status also finds the event, and a supervisor
+// killed in between leaves the event, not a silent end.
+func (sv *supervisor) finish(out, errs *logSink) {
+	sv.rec.EndedAt = state.FormatTime(time.Now())
+	sv.rec.StdoutBytes, sv.rec.StderrBytes = out.total(), errs.total()
+	_ = sv.save()
+}
+
+// startError classifies a failure to start the job.
+func startError(spec *Spec, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir"):
+		return &codedError{CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
+	case errors.As(err, &pe) && pe.Op == "chdir":
+		return &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
+	case errors.Is(err, fs.ErrPermission):
+		return &codedError{CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
+	}
+	return &codedError{CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
+}
+
+// runOnce starts the job once and supervises it until it ends and its whole
+// process tree is gone. An error means it could not be started.
+func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
+	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
+	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
+		return runResult{}, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
+	}
+	argv := sv.spec.execArgv()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return runResult{}, err
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return runResult{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return runResult{}, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
+	err = sv.startKnown(cmd)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return runResult{}, startError(&sv.spec, err)
+	}
+	pid := cmd.Process.Pid
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		sv.forget(pid)
+		close(exited)
+	}()
+
+	pctx, stopProbe := context.WithCancel(ctx)
+	readyCh := make(chan struct{})
+	var readyOnce sync.Once
+	markReady := func() { readyOnce.Do(func() { close(readyCh) }) }
+	var logRE *regexp.Regexp
+	if sv.spec.Ready.Log != "" {
+		logRE = regexp.MustCompile(sv.spec.Ready.Log) // validated by Start
+	}
+	var copiers sync.WaitGroup
+	copiers.Go(func() { copyLog(outR, outSink, logRE, markReady) })
+	copiers.Go(func() { copyLog(errR, errSink, logRE, markReady) })
+	copied := make(chan struct{})
+	go func() { copiers.Wait(); close(copied) }()
+
+	st, _ := proctree.ReadStat(pid)
+	sv.rec.Status, sv.rec.Ready = StatusRunning, false
+	sv.rec.PID, sv.rec.PIDStart = pid, st.StartTime
+	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
+	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
+	_ = sv.save()
+	switch {
+	case first && sv.rec.Run == 1:
+		sv.event("started")
+	default:
+		sv.event("restarted")
+	}
+	sv.answer(nil)
+
+	var probes sync.WaitGroup
+	var readyTimeout <-chan time.Time
+	if sv.spec.Ready.Set() {
+		rt := time.NewTimer(sv.spec.Ready.Timeout)
+		defer rt.Stop()
+		readyTimeout = rt.C
+		if logRE == nil {
+			probes.Go(func() { sv.probe(pctx, markReady) })
+		}
+	}
+	finishProbes := func() { stopProbe(); probes.Wait() }
+	defer finishProbes()
+
+	res := runResult{}
+	terminate := func(status string, sig syscall.Signal, grace time.Duration, reason string) {
+		res.status, res.reason = status, reason
+		_ = proctree.SignalGroup(pid, sig)
+		// Descendants that left the group (setsid) get the signal too.
+		_, _ = proctree.SignalDescendants(os.Getpid(), sig)
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-exited:
+		case <-t.C:
+			_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+			_, _ = proctree.SignalDescendants(os.Getpid(), syscall.SIGKILL)
+		}
+	}
+wait:
+	for {
+		select {
+		case <-exited:
+			break wait
+		case <-readyCh:
+			readyCh = nil
+			readyTimeout = nil
+			sv.rec.Status, sv.rec.Ready = StatusReady, true
+			_ = sv.save()
+			sv.event(StatusReady)
+		case <-readyTimeout:
+			terminate(StatusFailed, syscall.SIGTERM, sv.spec.KillGrace, "ready_timeout")
+		case <-deadline:
+			terminate(StatusTimeout, syscall.SIGTERM, sv.spec.KillGrace, "")
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				continue // no terminal to lose; stay up
+			}
+			req := stopRequest{Signal: int(syscall.SIGTERM), GraceMS: DefaultKillGrace.Milliseconds()}
+			_ = state.ReadJSON(filepath.Join(sv.dir, stopFile), &req)
+			terminate(StatusStopped, syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond, "")
+		case <-chld:
+			sv.reapOrphans()
+		}
+		if res.status != "" {
+			<-exited
+			break
+		}
+	}
+	finishProbes()
+	// The main process is gone. Give output still in flight a moment, then
+	// kill everything it left behind, so no process and no pipe writer
+	// outlives the run.
+	dt := time.NewTimer(drainTime)
+	select {
+	case <-copied:
+	case <-dt.C:
+	}
+	dt.Stop()
+	proctree.KillAllDescendants(killWait)
+	ct := time.NewTimer(drainTime)
+	select {
+	case <-copied:
+	case <-ct.C:
+		// A writer escaped (it was never our descendant): stop reading.
+		outR.Close()
+		errR.Close()
+		<-copied
+	}
+	ct.Stop()
+	outR.Close()
+	errR.Close()
+
+	var ee *exec.ExitError
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if waitErr != nil && !errors.As(waitErr, &ee) {
+		ws = 0
+	}
+	if ws.Signaled() {
+		res.signal = unix.SignalName(ws.Signal())
+	} else {
+		code := ws.ExitStatus()
+		res.exitCode = &code
+	}
+	if res.status == "" {
+		res.status = StatusFailed
+		if res.exitCode != nil && *res.exitCode == 0 {
+			res.status = StatusExited
+		}
+	}
+	return res, nil
+}
+
+// startKnown starts cmd while holding the reaper lock, so the reaper never
+// mistakes the new child for an orphan before it is registered.
+func (sv *supervisor) startKnown(cmd *exec.Cmd) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sv.known[cmd.Process.Pid] = true
+	return nil
+}
+
+func (sv *supervisor) forget(pid int) {
+	sv.mu.Lock()
+	delete(sv.known, pid)
+	sv.mu.Unlock()
+}
+
+// reapOrphans collects the zombies of adopted orphans while the job runs
+// (a subreaper inherits them), leaving alone the children exec.Cmd waits
+// for.
+func (sv *supervisor) reapOrphans() {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, s := range snap {
+		if s.PPID == self && s.Dead() && !sv.known[s.PID] {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(s.PID, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
+
+// copyLog copies one stream into its sink, and while a log probe waits,
+// matches complete lines against re.
+func copyLog(r io.Reader, sink *logSink, re *regexp.Regexp, ready func()) {
+	buf := make([]byte, 32<<10)
+	var line []byte
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			_, _ = sink.Write(buf[:n])
+			if re != nil {
+				line = append(line, buf[:n]...)
+				for {
+					i := indexNL(line)
+					if i < 0 {
+						break
+					}
+					if re.Match(line[:i]) {
+						ready()
+						re = nil
+						break
+					}
+					line = line[i+1:]
+				}
+				if re != nil && len(line) > 64<<10 {
+					// An endless line: match what we have and move on.
+					if re.Match(line) {
+						ready()
+						re = nil
+					}
+					line = line[:0]
+				}
+				if re == nil {
+					line = nil
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func indexNL(b []byte) int {
+	for i, c := range b {
+		if c == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+// probe runs the HTTP, TCP or command readiness check until it passes or
+// ctx ends. These have no event to wait for, so they retry on an interval.
+func (sv *supervisor) probe(ctx context.Context, ready func()) {
+	p := sv.spec.Ready
+	client := &http.Client{Timeout: time.Second}
+	try := func() bool {
+		switch {
+		case p.HTTP != "":
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTP, nil)
+			if err != nil {
+				return false
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode < 500
+		case p.TCP != "":
+			var d net.Dialer
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			c, err := d.DialContext(dctx, "tcp", p.TCP)
+			if err != nil {
+				return false
+			}
+			c.Close()
+			return true
+		case p.Cmd != "":
+			shell := sv.spec.ShellProgram
+			if shell == "" {
+				shell = "sh"
+			}
+			cmd := exec.CommandContext(ctx, shell, "-c", p.Cmd)
+			cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+			if sv.startKnown(cmd) != nil {
+				return false
+			}
+			err := cmd.Wait()
+			sv.forget(cmd.Process.Pid)
+			return err == nil
+		}
+		return false
+	}
+	t := time.NewTicker(probeInterval)
+	defer t.Stop()
+	for {
+		if try() {
+			ready()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/state"
+	"golang.org/x/sys/unix"
+)
+
+// What Wait waits for.
+const (
+	ForExit  = "exit"
+	ForReady = "ready"
+)
+
+// Wait blocks until every job in refs (with any, the first of them) has
+// ended, or for ForReady is ready or has ended, and returns their statuses
+// in the order of refs. When ctx ends first it returns the current statuses
+// and ctx's error.
+//
+// It does not poll: it watches the job directories (the supervisor
+// replaces status.json on every change) and each live supervisor's pidfd
+// (a SIGKILLed supervisor writes nothing, but its pidfd becomes readable).
+// Watches are armed before each check, so no change falls between the two.
+func (st *Store) Wait(ctx context.Context, refs []string, what string, any bool) ([]Status, error) {
+	if what != ForExit && what != ForReady {
+		return nil, invalid("wait for must be exit or ready, not %q", what)
+	}
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		id, err := st.Resolve(r)
+		if err != nil {
+			return nil, err
+		}
+		ids[i] = id
+	}
+	return st.waitIDs(ctx, ids, what, any)
+}
+
+func (st *Store) waitIDs(ctx context.Context, ids []string, what string, any bool) ([]Status, error) {
+	dirs := make([]string, len(ids))
+	for i, id := range ids {
+		dirs[i] = st.jobDir(id)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed, err := state.Watch(wctx, dirs...)
+	if err != nil {
+		return nil, err
+	}
+	died := make(chan struct{}, 1)
+	watched := map[[2]uint64]bool{}
+	for {
+		out := make([]Status, len(ids))
+		done := 0
+		for i, id := range ids {
+			s, err := st.statusOf(id)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = s
+			if s.Ended() || (what == ForReady && s.Ready) {
+				done++
+				continue
+			}
+			key := [2]uint64{uint64(s.svPID), s.svStart}
+			if s.svPID > 0 && !watched[key] {
+				watched[key] = true
+				go func() {
+					if waitProcess(wctx, s.svPID, s.svStart) == nil {
+						select {
+						case died <- struct{}{}:
+						default:
+						}
+					}
+				}()
+			}
+		}
+		if done == len(ids) || (any && done > 0) {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case _, ok := <-changed:
+			if !ok && ctx.Err() == nil {
+				return out, errors.New("jobs: watching the job directories failed")
+			}
+		case <-died:
+		}
+	}
+}
+
+// waitProcess blocks until the process (pid, start) is gone, returning nil,
+// or ctx ends. It uses a pidfd, which becomes readable when the process
+// exits; the start time is checked after opening it, so the pidfd cannot
+// belong to a recycled PID.
+func waitProcess(ctx context.Context, pid int, start uint64) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil // already gone
+	}
+	defer unix.Close(fd)
+	if !proctree.Alive(pid, start) {
+		return nil
+	}
+	// A pipe whose write end is closed when ctx ends wakes the poll.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	stop := context.AfterFunc(ctx, func() { w.Close() })
+	defer func() {
+		if stop() {
+			w.Close()
+		}
+	}()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(r.Fd()), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fds[0].Revents != 0 {
+			// Readable means exited, but a zombie still has its stat, so
+			// Alive is what callers will see: it says dead for zombies.
+			return nil
+		}
+		if fds[1].Revents != 0 {
+			return ctx.Err()
+		}
+	}
+}
