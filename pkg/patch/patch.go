@@ -14,6 +14,29 @@
 // Plan checks every hunk of every file against the current contents and
 // returns the complete change set, or an error and no changes at all, so that
 // the caller can commit a patch all or nothing.
+//
+// Choices worth knowing:
+//
+//   - Strip -1 (automatic) strips one component from a file's names when
+//     they carry git's a/ and b/ prefixes and none otherwise, so both
+//     `git diff` and `diff -u f.orig f` apply without a flag.
+//   - Hunk line counts are checked, as git apply does: a hunk shorter or
+//     longer than its @@ header is a parse error, not a guess.
+//   - Context is matched exactly first, then ignoring trailing whitespace,
+//     then ignoring surrounding whitespace, then with typographic quotes,
+//     dashes and spaces read as ASCII; unified hunks prefer the match
+//     nearest their line number. Context lines keep the file's own text.
+//   - Lines keep their own line endings; new lines take the file's (CRLF
+//     files stay CRLF); a UTF-8 BOM stays. A unified diff keeps or drops the
+//     final newline as its `\ No newline` markers say, and keeps a missing
+//     one missing when it says nothing; the agent format always ends the
+//     file with a newline, like the reference tool.
+//   - In the agent format, a pure-addition chunk under an `@@ anchor` goes
+//     right after the anchor line (the reference tool appends it to the end
+//     of the file); without an anchor it goes at the end. An update with
+//     Move to and no chunks is a plain rename.
+//   - Paths must be relative and stay inside the directory the patch is
+//     applied in; others are refused with outside_root.
 package patch
 
 import (
