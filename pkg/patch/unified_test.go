@@ -269,14 +269,14 @@ func TestUnified(t *testing.T) {
 			strip: -1, want: memTree{"f": []byte("\uFEFFA\nb\n")},
 		},
 		{
-			name: "git format-patch mail with signature",
-			tree: memTree{"f": []byte("a\n")},
+			name:  "git format-patch mail with signature",
+			tree:  memTree{"f": []byte("a\n")},
 			patch: "From x\nSubject: y\n---\n f | 2 +-\n\ndiff --git a/f b/f\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n-- \n2.43.0\n",
 			strip: -1, want: memTree{"f": []byte("b\n")},
 		},
 		{
-			name: "git log -p with several commits' messages",
-			tree: memTree{"f": []byte("x\na\n"), "g": []byte("1\n")},
+			name:  "git log -p with several commits' messages",
+			tree:  memTree{"f": []byte("x\na\n"), "g": []byte("1\n")},
 			patch: "commit 1\n\n    msg\n\ndiff --git a/f b/f\nindex 1..2\n--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n x\n-a\n+b\ncommit 2\n\n    +not a hunk line\n\ndiff --git a/g b/g\n--- a/g\n+++ b/g\n@@ -1 +1 @@\n-1\n+2\n",
 			strip: -1, want: memTree{"f": []byte("x\nb\n"), "g": []byte("2\n")},
 		},
