@@ -1,0 +1,531 @@
+package files
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRead(t *testing.T) {
+	tests := []struct {
+		name    string
+		content string
+		opt     ReadOptions
+		want    ReadResult // Path, SHA256 and Size are checked separately
+		code    string
+	}{
+		{name: "whole", content: "a\nb\nc\n", want: ReadResult{Content: "a\nb\nc\n", TotalLines: 3, LineStart: 1, LineEnd: 3}},
+		{name: "no final newline", content: "a\nb", want: ReadResult{Content: "a\nb", TotalLines: 2, LineStart: 1, LineEnd: 2}},
+		{name: "range", content: "1\n2\n3\n4\n5\n", opt: ReadOptions{Offset: 2, Limit: 2},
+			want: ReadResult{Content: "2\n3\n", TotalLines: 5, LineStart: 2, LineEnd: 3}},
+		{name: "numbered", content: "a\r\nb\r\n", opt: ReadOptions{Numbered: true, Offset: 2},
+			want: ReadResult{Content: "     2\tb\n", TotalLines: 2, LineStart: 2, LineEnd: 2}},
+		{name: "max bytes at line end", content: "aaa\nbbb\nccc\n", opt: ReadOptions{MaxBytes: 9},
+			want: ReadResult{Content: "aaa\nbbb\n", TotalLines: 3, LineStart: 1, LineEnd: 2, Truncated: true}},
+		{name: "max bytes inside a line keeps utf-8 whole", content: "héllo\n", opt: ReadOptions{MaxBytes: 2},
+			want: ReadResult{Content: "h", TotalLines: 1, LineStart: 1, LineEnd: 1, Truncated: true}},
+		{name: "bom not shown", content: "\uFEFFx\n", want: ReadResult{Content: "x\n", TotalLines: 1, LineStart: 1, LineEnd: 1}},
+		{name: "empty", content: "", want: ReadResult{}},
+		{name: "binary", content: "\x00\x01\x02", want: ReadResult{Binary: true}},
+		{name: "offset past end", content: "a\n", opt: ReadOptions{Offset: 3}, code: CodeLineOutOfRange},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			put(t, filepath.Join(root, "f"), tt.content)
+			r, err := fsys.Read("f", tt.opt)
+			if code(err) != tt.code {
+				t.Fatalf("error %v, want %s", err, tt.code)
+			}
+			if err != nil {
+				return
+			}
+			want := tt.want
+			want.Path, want.SHA256, want.Size = "f", sha([]byte(tt.content)), int64(len(tt.content))
+			if *r != want {
+				t.Fatalf("got  %+v\nwant %+v", *r, want)
+			}
+		})
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	fsys, root := newTestFS(t)
+	if _, err := fsys.Read("missing", ReadOptions{}); code(err) != CodeFileNotFound {
+		t.Fatalf("got %v", err)
+	}
+	os.Mkdir(filepath.Join(root, "d"), 0o755)
+	if _, err := fsys.Read("d", ReadOptions{}); code(err) != CodeIsDirectory {
+		t.Fatalf("got %v", err)
+	}
+	if err := mkfifo(filepath.Join(root, "fifo")); err != nil {
+		t.Skip(err)
+	}
+	if _, err := fsys.Read("fifo", ReadOptions{}); code(err) != CodeNotRegularFile {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := fsys.Write("fifo", []byte("x"), WriteOptions{}); code(err) != CodeNotRegularFile {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReadPermissionDenied(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads everything")
+	}
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "f")
+	put(t, p, "x")
+	os.Chmod(p, 0)
+	if _, err := fsys.Read("f", ReadOptions{}); code(err) != CodePermissionDenied {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestWrite(t *testing.T) {
+	fsys, root := newTestFS(t)
+
+	m, err := fsys.Write("sub/dir/new.txt", []byte("hello\n"), WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "sub/dir/new.txt")
+	if !m.Created || !m.Changed || m.SHA256Before != "" || m.NewFile != "hello\n" || get(t, p) != "hello\n" {
+		t.Fatalf("bad create: %+v", m)
+	}
+	if m.Diff != "--- /dev/null\n+++ sub/dir/new.txt\n@@ -0,0 +1 @@\n+hello\n" || m.DiffStats != (DiffStats{Added: 1}) {
+		t.Fatalf("diff %q %+v", m.Diff, m.DiffStats)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+
+	// The same content again changes nothing.
+	m, err = fsys.Write("sub/dir/new.txt", []byte("hello\n"), WriteOptions{})
+	if err != nil || m.Changed || m.Created {
+		t.Fatalf("rewrite: %+v %v", m, err)
+	}
+
+	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectAbsent: true}); code(err) != CodeFileExists {
+		t.Fatalf("expect absent: %v", err)
+	}
+	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != CodeFileChanged {
+		t.Fatalf("expect sha: %v", err)
+	}
+	if _, err := fsys.Write("gone.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != CodeFileChanged {
+		t.Fatalf("expect sha of missing: %v", err)
+	}
+	if _, err := fsys.Write("nodir/x.txt", []byte("x"), WriteOptions{NoMkdir: true}); code(err) != CodeFileNotFound {
+		t.Fatalf("no mkdir: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "nodir")); !os.IsNotExist(err) {
+		t.Fatalf("nodir created")
+	}
+
+	// Append, and mode kept across a rewrite.
+	os.Chmod(p, 0o600)
+	m, err = fsys.Write("sub/dir/new.txt", []byte("more\n"), WriteOptions{Append: true, ExpectSHA256: sha([]byte("hello\n"))})
+	if err != nil || get(t, p) != "hello\nmore\n" || m.DiffStats != (DiffStats{Added: 1}) {
+		t.Fatalf("append: %+v %v", m, err)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode not kept: %v", fi.Mode())
+	}
+	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(p); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("mode not set: %v", fi.Mode())
+	}
+
+	// Binary content is written as is and reported without texts.
+	m, err = fsys.Write("bin", []byte{0, 1, 2, 0xff}, WriteOptions{})
+	if err != nil || !m.Binary || !m.ContentOmitted || get(t, filepath.Join(root, "bin")) != "\x00\x01\x02\xff" {
+		t.Fatalf("binary: %+v %v", m, err)
+	}
+	if _, err := fsys.Write(".", []byte("x"), WriteOptions{}); code(err) != CodeIsDirectory {
+		t.Fatalf("root dir: %v", err)
+	}
+	noSideFiles(t, root)
+}
+
+func TestWriteContentOmitted(t *testing.T) {
+	fsys, _ := newTestFS(t)
+	fsys.MaxContent = 4
+	m, err := fsys.Write("f", []byte("12345\n"), WriteOptions{})
+	if err != nil || !m.ContentOmitted || m.NewFile != "" || m.Diff == "" {
+		t.Fatalf("%+v %v", m, err)
+	}
+}
+
+func TestWriteThroughSymlink(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "real/target.txt"), "old\n")
+	os.Chmod(filepath.Join(root, "real/target.txt"), 0o640)
+	// A relative link and an absolute one, both inside the root.
+	if err := os.Symlink("real/target.txt", filepath.Join(root, "rel-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "real/target.txt"), filepath.Join(root, "abs-link")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Write("rel-link", []byte("new\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Edit("abs-link", []EditSpec{{Old: "new", New: "newer"}}, EditOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"rel-link", "abs-link"} {
+		fi, err := os.Lstat(filepath.Join(root, l))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("%s is no longer a symlink", l)
+		}
+	}
+	if get(t, filepath.Join(root, "real/target.txt")) != "newer\n" {
+		t.Fatal("target not updated")
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "real/target.txt")); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+	noSideFiles(t, root)
+}
+
+func TestInsert(t *testing.T) {
+	tests := []struct {
+		name, before string
+		line         int
+		text         string
+		want, code   string
+	}{
+		{name: "before first", before: "a\nb\n", line: 0, text: "x", want: "x\na\nb\n"},
+		{name: "middle", before: "a\nb\n", line: 1, text: "x\ny\n", want: "a\nx\ny\nb\n"},
+		{name: "end", before: "a\nb\n", line: 2, text: "x", want: "a\nb\nx\n"},
+		{name: "end without final newline", before: "a\nb", line: 2, text: "x\n", want: "a\nb\nx"},
+		{name: "crlf", before: "a\r\nb\r\n", line: 1, text: "x\ny", want: "a\r\nx\r\ny\r\nb\r\n"},
+		{name: "bom", before: "\uFEFFa\n", line: 0, text: "x", want: "\uFEFFx\na\n"},
+		{name: "empty file", before: "", line: 0, text: "x", want: "x\n"},
+		{name: "tabs", before: "a\n", line: 1, text: "\tx", want: "a\n\tx\n"},
+		{name: "out of range", before: "a\n", line: 2, text: "x", code: CodeLineOutOfRange},
+		{name: "negative", before: "a\n", line: -1, text: "x", code: CodeLineOutOfRange},
+		{name: "nothing", before: "a\n", line: 0, text: "", code: CodeNoChange},
+		{name: "binary", before: "\x00", line: 0, text: "x", code: CodeBinaryFile},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			p := filepath.Join(root, "f")
+			put(t, p, tt.before)
+			m, err := fsys.Insert("f", tt.line, tt.text, InsertOptions{})
+			if code(err) != tt.code {
+				t.Fatalf("error %v, want %s", err, tt.code)
+			}
+			if err != nil {
+				if get(t, p) != tt.before {
+					t.Fatal("changed on failure")
+				}
+				return
+			}
+			if got := get(t, p); got != tt.want || m.NewFile != tt.want {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+	fsys, _ := newTestFS(t)
+	if _, err := fsys.Insert("missing", 0, "x", InsertOptions{}); code(err) != CodeFileNotFound {
+		t.Fatalf("missing: %v", err)
+	}
+}
+
+func TestStatAndList(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "a.txt"), "one\ntwo\n")
+	put(t, filepath.Join(root, "src/main.go"), "package main\n")
+	put(t, filepath.Join(root, "src/deep/x.go"), "package deep\n")
+	put(t, filepath.Join(root, ".env"), "SECRET=1\n")
+	os.Symlink("a.txt", filepath.Join(root, "link"))
+	fsys.Deny = []string{"**/.env"}
+
+	st, err := fsys.Stat("a.txt")
+	if err != nil || st.Kind != "file" || st.Size != 8 || st.Mode != "0644" || st.TotalLines != 2 || st.SHA256 != sha([]byte("one\ntwo\n")) {
+		t.Fatalf("%+v %v", st, err)
+	}
+	st, err = fsys.Stat("link")
+	if err != nil || st.Kind != "symlink" || st.LinkTarget != "a.txt" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	st, err = fsys.Stat("src")
+	if err != nil || st.Kind != "directory" {
+		t.Fatalf("%+v %v", st, err)
+	}
+	if _, err := fsys.Stat("nope"); code(err) != CodeFileNotFound {
+		t.Fatalf("%v", err)
+	}
+
+	l, err := fsys.List(".", ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range l.Entries {
+		names = append(names, e.Path+":"+e.Kind)
+	}
+	if strings.Join(names, " ") != "a.txt:file link:symlink src:directory" {
+		t.Fatalf("list: %v", names)
+	}
+	l, err = fsys.List(".", ListOptions{Depth: 3, Glob: "**/*.go"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = nil
+	for _, e := range l.Entries {
+		names = append(names, e.Path)
+	}
+	if strings.Join(names, " ") != "src/deep/x.go src/main.go" {
+		t.Fatalf("glob list: %v", names)
+	}
+	l, _ = fsys.List(".", ListOptions{Depth: 5, MaxEntries: 2})
+	if len(l.Entries) != 2 || !l.Truncated {
+		t.Fatalf("limit: %+v", l)
+	}
+	if _, err := fsys.List("a.txt", ListOptions{}); code(err) != CodeNotRegularFile {
+		t.Fatalf("list a file: %v", err)
+	}
+}
+
+func TestUndo(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "f")
+
+	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+		t.Fatalf("empty: %v", err)
+	}
+	for _, v := range []string{"v1\n", "v2\n", "v3\n"} {
+		if _, err := fsys.Write("f", []byte(v), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(p, 0o600)
+	if _, err := fsys.Edit("f", []EditSpec{{Old: "v3", New: "v4"}}, EditOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"v3\n", "v2\n", "v1\n"} {
+		m, err := fsys.Undo("f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, p); got != want || m.NewFile != want {
+			t.Fatalf("undo gave %q, want %q", got, want)
+		}
+		// Each version comes back with the mode it had.
+		wantMode := os.FileMode(0o644)
+		if want == "v3\n" {
+			wantMode = 0o600
+		}
+		if fi, _ := os.Stat(p); fi.Mode().Perm() != wantMode {
+			t.Fatalf("undo to %q: mode %v", want, fi.Mode())
+		}
+	}
+	// Undoing the creation deletes the file.
+	m, err := fsys.Undo("f")
+	if err != nil || !m.Deleted {
+		t.Fatalf("undo create: %+v %v", m, err)
+	}
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatal("file still there")
+	}
+	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+		t.Fatalf("end of chain: %v", err)
+	}
+	noSideFiles(t, root)
+}
+
+func TestUndoConflict(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "f")
+	put(t, p, "base\n")
+	if _, err := fsys.Write("f", []byte("agent\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	put(t, p, "human\n")
+	_, err := fsys.Undo("f")
+	if code(err) != CodeUndoConflict || details(err)["current_sha256"] != sha([]byte("human\n")) {
+		t.Fatalf("got %v %v", err, details(err))
+	}
+	if get(t, p) != "human\n" {
+		t.Fatal("conflicting undo changed the file")
+	}
+	os.Remove(p)
+	if _, err := fsys.Undo("f"); code(err) != CodeUndoConflict {
+		t.Fatalf("deleted file: %v", err)
+	}
+}
+
+func TestUndoWithoutHistory(t *testing.T) {
+	fsys, _ := newTestFS(t)
+	fsys.HistoryDir = ""
+	if _, err := fsys.Write("f", []byte("x"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestUndoHistoryBounded(t *testing.T) {
+	fsys, _ := newTestFS(t)
+	fsys.HistoryVersions = 3
+	for i := range 6 {
+		if _, err := fsys.Write("f", []byte(strings.Repeat("x", i+1)), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for {
+		if _, err := fsys.Undo("f"); err != nil {
+			if code(err) != CodeNothingToUndo {
+				t.Fatal(err)
+			}
+			break
+		}
+		n++
+	}
+	if n != 3 {
+		t.Fatalf("%d undos, want 3", n)
+	}
+
+	// The byte cap drops old versions but keeps the newest.
+	fsys, _ = newTestFS(t)
+	fsys.HistoryBytes = 10
+	for i := range 4 {
+		if _, err := fsys.Write("g", []byte(strings.Repeat("y", 8+i)), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fsys.Undo("g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Undo("g"); code(err) != CodeNothingToUndo {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestApply(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "upd.txt"), "a\nb\n")
+	put(t, filepath.Join(root, "del.txt"), "bye\n")
+	put(t, filepath.Join(root, "mv.txt"), "moving\n")
+	os.Chmod(filepath.Join(root, "mv.txt"), 0o600)
+
+	changes := []Change{
+		{Action: ActionAdd, Path: "new/added.txt", NewContent: []byte("hi\n")},
+		{Action: ActionUpdate, Path: "upd.txt", Transform: func(old []byte) ([]byte, error) {
+			return []byte(strings.Replace(string(old), "b", "B", 1)), nil
+		}, ExpectSHA256: sha([]byte("a\nb\n"))},
+		{Action: ActionDelete, Path: "del.txt"},
+		{Action: ActionMove, Path: "mv.txt", MoveTo: "moved/mv.txt"},
+	}
+	before := entriesOf(t, root)
+	ms, err := fsys.Apply(changes, ApplyOptions{DryRun: true})
+	if err != nil || len(ms) != 4 || ms[1].DiffStats != (DiffStats{1, 1}) {
+		t.Fatalf("dry run: %v %+v", err, ms)
+	}
+	if after := entriesOf(t, root); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("dry run wrote: %v", after)
+	}
+
+	ms, err = fsys.Apply(changes, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if get(t, filepath.Join(root, "new/added.txt")) != "hi\n" || get(t, filepath.Join(root, "upd.txt")) != "a\nB\n" ||
+		get(t, filepath.Join(root, "moved/mv.txt")) != "moving\n" {
+		t.Fatal("contents")
+	}
+	if _, err := os.Stat(filepath.Join(root, "del.txt")); !os.IsNotExist(err) {
+		t.Fatal("not deleted")
+	}
+	if _, err := os.Stat(filepath.Join(root, "mv.txt")); !os.IsNotExist(err) {
+		t.Fatal("not moved")
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "moved/mv.txt")); fi.Mode().Perm() != 0o600 {
+		t.Fatal("move lost the mode")
+	}
+	if ms[0].Action != ActionAdd || !ms[0].Created || !ms[2].Deleted || ms[3].MoveTo != "moved/mv.txt" {
+		t.Fatalf("reports %+v %+v %+v", ms[0], ms[2], ms[3])
+	}
+	noSideFiles(t, root)
+
+	// Every file of a change set has its own undo.
+	if _, err := fsys.Undo("del.txt"); err != nil || get(t, filepath.Join(root, "del.txt")) != "bye\n" {
+		t.Fatalf("undo delete: %v", err)
+	}
+	if _, err := fsys.Undo("moved/mv.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Undo("mv.txt"); err != nil || get(t, filepath.Join(root, "mv.txt")) != "moving\n" {
+		t.Fatalf("undo move: %v", err)
+	}
+}
+
+func TestApplyAllOrNothing(t *testing.T) {
+	tests := []struct {
+		name    string
+		changes []Change
+		code    string
+	}{
+		{name: "add existing", code: CodeFileExists, changes: []Change{
+			{Action: ActionUpdate, Path: "a", NewContent: []byte("A")},
+			{Action: ActionAdd, Path: "b", NewContent: []byte("x")},
+		}},
+		{name: "update missing", code: CodeFileNotFound, changes: []Change{
+			{Action: ActionAdd, Path: "dir/new", NewContent: []byte("x")},
+			{Action: ActionUpdate, Path: "missing", NewContent: []byte("x")},
+		}},
+		{name: "transform fails", code: "patch_failed", changes: []Change{
+			{Action: ActionDelete, Path: "a"},
+			{Action: ActionUpdate, Path: "b", Transform: func([]byte) ([]byte, error) {
+				return nil, newErr("patch_failed", "hunk 1 does not apply")
+			}},
+		}},
+		{name: "stale", code: CodeFileChanged, changes: []Change{
+			{Action: ActionUpdate, Path: "a", NewContent: []byte("A"), ExpectSHA256: sha([]byte("old"))},
+		}},
+		{name: "move onto existing", code: CodeFileExists, changes: []Change{
+			{Action: ActionMove, Path: "a", MoveTo: "b"},
+		}},
+		{name: "same file twice", code: "invalid_request", changes: []Change{
+			{Action: ActionUpdate, Path: "a", NewContent: []byte("1")},
+			{Action: ActionDelete, Path: "./a"},
+		}},
+		{name: "unknown action", code: "invalid_request", changes: []Change{{Action: "frob", Path: "a"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			put(t, filepath.Join(root, "a"), "a\n")
+			put(t, filepath.Join(root, "b"), "b\n")
+			before := entriesOf(t, root)
+			_, err := fsys.Apply(tt.changes, ApplyOptions{})
+			if code(err) != tt.code {
+				t.Fatalf("got %v, want %s", err, tt.code)
+			}
+			if after := entriesOf(t, root); strings.Join(after, " ") != strings.Join(before, " ") {
+				t.Fatalf("tree changed: %v", after)
+			}
+			if get(t, filepath.Join(root, "a")) != "a\n" || get(t, filepath.Join(root, "b")) != "b\n" {
+				t.Fatal("content changed")
+			}
+		})
+	}
+}
+
+func TestOSErrorMapping(t *testing.T) {
+	if e := osError(errors.New("boom"), "x"); e.Code != CodeIOError {
+		t.Fatalf("%v", e.Code)
+	}
+	if e := osError(&os.PathError{Op: "openat", Path: "x", Err: errors.New("path escapes from parent")}, "x"); e.Code != CodeOutsideRoot {
+		t.Fatalf("%v", e.Code)
+	}
+}
