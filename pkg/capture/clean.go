@@ -1,6 +1,9 @@
 package capture
 
-import "unicode/utf8"
+import (
+	"bytes"
+	"unicode/utf8"
+)
 
 // Clean returns b as a model should read it: valid UTF-8 (invalid bytes become
 // U+FFFD), without ANSI escape sequences or control characters other than tab
@@ -40,6 +43,16 @@ type cleaner struct {
 	line  []rune
 	col   int // cursor; always <= len(line), which bounds the output size
 	lossy bool
+
+	// stream makes run stop before a character cut off by the end of its
+	// input instead of replacing it, so the next chunk can complete it.
+	stream bool
+	// seqStart is where the escape sequence being parsed began; cut is where
+	// an escape sequence or character cut off by the end of the input began,
+	// or -1. An incomplete sequence has no effect, so a Stream can drop it
+	// from this chunk and parse it again, whole, with the next one.
+	seqStart int
+	cut      int
 }
 
 // cleanText is Clean that also reports whether invalid UTF-8 was replaced.
@@ -48,7 +61,21 @@ func cleanText(b []byte) ([]byte, bool) {
 		return b, false
 	}
 	c := cleaner{out: make([]byte, 0, len(b))}
-	for i := 0; i < len(b); {
+	c.run(b)
+	c.flush()
+	return c.out, c.lossy
+}
+
+// run draws b: finished lines go to out, the last line stays in line.
+func (c *cleaner) run(b []byte) {
+	c.cut = -1
+	start := 0
+	if len(c.line) == 0 && plain(b) {
+		// Whole lines of plain text need no cell-by-cell drawing.
+		start = bytes.LastIndexByte(b, '\n') + 1
+		c.out = append(c.out, b[:start]...)
+	}
+	for i := start; i < len(b); {
 		ch := b[i]
 		switch {
 		case ch == '\n':
@@ -67,6 +94,7 @@ func cleanText(b []byte) ([]byte, bool) {
 			c.put('\t')
 			i++
 		case ch == 0x1b:
+			c.seqStart = i
 			i = c.escape(b, i+1)
 		case ch < 0x20 || ch == 0x7f:
 			// BEL, NUL and the other controls carry nothing for a reader.
@@ -78,9 +106,14 @@ func cleanText(b []byte) ([]byte, bool) {
 			r, size := utf8.DecodeRune(b[i:])
 			switch {
 			case r == utf8.RuneError && size == 1:
+				if c.stream && !utf8.FullRune(b[i:]) {
+					c.cut = i
+					return
+				}
 				c.lossy = true
 				c.put(utf8.RuneError)
 			case r >= 0x80 && r <= 0x9f:
+				c.seqStart = i
 				i = c.c1(b, r, i+size)
 				continue
 			default:
@@ -89,9 +122,11 @@ func cleanText(b []byte) ([]byte, bool) {
 			i += size
 		}
 	}
-	c.flush()
-	return c.out, c.lossy
 }
+
+// ranOff records that the sequence being parsed was cut off by the end of
+// the input.
+func (c *cleaner) ranOff() { c.cut = c.seqStart }
 
 // plain reports whether b needs no cleaning at all, the common case, which
 // then costs one scan and no allocation.
@@ -141,6 +176,7 @@ func (c *cleaner) backspace() {
 // resumes.
 func (c *cleaner) escape(b []byte, i int) int {
 	if i >= len(b) {
+		c.ranOff()
 		return i
 	}
 	switch n := b[i]; {
@@ -148,7 +184,7 @@ func (c *cleaner) escape(b []byte, i int) int {
 		return c.csi(b, i+1)
 	case n == ']' || n == 'P' || n == 'X' || n == '^' || n == '_':
 		// OSC, DCS, SOS, PM, APC: strings up to a terminator.
-		return skipString(b, i+1)
+		return c.skipString(b, i+1)
 	case n >= 0x20 && n <= 0x2f:
 		// nF sequences such as ESC ( B (character set): intermediates, then
 		// a final byte. A malformed one loses only what was read.
@@ -156,7 +192,9 @@ func (c *cleaner) escape(b []byte, i int) int {
 		for j < len(b) && b[j] >= 0x20 && b[j] <= 0x2f {
 			j++
 		}
-		if j < len(b) && b[j] >= 0x30 && b[j] <= 0x7e {
+		if j >= len(b) {
+			c.ranOff()
+		} else if b[j] >= 0x30 && b[j] <= 0x7e {
 			j++
 		}
 		return j
@@ -174,7 +212,7 @@ func (c *cleaner) c1(b []byte, r rune, i int) int {
 	case 0x9b:
 		return c.csi(b, i)
 	case 0x90, 0x98, 0x9d, 0x9e, 0x9f:
-		return skipString(b, i)
+		return c.skipString(b, i)
 	}
 	return i
 }
@@ -191,7 +229,8 @@ func (c *cleaner) csi(b []byte, i int) int {
 		i++
 	}
 	if i >= len(b) {
-		return i // cut off: drop it
+		c.ranOff()
+		return i
 	}
 	final := b[i]
 	if final < 0x40 || final > 0x7e {
@@ -243,7 +282,7 @@ func firstParam(params []byte, def int) int {
 }
 
 // skipString skips the body of an OSC/DCS-like string and its terminator.
-func skipString(b []byte, i int) int {
+func (c *cleaner) skipString(b []byte, i int) int {
 	for ; i < len(b); i++ {
 		switch b[i] {
 		case 0x07:
@@ -255,6 +294,7 @@ func skipString(b []byte, i int) int {
 				return i + 2
 			}
 			if i+1 >= len(b) {
+				c.ranOff()
 				return len(b)
 			}
 			return i // another sequence starts: this one was never terminated
@@ -264,6 +304,7 @@ func skipString(b []byte, i int) int {
 			}
 		}
 	}
+	c.ranOff()
 	return i
 }
 
