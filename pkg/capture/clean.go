@@ -29,8 +29,8 @@ import (
 //     so one stray ESC ] cannot swallow the rest of the output.
 //
 // The result may share memory with b when nothing needed cleaning. Clean is
-// stateless, so for streamed chunks a sequence or a "\r" redraw that
-// spans two chunks is not joined up; the final rendered result is.
+// stateless: applied to separate chunks, a sequence, character or "\r" redraw
+// that spans two of them is not joined up. Stream does that.
 func Clean(b []byte) []byte {
 	out, _ := cleanText(b)
 	return out

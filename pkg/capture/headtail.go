@@ -3,7 +3,7 @@
 //
 // A command may write gigabytes; an agent wants the beginning (how it started,
 // the first error) and the end (the summary, the last error). HeadTail keeps
-// both in O(max) memory however much is written, and Render cleans the kept
+// both in O(limit) memory however much is written, and Render cleans the kept
 // bytes (ANSI escapes, carriage-return redraws, invalid UTF-8) and joins them
 // with an "omitted" marker.
 package capture
@@ -20,9 +20,9 @@ const (
 	// KeepBoth keeps the first fifth and the last four fifths of the limit:
 	// the end of a stream usually carries the verdict, so it gets more room.
 	KeepBoth Keep = iota
-	// KeepStart keeps only the first max bytes.
+	// KeepStart keeps only the first limit bytes.
 	KeepStart
-	// KeepEnd keeps only the last max bytes.
+	// KeepEnd keeps only the last limit bytes.
 	KeepEnd
 )
 
@@ -58,9 +58,9 @@ func ParseKeep(s string) (Keep, error) {
 // do not pay for a large limit and large outputs do not regrow from a few bytes.
 const minAlloc = 4096
 
-// HeadTail is an io.Writer that keeps at most max bytes of a stream: the first
-// headCap bytes and the last tailCap bytes, with headCap+tailCap == max. It
-// counts every byte written. It deliberately has no ReadFrom method, so io.Copy
+// HeadTail is an io.Writer that keeps at most a limit of bytes of a stream:
+// the first headCap bytes and the last tailCap bytes, which add up to the
+// limit as Keep decides. It counts every byte written. It deliberately has no ReadFrom method, so io.Copy
 // cannot bypass the cap. It is safe for concurrent Write and Snapshot.
 type HeadTail struct {
 	mu      sync.Mutex
