@@ -11,6 +11,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The Go tests below run the test binary itself as agentsh.
+	if os.Getenv("AGENTSH_TEST_MAIN") == "1" {
+		os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
 	testscript.Main(m, map[string]func(){
 		"agentsh": func() { os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})

@@ -239,7 +239,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 	if o.Stream {
 		env.Pretty = false
 		st := newStreamer(env, s.render.Raw)
-		s.req.OnStart = func(pid int) { _ = env.Emit(map[string]any{"type": "start", "pid": pid}) }
+		s.req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 		s.req.OnOutput = st.chunk
 		defer st.flush()
 	}
@@ -402,7 +402,7 @@ func (s *streamer) emit(stream string, b []byte) {
 	if text == "" {
 		return
 	}
-	_ = s.env.Emit(map[string]any{"type": stream, "data": text})
+	_ = s.env.Emit(result.New().Set("type", stream).Set("data", text))
 }
 
 func (s *streamer) flush() {

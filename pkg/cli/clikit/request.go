@@ -400,7 +400,8 @@ func (e *Env) applyConfig(cmd *cobra.Command, set map[string]bool) error {
 		var vals []string
 		source := ""
 		for _, name := range EnvNames(prog, f.Name) {
-			if s, ok := e.LookupEnv(name); ok {
+			// An empty variable counts as unset, as shells treat it.
+			if s, ok := e.LookupEnv(name); ok && s != "" {
 				vals, source = splitEnvValue(f, s), "environment variable "+name
 				break
 			}

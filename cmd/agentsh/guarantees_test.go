@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentplane/agentplane/pkg/testkit"
+)
+
+// agentshCmd runs this test binary as agentsh.
+func agentshCmd(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	return cmd, &out
+}
+
+// TestBoundedMemory writes 1 GiB through agentsh and checks that capture
+// stayed bounded: peak RSS well under the output size, and the counts exact.
+func TestBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1 GiB")
+	}
+	cmd, out := agentshCmd(t, "-c", "head -c 1073741824 /dev/zero")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("agentsh: %v\n%s", err, out)
+	}
+	res := out.String()
+	if got := gjson.Get(res, "stdout_bytes").Int(); got != 1<<30 {
+		t.Fatalf("stdout_bytes = %d, want %d", got, 1<<30)
+	}
+	if !gjson.Get(res, "stdout_truncated").Bool() {
+		t.Fatal("1 GiB of output not reported as truncated")
+	}
+	if n := len(gjson.Get(res, "stdout").String()); n > 40000 {
+		t.Fatalf("captured %d bytes, want at most ~30000", n)
+	}
+	rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss // KiB on Linux
+	t.Logf("peak RSS %d KiB", rss)
+	if raceEnabled {
+		t.Skipf("RSS bound not checked under the race detector (peak %d KiB)", rss)
+	}
+	if rss > 32*1024 {
+		t.Fatalf("peak RSS %d KiB, want under 32 MiB", rss)
+	}
+}
+
+// TestCancelSIGTERM: SIGTERM to agentsh stops the tree and still prints
+// the result, exiting 128+15.
+func TestCancelSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	flag := filepath.Join(dir, "started")
+	cmd, out := agentshCmd(t, "-c", "echo begun; touch "+flag+"; sleep 6041")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(flag); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatal("command never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 143 {
+		t.Fatalf("exit: %v, want status 143\n%s", err, out)
+	}
+	res := out.String()
+	if s := gjson.Get(res, "status").String(); s != "cancelled" {
+		t.Fatalf("status %q, want cancelled\n%s", s, res)
+	}
+	if s := gjson.Get(res, "stdout").String(); s != "begun\n" {
+		t.Fatalf("stdout %q", s)
+	}
+	if left := testkit.LiveProcesses("sleep 6041"); len(left) > 0 {
+		t.Fatalf("processes outlived the call: %v", left)
+	}
+}
