@@ -8,18 +8,16 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
-	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // Exit statuses of agentsh itself, like coreutils timeout(1). Never renumber.
 const (
-	ExitTimeout        = 124 // the command timed out
-	ExitFailed         = 125 // agentsh itself failed: bad flag, invalid request, missing cwd
-	ExitCannotExecute  = 126 // the command was found but could not be run
-	ExitNotFound       = 127 // the command was not found
-	ExitSignalBase     = 128 // + N: the command was killed by signal N
-	exitCodeSuccessful = 0
+	ExitTimeout       = 124 // the command timed out
+	ExitFailed        = 125 // agentsh itself failed: bad flag, invalid request, missing cwd
+	ExitCannotExecute = 126 // the command was found but could not be run
+	ExitNotFound      = 127 // the command was not found
+	ExitSignalBase    = 128 // + N: the command was killed by signal N
 )
 
 // Program returns the agentsh program description for clikit.Main.
@@ -55,8 +53,8 @@ func build(root *cobra.Command, env *clikit.Env) {
 	opts := &RunOptions{}
 	addRunFlags(root, opts)
 	root.Annotations = map[string]string{
-		clikit.AnnotTool: "agentsh_run",
-		clikit.AnnotArgs: "argv...",
+		clikit.AnnotTool:           "agentsh_run",
+		clikit.AnnotArgs:           "argv...",
 		clikit.AnnotArgs + ".argv": "the program and its arguments, run directly without a shell",
 	}
 	root.Args = cobra.ArbitraryArgs
@@ -65,5 +63,4 @@ func build(root *cobra.Command, env *clikit.Env) {
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		return runRun(cmd, env, opts, args)
 	})
-	_ = result.CodeUsage
 }
