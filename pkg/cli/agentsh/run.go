@@ -1,7 +1,6 @@
 package agentsh
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -236,14 +234,17 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		return nil, err
 	}
 	s.req.ReapAll = true
+	var st *streamer
 	if o.Stream {
 		env.Pretty = false
-		st := newStreamer(env, s.render.Raw)
+		st = newStreamer(env, s.render)
 		s.req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 		s.req.OnOutput = st.chunk
-		defer st.flush()
 	}
 	res, err := run.Run(env.Ctx, s.req)
+	if st != nil {
+		st.flush()
+	}
 	if err != nil {
 		re := result.AsError(err)
 		code := exitCode(re.Code)
@@ -357,59 +358,45 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// streamer turns output chunks into NDJSON events. A chunk may end inside
-// a UTF-8 character; the partial bytes wait for the next chunk so that no
-// event carries a broken character.
+// streamer turns output chunks into NDJSON events, with one cleaner per
+// stream that keeps state between chunks: a character, an escape sequence
+// or a "\r" redraw split across two reads comes out as if read at once.
 type streamer struct {
 	env     *clikit.Env
-	raw     bool
+	opt     capture.RenderOptions
 	mu      sync.Mutex
-	pending map[string][]byte
+	cleaner map[string]*capture.Stream
 }
 
-func newStreamer(env *clikit.Env, raw bool) *streamer {
-	return &streamer{env: env, raw: raw, pending: map[string][]byte{}}
+func newStreamer(env *clikit.Env, opt capture.RenderOptions) *streamer {
+	return &streamer{env: env, opt: capture.RenderOptions{Raw: opt.Raw}, cleaner: map[string]*capture.Stream{}}
 }
 
 func (s *streamer) chunk(stream string, p []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	buf := append(s.pending[stream], p...)
-	cut := len(buf)
-	// Hold back an incomplete rune at the end (at most 3 bytes).
-	for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
-		if utf8.RuneStart(buf[i]) {
-			if !utf8.FullRune(buf[i:]) {
-				cut = i
-			}
-			break
-		}
+	c := s.cleaner[stream]
+	if c == nil {
+		c = capture.NewStream(s.opt)
+		s.cleaner[stream] = c
 	}
-	s.pending[stream] = append([]byte(nil), buf[cut:]...)
-	s.emit(stream, buf[:cut])
+	s.emit(stream, c.Next(p))
 }
 
 func (s *streamer) emit(stream string, b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	var text string
-	if s.raw {
-		text = string(bytes.ToValidUTF8(b, []byte("\uFFFD")))
-	} else {
-		text = string(capture.Clean(b))
-	}
-	if text == "" {
-		return
-	}
-	_ = s.env.Emit(result.New().Set("type", stream).Set("data", text))
+	_ = s.env.Emit(result.New().Set("type", stream).Set("data", string(b)))
 }
 
+// flush emits what the cleaners held back, in a fixed order.
 func (s *streamer) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for name, b := range s.pending {
-		s.emit(name, b)
-		delete(s.pending, name)
+	for _, name := range []string{"stdout", "stderr", "output"} {
+		if c := s.cleaner[name]; c != nil {
+			s.emit(name, c.Flush())
+		}
 	}
 }
