@@ -186,7 +186,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 			from := &plan{t: it.src, cur: cur, remove: true}
 			to := &plan{t: it.dst, cur: dcur, data: data, mode: cur.mode.Perm()}
 			plans = append(plans, from, to)
-			m := f.report(c.Path, c.Path, c.MoveTo, cur.content, data, cur.sha, to.newSHA(), true, true)
+			m := f.report(c.Path, c.Path, c.MoveTo, cur.content, data, cur.sha, to.newSHA(), true, true, false)
 			m.MoveTo = c.MoveTo
 			m.Changed = true
 			reports[i] = m

@@ -106,9 +106,12 @@ func applyEdit(path string, body []byte, eol string, e EditSpec, fuzzy bool) ([]
 	out, first, last := splice(body, spans)
 	rep.Replacements = len(spans)
 	rep.StartLine = lineAt(out, first.start)
-	rep.EndLine = lineAt(out, last.start)
+	// Count on from the first replacement rather than from the top again:
+	// in a huge file each count is a scan.
+	lastStart := rep.StartLine + bytes.Count(out[first.start:last.start], []byte{'\n'})
+	rep.EndLine = lastStart
 	if n := len(last.repl); n > 0 {
-		rep.EndLine = lineAt(out, last.start+n-1)
+		rep.EndLine = lastStart + bytes.Count(last.repl[:n-1], []byte{'\n'})
 	}
 	return out, rep, nil
 }

@@ -12,7 +12,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Undo history layout: HistoryDir/<hash of the file's absolute resolved
@@ -107,7 +110,7 @@ func (f *FS) entries(dir string) ([]*historyEntry, error) {
 }
 
 // recordHistory saves p's current state before the commit replaces it.
-func (f *FS) recordHistory(p *plan) (*historyEntry, error) {
+func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
 	if f.HistoryDir == "" {
 		return nil, nil
 	}
@@ -134,8 +137,10 @@ func (f *FS) recordHistory(p *plan) (*historyEntry, error) {
 		h.Meta.PrevSHA256 = p.cur.sha
 		h.Meta.PrevMode = uint32(p.cur.mode.Perm())
 		h.Meta.PrevSize = int64(len(p.cur.content))
-		if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
-			return nil, historyError(err)
+		if !linkData(root, p, h.base()+".data") {
+			if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
+				return nil, historyError(err)
+			}
 		}
 	}
 	if !p.remove {
@@ -234,4 +239,43 @@ func writeAtomic(dir, name string, data []byte) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// linkMinSize is the size from which history keeps the replaced file by a
+// hard link to its inode rather than a copy. The commit never writes that
+// inode (it renames a new file over the name), so the link holds exactly
+// the old content, and a large edit costs no second write of the file.
+const linkMinSize = 64 << 10
+
+// linkData hard-links the file p is about to replace into the history as
+// name, through /proc/self/fd so that the link is made to the inode opened
+// inside the root, never to whatever a path names a moment later. It
+// reports false when that is not possible (small file, another file system,
+// no /proc), and the caller copies instead. The content is checked against
+// its hash when an undo reads it.
+func linkData(root *os.Root, p *plan, name string) bool {
+	if len(p.cur.content) < linkMinSize {
+		return false
+	}
+	fd, err := root.OpenFile(p.t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return false
+	}
+	defer fd.Close()
+	fi, err := fd.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) {
+		return false
+	}
+	if fd.Sync() != nil {
+		return false
+	}
+	proc := "/proc/self/fd/" + strconv.Itoa(int(fd.Fd()))
+	if unix.Linkat(unix.AT_FDCWD, proc, unix.AT_FDCWD, name, unix.AT_SYMLINK_FOLLOW) != nil {
+		return false
+	}
+	if d, err := os.Open(filepath.Dir(name)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return true
 }

@@ -62,7 +62,7 @@ func nearMiss(body []byte, old string) (text string, start, end int, score float
 		trimmedOld[j] = strings.TrimSpace(l)
 	}
 
-	cheap := map[int]float64{}
+	cheap := make([]float32, windows)
 	byText := map[string][]int{}
 	for j, l := range trimmedOld {
 		if l != "" {
@@ -72,7 +72,7 @@ func nearMiss(body []byte, old string) (text string, start, end int, score float
 	for i := range lines {
 		for _, j := range byText[line(i)] {
 			if w := i - j; w >= 0 && w < windows {
-				cheap[w] += 1.0 / float64(k)
+				cheap[w] += 1 / float32(k)
 			}
 		}
 	}
@@ -82,22 +82,10 @@ func nearMiss(body []byte, old string) (text string, start, end int, score float
 			for j := range k {
 				s += quickSimilarity(trimmedOld[j], line(w+j))
 			}
-			cheap[w] = max(cheap[w], s/float64(k))
+			cheap[w] = max(cheap[w], float32(s/float64(k)))
 		}
 	}
-	cands := make([]int, 0, len(cheap))
-	for w := range cheap {
-		cands = append(cands, w)
-	}
-	sort.Slice(cands, func(a, b int) bool {
-		if cheap[cands[a]] != cheap[cands[b]] {
-			return cheap[cands[a]] > cheap[cands[b]]
-		}
-		return cands[a] < cands[b]
-	})
-	if len(cands) > rescoreTop {
-		cands = cands[:rescoreTop]
-	}
+	cands := topWindows(cheap, rescoreTop)
 	best := -1
 	for _, w := range cands {
 		s := 0.0
@@ -161,4 +149,23 @@ func similarity(a, b string) float64 {
 		prev, cur = cur, prev
 	}
 	return 1 - float64(prev[len(b)])/float64(max(len(a), len(b)))
+}
+
+// topWindows returns the indexes of the n highest scores, best first, ties
+// to the earlier window; one pass, so it stays linear in the file.
+func topWindows(scores []float32, n int) []int {
+	top := make([]int, 0, n+1)
+	for w, sc := range scores {
+		if sc <= 0 || (len(top) == n && sc <= scores[top[n-1]]) {
+			continue
+		}
+		i := sort.Search(len(top), func(i int) bool { return scores[top[i]] < sc })
+		top = append(top, 0)
+		copy(top[i+1:], top[i:])
+		top[i] = w
+		if len(top) > n {
+			top = top[:n]
+		}
+	}
+	return top
 }

@@ -182,7 +182,7 @@ func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, er
 		if bytes.Equal(data, cur.content) {
 			return nil, newErr(CodeNoChange, "the edits leave %s unchanged", path)
 		}
-		return &plan{t: t, cur: cur, data: data}, nil
+		return &plan{t: t, cur: cur, data: data, text: true}, nil
 	})
 	if m != nil {
 		m.Edits = reports
@@ -239,7 +239,7 @@ func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mut
 			nb = make([]byte, 0, len(body)+len(ins))
 			nb = append(append(append(nb, body[:off]...), ins...), body[off:]...)
 		}
-		return &plan{t: t, cur: cur, data: txt.bytes(nb)}, nil
+		return &plan{t: t, cur: cur, data: txt.bytes(nb), text: true}, nil
 	})
 }
 
@@ -367,7 +367,7 @@ func (f *FS) reportPlan(p *plan, oldName, newName string) *Mutation {
 		after = p.data
 		afterSHA = p.newSHA()
 	}
-	return f.report(p.t.given, oldName, newName, p.cur.content, after, p.cur.sha, afterSHA, p.cur.exists, !p.remove)
+	return f.report(p.t.given, oldName, newName, p.cur.content, after, p.cur.sha, afterSHA, p.cur.exists, !p.remove, p.text)
 }
 
 // checkExpect enforces an expected hash, read under the lock so the check

@@ -529,3 +529,33 @@ func TestOSErrorMapping(t *testing.T) {
 		t.Fatalf("%v", e.Code)
 	}
 }
+
+// TestUndoLargeFile covers history kept by hard link (files from
+// linkMinSize up): the replaced inode must hold the old content.
+func TestUndoLargeFile(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "big")
+	orig := strings.Repeat("0123456789abcdef\n", 2*linkMinSize/17)
+	put(t, p, orig)
+	if _, err := fsys.Edit("big", []EditSpec{{Old: "0123456789abcdef\n", New: "changed\n"}, {Old: "changed\n0123", New: "x"}}, EditOptions{Fuzzy: false}); code(err) != CodeOldStringNotUnique {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := fsys.Edit("big", []EditSpec{{Old: "0123456789abcdef\n", New: "changed\n", ReplaceAll: true}}, EditOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Write("big", []byte("small\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Undo("big"); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, p) != strings.Repeat("changed\n", 2*linkMinSize/17) {
+		t.Fatal("first undo")
+	}
+	if _, err := fsys.Undo("big"); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, p) != orig {
+		t.Fatal("second undo")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -49,6 +50,7 @@ type plan struct {
 	dataSHA string // cache of sha(data)
 
 	unchanged bool // the plan would write what is already there
+	text      bool // both contents are known to be UTF-8 text (edit, insert)
 }
 
 // newSHA returns the hash of the new content, computed once: for a large
@@ -95,11 +97,23 @@ func (s *session) readCurrent(t target) (current, error) {
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+1))
-	if _, err := buf.ReadFrom(f); err != nil {
+	// Read into a buffer of the exact size: growing a 100 MB buffer would
+	// copy it. A file that grew since the Stat is still read to its end.
+	buf := make([]byte, fi.Size())
+	n, err := io.ReadFull(f, buf)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		return current{}, osError(err, t.given)
 	}
-	c := current{exists: true, content: buf.Bytes(), mode: fi.Mode(), uid: -1, gid: -1}
+	buf = buf[:n]
+	rest, err := io.ReadAll(f)
+	if err != nil {
+		return current{}, osError(err, t.given)
+	}
+	buf = append(buf, rest...)
+	if err := s.checkSize(t, int64(len(buf))); err != nil {
+		return current{}, err
+	}
+	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		c.uid, c.gid = int(st.Uid), int(st.Gid)
 	}
@@ -278,7 +292,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	if record {
 		for _, p := range plans {
-			h, err := s.fs.recordHistory(p)
+			h, err := s.fs.recordHistory(s.root, p)
 			if err != nil {
 				return err
 			}
@@ -403,7 +417,7 @@ type Mutation struct {
 
 // report builds the Mutation for a file that went from before to after;
 // nil means absent. oldName and newName are the paths for the diff headers.
-func (f *FS) report(given, oldName, newName string, before, after []byte, beforeSHA, afterSHA string, existed, exists bool) *Mutation {
+func (f *FS) report(given, oldName, newName string, before, after []byte, beforeSHA, afterSHA string, existed, exists, knownText bool) *Mutation {
 	m := &Mutation{
 		Path:    given,
 		Created: !existed && exists,
@@ -426,7 +440,7 @@ func (f *FS) report(given, oldName, newName string, before, after []byte, before
 	if maxContent <= 0 {
 		maxContent = DefaultMaxContent
 	}
-	if isText(before) && isText(after) {
+	if knownText || (isText(before) && isText(after)) {
 		m.Diff, m.DiffStats.Added, m.DiffStats.Removed = textdiff.Unified(oldName, newName, before, after, diffContext)
 		if int64(len(before)) > maxContent || int64(len(after)) > maxContent {
 			m.ContentOmitted = true
