@@ -15,8 +15,9 @@ type EditSpec struct {
 	Old        string `json:"old_string"`
 	New        string `json:"new_string"`
 	ReplaceAll bool   `json:"replace_all,omitempty"`
-	// ExpectedCount, when set, is the number of matches the caller expects;
-	// any other number fails with count_mismatch.
+	// ExpectedCount, when set, is the number of matches the caller expects:
+	// any other number fails with count_mismatch, and that number of
+	// matches are all replaced (as with ReplaceAll).
 	ExpectedCount *int `json:"expected_count,omitempty"`
 }
 
@@ -95,7 +96,7 @@ func applyEdit(path string, body []byte, eol string, e EditSpec, fuzzy bool) ([]
 			*e.ExpectedCount, path, len(spans)).
 			With("expected", *e.ExpectedCount).With("actual", len(spans)).With("lines", spanLines(body, spans))
 	}
-	if len(spans) > 1 && !e.ReplaceAll {
+	if len(spans) > 1 && !e.ReplaceAll && e.ExpectedCount == nil {
 		lines := spanLines(body, spans)
 		return nil, rep, newErr(CodeOldStringNotUnique,
 			"old_string matches %d times in %s (lines %s); add context to make it unique or use replace_all",

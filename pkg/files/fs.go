@@ -209,7 +209,13 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 		fi, err := s.root.Lstat(cand)
 		if err != nil {
 			if os.IsNotExist(err) {
-				// Nothing below a missing component can be a link.
+				// Nothing below a missing component can be a link, and
+				// the kernel would not walk ".." out of it either.
+				for _, c := range pending {
+					if c == ".." {
+						return target{}, newErr(CodeFileNotFound, "%s does not exist", p)
+					}
+				}
 				resolved = append(resolved, comp)
 				resolved = append(resolved, pending...)
 				pending = nil

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -557,5 +558,69 @@ func TestUndoLargeFile(t *testing.T) {
 	}
 	if get(t, p) != orig {
 		t.Fatal("second undo")
+	}
+}
+
+func TestWriteKeepsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only root can give a file away")
+	}
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "f")
+	put(t, p, "x\n")
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Edit("f", []EditSpec{{Old: "x", New: "y"}}, EditOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Stat(p)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65534 || st.Gid != 65534 {
+		t.Fatalf("owner %d:%d", st.Uid, st.Gid)
+	}
+}
+
+func TestLongFileName(t *testing.T) {
+	fsys, root := newTestFS(t)
+	name := strings.Repeat("n", 250)
+	put(t, filepath.Join(root, name), "a\n")
+	if _, err := fsys.Edit(name, []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	noSideFiles(t, root)
+}
+
+func TestExpectedCountReplacesAll(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "f"), "x x\n")
+	m, err := fsys.Edit("f", []EditSpec{{Old: "x", New: "y", ExpectedCount: intp(2)}}, EditOptions{})
+	if err != nil || get(t, filepath.Join(root, "f")) != "y y\n" || m.Edits[0].Replacements != 2 {
+		t.Fatalf("%v %+v", err, m)
+	}
+}
+
+func TestNoRootRelativePaths(t *testing.T) {
+	dir := t.TempDir()
+	fsys := &FS{Dir: dir}
+	if _, err := fsys.Write("a/b.txt", []byte("hi\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, filepath.Join(dir, "a/b.txt")) != "hi\n" {
+		t.Fatal("wrong place")
+	}
+	r, err := fsys.Read(filepath.Join(dir, "a/../a/b.txt"), ReadOptions{})
+	if err != nil || r.Content != "hi\n" {
+		t.Fatalf("%v %+v", err, r)
+	}
+	if _, err := fsys.Read("a/missing/../b.txt", ReadOptions{}); err != nil {
+		// filepath.Clean removes "missing/.." lexically, as shells do.
+		t.Fatal(err)
+	}
+	os.Symlink("nodir/../../x", filepath.Join(dir, "odd"))
+	if _, err := fsys.Read("odd", ReadOptions{}); code(err) != CodeFileNotFound {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := fsys.Undo("a/b.txt"); code(err) != CodeNothingToUndo {
+		t.Fatalf("got %v", err)
 	}
 }

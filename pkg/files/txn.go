@@ -221,8 +221,16 @@ func randomSuffix() string {
 
 // sideName is a hidden sibling of rel used during a commit.
 func sideName(rel, kind string) string {
-	return path.Join(path.Dir(rel), "."+path.Base(rel)+".agentfs-"+randomSuffix()+"."+kind)
+	base := path.Base(rel)
+	if len(base) > maxSideBase {
+		// Stay under NAME_MAX (255) whatever the file's own name length.
+		base = base[:maxSideBase]
+	}
+	return path.Join(path.Dir(rel), "."+base+".agentfs-"+randomSuffix()+"."+kind)
 }
+
+// maxSideBase is how much of a file's name its temp and backup names keep.
+const maxSideBase = 200
 
 // stage writes p's new content to a temp file beside the target, with the
 // target's mode and owner, and syncs it.
