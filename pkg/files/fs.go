@@ -19,6 +19,31 @@
 // behind in the workspace. Two agentfs processes changing files in the same
 // directory therefore take turns: each reads what the other wrote, so no
 // update is lost, and an --expect-sha256 check made under the lock is exact.
+// The lock is advisory: a program that is not agentfs is not held back by
+// it; ExpectSHA256 is what protects against those.
+//
+// Atomicity: new content goes to a temp file beside the target, is synced,
+// and renamed over it; the directory is synced after. A failed operation,
+// including a multi-file Apply failing part-way, restores every file from
+// hard-link backups kept beside them. A crash (kill -9, power loss) can
+// leave a hidden ".NAME.agentfs-*.tmp" or ".bak" file behind but never a
+// half-written target; only a crash inside the rename phase of a multi-file Apply can
+// leave that change set partly applied, with the originals still beside the
+// files as ".NAME.agentfs-*.bak".
+//
+// Text: files are UTF-8. A NUL byte in the first 8 KiB (or a UTF-16 byte
+// order mark) makes a file binary_file for text operations; other invalid
+// UTF-8 is invalid_encoding. Read reports both as binary. Edits keep a
+// UTF-8 BOM, the file's line ending (new text is converted to it) and a
+// missing final newline.
+//
+// Undo history (FS.HistoryDir) records, before each change, the previous
+// content (or its absence) and the hash of what agentfs wrote, keyed by the
+// file's resolved absolute path. It keeps at most HistoryVersions versions
+// (default 20) and HistoryBytes of saved content (default 256 MiB) per
+// file, dropping the oldest first but always keeping the newest. Files from
+// 64 KiB up are saved as a hard link to the replaced inode when the history
+// is on the same file system, so a large edit costs no extra copy.
 package files
 
 import (

@@ -153,10 +153,16 @@ type EditOptions struct {
 	Fuzzy        bool   // also accept a unique match differing only in whitespace
 }
 
-// Edit applies string replacements in order, all or nothing, and reports
-// how each matched. See EditSpec and the package documentation of the
-// matching rules: exact, then line endings normalised, then (Fuzzy)
-// whitespace-insensitive by whole lines.
+// Edit applies string replacements in order, each to the result of the one
+// before, all or nothing, and reports how each matched. old_string is looked
+// for exactly first; then with every line ending read as "\n" on both sides
+// (MatchLineEndings); then, with Fuzzy, line by line ignoring differences in
+// whitespace runs and indentation (MatchWhitespace), in which case whole
+// lines are replaced and new_string is re-indented to the file's
+// indentation. A match must be unique unless ReplaceAll or ExpectedCount
+// says otherwise. Failures: old_string_not_found (with the closest lines as
+// a hint), old_string_not_unique (with the line of every match),
+// count_mismatch, no_change.
 func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, error) {
 	if len(edits) == 0 {
 		return nil, invalid("no edits given")
