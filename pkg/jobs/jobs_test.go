@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -141,7 +142,7 @@ func TestFailedExitCode(t *testing.T) {
 	if f.Status != StatusFailed || f.ExitCode == nil || *f.ExitCode != 3 || f.Signal != nil {
 		t.Fatalf("final %+v", f)
 	}
-	if cmd, ok := f.Command.([]any); !ok || len(cmd) != 3 {
+	if cmd, ok := f.Command.([]string); !ok || len(cmd) != 3 {
 		t.Fatalf("command %#v", f.Command)
 	}
 }
@@ -583,18 +584,29 @@ func TestRestartPolicyOnFailure(t *testing.T) {
 
 func TestManualRestart(t *testing.T) {
 	st := newStore(t)
-	s := start(t, st, Spec{Shell: "echo hi", Name: "again"})
+	// The first run exits; the second finds its marker and keeps running.
+	s := start(t, st, Spec{Shell: "echo hi; test -f marker && exec sleep 300; touch marker", Name: "again"})
 	waitFor(t, st, ForExit, s.Handle)
+	if l, _ := st.List(); len(l) != 1 || l[0].Status != StatusExited {
+		t.Fatalf("list before restart %+v", l)
+	}
 	r, err := st.Restart(ctxT(t, 30*time.Second), "again")
-	if err != nil || r.Handle != s.Handle || r.Restarts != 1 {
+	if err != nil || r.Handle != s.Handle || r.Restarts != 1 || r.Status != StatusRunning || r.EndedAt != nil {
 		t.Fatalf("restart %+v, %v", r, err)
 	}
-	f := waitFor(t, st, ForExit, s.Handle)
-	if f.Status != StatusExited || f.StdoutBytes != 6 {
-		t.Fatalf("after restart %+v", f)
+	// List must not serve the first run's cached end.
+	if l, _ := st.List(); len(l) != 1 || l[0].Status != StatusRunning {
+		t.Fatalf("list after restart %+v", l)
 	}
-	if got := strings.Join(eventTypes(t, st, s.Handle), ","); got != "started,exited,restarted,exited" {
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusStopped || f.StdoutBytes != 6 {
+		t.Fatalf("after restart %+v, %v", f, err)
+	}
+	if got := strings.Join(eventTypes(t, st, s.Handle), ","); got != "started,exited,restarted,stopped" {
 		t.Fatalf("events %s", got)
+	}
+	if l, _ := st.List(StatusStopped); len(l) != 1 {
+		t.Fatalf("list stopped %+v", l)
 	}
 }
 
@@ -693,9 +705,10 @@ func fakeFinished(b *testing.B, n int) *Store {
 		dir := st.jobDir(strconv.FormatUint(id, 10))
 		os.MkdirAll(dir, 0o700)
 		zero := 0
-		rec := record{Status: StatusExited, Final: true, Command: []string{"true"}, Cwd: "/",
+		rec := record{Status: StatusExited, Final: true, Argv: []string{"true"}, Cwd: "/",
 			StartedAt: state.FormatTime(time.Now()), EndedAt: state.FormatTime(time.Now()), ExitCode: &zero}
-		if err := state.WriteJSONAtomic(filepath.Join(dir, statusFile), rec, 0o600); err != nil {
+		b2, _ := json.Marshal(rec)
+		if err := state.WriteFileAtomic(filepath.Join(dir, statusFile), b2, 0o600); err != nil {
 			b.Fatal(err)
 		}
 	}

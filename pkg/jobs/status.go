@@ -27,37 +27,41 @@ const (
 // with an atomic replace, so it parses whenever it exists. It carries the
 // fields a status needs so that listing reads one small file per job.
 type record struct {
-	Status          string `json:"status"`
-	Final           bool   `json:"final"`
-	Name            string `json:"name,omitempty"`
-	Description     string `json:"description,omitempty"`
-	Command         any    `json:"command"`
-	Cwd             string `json:"cwd"`
-	SupervisorPID   int    `json:"supervisor_pid"`
-	SupervisorStart uint64 `json:"supervisor_start"`
-	BootID          string `json:"boot_id"`
-	PID             int    `json:"pid,omitempty"`
-	PIDStart        uint64 `json:"pid_start,omitempty"`
-	StartedAt       string `json:"started_at,omitempty"`
-	EndedAt         string `json:"ended_at,omitempty"`
-	ExitCode        *int   `json:"exit_code,omitempty"`
-	Signal          string `json:"signal,omitempty"`
-	Ready           bool   `json:"ready"`
-	Restarts        int    `json:"restarts"`
-	Run             int    `json:"run"`
-	Reason          string `json:"reason,omitempty"`
-	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`
-	StderrBytes     int64  `json:"stderr_bytes,omitempty"`
+	Status      string `json:"status"`
+	Final       bool   `json:"final"`
+	Name        string `json:"name,omitempty"`
+	Description string `json:"description,omitempty"`
+	// The command as given: Shell, or else Argv. Two typed fields rather
+	// than one of either type, because List decodes thousands of these.
+	Shell           string   `json:"shell,omitempty"`
+	Argv            []string `json:"argv,omitempty"`
+	Cwd             string   `json:"cwd"`
+	SupervisorPID   int      `json:"supervisor_pid"`
+	SupervisorStart uint64   `json:"supervisor_start"`
+	BootID          string   `json:"boot_id"`
+	PID             int      `json:"pid,omitempty"`
+	PIDStart        uint64   `json:"pid_start,omitempty"`
+	StartedAt       string   `json:"started_at,omitempty"`
+	EndedAt         string   `json:"ended_at,omitempty"`
+	ExitCode        *int     `json:"exit_code,omitempty"`
+	Signal          string   `json:"signal,omitempty"`
+	Ready           bool     `json:"ready"`
+	Restarts        int      `json:"restarts"`
+	Run             int      `json:"run"`
+	Reason          string   `json:"reason,omitempty"`
+	StdoutBytes     int64    `json:"stdout_bytes,omitempty"`
+	StderrBytes     int64    `json:"stderr_bytes,omitempty"`
 }
 
 // Status is a job's status as CONTRACT §3 reports it.
 type Status struct {
-	Handle      string  `json:"handle"`
-	Name        string  `json:"name"`
-	Status      string  `json:"status"`
-	ExitCode    *int    `json:"exit_code"`
-	Signal      *string `json:"signal"`
-	PID         int     `json:"pid"`
+	Handle   string  `json:"handle"`
+	Name     string  `json:"name"`
+	Status   string  `json:"status"`
+	ExitCode *int    `json:"exit_code"`
+	Signal   *string `json:"signal"`
+	PID      int     `json:"pid"`
+	// Command is the shell string, or the argv as a []string.
 	Command     any     `json:"command"`
 	Cwd         string  `json:"cwd"`
 	StartedAt   string  `json:"started_at"`
@@ -99,19 +103,26 @@ func (st *Store) jobDir(id string) string { return st.dir.Join("jobs", id) }
 
 // statusOf resolves the status of job id without scanning other jobs.
 func (st *Store) statusOf(id string) (Status, error) {
-	dir := st.jobDir(id)
 	var rec record
-	err := state.ReadJSON(filepath.Join(dir, statusFile), &rec)
+	err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec)
 	if errors.Is(err, fs.ErrNotExist) {
 		return st.noRecord(id)
 	}
 	if err != nil {
 		return Status{}, err
 	}
+	return st.fromRecord(id, &rec), nil
+}
+
+// fromRecord resolves a status from the job's record: the recorded end if
+// there is one, otherwise what the supervisor said, if the supervisor is
+// provably still alive on this boot, otherwise lost.
+func (st *Store) fromRecord(id string, rec *record) Status {
+	dir := st.jobDir(id)
 	s := Status{
 		Handle: st.dir.Mint("job", id), ID: id,
 		Name: rec.Name, Status: rec.Status, ExitCode: rec.ExitCode,
-		PID: rec.PID, Command: rec.Command, Cwd: rec.Cwd, StartedAt: rec.StartedAt,
+		PID: rec.PID, Command: commandOf(rec.Shell, rec.Argv), Cwd: rec.Cwd, StartedAt: rec.StartedAt,
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
 		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
 	}
@@ -125,7 +136,7 @@ func (st *Store) statusOf(id string) (Status, error) {
 	}
 	if rec.Final {
 		s.StdoutBytes, s.StderrBytes = rec.StdoutBytes, rec.StderrBytes
-		return s, nil
+		return s
 	}
 	s.StdoutBytes, s.StderrBytes = logTotal(dir, "stdout"), logTotal(dir, "stderr")
 	switch {
@@ -139,7 +150,14 @@ func (st *Store) statusOf(id string) (Status, error) {
 	default:
 		st.lose(&s, LostSupervisorDied)
 	}
-	return s, nil
+	return s
+}
+
+func commandOf(shell string, argv []string) any {
+	if shell != "" {
+		return shell
+	}
+	return argv
 }
 
 // noRecord answers for a job directory without status.json: a supervisor

@@ -1,8 +1,10 @@
 package jobs
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/gob"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -21,6 +23,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
+	"golang.org/x/sys/unix"
 )
 
 // handshakeTimeout bounds how long Start waits for a supervisor that
@@ -289,26 +292,104 @@ func cmpU(a, b uint64) int {
 // List returns the jobs whose status is one of statuses (all when empty),
 // newest first. Jobs whose supervisor has not yet written a status are
 // left out until it has.
+//
+// Ended jobs' records come from a cache validated per job by one stat of
+// its status.json (inode, mtime, size), so listing thousands of finished
+// jobs costs a stat each instead of an open, read and parse each.
 func (st *Store) List(statuses ...string) ([]Status, error) {
 	ids, err := st.ids()
 	if err != nil {
 		return nil, err
 	}
+	jobsDir, err := os.Open(st.dir.Join("jobs"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer jobsDir.Close()
+	dirfd := int(jobsDir.Fd())
+	cache := st.loadListCache()
+	fresh := make(map[string]cacheEntry, len(cache))
+	dirty := false
 	out := make([]Status, 0, len(ids))
 	for _, n := range ids {
 		id := strconv.FormatUint(n, 10)
-		if _, err := os.Stat(filepath.Join(st.jobDir(id), statusFile)); err != nil {
-			continue
+		var sb unix.Stat_t
+		if unix.Fstatat(dirfd, id+"/"+statusFile, &sb, 0) != nil {
+			continue // removed meanwhile, or its supervisor has not written yet
 		}
-		s, err := st.statusOf(id)
-		if err != nil {
-			continue // removed meanwhile
+		key := fileKey{Ino: sb.Ino, Mtime: sb.Mtim.Nano(), Size: sb.Size}
+		var rec record
+		if e, ok := cache[id]; ok && e.Key == key {
+			rec = e.Rec
+			fresh[id] = e
+		} else {
+			if err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec); err != nil {
+				continue
+			}
+			if rec.Final {
+				fresh[id] = cacheEntry{Key: key, Rec: rec}
+				dirty = true
+			}
 		}
+		s := st.fromRecord(id, &rec)
 		if len(statuses) == 0 || slices.Contains(statuses, s.Status) {
 			out = append(out, s)
 		}
 	}
+	if dirty || len(fresh) != len(cache) {
+		st.saveListCache(fresh)
+	}
 	return out, nil
+}
+
+// listCacheFile caches ended jobs' records for List. It is only a cache:
+// unreadable means empty, and every entry is checked against its file. It
+// is gob, not JSON, because decoding it is most of List's cost.
+const listCacheFile = ".list-cache.gob"
+
+type fileKey struct {
+	Ino   uint64 `json:"ino"`
+	Mtime int64  `json:"mtime"`
+	Size  int64  `json:"size"`
+}
+
+type cacheEntry struct {
+	Key fileKey `json:"key"`
+	Rec record  `json:"rec"`
+}
+
+func (st *Store) loadListCache() map[string]cacheEntry {
+	f, err := os.Open(st.dir.Join("jobs", listCacheFile))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var m map[string]cacheEntry
+	if gob.NewDecoder(bufio.NewReaderSize(f, 256<<10)).Decode(&m) != nil {
+		return nil
+	}
+	return m
+}
+
+// saveListCache replaces the cache by rename, without fsync: losing it in
+// a crash only costs the next List some reads.
+func (st *Store) saveListCache(m map[string]cacheEntry) {
+	var b bytes.Buffer
+	if gob.NewEncoder(&b).Encode(m) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(st.dir.Join("jobs"), listCacheFile+".tmp*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b.Bytes())
+	cerr := tmp.Close()
+	if werr != nil || cerr != nil || os.Rename(tmp.Name(), st.dir.Join("jobs", listCacheFile)) != nil {
+		_ = os.Remove(tmp.Name())
+	}
 }
 
 // Remove deletes a job's files. Its handle then answers job_expired, since

@@ -138,7 +138,7 @@ func (sv *supervisor) begin() error {
 	boot, _ := proctree.BootID()
 	sv.rec = record{
 		Status: StatusStarting, Name: sv.spec.Name, Description: sv.spec.Description,
-		Command: sv.spec.command(), Cwd: sv.spec.Cwd,
+		Shell: sv.spec.Shell, Argv: sv.spec.Argv, Cwd: sv.spec.Cwd,
 		SupervisorPID: self.PID, SupervisorStart: self.StartTime, BootID: boot,
 		Run: 1,
 	}
@@ -154,7 +154,12 @@ func (sv *supervisor) begin() error {
 }
 
 func (sv *supervisor) save() error {
-	return state.WriteJSONAtomic(filepath.Join(sv.dir, statusFile), sv.rec, 0o600)
+	// Compact, not indented: List parses one of these per job.
+	b, err := json.Marshal(sv.rec)
+	if err != nil {
+		return err
+	}
+	return state.WriteFileAtomic(filepath.Join(sv.dir, statusFile), append(b, '\n'), 0o600)
 }
 
 func (sv *supervisor) event(typ string) {
