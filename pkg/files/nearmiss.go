@@ -13,6 +13,9 @@ const (
 	scanBudget   = 4_000_000
 	rescoreTop   = 20
 	maxLevenLine = 300
+	// levenBudget bounds the total edit-distance work (cells of the
+	// dynamic programme) of one search; past it the cheap score is used.
+	levenBudget = 20_000_000
 	// minHintSimilarity is the score below which a window is too unlike
 	// old_string to be worth showing.
 	minHintSimilarity = 0.4
@@ -87,10 +90,17 @@ func nearMiss(body []byte, old string) (text string, start, end int, score float
 	}
 	cands := topWindows(cheap, rescoreTop)
 	best := -1
+	budget := levenBudget
 	for _, w := range cands {
 		s := 0.0
 		for j := range k {
-			s += similarity(trimmedOld[j], line(w+j))
+			a, b := trimmedOld[j], line(w+j)
+			if cost := len(a) * len(b); cost <= budget {
+				budget -= cost
+				s += similarity(a, b)
+			} else {
+				s += quickSimilarity(a, b)
+			}
 		}
 		s /= float64(k)
 		if best < 0 || s > score {

@@ -297,11 +297,10 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 				p.mode = defaultFileMode
 			}
 		}
+		// The entry goes once the file is restored, still under the lock.
+		p.onCommit = func() { f.dropHistory(entry) }
 		return p, nil
 	}, withoutHistory())
-	if err == nil && entry != nil {
-		f.dropHistory(entry)
-	}
 	return m, err
 }
 
@@ -361,6 +360,9 @@ func (f *FS) mutateOne(path string, noMkdir bool, build func(target, current) (*
 	}
 	if p.hist != nil {
 		f.pruneHistory(p.hist.dir)
+	}
+	if p.onCommit != nil {
+		p.onCommit()
 	}
 	return f.reportPlan(p, path, path), nil
 }

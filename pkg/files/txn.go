@@ -51,6 +51,7 @@ type plan struct {
 
 	unchanged bool // the plan would write what is already there
 	text      bool // both contents are known to be UTF-8 text (edit, insert)
+	onCommit  func()
 }
 
 // newSHA returns the hash of the new content, computed once: for a large
