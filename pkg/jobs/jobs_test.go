@@ -1,12 +1,15 @@
 package jobs
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -38,8 +41,28 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) == 4 && os.Args[1] == startArg {
+		// A caller that starts a job, reports it, then waits to be killed.
+		d, err := state.Open(os.Args[2])
+		if err != nil {
+			os.Exit(1)
+		}
+		exe, _ := os.Executable()
+		st := NewStore(d, []string{exe, superviseArg, d.Path()})
+		s, err := st.Start(context.Background(), Spec{Shell: os.Args[3], Cwd: os.TempDir()})
+		if err != nil {
+			fmt.Println("error", err)
+			os.Exit(1)
+		}
+		fmt.Println(s.Handle)
+		select {}
+	}
 	os.Exit(m.Run())
 }
+
+// startArg makes the test binary a caller of Start, for tests that kill
+// the caller or run many callers at once.
+const startArg = "__start"
 
 func newStore(t testing.TB) *Store {
 	t.Helper()
@@ -713,4 +736,137 @@ func fakeFinished(b *testing.B, n int) *Store {
 		}
 	}
 	return st
+}
+
+// startInProcess runs a separate caller process that starts a job running
+// shell; it returns the handle and the caller, still running, in its own
+// process group.
+func startInProcess(t *testing.T, st *Store, shell string) (string, *exec.Cmd) {
+	t.Helper()
+	exe, _ := os.Executable()
+	cmd := exec.Command(exe, startArg, st.dir.Path(), shell)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "job_") {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		t.Fatalf("caller said %q, %v", line, err)
+	}
+	return strings.TrimSpace(line), cmd
+}
+
+func TestJobSurvivesCallerTreeKill(t *testing.T) {
+	st := newStore(t)
+	h, caller := startInProcess(t, st, "exec sleep 300")
+	t.Cleanup(func() { _, _ = st.Stop(context.Background(), h, syscall.SIGKILL, time.Second) })
+	if err := syscall.Kill(-caller.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = caller.Wait()
+	s, err := st.Status(h)
+	if err != nil || s.Status != StatusRunning {
+		t.Fatalf("after the caller's group was killed: %+v, %v", s, err)
+	}
+	if f, err := st.Stop(ctxT(t, 30*time.Second), h, syscall.SIGTERM, time.Second); err != nil || f.Status != StatusStopped {
+		t.Fatalf("stop %+v, %v", f, err)
+	}
+}
+
+func TestConcurrentStartProcesses(t *testing.T) {
+	st := newStore(t)
+	const n = 20
+	handles := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Go(func() {
+			h, caller := startInProcess(t, st, "echo "+strconv.Itoa(i))
+			_ = caller.Process.Kill()
+			_ = caller.Wait()
+			handles[i] = h
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	got, err := st.Wait(ctxT(t, 60*time.Second), handles, ForExit, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, s := range got {
+		c, _ := st.ReadLog(s.Handle, Stdout, 0, 0)
+		if s.Status != StatusExited || seen[s.ID] || string(c.Data) != strconv.Itoa(i)+"\n" {
+			t.Fatalf("job %d: %+v %q", i, s, c.Data)
+		}
+		seen[s.ID] = true
+	}
+	if l, _ := st.List(); len(l) != n {
+		t.Fatalf("list has %d jobs, want %d", len(l), n)
+	}
+}
+
+func TestWaitReadyHTTP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.NotFoundHandler()}
+	go srv.Serve(ln)
+	defer srv.Close()
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"sleep", "300"}, Ready: Probe{HTTP: "http://" + ln.Addr().String() + "/"}})
+	if r := waitFor(t, st, ForReady, s.Handle); r.Status != StatusReady {
+		t.Fatalf("status %+v", r)
+	}
+}
+
+// TestWaitReadyOfJobThatExits: waiting for readiness ends when the job
+// ends without becoming ready.
+func TestWaitReadyOfJobThatExits(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"false"}, Ready: Probe{Log: "never"}})
+	if r := waitFor(t, st, ForReady, s.Handle); r.Status != StatusFailed || r.Ready {
+		t.Fatalf("status %+v", r)
+	}
+}
+
+// TestReadLogWhileTrimming reads a capped log while the job writes it;
+// every read must be a consistent piece of the stream.
+func TestReadLogWhileTrimming(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"seq", "1", "300000"}, LogLimit: 4096})
+	var full strings.Builder
+	for i := 1; i <= 300000; i++ {
+		full.WriteString(strconv.Itoa(i) + "\n")
+	}
+	want := full.String()
+	check := func(c LogChunk) {
+		if string(c.Data) != want[c.Offset:c.NextOffset] {
+			t.Fatalf("read at %d..%d does not match the stream", c.Offset, c.NextOffset)
+		}
+	}
+	var off int64
+	for {
+		got, _ := st.Status(s.Handle)
+		c, err := st.ReadLog(s.Handle, Stdout, off, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(c)
+		off = c.NextOffset
+		if got.Ended() && c.EOF {
+			break
+		}
+	}
+	if off != int64(len(want)) {
+		t.Fatalf("ended at %d, want %d", off, len(want))
+	}
 }
