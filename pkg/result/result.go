@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 )
 
 // Error is an operation failure with a stable snake_case code. Engines return
@@ -178,3 +179,10 @@ func Write(w io.Writer, v any, pretty bool) error {
 	_, err = w.Write(b)
 	return err
 }
+
+// TimeFormat is how every timestamp in a result is written: RFC 3339, UTC,
+// with milliseconds.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// FormatTime renders t in TimeFormat.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }

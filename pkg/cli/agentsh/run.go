@@ -261,7 +261,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 			res.ExitCode = ExitSignalBase + int(sig)
 		}
 	}
-	obj := Render(res, s.render)
+	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
 	if env.Description != "" {
 		obj.Set("description", env.Description)
@@ -271,79 +271,13 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 
 // ExitStatus is agentsh's exit status for a finished run.
 func ExitStatus(res *run.Result) int {
-	switch res.Status {
-	case run.StatusTimeout:
+	if res.Status == run.StatusTimeout {
 		return ExitTimeout
 	}
 	if res.ExitCode < 0 {
 		return ExitFailed
 	}
 	return res.ExitCode
-}
-
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
-
-// FormatTime renders t as RFC 3339 UTC with milliseconds.
-func FormatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-// Render builds the result object of a finished run (without cwd, command
-// and pid, which the caller adds).
-func Render(res *run.Result, opt capture.RenderOptions) *result.Object {
-	exit := res.ExitCode
-	if res.Status == run.StatusTimeout {
-		exit = ExitTimeout
-	}
-	obj := result.New().
-		Set("success", res.Status == run.StatusCompleted && res.ExitCode == 0).
-		Set("status", res.Status).
-		Set("exit_code", exit)
-	if res.Signal != "" {
-		obj.Set("signal", res.Signal)
-	} else {
-		obj.Set("signal", nil)
-	}
-	obj.Set("timed_out", res.TimedOut)
-	type str struct {
-		name string
-		cap  *capture.HeadTail
-		file string
-	}
-	var streams []str
-	if res.Output != nil {
-		streams = []str{{"output", res.Output, res.OutputFile}}
-	} else {
-		streams = []str{{"stdout", res.Stdout, res.StdoutFile}, {"stderr", res.Stderr, res.StderrFile}}
-	}
-	truncated := false
-	texts := make([]capture.Text, len(streams))
-	snaps := make([]capture.Captured, len(streams))
-	for i, s := range streams {
-		snaps[i] = s.cap.Snapshot()
-		texts[i] = capture.Render(snaps[i], opt)
-		obj.Set(s.name, texts[i].Text)
-	}
-	for i, s := range streams {
-		obj.Set(s.name+"_bytes", snaps[i].Total)
-	}
-	for i, s := range streams {
-		obj.Set(s.name+"_truncated", snaps[i].Truncated())
-		truncated = truncated || snaps[i].Truncated()
-	}
-	obj.Set("truncated", truncated)
-	for i, s := range streams {
-		if texts[i].Lossy {
-			obj.Set(s.name+"_lossy", true)
-		}
-		if texts[i].Base64 {
-			obj.Set(s.name+"_encoding", "base64")
-		}
-		if s.file != "" {
-			obj.Set(s.name+"_file", s.file)
-		}
-	}
-	obj.Set("elapsed_ms", res.Elapsed.Milliseconds()).
-		Set("started_at", FormatTime(res.StartedAt))
-	return obj
 }
 
 // lockedWriter serialises writes from the two stream readers.
