@@ -523,11 +523,49 @@ func TestApplyAllOrNothing(t *testing.T) {
 }
 
 func TestOSErrorMapping(t *testing.T) {
-	if e := osError(errors.New("boom"), "x"); e.Code != CodeIOError {
-		t.Fatalf("%v", e.Code)
+	pe := func(err error) error { return &os.PathError{Op: "openat", Path: "/secret/abs/x", Err: err} }
+	tests := []struct {
+		err  error
+		code string
+	}{
+		{errors.New("boom"), CodeIOError},
+		{pe(syscall.EIO), CodeIOError},
+		{pe(syscall.ENOSPC), CodeIOError},
+		{pe(errors.New("path escapes from parent")), CodeOutsideRoot},
+		{pe(syscall.ENOENT), CodeFileNotFound},
+		{pe(syscall.ENOTDIR), CodeFileNotFound},
+		{pe(syscall.EISDIR), CodeIsDirectory},
+		{pe(syscall.EACCES), CodePermissionDenied},
+		{pe(syscall.EPERM), CodePermissionDenied},
+		{pe(syscall.EROFS), CodePermissionDenied},
+		{pe(syscall.EEXIST), CodeFileExists},
 	}
-	if e := osError(&os.PathError{Op: "openat", Path: "x", Err: errors.New("path escapes from parent")}, "x"); e.Code != CodeOutsideRoot {
-		t.Fatalf("%v", e.Code)
+	for _, tt := range tests {
+		e := osError(tt.err, "x")
+		if e.Code != tt.code {
+			t.Errorf("%v: %s, want %s", tt.err, e.Code, tt.code)
+		}
+		if strings.Contains(e.Message, "/secret/abs") {
+			t.Errorf("message leaks the resolved path: %s", e.Message)
+		}
+	}
+}
+
+func TestUndoDamagedHistory(t *testing.T) {
+	fsys, _ := newTestFS(t)
+	if _, err := fsys.Write("f", []byte("one\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Write("f", []byte("two\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	datas, _ := filepath.Glob(filepath.Join(fsys.HistoryDir, "*", "*.data"))
+	if len(datas) != 1 {
+		t.Fatalf("history files: %v", datas)
+	}
+	os.WriteFile(datas[0], []byte("tampered\n"), 0o600)
+	if _, err := fsys.Undo("f"); code(err) != CodeIOError {
+		t.Fatalf("got %v", err)
 	}
 }
 
