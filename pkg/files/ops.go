@@ -127,7 +127,7 @@ type WriteOptions struct {
 // creating it if needed. Writing the content a file already has changes
 // nothing and reports changed false.
 func (f *FS) Write(path string, content []byte, opt WriteOptions) (*Mutation, error) {
-	return f.mutateOne(path, opt.NoMkdir, func(t target, cur current) (*plan, error) {
+	return f.mutateOne(path, opt.NoMkdir, true, func(t target, cur current) (*plan, error) {
 		if opt.ExpectAbsent && cur.exists {
 			return nil, newErr(CodeFileExists, "%s already exists", path).With("sha256", cur.sha)
 		}
@@ -168,7 +168,7 @@ func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, er
 		return nil, invalid("no edits given")
 	}
 	var reports []EditReport
-	m, err := f.mutateOne(path, true, func(t target, cur current) (*plan, error) {
+	m, err := f.mutateOne(path, true, true, func(t target, cur current) (*plan, error) {
 		if !cur.exists {
 			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
 		}
@@ -210,7 +210,7 @@ func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mut
 	if !utf8.ValidString(text) {
 		return nil, newErr(CodeInvalidEncoding, "the text to insert is not valid UTF-8")
 	}
-	return f.mutateOne(path, true, func(t target, cur current) (*plan, error) {
+	return f.mutateOne(path, true, true, func(t target, cur current) (*plan, error) {
 		if !cur.exists {
 			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
 		}
@@ -258,7 +258,7 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		return nil, newErr(CodeNothingToUndo, "no undo history is kept")
 	}
 	var entry *historyEntry
-	m, err := f.mutateOne(path, false, func(t target, cur current) (*plan, error) {
+	m, err := f.mutateOne(path, false, false, func(t target, cur current) (*plan, error) {
 		list, err := f.entries(f.historyDir(t.abs))
 		if err != nil {
 			return nil, historyError(err)
@@ -300,23 +300,14 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		// The entry goes once the file is restored, still under the lock.
 		p.onCommit = func() { f.dropHistory(entry) }
 		return p, nil
-	}, withoutHistory())
+	})
 	return m, err
 }
 
-type mutateConfig struct{ record bool }
-
-type mutateOption func(*mutateConfig)
-
-func withoutHistory() mutateOption { return func(c *mutateConfig) { c.record = false } }
-
 // mutateOne runs one single-file change: resolve, create parents (unless
-// noMkdir), lock the directory, read, build the plan, commit, report.
-func (f *FS) mutateOne(path string, noMkdir bool, build func(target, current) (*plan, error), opts ...mutateOption) (*Mutation, error) {
-	cfg := mutateConfig{record: true}
-	for _, o := range opts {
-		o(&cfg)
-	}
+// noMkdir), lock the directory, read, build the plan, commit (with undo
+// history when record), report.
+func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, current) (*plan, error)) (*Mutation, error) {
 	s, err := f.open()
 	if err != nil {
 		return nil, err
@@ -354,7 +345,7 @@ func (f *FS) mutateOne(path string, noMkdir bool, build func(target, current) (*
 		s.removeDirs(dirs)
 		return f.reportPlan(p, path, path), nil
 	}
-	if err := s.commit([]*plan{p}, cfg.record); err != nil {
+	if err := s.commit([]*plan{p}, record); err != nil {
 		s.removeDirs(dirs)
 		return nil, err
 	}

@@ -151,7 +151,11 @@ func (s *session) prepareDirs(ts []target, noMkdir bool) ([]string, error) {
 				With("hint", "create it first, or allow parents to be created")
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
-			if err := s.root.Mkdir(missing[i], 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			err := s.root.Mkdir(missing[i], 0o755)
+			if errors.Is(err, fs.ErrExist) {
+				continue // made by someone else meanwhile: not ours to remove
+			}
+			if err != nil {
 				return created, osError(err, t.given)
 			}
 			created = append(created, missing[i])
