@@ -411,7 +411,10 @@ func killSupervisor(t *testing.T, st *Store, s Status) {
 func TestHostRestarted(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
+	real := st.bootID
 	st.bootID = "another-boot"
+	// Runs before start's cleanup, so that cleanup can stop the job.
+	t.Cleanup(func() { st.bootID = real })
 	got, _ := st.Status(s.Handle)
 	if got.Status != StatusLost || got.LostReason != LostHostRestarted {
 		t.Fatalf("status %+v", got)
@@ -868,5 +871,51 @@ func TestReadLogWhileTrimming(t *testing.T) {
 	}
 	if off != int64(len(want)) {
 		t.Fatalf("ended at %d, want %d", off, len(want))
+	}
+}
+
+// TestFollowWithWatch follows a log the way `logs --follow` does: arm the
+// watch, read, and read again after each signal until the job has ended.
+func TestFollowWithWatch(t *testing.T) {
+	st := newStore(t)
+	cwd := t.TempDir()
+	// The job waits for a file the test creates, so the test controls when
+	// the second line appears.
+	s := start(t, st, Spec{Shell: "echo first; while [ ! -f go ]; do sleep 0.01; done; echo second", Cwd: cwd})
+	ctx := ctxT(t, 30*time.Second)
+	changed, err := st.Watch(ctx, s.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	var off int64
+	created := false
+	for {
+		c, err := st.ReadLog(s.Handle, Stdout, off, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(c.Data)
+		off = c.NextOffset
+		if !created && strings.Contains(got.String(), "first\n") {
+			created = true
+			if err := os.WriteFile(filepath.Join(cwd, "go"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stt, _ := st.Status(s.Handle)
+		if stt.Ended() {
+			c, _ := st.ReadLog(s.Handle, Stdout, off, 0)
+			got.Write(c.Data)
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("no change seen; have %q", got.String())
+		}
+	}
+	if got.String() != "first\nsecond\n" {
+		t.Fatalf("followed %q", got.String())
 	}
 }

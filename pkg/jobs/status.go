@@ -13,14 +13,14 @@ import (
 
 // Files in a job directory.
 const (
-	specFile     = "spec.json"
-	statusFile   = "status.json"
-	stopFile     = "stop.json"
-	lostMarker   = "lost"
-	logLockFile  = "logs.lock"
-	svLogFile    = "supervisor.log"
-	cursorsDir   = "cursors"
-	startingLimb = time.Minute // how long a job with no status yet may still be starting
+	specFile      = "spec.json"
+	statusFile    = "status.json"
+	stopFile      = "stop.json"
+	lostMarker    = "lost"
+	logLockFile   = "logs.lock"
+	svLogFile     = "supervisor.log"
+	cursorsDir    = "cursors"
+	startingGrace = time.Minute // how long a job with no status yet may still be starting
 )
 
 // record is status.json. Only the job's supervisor writes it, and always
@@ -172,7 +172,7 @@ func (st *Store) noRecord(id string) (Status, error) {
 	_ = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)
 	s := Status{Handle: st.dir.Mint("job", id), ID: id, Name: spec.Name, Status: StatusStarting,
 		Command: spec.command(), Cwd: spec.Cwd, Description: spec.Description}
-	if time.Since(fi.ModTime()) > startingLimb {
+	if time.Since(fi.ModTime()) > startingGrace {
 		st.lose(&s, LostSupervisorDied)
 	}
 	return s, nil

@@ -135,7 +135,16 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	}
 	defer svlog.Close()
 	argv := append(slices.Clone(st.supervisorArgv), id)
+	if strings.Contains(argv[0], "/") && !filepath.IsAbs(argv[0]) {
+		if abs, err := filepath.Abs(argv[0]); err == nil {
+			argv[0] = abs
+		}
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	// The supervisor runs in the state directory rather than the caller's
+	// working directory, which it would otherwise keep busy (unmountable,
+	// or deleted under it) for the job's whole life.
+	cmd.Dir = st.dir.Path()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, svlog
 	cmd.ExtraFiles = []*os.File{pw}
 	// A new session: no controlling terminal, and outside the caller's

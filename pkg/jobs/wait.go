@@ -47,7 +47,7 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, any boo
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	changed, err := state.Watch(wctx, dirs...)
+	changed, err := state.WatchNames(wctx, []string{statusFile}, dirs...)
 	if err != nil {
 		return nil, err
 	}
@@ -137,4 +137,48 @@ func waitProcess(ctx context.Context, pid int, start uint64) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// Watch returns a channel signalled when job ref's status or logs change,
+// or its supervisor dies; it is closed when ctx ends. Arm it before reading,
+// then read again after each signal, and no change is missed: this is what
+// following a log is built on.
+func (st *Store) Watch(ctx context.Context, ref string) (<-chan struct{}, error) {
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
+	changed, err := state.WatchNames(ctx, []string{statusFile, Stdout + ".log", Stderr + ".log"}, st.jobDir(id))
+	if err != nil {
+		return nil, err
+	}
+	s, err := st.statusOf(id)
+	if err != nil || s.Ended() || s.svPID == 0 {
+		return changed, err
+	}
+	out := make(chan struct{}, 1)
+	died := make(chan struct{})
+	go func() {
+		if waitProcess(ctx, s.svPID, s.svStart) == nil {
+			close(died)
+		}
+	}()
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case _, ok := <-changed:
+				if !ok {
+					return
+				}
+			case <-died:
+				died = nil
+			}
+			select {
+			case out <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return out, nil
 }

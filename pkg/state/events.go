@@ -173,7 +173,7 @@ func (d *Dir) WaitEvents(ctx context.Context, since int64, keep func(Event) bool
 	defer cancel()
 	// The directory is watched, not the file, so a log that does not exist
 	// yet is still seen when it is created.
-	changed, err := Watch(wctx, d.path)
+	changed, err := WatchNames(wctx, []string{eventsFile}, d.path)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/fsnotify/fsnotify"
 )
@@ -15,6 +16,22 @@ import (
 // are waiting for; wait on the channel only if the check says not yet, and
 // check again after each signal.
 func Watch(ctx context.Context, paths ...string) (<-chan struct{}, error) {
+	return WatchNames(ctx, nil, paths...)
+}
+
+// WatchNames is Watch limited to changes of files whose base name is in
+// names (all changes when names is empty). Waiting for one small file in a
+// directory where a busy log is appended must not wake on every append.
+// Files replaced by rename count as changed under their new name.
+func WatchNames(ctx context.Context, names []string, paths ...string) (<-chan struct{}, error) {
+	keep := func(string) bool { return true }
+	if len(names) > 0 {
+		set := make(map[string]bool, len(names))
+		for _, n := range names {
+			set[n] = true
+		}
+		keep = func(p string) bool { return set[filepath.Base(p)] }
+	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
@@ -33,9 +50,12 @@ func Watch(ctx context.Context, paths ...string) (<-chan struct{}, error) {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-w.Events:
+			case ev, ok := <-w.Events:
 				if !ok {
 					return
+				}
+				if !keep(ev.Name) {
+					continue
 				}
 				select {
 				case ch <- struct{}{}:
