@@ -252,3 +252,21 @@ func parseRange(s string) (start, count int, err error) {
 	}
 	return start, count, err
 }
+
+// BenchmarkUnifiedSmallEditIn100MB measures the diff of a one-line change in
+// a 100 MB input: the cost should be the byte-speed prefix/suffix scan.
+func BenchmarkUnifiedSmallEditIn100MB(b *testing.B) {
+	var buf bytes.Buffer
+	for i := 0; buf.Len() < 100<<20; i++ {
+		fmt.Fprintf(&buf, "%08d some text on a line of a large file\n", i)
+	}
+	old := buf.Bytes()
+	new := bytes.Replace(old, []byte("01000000 some"), []byte("01000000 SOME"), 1)
+	b.SetBytes(int64(len(old)))
+	for b.Loop() {
+		d, add, rem := Unified("f", "f", old, new, 3)
+		if add != 1 || rem != 1 || len(d) > 1000 {
+			b.Fatalf("+%d -%d %d bytes", add, rem, len(d))
+		}
+	}
+}
