@@ -35,7 +35,17 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		if err := RunSupervisor(context.Background(), d, os.Args[3]); err != nil {
+		// A crash test may ask the supervisor to SIGKILL itself at a
+		// chosen moment.
+		die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
+		var h hooks
+		switch os.Getenv(killAtEnv) {
+		case "after_begin":
+			h.afterBegin = die
+		case "after_job_start":
+			h.afterJobStart = die
+		}
+		if err := runSupervisor(context.Background(), d, os.Args[3], h); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -59,6 +69,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// killAtEnv names the moment at which a test supervisor kills itself.
+const killAtEnv = "JOBS_TEST_SUPERVISOR_KILL_AT"
 
 // startArg makes the test binary a caller of Start, for tests that kill
 // the caller or run many callers at once.
@@ -917,5 +930,44 @@ func TestFollowWithWatch(t *testing.T) {
 	}
 	if got.String() != "first\nsecond\n" {
 		t.Fatalf("followed %q", got.String())
+	}
+}
+
+// TestSupervisorKilledBeforeConfirming kills the supervisor before it
+// confirmed the start: Start fails, and neither a job entry nor a job
+// process remains.
+func TestSupervisorKilledBeforeConfirming(t *testing.T) {
+	for _, at := range []string{"after_begin", "after_job_start"} {
+		t.Run(at, func(t *testing.T) {
+			st := newStore(t)
+			t.Setenv(killAtEnv, at)
+			marker := "agentplane-test-" + at + "-" + strconv.Itoa(os.Getpid())
+			_, err := st.Start(ctxT(t, 30*time.Second), Spec{Argv: []string{"sleep", "300", marker}, Cwd: t.TempDir()})
+			if code(err) != CodeStartFailed {
+				t.Fatalf("start: %v", err)
+			}
+			if l, _ := st.List(); len(l) != 0 {
+				t.Fatalf("jobs left: %+v", l)
+			}
+			snap, _ := proctree.Snapshot()
+			for _, p := range snap {
+				cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
+				if strings.Contains(string(cmdline), marker) && !p.Dead() {
+					_ = syscall.Kill(p.PID, syscall.SIGKILL)
+					t.Fatalf("job process %d survived its unconfirmed start", p.PID)
+				}
+			}
+		})
+	}
+}
+
+func TestSecondSupervisorRefused(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
+	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != CodeJobRunning {
+		t.Fatalf("second supervisor: %v", err)
+	}
+	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {
+		t.Fatalf("first run disturbed: %+v", got)
 	}
 }

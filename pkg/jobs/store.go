@@ -178,9 +178,28 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if hs.Code != "" {
 		return jobErr(hs.Code, "%s", hs.Error)
 	}
+	st.killUnconfirmed(id, cmd.Process.Pid)
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
+}
+
+// killUnconfirmed kills the job process that the supervisor svPID
+// recorded, if it is still alive: a supervisor that died between starting
+// the job and confirming it leaves a process no handle will reach.
+func (st *Store) killUnconfirmed(id string, svPID int) {
+	var rec record
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil || rec.Final || rec.SupervisorPID != svPID {
+		return
+	}
+	if rec.PID > 0 && proctree.Alive(rec.PID, rec.PIDStart) {
+		_, _ = proctree.SignalDescendants(rec.PID, syscall.SIGKILL)
+		_ = proctree.SignalGroup(rec.PID, syscall.SIGKILL)
+		// Return only once it is gone, so the caller's error is true.
+		ctx, cancel := context.WithTimeout(context.Background(), killWait)
+		defer cancel()
+		_ = waitProcess(ctx, rec.PID, rec.PIDStart)
+	}
 }
 
 func tailBytes(b []byte, n int) []byte {

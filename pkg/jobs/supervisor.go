@@ -23,6 +23,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// runLockFile is held by the job's live supervisor.
+const runLockFile = "supervisor.lock"
+
 // handshakeFD is the descriptor on which Start passes the confirmation pipe.
 const handshakeFD = 3
 
@@ -50,6 +53,8 @@ type supervisor struct {
 	// which the orphan reaper must leave alone.
 	mu    sync.Mutex
 	known map[int]bool
+
+	hooks hooks
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -59,7 +64,18 @@ type supervisor struct {
 // every transition in status.json and the event log, and returns when the
 // job has ended and nothing of its process tree remains.
 func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
-	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}}
+	return runSupervisor(ctx, d, id, hooks{})
+}
+
+// hooks let crash tests stop the supervisor at chosen moments; production
+// leaves them nil.
+type hooks struct {
+	afterBegin    func() // status.json says starting, no job yet
+	afterJobStart func() // the job runs and status.json says so, unconfirmed
+}
+
+func runSupervisor(ctx context.Context, d *state.Dir, id string, h hooks) error {
+	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, hooks: h}
 	// The pipe must not leak into the job: a job holding it would keep
 	// Start waiting for EOF.
 	if isPipe(handshakeFD) {
@@ -82,6 +98,20 @@ func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
 		sv.answer(err)
 		return err
 	}
+	// One supervisor per job at a time: two concurrent restarts must not
+	// both run it. The lock dies with the process, so a SIGKILLed
+	// supervisor never blocks the next one.
+	lock, err := os.OpenFile(filepath.Join(sv.dir, runLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		sv.answer(err)
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		err = &codedError{CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
+		sv.answer(err)
+		return err
+	}
 	if err := sv.begin(); err != nil {
 		sv.answer(err)
 		return err
@@ -89,6 +119,9 @@ func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
 	if err := proctree.SetSubreaper(); err != nil {
 		sv.answer(err)
 		return err
+	}
+	if sv.hooks.afterBegin != nil {
+		sv.hooks.afterBegin()
 	}
 	return sv.loop(ctx, sigs, chld)
 }
@@ -362,6 +395,9 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
 	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
 	_ = sv.save()
+	if sv.hooks.afterJobStart != nil {
+		sv.hooks.afterJobStart()
+	}
 	switch {
 	case first && sv.rec.Run == 1:
 		sv.event("started")
