@@ -83,15 +83,11 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 	if fi, err := os.Stat(spec.Cwd); err != nil || !fi.IsDir() {
 		return Status{}, jobErr(CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
 	}
-	n, err := st.dir.NextID("job")
+	id, err := st.newJobDir()
 	if err != nil {
 		return Status{}, err
 	}
-	id := strconv.FormatUint(n, 10)
 	dir := st.jobDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return Status{}, err
-	}
 	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
 		os.RemoveAll(dir)
 		return Status{}, err
@@ -106,6 +102,27 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		}
 	}
 	return st.statusOf(id)
+}
+
+// newJobDir allocates a job id and creates its directory. Mkdir, not
+// MkdirAll: should the id counter ever be lost, an existing job's directory
+// is skipped rather than reused.
+func (st *Store) newJobDir() (string, error) {
+	if err := os.MkdirAll(st.dir.Join("jobs"), 0o700); err != nil {
+		return "", err
+	}
+	for {
+		n, err := st.dir.NextID("job")
+		if err != nil {
+			return "", err
+		}
+		id := strconv.FormatUint(n, 10)
+		err = os.Mkdir(st.jobDir(id), 0o700)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return id, err
+	}
 }
 
 // launch starts the supervisor of job id and waits for its confirmation on

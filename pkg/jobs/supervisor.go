@@ -368,9 +368,8 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	}
 	pid := cmd.Process.Pid
 	exited := make(chan struct{})
-	var waitErr error
 	go func() {
-		waitErr = cmd.Wait()
+		_ = cmd.Wait() // the outcome is read from cmd.ProcessState
 		sv.forget(pid)
 		close(exited)
 	}()
@@ -488,11 +487,15 @@ wait:
 	outR.Close()
 	errR.Close()
 
-	var ee *exec.ExitError
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	if waitErr != nil && !errors.As(waitErr, &ee) {
-		ws = 0
+	if cmd.ProcessState == nil {
+		// Waiting failed, so the exit status is unknown: say so rather
+		// than report a success.
+		if res.status == "" {
+			res.status, res.reason = StatusFailed, "exit_status_unknown"
+		}
+		return res, nil
 	}
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		res.signal = unix.SignalName(ws.Signal())
 	} else {
