@@ -971,3 +971,16 @@ func TestSecondSupervisorRefused(t *testing.T) {
 		t.Fatalf("first run disturbed: %+v", got)
 	}
 }
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "int": syscall.SIGINT, "9": syscall.SIGKILL, "sighup": syscall.SIGHUP} {
+		if got, err := ParseSignal(in); err != nil || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v", in, got, err)
+		}
+	}
+	for _, bad := range []string{"", "NOPE", "0", "99"} {
+		if _, err := ParseSignal(bad); code(err) != result.CodeInvalidRequest {
+			t.Errorf("ParseSignal(%q): %v", bad, err)
+		}
+	}
+}

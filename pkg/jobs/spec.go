@@ -1,24 +1,16 @@
-// Package jobs runs detached jobs under a per-job supervisor process and
-// manages them through a state directory: starting, honest status
-// resolution, capped logs with absolute offsets, waiting without polling,
-// stopping whole process trees, restarts, listing and garbage collection.
-//
-// Each job has a directory <state>/jobs/<id> holding spec.json (written once
-// by Start), status.json (written only by the job's supervisor, always
-// atomically), stdout.log and stderr.log (appended only by the supervisor),
-// a small sidecar per log counting the bytes dropped by the cap, reader
-// cursors, and request/marker files. The supervisor is the calling program
-// re-executed with a hidden subcommand that calls RunSupervisor.
 package jobs
 
 import (
 	"net"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"golang.org/x/sys/unix"
 )
 
 // Job statuses (CONTRACT §3).
@@ -202,4 +194,23 @@ func (s *Spec) applyDefaults() {
 
 func jobErr(code, format string, args ...any) *result.Error {
 	return result.Errorf(code, format, args...)
+}
+
+// ParseSignal accepts a signal as a name with or without SIG (any case) or
+// as a number: "TERM", "SIGKILL", "int", "9".
+func ParseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, invalid("signal number %d is out of range", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, invalid("unknown signal %q", s)
 }

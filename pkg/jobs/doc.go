@@ -1,0 +1,30 @@
+// Package jobs runs detached jobs under a per-job supervisor process and
+// manages them through a state directory: starting, honest status
+// resolution, capped logs with absolute offsets, waiting without polling,
+// stopping whole process trees, restarts, listing and garbage collection.
+//
+// A CLI wires it up in two places:
+//
+//	d, _ := state.Open(dir)
+//	st := jobs.NewStore(d, []string{"/proc/self/exe", "__supervise", "--state-dir", d.Path()})
+//	s, err := st.Start(ctx, jobs.Spec{Shell: "make build", Cwd: cwd})
+//
+// and the hidden command that argv re-executes (Start appends the job id):
+//
+//	agentjob __supervise --state-dir DIR ID  →  jobs.RunSupervisor(ctx, d, ID)
+//
+// Each job has a directory <state>/jobs/<id> holding spec.json (written
+// once by Start), status.json (written only by the job's supervisor, always
+// by atomic replace), stdout.log and stderr.log (appended only by the
+// supervisor), a sidecar per log counting the bytes the cap dropped, reader
+// cursors, a stop request and a lost marker. Ids come from a counter and
+// are never reused, so a handle that verifies but whose directory is gone
+// answers job_expired.
+//
+// Status never claims more than it can prove: a recorded end is final; a
+// different boot id means lost (host_restarted); otherwise the supervisor
+// must be alive by PID and start time, or the job is lost (with
+// orphan_pid if its own process provably still runs). A lost event is
+// appended the first time anyone observes the loss; nothing watches for it
+// in the background.
+package jobs
