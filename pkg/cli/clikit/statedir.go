@@ -1,0 +1,31 @@
+package clikit
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// AddStateDirFlag adds --state-dir to cmd's persistent flags. It can also
+// come from PROGRAM_STATE_DIR, AGENTPLANE_STATE_DIR or the config file.
+func AddStateDirFlag(cmd *cobra.Command, dir *string) {
+	cmd.PersistentFlags().StringVar(dir, "state-dir", "", "keep jobs, sessions and history in `DIR` (one directory is one environment)")
+	_ = cmd.PersistentFlags().SetAnnotation("state-dir", AnnotConfig, []string{"true"})
+	_ = cmd.PersistentFlags().SetAnnotation("state-dir", AnnotNoRequest, []string{"true"})
+}
+
+// OpenStateDir opens the environment's state directory: the flag's value,
+// else $AGENTPLANE_STATE_DIR, else $XDG_STATE_HOME/agentplane, else
+// ~/.local/state/agentplane.
+func (e *Env) OpenStateDir(flagValue string) (*state.Dir, error) {
+	dir := flagValue
+	if dir == "" {
+		dir = state.DefaultDir(e.Getenv, e.Getenv("HOME"))
+	}
+	d, err := state.Open(dir)
+	if err != nil {
+		return nil, result.Errorf("state_dir_error", "cannot open the state directory %s: %v", dir, err)
+	}
+	return d, nil
+}
