@@ -984,3 +984,45 @@ func TestParseSignal(t *testing.T) {
 		}
 	}
 }
+
+// TestDevServer is the scenario of the issue: a real HTTP server started
+// with an HTTP readiness probe, its log read, then stopped with nothing
+// left listening.
+func TestDevServer(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	// python3 may be a pyenv shim (a shell script); ask for the real one.
+	if out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output(); err == nil {
+		py = strings.TrimSpace(string(out))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	st := newStore(t)
+	s := start(t, st, Spec{
+		Argv:  []string{py, "-u", "-m", "http.server", port, "--bind", "127.0.0.1"},
+		Name:  "web",
+		Ready: Probe{HTTP: "http://127.0.0.1:" + port + "/", Timeout: 20 * time.Second},
+	})
+	if r := waitFor(t, st, ForReady, "web"); r.Status != StatusReady {
+		t.Fatalf("not ready: %+v", r)
+	}
+	// The probe's own request shows in the server's log.
+	m, err := st.Grep("web", Stderr, regexp.MustCompile(`"GET / HTTP`), 1)
+	if err != nil || len(m) != 1 {
+		t.Fatalf("log: %v %v", m, err)
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), "web", syscall.SIGTERM, 2*time.Second)
+	if err != nil || f.Status != StatusStopped {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	if c, err := net.Dial("tcp", "127.0.0.1:"+port); err == nil {
+		c.Close()
+		t.Fatalf("something still listens on %s after stop (job %+v)", port, s)
+	}
+}

@@ -481,6 +481,14 @@ func (st *Store) GC(olderThan time.Duration, now time.Time) ([]Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Finish removals that a crash interrupted.
+	if ents, err := os.ReadDir(st.dir.Join("jobs")); err == nil {
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".removed-") {
+				_ = os.RemoveAll(st.dir.Join("jobs", e.Name()))
+			}
+		}
+	}
 	cutoff := now.Add(-olderThan)
 	var out []Status
 	for _, s := range all {
