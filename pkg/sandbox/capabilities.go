@@ -1,0 +1,262 @@
+package sandbox
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// Capabilities is what this machine can enforce, as far as can be told
+// without starting a process. Prepare checks a policy against it; tests
+// pass a doctored one to simulate an older or locked-down machine.
+type Capabilities struct {
+	Root        bool // effective uid 0
+	LandlockABI int  // 0: no Landlock
+	UserNS      bool // unprivileged user namespaces allowed
+	NetNS       bool
+	MountNS     bool
+	// CgroupV1Memory and CgroupV1Pids are the mount points of writable
+	// cgroup v1 hierarchies with those controllers, or "".
+	CgroupV1Memory string
+	CgroupV1Pids   string
+	// CgroupV2 is the cgroup2 mount point, or ""; CgroupV2Controllers
+	// lists the controllers enabled at its root.
+	CgroupV2            string
+	CgroupV2Controllers []string
+	Seccomp             bool // seccomp filters (SECCOMP_SET_MODE_FILTER)
+
+	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
+	// created below it.
+	memoryParent string
+	pidsParent   string
+}
+
+// Probe inspects the running kernel and process. It reads a few files in
+// /proc and /sys and makes one Landlock syscall; it starts nothing.
+func Probe() Capabilities {
+	c := Capabilities{Root: os.Geteuid() == 0}
+	if abi, err := llsyscall.LandlockGetABIVersion(); err == nil {
+		c.LandlockABI = abi
+	}
+	c.NetNS = exists("/proc/self/ns/net")
+	c.MountNS = exists("/proc/self/ns/mnt")
+	c.UserNS = exists("/proc/self/ns/user") && userNSAllowed()
+	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+
+	own := ownCgroups()
+	for _, m := range cgroupMounts() {
+		switch {
+		case m.fstype == "cgroup2":
+			c.CgroupV2 = m.point
+			if data, err := os.ReadFile(filepath.Join(m.point, "cgroup.controllers")); err == nil {
+				c.CgroupV2Controllers = strings.Fields(string(data))
+			}
+		case m.has("memory") && c.CgroupV1Memory == "":
+			if parent, ok := writableParent(m.point, own["memory"]); ok {
+				c.CgroupV1Memory, c.memoryParent = m.point, parent
+			}
+		case m.has("pids") && c.CgroupV1Pids == "":
+			if parent, ok := writableParent(m.point, own["pids"]); ok {
+				c.CgroupV1Pids, c.pidsParent = m.point, parent
+			}
+		}
+	}
+	return c
+}
+
+// Check reports what this machine can enforce, for `agentsh sandbox check`.
+func Check() map[string]any {
+	c := Probe()
+	memory := "rlimit_as"
+	if c.CgroupV1Memory != "" {
+		memory = "cgroup_v1"
+	}
+	var pids any = false
+	switch {
+	case c.CgroupV1Pids != "":
+		pids = "cgroup_v1"
+	case !c.Root:
+		pids = "rlimit_nproc"
+	}
+	nsOK := c.Root || c.UserNS
+	controllers := c.CgroupV2Controllers
+	if controllers == nil {
+		controllers = []string{}
+	}
+	return map[string]any{
+		"root":                  c.Root,
+		"landlock_abi":          c.LandlockABI,
+		"user_namespaces":       c.UserNS,
+		"net_namespaces":        c.NetNS,
+		"mount_namespaces":      c.MountNS,
+		"cgroup_v1_memory":      c.CgroupV1Memory != "",
+		"cgroup_v1_pids":        c.CgroupV1Pids != "",
+		"cgroup_v2":             c.CgroupV2 != "",
+		"cgroup_v2_controllers": controllers,
+		"seccomp":               c.Seccomp,
+		"enforceable": map[string]any{
+			ModeReadOnly:       c.LandlockABI >= minLandlockABI,
+			ModeWorkspaceWrite: c.LandlockABI >= minLandlockABI,
+			"net_none":         c.NetNS && nsOK,
+			"deny_read":        c.MountNS && nsOK,
+			"memory":           memory,
+			"pids":             pids,
+			"cpu_time":         "rlimit_cpu",
+			"file_size":        "rlimit_fsize",
+			"nofile":           "rlimit_nofile",
+			"user":             c.Root,
+			"no_new_privs":     true,
+		},
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// userNSAllowed reads the sysctls distributions use to switch off
+// unprivileged user namespaces.
+func userNSAllowed() bool {
+	if v, err := readTrim("/proc/sys/user/max_user_namespaces"); err == nil && v == "0" {
+		return false
+	}
+	if v, err := readTrim("/proc/sys/kernel/unprivileged_userns_clone"); err == nil && v == "0" {
+		return false
+	}
+	if v, err := readTrim("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"); err == nil && v == "1" {
+		return false
+	}
+	return true
+}
+
+func readTrim(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	return strings.TrimSpace(string(data)), err
+}
+
+type mount struct {
+	point  string
+	fstype string
+	opts   []string // super options: the v1 controllers live here
+}
+
+func (m mount) has(opt string) bool {
+	for _, o := range m.opts {
+		if o == opt {
+			return true
+		}
+	}
+	return false
+}
+
+// cgroupMounts lists cgroup and cgroup2 mounts from /proc/self/mountinfo.
+func cgroupMounts() []mount {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []mount
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent maj:min root point opts [optional...] - fstype source superopts
+		fields := strings.Fields(sc.Text())
+		sep := -1
+		for i, f := range fields {
+			if f == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || len(fields) < sep+4 {
+			continue
+		}
+		fstype := fields[sep+1]
+		if fstype != "cgroup" && fstype != "cgroup2" {
+			continue
+		}
+		out = append(out, mount{
+			point:  unescapeMount(fields[4]),
+			fstype: fstype,
+			opts:   strings.Split(fields[sep+3], ","),
+		})
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ownCgroups maps each v1 controller to this process's cgroup path in it.
+func ownCgroups() map[string]string {
+	out := map[string]string{}
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || parts[1] == "" {
+			continue
+		}
+		for _, ctrl := range strings.Split(parts[1], ",") {
+			out[ctrl] = parts[2]
+		}
+	}
+	return out
+}
+
+// writableParent returns the directory, relative to the mount, under which
+// per-run cgroups can be made: the caller's own cgroup when it is visible
+// and writable (a container may mount only its own subtree, in which case
+// the mount root is the caller's cgroup).
+func writableParent(point, own string) (string, bool) {
+	if own != "" && own != "/" {
+		if unix.Access(filepath.Join(point, own), unix.W_OK) == nil {
+			return own, true
+		}
+	}
+	if unix.Access(point, unix.W_OK) == nil {
+		return "", true
+	}
+	return "", false
+}
+
+// keptCaps are the capabilities a root command keeps inside an isolating
+// sandbox: enough to manage files it owns or that its workspace holds (as
+// container runtimes allow by default), and none that crosses a namespace
+// or mount boundary (SYS_ADMIN for setns and umount, DAC_READ_SEARCH for
+// open_by_handle_at, SYS_PTRACE, SYS_MODULE, NET_ADMIN, …).
+func keptCaps() []int {
+	return []int{
+		unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
+		unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE,
+	}
+}
+
+func keptCapNames() []string {
+	return []string{"chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service"}
+}
