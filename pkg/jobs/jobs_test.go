@@ -1026,3 +1026,24 @@ func TestDevServer(t *testing.T) {
 		t.Fatalf("something still listens on %s after stop (job %+v)", port, s)
 	}
 }
+
+// BenchmarkStartTrue measures Start of `true` through to the supervisor's
+// confirmation (the test binary is the supervisor here, so this is an upper
+// bound for a small CLI binary).
+func BenchmarkStartTrue(b *testing.B) {
+	st := newStore(b)
+	ctx := context.Background()
+	cwd := b.TempDir()
+	var hs []string
+	for b.Loop() {
+		s, err := st.Start(ctx, Spec{Argv: []string{"true"}, Cwd: cwd})
+		if err != nil {
+			b.Fatal(err)
+		}
+		hs = append(hs, s.Handle)
+	}
+	b.StopTimer()
+	if _, err := st.Wait(ctx, hs, ForExit, false); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -520,7 +520,8 @@ type stopRequest struct {
 }
 
 // Stop stops the job's whole process tree: sig to its process group and
-// every descendant, SIGKILL to what remains after grace. Stopping a job that
+// every descendant, SIGKILL to what remains after grace (0: at once). It
+// returns once the job has ended. Stopping a job that
 // already ended is not an error (it returns the status). A lost job whose
 // process is still alive is killed directly.
 func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {

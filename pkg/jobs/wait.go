@@ -16,7 +16,7 @@ const (
 	ForReady = "ready"
 )
 
-// Wait blocks until every job in refs (with any, the first of them) has
+// Wait blocks until every job in refs (with anyOf, the first of them) has
 // ended, or for ForReady is ready or has ended, and returns their statuses
 // in the order of refs. When ctx ends first it returns the current statuses
 // and ctx's error.
@@ -25,7 +25,7 @@ const (
 // replaces status.json on every change) and each live supervisor's pidfd
 // (a SIGKILLed supervisor writes nothing, but its pidfd becomes readable).
 // Watches are armed before each check, so no change falls between the two.
-func (st *Store) Wait(ctx context.Context, refs []string, what string, any bool) ([]Status, error) {
+func (st *Store) Wait(ctx context.Context, refs []string, what string, anyOf bool) ([]Status, error) {
 	if what != ForExit && what != ForReady {
 		return nil, invalid("wait for must be exit or ready, not %q", what)
 	}
@@ -37,10 +37,10 @@ func (st *Store) Wait(ctx context.Context, refs []string, what string, any bool)
 		}
 		ids[i] = id
 	}
-	return st.waitIDs(ctx, ids, what, any)
+	return st.waitIDs(ctx, ids, what, anyOf)
 }
 
-func (st *Store) waitIDs(ctx context.Context, ids []string, what string, any bool) ([]Status, error) {
+func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf bool) ([]Status, error) {
 	dirs := make([]string, len(ids))
 	for i, id := range ids {
 		dirs[i] = st.jobDir(id)
@@ -79,7 +79,7 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, any boo
 				}()
 			}
 		}
-		if done == len(ids) || (any && done > 0) {
+		if done == len(ids) || (anyOf && done > 0) {
 			return out, nil
 		}
 		select {
