@@ -1,0 +1,129 @@
+package policy
+
+import (
+	"strings"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Decision is the verdict on a script or argv, with the reasons for it.
+type Decision struct {
+	// Decision is the strictest decision over all commands, and at least
+	// Prompt when anything is unresolved.
+	Decision   string            `json:"decision"`
+	Commands   []CommandDecision `json:"commands"`
+	Unresolved []Unresolved      `json:"unresolved"`
+}
+
+// CommandDecision is the verdict on one extracted command.
+type CommandDecision struct {
+	Argv     []string `json:"argv"`
+	Decision string   `json:"decision"`
+	// Rule is the pattern of the deciding rule as text, or "" when the
+	// policy's default decided.
+	Rule          string `json:"rule"`
+	Justification string `json:"justification"`
+	// Source is the deciding rule's "file:line", or "" for the default.
+	Source string `json:"source"`
+}
+
+// Check decides a shell string. A string that does not parse is decided
+// Prompt, with the parse error as an unresolved item: what it would run is
+// unknown.
+func (p *Policy) Check(script string) Decision {
+	cmds, unres, err := Extract(script)
+	if err != nil {
+		unres = append(unres, Unresolved{Text: script, Reason: err.Error()})
+	}
+	return p.decide(cmds, unres)
+}
+
+// CheckArgv decides an argv run without a shell. Wrappers in it (sudo, env,
+// bash -c, ...) are looked into as in Check.
+func (p *Policy) CheckArgv(argv []string) Decision {
+	cmds, unres := ExtractArgv(argv)
+	return p.decide(cmds, unres)
+}
+
+func (p *Policy) decide(cmds []Command, unres []Unresolved) Decision {
+	d := Decision{Decision: Allow, Commands: []CommandDecision{}, Unresolved: unres}
+	if d.Unresolved == nil {
+		d.Unresolved = []Unresolved{}
+	}
+	if len(unres) > 0 {
+		d.Decision = Prompt
+	}
+	for _, c := range cmds {
+		cd := p.decideArgv(c.Argv)
+		if rank(cd.Decision) > rank(d.Decision) {
+			d.Decision = cd.Decision
+		}
+		d.Commands = append(d.Commands, cd)
+	}
+	return d
+}
+
+// decideArgv applies the strictest matching rule, the first of equals, or
+// the default.
+func (p *Policy) decideArgv(argv []string) CommandDecision {
+	var best *Rule
+	if p != nil {
+		for i := range p.Rules {
+			r := &p.Rules[i]
+			if r.Matches(argv) && (best == nil || rank(r.Decision) > rank(best.Decision)) {
+				best = r
+			}
+		}
+	}
+	if best == nil {
+		return CommandDecision{Argv: argv, Decision: p.defaultDecision()}
+	}
+	return CommandDecision{Argv: argv, Decision: best.Decision, Rule: best.PatternText(),
+		Justification: best.Justification, Source: best.Source}
+}
+
+func (p *Policy) defaultDecision() string {
+	if p == nil || p.Default == "" {
+		return Allow
+	}
+	if rank(p.Default) < 0 {
+		return Prompt
+	}
+	return p.Default
+}
+
+// Err returns nil for an Allow decision, a CodeDenied error for Forbidden and
+// a CodeApprovalRequired error for Prompt, naming the first command (or
+// unresolved item) responsible. The details carry the decision's commands and
+// unresolved items, so a caller can report them as they are.
+func (d Decision) Err() error {
+	var code, verb string
+	switch d.Decision {
+	case Allow:
+		return nil
+	case Forbidden:
+		code, verb = CodeDenied, "is forbidden by the policy"
+	default:
+		code, verb = CodeApprovalRequired, "needs approval"
+	}
+	what := ""
+	for _, c := range d.Commands {
+		if c.Decision == d.Decision {
+			what = strings.Join(c.Argv, " ")
+			if c.Justification != "" {
+				verb += ": " + c.Justification
+			}
+			break
+		}
+	}
+	if what == "" && len(d.Unresolved) > 0 {
+		u := d.Unresolved[0]
+		what = u.Text
+		verb += " (" + u.Reason + ")"
+	}
+	if what == "" {
+		what = "the command"
+	}
+	return result.Errorf(code, "%s %s", what, verb).
+		With("decision", d.Decision).With("commands", d.Commands).With("unresolved", d.Unresolved)
+}

@@ -1,0 +1,98 @@
+// Package policy decides whether a shell command may run: it extracts every
+// simple command a shell string would run, with a real shell parser, and
+// matches each one against prefix rules read from files in the
+// prefix_rule(...) language of the Codex CLI's exec policy.
+//
+// The package is an engine: plain values in and out, typed errors
+// (*result.Error with the codes below), no flags, no output of its own. The
+// CLIs wire it to --policy FILE, `agentsh check` and enforcement.
+//
+// # Extraction
+//
+// [Extract] parses a string as bash (mvdan.cc/sh/v3/syntax) and returns, in
+// source order with an outer command before the commands nested in its words,
+// every simple command it finds: both sides of && || ; and &, every pipeline
+// stage, subshells and { } groups, the conditions and bodies of if, while,
+// until, for, select and case, function bodies, $(...) and backticks wherever
+// they appear (arguments, assignments, redirections, parameter expansions,
+// arithmetic, [[ ]]), process substitutions, and command substitutions inside
+// unquoted heredoc bodies (they run). Other heredoc text is data.
+//
+// Words are resolved statically: quotes are removed, backslash escapes and
+// $'...' escapes are decoded and literal pieces are joined, so `"r"m`, `r”m`,
+// `\rm` and `$'\x72m'` all give rm. A part that is only known at run time
+// (a parameter expansion, a command or process substitution, arithmetic) is
+// kept in the argument as its source text without quotes: `rm "$f"` gives
+// [rm $f] and `echo $(date)` gives [echo $(date)]. Such an argument never makes
+// a command unresolved; it simply will not equal a literal rule token. Globs and
+// braces in arguments are kept as written (`rm *.o` gives [rm *.o]).
+//
+// A wrapper yields itself and the command it runs, recursively: xargs, env
+// (including env -S), sudo, doas, nice, ionice, timeout, nohup, stdbuf, time
+// (keyword and program), command (not with -v/-V, which only describe), exec,
+// builtin, setsid, chroot DIR CMD and busybox CMD. `find ... -exec CMD ... ;`
+// (and -execdir, -ok, -okdir) is treated the same way: find is reported and
+// CMD is extracted with its {} kept literally, because the command is right
+// there in the argv and a prompt for every find -exec would teach people to
+// click through prompts.
+//
+// Scripts inside scripts are parsed recursively, up to a nesting depth of 8:
+// the -c string of bash, sh, zsh, dash, ksh, mksh, ash and busybox sh; a
+// heredoc or here-string fed to such a shell; the arguments of eval, the
+// action of trap and the values given to alias.
+//
+// # Unresolved
+//
+// What cannot be known without running the script is returned as an
+// [Unresolved] item with a reason, and makes a decision at least "prompt":
+//   - a command name that comes from a parameter expansion, a command
+//     substitution (whose inner commands are still extracted), arithmetic,
+//     a process substitution, a glob or a brace expansion;
+//   - eval (its literal text is also parsed and its commands extracted);
+//   - source or . of a path that is not literal;
+//   - alias (its literal values are also parsed);
+//   - a call to a function defined in the same script: the call is reported
+//     as unresolved with reason "function defined in the script", because the
+//     function's arguments flow into its body, and the body is extracted as
+//     ordinary commands anyway;
+//   - a shell that reads its script from a pipe or inherited standard input
+//     (`curl ... | sh`), or a -c string or heredoc that contains expansions
+//     (the literal approximation is still parsed);
+//   - a nested script that does not parse, nesting deeper than the limit, and
+//     more than 4096 commands in one string.
+//
+// Extraction never panics and its work is bounded: scripts over
+// [MaxScriptBytes] are refused, nesting and wrapper chains are capped, and the
+// number of items is capped.
+//
+// # Rules
+//
+// [Load] and [LoadSource] read files of prefix_rule(...) calls, evaluated as
+// Starlark with no load(), no printing and a step limit:
+//
+//	prefix_rule(
+//	    pattern = ["git", ["push", "fetch"]],   # a token prefix; a list is alternatives
+//	    decision = "prompt",                     # allow (default) | prompt | forbidden
+//	    justification = "talks to a remote",
+//	    match = [["git", "push", "origin"], "git fetch --all"],
+//	    not_match = ["git status"],
+//	)
+//
+// String examples are split with go-shellwords. Every example is checked
+// against its own rule when the file loads; a failure, an unknown function or
+// keyword, or a wrong type is a [CodeInvalid] error naming the file, the line,
+// the rule and the example.
+//
+// # Decisions
+//
+// [Policy.Check] and [Policy.CheckArgv] match every extracted command against
+// every rule. A rule matches when its pattern is a prefix of the argv, token
+// by token. When argv[0] is a path, its base name is tried too, so /bin/rm
+// and ./rm match a rule for rm (a rule written with a full path still matches
+// that path exactly). The strictest matching rule decides a command
+// (forbidden > prompt > allow; among equals, the first loaded); a command no
+// rule matches gets [Policy.Default]. The overall decision is the strictest
+// over all commands, and at least prompt when anything is unresolved. A
+// string that does not parse is decided prompt with the parse error as the
+// unresolved reason: whatever runs is unknown.
+package policy

@@ -1,0 +1,465 @@
+package policy
+
+import (
+	"errors"
+	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Error codes of the policy engine.
+const (
+	// CodeParseError: a shell string could not be parsed.
+	CodeParseError = "policy_parse_error"
+	// CodeInvalid: a rules file, or a setting of the policy, is wrong.
+	CodeInvalid = "policy_invalid"
+	// CodeDenied: a command was decided forbidden.
+	CodeDenied = "policy_denied"
+	// CodeApprovalRequired: a command was decided prompt and was not approved.
+	CodeApprovalRequired = "approval_required"
+)
+
+// Limits that keep extraction bounded whatever the input: a hostile string
+// must cost the caller milliseconds, not its memory or its stack.
+const (
+	// MaxScriptBytes is the longest string Extract reads.
+	MaxScriptBytes = 1 << 20
+	// maxDepth bounds scripts nested in scripts (bash -c, eval, heredocs).
+	maxDepth = 8
+	// maxWrappers bounds a wrapper chain such as `nice nice nice ... rm`,
+	// whose argvs would otherwise cost quadratic memory.
+	maxWrappers = 16
+	// maxItems bounds the commands plus unresolved items of one call.
+	maxItems = 4096
+)
+
+// Command is one simple command a script would run.
+type Command struct {
+	// Argv is the resolved argument vector (see the package doc for how
+	// expansions are shown).
+	Argv []string `json:"argv"`
+	// Text is the source text the command came from; for a command found
+	// through a wrapper it is the text of the outer command.
+	Text string `json:"text"`
+}
+
+// Unresolved is something in a script that cannot be known without running
+// it, such as a command name taken from a variable.
+type Unresolved struct {
+	Text   string `json:"text"`
+	Reason string `json:"reason"`
+}
+
+// Extract returns every simple command script would run and what cannot be
+// resolved statically. A script that does not parse, or is longer than
+// MaxScriptBytes, is a *result.Error with code CodeParseError.
+func Extract(script string) ([]Command, []Unresolved, error) {
+	if len(script) > MaxScriptBytes {
+		return nil, nil, result.Errorf(CodeParseError,
+			"the script is %d bytes, more than the %d the policy reads", len(script), MaxScriptBytes).
+			With("limit", MaxScriptBytes)
+	}
+	f, err := parse(script)
+	if err != nil {
+		e := result.Errorf(CodeParseError, "cannot parse the script: %v", err).Wrap(err)
+		var pe syntax.ParseError
+		if errors.As(err, &pe) {
+			e.With("line", pe.Pos.Line()).With("column", pe.Pos.Col())
+		}
+		return nil, nil, e
+	}
+	x := &extractor{}
+	x.file(f, script, 0)
+	return x.cmds, x.unres, nil
+}
+
+// ExtractArgv is Extract for an argv that is run without a shell: its tokens
+// are literal, but wrappers (sudo, env, bash -c, ...) are still looked into.
+func ExtractArgv(argv []string) ([]Command, []Unresolved) {
+	x := &extractor{}
+	u := &unit{src: strings.Join(argv, " ")}
+	x.argv(literalTokens(argv), nil, u, u.src, 0)
+	return x.cmds, x.unres
+}
+
+func parse(src string) (*syntax.File, error) {
+	// Bash is what agentsh runs strings with when it exists, and its syntax
+	// is a superset of what sh accepts, so one dialect covers both.
+	p := syntax.NewParser(syntax.Variant(syntax.LangBash))
+	return p.Parse(strings.NewReader(src), "")
+}
+
+// extractor accumulates the results of one Extract call.
+type extractor struct {
+	cmds  []Command
+	unres []Unresolved
+	full  bool // maxItems was reached and reported
+}
+
+// unit is one parsed script: the top-level string or a nested one. Offsets
+// of its nodes point into src.
+type unit struct {
+	src   string
+	funcs map[string]bool // functions the script defines
+	depth int
+}
+
+func (x *extractor) room() bool {
+	if x.full {
+		return false
+	}
+	if len(x.cmds)+len(x.unres) >= maxItems {
+		x.full = true
+		x.unres = append(x.unres, Unresolved{Text: "", Reason: "more commands than the policy examines"})
+		return false
+	}
+	return true
+}
+
+func (x *extractor) add(argv []string, text string) {
+	if x.room() {
+		x.cmds = append(x.cmds, Command{Argv: argv, Text: text})
+	}
+}
+
+func (x *extractor) unresolved(text, reason string) {
+	if x.room() {
+		x.unres = append(x.unres, Unresolved{Text: text, Reason: reason})
+	}
+}
+
+// file extracts the commands of one parsed script.
+func (x *extractor) file(f *syntax.File, src string, depth int) {
+	u := &unit{src: src, depth: depth, funcs: map[string]bool{}}
+	syntax.Walk(f, func(n syntax.Node) bool {
+		if fd, ok := n.(*syntax.FuncDecl); ok {
+			if fd.Name != nil {
+				u.funcs[fd.Name.Value] = true
+			}
+			for _, name := range fd.Names {
+				u.funcs[name.Value] = true
+			}
+		}
+		return true
+	})
+	x.walk(f, u)
+}
+
+// walk visits every statement under node, including those inside words
+// (command and process substitutions), so nothing nested is missed.
+func (x *extractor) walk(node syntax.Node, u *unit) {
+	syntax.Walk(node, func(n syntax.Node) bool {
+		if x.full {
+			return false
+		}
+		st, ok := n.(*syntax.Stmt)
+		if !ok {
+			return true
+		}
+		switch c := st.Cmd.(type) {
+		case *syntax.CallExpr:
+			if len(c.Args) > 0 {
+				toks := make([]token, len(c.Args))
+				for i, w := range c.Args {
+					toks[i] = u.word(w)
+				}
+				x.argv(toks, st.Redirs, u, u.source(c), 0)
+			}
+		case *syntax.TimeClause:
+			// The keyword form; the timed statement is visited on its own.
+			argv := []string{"time"}
+			if c.PosixFormat {
+				argv = append(argv, "-p")
+			}
+			if c.Stmt != nil {
+				if inner, ok := c.Stmt.Cmd.(*syntax.CallExpr); ok {
+					for _, w := range inner.Args {
+						argv = append(argv, u.word(w).text)
+					}
+				}
+			}
+			x.add(argv, u.source(c))
+		case *syntax.DeclClause:
+			argv := []string{c.Variant.Value}
+			for _, a := range c.Args {
+				argv = append(argv, u.assign(a))
+			}
+			x.add(argv, u.source(c))
+		case *syntax.LetClause:
+			argv := []string{"let"}
+			for _, e := range c.Exprs {
+				argv = append(argv, u.source(e))
+			}
+			x.add(argv, u.source(c))
+		}
+		return true
+	})
+}
+
+// assign renders one argument of declare/export/local as the shell would
+// pass it.
+func (u *unit) assign(a *syntax.Assign) string {
+	var b strings.Builder
+	if a.Name != nil {
+		b.WriteString(a.Name.Value)
+		if a.Index != nil {
+			b.WriteString("[" + u.source(a.Index) + "]")
+		}
+		if a.Naked {
+			return b.String()
+		}
+		if a.Append {
+			b.WriteString("+")
+		}
+		b.WriteString("=")
+	}
+	switch {
+	case a.Value != nil:
+		b.WriteString(u.word(a.Value).text)
+	case a.Array != nil:
+		b.WriteString(u.source(a.Array))
+	}
+	return b.String()
+}
+
+// argv handles one resolved simple command: it is reported, and if it runs
+// another command or script, that is examined too.
+func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text string, wraps int) {
+	if len(toks) == 0 || !x.room() {
+		return
+	}
+	if wraps > maxWrappers {
+		x.unresolved(text, "wrappers nested deeper than the policy examines")
+		return
+	}
+	name := toks[0]
+	if reason := name.nameProblem(); reason != "" {
+		x.unresolved(text, reason)
+		return
+	}
+	// A wrapper runs programs, never shell functions, so only the outermost
+	// name can be a function call.
+	if wraps == 0 && u.funcs[name.text] {
+		x.unresolved(text, "function defined in the script")
+		return
+	}
+	args := tokenTexts(toks)
+	x.add(args, text)
+
+	switch base := baseName(name.text); base {
+	case "bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "rbash":
+		x.shell(toks, redirs, u, text)
+	case "eval":
+		x.unresolved(text, "eval runs a string as a script")
+		if len(toks) > 1 {
+			x.nested(joinTokens(toks[1:]), u, text, "eval")
+		}
+	case "source", ".":
+		if len(toks) > 1 {
+			if reason := toks[1].nameProblem(); reason != "" {
+				x.unresolved(text, "source of a path computed at run time")
+			}
+		}
+	case "alias":
+		if len(toks) > 1 {
+			x.unresolved(text, "alias changes what later command names run")
+		}
+		for _, t := range toks[1:] {
+			if _, value, ok := strings.Cut(t.text, "="); ok {
+				x.nested(token{text: value, dynamic: t.dynamic}, u, text, "alias")
+			}
+		}
+	case "trap":
+		// trap [-lp] [ACTION] SIGNAL...: the action is a script run later.
+		rest := toks[1:]
+		if len(rest) > 0 && rest[0].text == "--" {
+			rest = rest[1:]
+		}
+		if len(rest) >= 2 && !strings.HasPrefix(rest[0].text, "-") {
+			x.nested(rest[0], u, text, "trap")
+		}
+	case "find":
+		x.findExec(toks, u, text, wraps)
+	default:
+		inner, stdinShell := unwrap(base, toks)
+		if inner != nil {
+			x.argv(inner, redirs, u, text, wraps+1)
+		} else if stdinShell {
+			x.stdinScript(redirs, u, text)
+		}
+	}
+}
+
+func baseName(s string) string {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+// joinTokens joins arguments with spaces, as eval does before parsing.
+func joinTokens(toks []token) token {
+	var t token
+	parts := make([]string, len(toks))
+	for i, tk := range toks {
+		parts[i] = tk.text
+		if t.dynamic == "" {
+			t.dynamic = tk.dynamic
+		}
+	}
+	t.text = strings.Join(parts, " ")
+	return t
+}
+
+// shell examines a shell started as a command: its -c string, or the script
+// it reads on standard input.
+func (x *extractor) shell(toks []token, redirs []*syntax.Redirect, u *unit, text string) {
+	cmdMode, stdinMode := false, false
+	i := 1
+options:
+	for ; i < len(toks); i++ {
+		a := toks[i].text
+		switch {
+		case a == "--" || a == "-":
+			i++
+			break options
+		case strings.HasPrefix(a, "--"):
+			if a == "--rcfile" || a == "--init-file" {
+				i++
+			}
+		case len(a) > 1 && (a[0] == '-' || a[0] == '+'):
+			takesArg := false
+			for _, c := range a[1:] {
+				switch c {
+				case 'c':
+					cmdMode = true
+				case 's':
+					stdinMode = true
+				case 'o', 'O':
+					takesArg = true
+				}
+			}
+			if takesArg {
+				i++
+			}
+		default:
+			break options
+		}
+	}
+	switch {
+	case cmdMode:
+		if i < len(toks) {
+			x.nested(toks[i], u, text, "shell -c")
+		}
+	case i < len(toks) && !stdinMode:
+		// A script file: its contents are not the policy's to read.
+	default:
+		x.stdinScript(redirs, u, text)
+	}
+}
+
+// stdinScript examines the script a shell reads from standard input: a
+// heredoc or here-string is parsed; anything else is unknown.
+func (x *extractor) stdinScript(redirs []*syntax.Redirect, u *unit, text string) {
+	var in *syntax.Redirect
+	for _, r := range redirs {
+		if r.N != nil && r.N.Value != "0" {
+			continue
+		}
+		switch r.Op {
+		case syntax.Hdoc, syntax.DashHdoc, syntax.WordHdoc, syntax.RdrIn, syntax.RdrInOut, syntax.DplIn:
+			in = r
+		}
+	}
+	switch {
+	case in == nil:
+		x.unresolved(text, "the shell reads its script from standard input")
+	case in.Op == syntax.Hdoc || in.Op == syntax.DashHdoc:
+		if in.Hdoc != nil {
+			x.nested(u.heredoc(in), u, text, "heredoc")
+		}
+	case in.Op == syntax.WordHdoc:
+		if in.Word != nil {
+			x.nested(u.word(in.Word), u, text, "here-string")
+		}
+	case in.Op == syntax.RdrIn:
+		// A script file, like `bash script.sh`.
+	default:
+		x.unresolved(text, "the shell reads its script from a file descriptor")
+	}
+}
+
+// heredoc resolves a heredoc body: literal when the delimiter is quoted,
+// otherwise with the backslash rules of an unquoted heredoc and expansions
+// kept as source text.
+func (u *unit) heredoc(r *syntax.Redirect) token {
+	quoted := false
+	if r.Word != nil {
+		for _, p := range r.Word.Parts {
+			switch p := p.(type) {
+			case *syntax.SglQuoted, *syntax.DblQuoted:
+				quoted = true
+			case *syntax.Lit:
+				if strings.Contains(p.Value, "\\") {
+					quoted = true
+				}
+			}
+		}
+	}
+	var t token
+	var b strings.Builder
+	for _, p := range r.Hdoc.Parts {
+		lit, ok := p.(*syntax.Lit)
+		switch {
+		case ok && quoted:
+			b.WriteString(lit.Value)
+		case ok:
+			b.WriteString(unescapeHeredoc(lit.Value))
+		default:
+			if t.dynamic == "" {
+				t.dynamic = "expansion"
+			}
+			b.WriteString(u.source(p))
+		}
+	}
+	t.text = b.String()
+	return t
+}
+
+// nested parses a string that a command runs as a script and extracts its
+// commands.
+func (x *extractor) nested(t token, u *unit, text, what string) {
+	if t.dynamic != "" {
+		x.unresolved(text, what+" script contains expansions resolved at run time")
+	}
+	if u.depth+1 > maxDepth {
+		x.unresolved(text, what+" script nested deeper than the policy examines")
+		return
+	}
+	f, err := parse(t.text)
+	if err != nil {
+		x.unresolved(text, what+" script does not parse: "+err.Error())
+		return
+	}
+	x.file(f, t.text, u.depth+1)
+}
+
+// findExec extracts the commands of find's -exec, -execdir, -ok and -okdir
+// actions, which run up to a ";" or "+" argument.
+func (x *extractor) findExec(toks []token, u *unit, text string, wraps int) {
+	for i := 1; i < len(toks); i++ {
+		switch toks[i].text {
+		case "-exec", "-execdir", "-ok", "-okdir":
+		default:
+			continue
+		}
+		j := i + 1
+		for j < len(toks) && toks[j].text != ";" && toks[j].text != "+" {
+			j++
+		}
+		x.argv(toks[i+1:j], nil, u, text, wraps+1)
+		i = j
+	}
+}
