@@ -183,6 +183,15 @@ func (sv *supervisor) begin() error {
 	// A stop request or lost marker belongs to the previous run.
 	_ = os.Remove(filepath.Join(sv.dir, stopFile))
 	_ = os.Remove(filepath.Join(sv.dir, lostMarker))
+	if !hadPrev {
+		// A first run needs no "starting" record: no handle exists until
+		// Start has the confirmation, and the "running" record written
+		// right after the job starts is the one that matters. Each
+		// durable write costs an fsync on Start's path.
+		return nil
+	}
+	// A new run replaces the previous run's end at once, so nobody reads
+	// the old end as this run's.
 	return sv.save()
 }
 
@@ -397,13 +406,15 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	if sv.hooks.afterJobStart != nil {
 		sv.hooks.afterJobStart()
 	}
+	// Confirm before appending the event: the caller of Start waits only
+	// for the record, and the event's fsync need not delay it.
+	sv.answer(nil)
 	switch {
 	case first && sv.rec.Run == 1:
 		sv.event("started")
 	default:
 		sv.event("restarted")
 	}
-	sv.answer(nil)
 
 	var probes sync.WaitGroup
 	var readyTimeout <-chan time.Time
