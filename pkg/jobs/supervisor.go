@@ -159,8 +159,9 @@ type codedError struct {
 func (e *codedError) Error() string { return e.err.Error() }
 func (e *codedError) Unwrap() error { return e.err }
 
-// begin records the supervisor's identity before anything else, so that
-// from the first status.json on, a dead supervisor is detectable.
+// begin prepares the record of this run: the supervisor's identity (PID,
+// start time, boot id), which every status.json it writes carries, so that
+// a dead supervisor is always detectable from the record.
 func (sv *supervisor) begin() error {
 	var prev record
 	hadPrev := state.ReadJSON(filepath.Join(sv.dir, statusFile), &prev) == nil
