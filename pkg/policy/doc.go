@@ -19,8 +19,9 @@
 // unquoted heredoc bodies (they run). Other heredoc text is data.
 //
 // Words are resolved statically: quotes are removed, backslash escapes and
-// $'...' escapes are decoded and literal pieces are joined, so `"r"m`, `r”m`,
-// `\rm` and `$'\x72m'` all give rm. A part that is only known at run time
+// $'...' escapes are decoded and literal pieces are joined, so `"r"m`,
+// `r""m`, r followed by empty single quotes and m, `\rm` and `$'\x72m'` all
+// give rm. A part that is only known at run time
 // (a parameter expansion, a command or process substitution, arithmetic) is
 // kept in the argument as its source text without quotes: `rm "$f"` gives
 // [rm $f] and `echo $(date)` gives [echo $(date)]. Such an argument never makes
