@@ -91,6 +91,13 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
 		}
 	}
+	if sp.ClearAmbient {
+		// A non-root target then starts with no capabilities at all, in
+		// its user namespace too, so it cannot undo the mounts.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot clear ambient capabilities: %v", err)
+		}
+	}
 	if sp.UID >= 0 {
 		if err := switchUser(sp.UID, sp.GID, sp.Groups); err != nil {
 			return h.fail(exitSetupFailed, CodeFailed, "cannot switch to uid %d: %v", sp.UID, err)
@@ -304,7 +311,9 @@ func lookPath(name string) (string, string, error) {
 	check := func(p string) (string, error) {
 		st, err := os.Stat(p)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
+			// A PATH entry this user cannot search holds nothing it can
+			// run, as for a shell.
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTDIR) {
 				return CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
 			}
 			return CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, unwrap(err))

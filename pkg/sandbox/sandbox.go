@@ -165,6 +165,9 @@ type spec struct {
 	GID         int         `json:"gid"`
 	Groups      []int       `json:"groups,omitempty"`
 	DropCaps    bool        `json:"drop_caps,omitempty"`
+	// ClearAmbient: the helper got ambient capabilities in its user
+	// namespace that the target must not inherit.
+	ClearAmbient bool `json:"clear_ambient,omitempty"`
 }
 
 type rlimitSet struct {
@@ -480,6 +483,12 @@ func (b *builder) build() (*Prepared, error) {
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
+		// The helper keeps its own uid, which would lose the namespace's
+		// capabilities at execve; ambient capabilities carry over the two
+		// it needs for the mounts and the loopback, and it clears them
+		// before starting the target.
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+		b.sp.ClearAmbient = true
 		b.report["user_namespace"] = true
 	}
 

@@ -230,7 +230,9 @@ echo "tmpdir=$TMPDIR"`)
 }
 
 func TestDenyRead(t *testing.T) {
-	requireRoot(t)
+	if c := Probe(); !c.MountNS || !(c.Root || c.UserNS) {
+		t.Skip("no mount namespaces for this user")
+	}
 	_, ws, outside := dirs(t)
 	secretDir := filepath.Join(outside, "ssh")
 	if err := os.Mkdir(secretDir, 0o700); err != nil {
@@ -626,4 +628,48 @@ func runTrue(p Policy, self string) error {
 		return err
 	}
 	return nil
+}
+
+// TestUnprivileged reruns the suite that needs no root as nobody, which
+// takes the user-namespace path (CLONE_NEWUSER, ambient capabilities for the
+// helper) that root never does.
+func TestUnprivileged(t *testing.T) {
+	requireRoot(t)
+	if c := Probe(); !c.UserNS {
+		t.Skip("unprivileged user namespaces are disabled")
+	}
+	if os.Getenv("AGENTPLANE_SANDBOX_UNPRIVILEGED") != "" {
+		t.Skip("already unprivileged")
+	}
+	dir, err := os.MkdirTemp("", "agentplane-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(self(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.v", "-test.count=1",
+		"-test.run", "^(TestWorkspaceWrite|TestReadOnly|TestDenyRead|TestNetNone|TestFileSize|TestNofile|TestHelperFailure)$")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AGENTPLANE_SANDBOX_UNPRIVILEGED=1", "TMPDIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as nobody: %v\n%s", err, b)
+	}
+	if n := strings.Count(string(b), "--- PASS"); n < 7 || strings.Contains(string(b), "--- SKIP") {
+		t.Fatalf("as nobody, expected 7 passing tests:\n%s", b)
+	}
 }
