@@ -1,6 +1,9 @@
 // Package agentfs is the command tree of the agentfs program: read, write,
 // edit, patch and undo files atomically, reporting the content before and
 // after.
+//
+// The commands are thin: each parses its flags, builds the request for the
+// pkg/files engine (pkg/patch for patch), calls it and renders the result.
 package agentfs
 
 import (
@@ -25,7 +28,13 @@ func Program() *clikit.Program {
 		Name:  "agentfs",
 		Short: "Read, write, edit, patch and undo files, reporting the content before and after",
 		Long: "agentfs reads, writes, edits, patches and undoes files atomically and prints one JSON " +
-			"result with the content before and after and a unified diff.",
+			"result with the content before and after and a unified diff.\n\n" +
+			"Relative paths are resolved against the current directory; with --root they must " +
+			"still resolve, symlinks followed, inside the root. The root, the deny list and the " +
+			"size limits are the operator's boundary (flags, AGENTFS_ROOT / AGENTPLANE_ROOT, " +
+			"AGENTPLANE_DENY, the config file): a --request may tighten them but never loosen " +
+			"them. A request's root must lie inside the configured one, its deny globs are added " +
+			"to the configured ones, and its size limits are capped by the configured ones.",
 		ExitCode: exitCode,
 		Build:    build,
 	}
@@ -44,4 +53,16 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }
 
-func build(root *cobra.Command, env *clikit.Env) {}
+func build(root *cobra.Command, env *clikit.Env) {
+	common := addCommonFlags(root, env)
+	root.AddCommand(
+		NewCmdRead(env, common, nil),
+		NewCmdWrite(env, common, nil),
+		NewCmdEdit(env, common, nil),
+		NewCmdInsert(env, common, nil),
+		NewCmdPatch(env, common, nil),
+		NewCmdUndo(env, common, nil),
+		NewCmdStat(env, common, nil),
+		NewCmdList(env, common, nil),
+	)
+}

@@ -1,0 +1,315 @@
+package agentfs
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/files"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Output modes of --output.
+const (
+	OutputFull = "full"
+	OutputDiff = "diff"
+	OutputNone = "none"
+)
+
+// CommonOptions are the flags every verb shares (persistent on the root).
+type CommonOptions struct {
+	Root        string
+	Deny        []string
+	Output      string
+	MaxFileSize int64
+	MaxContent  int64
+	StateDir    string
+}
+
+// boundaryFlags are the operator's limits: a request may tighten them but
+// never loosen them (see tightenFromRequest).
+var boundaryFlags = []string{"root", "deny", "max-file-size", "max-content"}
+
+func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
+	c := &CommonOptions{Output: OutputFull, MaxContent: files.DefaultMaxContent}
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.Root, "root", "", "confine every path to `DIR`: it must resolve, symlinks followed, inside it "+
+		"(a request may only name a root inside the configured one)")
+	pf.Var(&globList{list: &c.Deny}, "deny", "refuse paths matching `GLOB` (repeatable; ** matches any depth, e.g. '**/.env', '**/.git/**'; "+
+		"a request's globs add to the configured ones)")
+	pf.Var(clikit.EnumValue{S: &c.Output, Allowed: []string{OutputFull, OutputDiff, OutputNone}}, "output",
+		"what a change reports: full (texts before and after and the diff), diff (the diff only) or none")
+	pf.Var(clikit.SizeValue{N: &c.MaxFileSize}, "max-file-size", "refuse files larger than `SIZE` (0 = no limit; a request can only lower it)")
+	pf.Var(clikit.SizeValue{N: &c.MaxContent}, "max-content", "leave out the texts before and after past `SIZE` (the diff stays)")
+	clikit.AddStateDirFlag(root, &c.StateDir)
+	for _, n := range []string{"root", "deny", "output", "max-file-size", "max-content"} {
+		_ = pf.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+	}
+
+	prepare := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		onCmdline := map[string]bool{}
+		for _, n := range boundaryFlags {
+			onCmdline[n] = clikit.FlagChanged(cmd, n)
+		}
+		if err := prepare(cmd, args); err != nil {
+			return err
+		}
+		if env.RequestFile == "" {
+			return nil
+		}
+		return c.tightenFromRequest(cmd, env, onCmdline, prepare)
+	}
+	return c
+}
+
+// tightenFromRequest keeps a request from loosening the operator's limits.
+// clikit gives a request precedence over the environment and config file,
+// which is right for ordinary flags but would let a model's tool call
+// replace the configured root or deny list. So the limits the command line
+// did not set are reset and the configuration is applied again on its own;
+// the effective limit is then the tighter of the request's and the
+// configuration's.
+func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, onCmdline map[string]bool,
+	prepare func(*cobra.Command, []string) error) error {
+	req := *c
+	req.Deny = append([]string(nil), c.Deny...)
+	var reset []*pflag.Flag
+	for _, n := range boundaryFlags {
+		f := cmd.Flags().Lookup(n)
+		if f == nil || onCmdline[n] || !f.Changed {
+			continue
+		}
+		f.Changed = false
+		switch n {
+		case "root":
+			c.Root = ""
+		case "deny":
+			c.Deny = nil
+		case "max-file-size":
+			c.MaxFileSize = 0
+		case "max-content":
+			c.MaxContent = files.DefaultMaxContent
+		}
+		reset = append(reset, f)
+	}
+	if len(reset) == 0 {
+		return nil
+	}
+	saved := env.RequestFile
+	env.RequestFile = ""
+	err := prepare(cmd, nil)
+	env.RequestFile = saved
+	if err != nil {
+		return err
+	}
+	for _, f := range reset {
+		switch f.Name {
+		case "root":
+			if c.Root == "" {
+				c.Root = req.Root
+			} else if req.Root != c.Root {
+				if !inside(req.Root, c.Root) {
+					return result.Errorf(files.CodeOutsideRoot, "the request's root %s is not inside the configured root %s", req.Root, c.Root).
+						With("hint", "a request may narrow --root, never widen it")
+				}
+				c.Root = req.Root
+			}
+		case "deny":
+			seen := map[string]bool{}
+			for _, g := range c.Deny {
+				seen[g] = true
+			}
+			for _, g := range req.Deny {
+				if !seen[g] {
+					c.Deny = append(c.Deny, g)
+					seen[g] = true
+				}
+			}
+		case "max-file-size":
+			c.MaxFileSize = tighterLimit(c.MaxFileSize, req.MaxFileSize)
+		case "max-content":
+			c.MaxContent = tighterLimit(c.MaxContent, req.MaxContent)
+		}
+		f.Changed = true
+	}
+	return nil
+}
+
+// tighterLimit is the smaller of two limits where 0 means none.
+func tighterLimit(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// inside reports whether dir resolves (symlinks followed) inside root.
+func inside(dir, root string) bool {
+	resolve := func(p string) (string, bool) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return "", false
+		}
+		r, err := filepath.EvalSymlinks(abs)
+		if err != nil {
+			return "", false
+		}
+		return r, true
+	}
+	d, ok1 := resolve(dir)
+	r, ok2 := resolve(root)
+	if !ok1 || !ok2 {
+		return false
+	}
+	rel, err := filepath.Rel(r, d)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// engine builds the files engine for one call. Only a mutation opens the
+// state directory, for its undo history.
+func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error) {
+	fsys := &files.FS{Root: c.Root, Deny: c.Deny, MaxFileSize: c.MaxFileSize, MaxContent: c.MaxContent}
+	if mutates {
+		d, err := env.OpenStateDir(c.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		fsys.HistoryDir = d.Join("history")
+	}
+	return fsys, nil
+}
+
+// mutationFields adds a change report to obj, leaving out what --output
+// asks to leave out.
+func (c *CommonOptions) mutationFields(obj *result.Object, m *files.Mutation) *result.Object {
+	obj.Set("path", m.Path)
+	if m.Action != "" {
+		obj.Set("action", m.Action)
+	}
+	if m.MoveTo != "" {
+		obj.Set("move_to", m.MoveTo)
+	}
+	obj.Set("created", m.Created)
+	obj.Set("changed", m.Changed)
+	if m.Deleted {
+		obj.Set("deleted", true)
+	}
+	if c.Output == OutputFull && !m.ContentOmitted {
+		obj.Set("original_file", m.OriginalFile)
+		obj.Set("new_file", m.NewFile)
+	}
+	obj.Set("sha256_before", m.SHA256Before)
+	obj.Set("sha256_after", m.SHA256After)
+	if c.Output != OutputNone {
+		obj.Set("diff", m.Diff)
+	}
+	obj.Set("diff_stats", m.DiffStats)
+	obj.Set("content_omitted", m.ContentOmitted)
+	if m.Binary {
+		obj.Set("binary", true)
+	}
+	if m.Edits != nil {
+		obj.Set("edits", m.Edits)
+	}
+	return obj
+}
+
+// mutationOutcome renders a single-file change as the command's result.
+func (c *CommonOptions) mutationOutcome(env *clikit.Env, m *files.Mutation) *clikit.Outcome {
+	obj := c.mutationFields(result.New().Set("success", true), m)
+	return done(env, obj)
+}
+
+// done finishes a successful result: the caller's stated intent is echoed
+// so that audit logs of the output carry it.
+func done(env *clikit.Env, obj *result.Object) *clikit.Outcome {
+	if env.Description != "" {
+		obj.Set("description", env.Description)
+	}
+	return &clikit.Outcome{Value: obj, Exit: ExitOK}
+}
+
+// textInput reads a verb's text from the named file or else stdin. Stdin is
+// refused when it already carried the request.
+func textInput(env *clikit.Env, file, what string) ([]byte, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, result.Errorf(result.CodeUsage, "cannot read %s: %v", file, unwrapPathError(err))
+		}
+		return b, nil
+	}
+	if env.RequestFile == "-" {
+		return nil, result.Errorf(result.CodeUsage, "no %s: stdin carried the request", what)
+	}
+	b, err := io.ReadAll(env.In)
+	if err != nil {
+		return nil, result.Errorf(files.CodeIOError, "cannot read stdin: %v", err)
+	}
+	return b, nil
+}
+
+func unwrapPathError(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+// globList is a repeatable string flag whose list the tightening pass can
+// reset; pflag's own string array keeps that state private.
+type globList struct{ list *[]string }
+
+func (g *globList) String() string { return "[" + strings.Join(*g.list, ",") + "]" }
+
+// Set adds one glob.
+func (g *globList) Set(s string) error {
+	if s == "" {
+		return fmt.Errorf("empty glob")
+	}
+	*g.list = append(*g.list, s)
+	return nil
+}
+
+// Type makes requests give the flag as an array of strings.
+func (g *globList) Type() string { return "stringArray" }
+
+// onceString is a string flag that refuses a second value, so that a
+// request giving both a flag's name and its alias (old and old_string) is
+// an error instead of a silent choice.
+type onceString struct {
+	s    *string
+	name string
+	set  bool
+}
+
+func (o *onceString) String() string { return *o.s }
+
+// Set stores the value once.
+func (o *onceString) Set(s string) error {
+	if o.set {
+		return fmt.Errorf("--%s given twice (directly or by its alias)", o.name)
+	}
+	*o.s, o.set = s, true
+	return nil
+}
+
+// Type names the value kind for help and schemas.
+func (o *onceString) Type() string { return "string" }
+
+// parseMode reads a permission like 0644 or 644, always octal.
+func parseMode(s string) (os.FileMode, error) {
+	m, err := strconv.ParseUint(strings.TrimPrefix(s, "0o"), 8, 32)
+	if err != nil || m > 0o777 {
+		return 0, result.Errorf(result.CodeUsage, "--mode wants octal permission bits from 0 to 0777 like 0644, not %q", s)
+	}
+	return os.FileMode(m), nil
+}
