@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentplane/agentplane/pkg/testkit"
+)
+
+// agentfsCmd runs this test binary as agentfs in dir.
+func agentfsCmd(t *testing.T, dir string, stdin []byte, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Dir = dir
+	state := t.TempDir()
+	cmd.Env = append(os.Environ(), "AGENTFS_TEST_MAIN=1", "XDG_STATE_HOME="+state, "XDG_CONFIG_HOME="+state)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	return cmd, &out
+}
+
+// TestConcurrentEdits runs several agentfs processes at once, each
+// replacing its own line of one file after reading its hash. No update may
+// be lost silently: every edit either landed or reported file_changed, and
+// the file holds exactly the edits that reported success.
+func TestConcurrentEdits(t *testing.T) {
+	const n = 8
+	dir := t.TempDir()
+	var lines []string
+	for i := range n {
+		lines = append(lines, fmt.Sprintf("line %d", i))
+	}
+	path := filepath.Join(dir, "f.txt")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, guarded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("expect_sha256=%v", guarded), func(t *testing.T) {
+			before, _ := os.ReadFile(path)
+			hash := sha256Hex(before)
+			var wg sync.WaitGroup
+			outs := make([]string, n)
+			codes := make([]int, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					old := fmt.Sprintf("line %d\n", i)
+					if guarded {
+						old = fmt.Sprintf("line %d x\n", i)
+					}
+					args := []string{"edit", "f.txt", "--old", old, "--new", strings.TrimSuffix(old, "\n") + " x\n"}
+					if guarded {
+						args = append(args, "--expect-sha256", hash)
+					}
+					cmd, out := agentfsCmd(t, dir, nil, args...)
+					err := cmd.Run()
+					codes[i] = cmd.ProcessState.ExitCode()
+					if err != nil && codes[i] != 1 {
+						t.Errorf("edit %d: %v", i, err)
+					}
+					outs[i] = out.String()
+				}()
+			}
+			wg.Wait()
+			got, _ := os.ReadFile(path)
+			landed := 0
+			for i, o := range outs {
+				want := fmt.Sprintf("line %d x\n", i)
+				if guarded {
+					want = fmt.Sprintf("line %d x x\n", i)
+				}
+				ok := gjson.Get(o, "success").Bool()
+				if ok {
+					landed++
+					if !bytes.Contains(got, []byte(want)) {
+						t.Errorf("edit %d reported success but its line is missing:\n%s", i, got)
+					}
+					continue
+				}
+				if code := gjson.Get(o, "error.code").String(); code != "file_changed" || codes[i] != 1 {
+					t.Errorf("edit %d failed with %q (exit %d), want file_changed: %s", i, code, codes[i], o)
+				}
+				if bytes.Contains(got, []byte(want)) {
+					t.Errorf("edit %d reported file_changed but its line is in the file", i)
+				}
+			}
+			if !guarded && landed != n {
+				t.Errorf("%d of %d unguarded edits landed; each edits its own line, so all must", landed, n)
+			}
+			if guarded && landed != 1 {
+				t.Errorf("%d edits guarded by the same sha256 landed, want exactly 1", landed)
+			}
+		})
+	}
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// TestConformanceCodexApplyPatch runs agentfs patch on every case of the
+// Codex apply-patch suite and compares the whole tree with the expected
+// one. A case whose expected tree equals its input must be rejected; 015
+// expects a partial application that agentfs, being all or nothing, must
+// refuse (the tree stays as the input was).
+func TestConformanceCodexApplyPatch(t *testing.T) {
+	wd, _ := os.Getwd()
+	shared, ok := testkit.SharedDir(wd)
+	if !ok {
+		t.Skip("../shared (the conformance suites) not found beside the module root")
+	}
+	suite := filepath.Join(shared, "conformance", "codex-apply-patch")
+	cases, err := os.ReadDir(suite)
+	if err != nil {
+		t.Skipf("conformance suite missing: %v", err)
+	}
+	ran := 0
+	for _, c := range cases {
+		if !c.IsDir() {
+			continue
+		}
+		ran++
+		name := c.Name()
+		t.Run(name, func(t *testing.T) {
+			cdir := filepath.Join(suite, name)
+			patchText, err := os.ReadFile(filepath.Join(cdir, "patch.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			input := readTree(t, filepath.Join(cdir, "input"))
+			expected := readTree(t, filepath.Join(cdir, "expected"))
+			mustFail := equalTrees(input, expected)
+			if strings.HasPrefix(name, "015_") {
+				expected, mustFail = input, true
+			}
+			work := t.TempDir()
+			writeTree(t, work, input)
+			cmd, out := agentfsCmd(t, work, patchText, "patch")
+			_ = cmd.Run()
+			code := cmd.ProcessState.ExitCode()
+			res := out.String()
+			if !gjson.Valid(res) {
+				t.Fatalf("not one JSON object: %q", res)
+			}
+			success := gjson.Get(res, "success").Bool()
+			if mustFail {
+				if success || code == 0 {
+					t.Errorf("patch accepted (exit %d), want an error result: %s", code, res)
+				} else {
+					t.Logf("refused: %s", gjson.Get(res, "error.code"))
+				}
+			} else if !success || code != 0 {
+				t.Errorf("patch failed (exit %d): %s", code, res)
+			}
+			got := readTree(t, work)
+			if !equalTrees(got, expected) {
+				t.Errorf("tree after patch:\n%s\nwant:\n%s", describe(got), describe(expected))
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no conformance cases found")
+	}
+}
+
+// readTree maps each regular file's slash path to its content; directories
+// are implied. A missing root is an empty tree.
+func readTree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	tree := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) && p == root {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		tree[filepath.ToSlash(rel)] = string(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+func writeTree(t *testing.T, root string, tree map[string]string) {
+	t.Helper()
+	for rel, content := range tree {
+		p := filepath.Join(root, filepath.FromSlash(rel))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func equalTrees(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(tree map[string]string) string {
+	var b strings.Builder
+	for k, v := range tree {
+		fmt.Fprintf(&b, "  %s: %q\n", k, v)
+	}
+	return b.String()
+}
