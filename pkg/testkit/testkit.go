@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -32,6 +33,8 @@ import (
 //	waitfile [-timeout D] FILE       wait until FILE exists (for background commands)
 //	setjson VAR PATH                 set $VAR to a field of the last stdout
 //	exits N PROG [ARGS...]           run PROG like exec and check that it exits with status N
+//	until [-timeout D] PROG [ARGS...]  run PROG until it succeeds (for time-based behaviour such as idle timeouts)
+//	killproc PATTERN                 SIGKILL every live process with PATTERN in its command line (crash tests)
 func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"json":      cmdJSON,
@@ -40,6 +43,8 @@ func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []stri
 		"waitfile":  cmdWaitFile,
 		"setjson":   cmdSetJSON,
 		"exits":     cmdExits,
+		"killproc":  cmdKillProc,
+		"until":     cmdUntil,
 	}
 }
 
@@ -346,5 +351,55 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if (got == want) == neg {
 		ts.Fatalf("exits: %s exited %d, want %d", args[1], got, want)
+	}
+}
+
+// cmdKillProc SIGKILLs the live processes whose command line contains the
+// pattern and waits until they are dead, to simulate a crash.
+func cmdKillProc(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: killproc PATTERN")
+	}
+	found := LiveProcesses(args[0])
+	if len(found) == 0 {
+		ts.Fatalf("killproc: no live process matches %q", args[0])
+	}
+	for _, f := range found {
+		pid, _ := strconv.Atoi(strings.SplitN(f, ":", 2)[0])
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(LiveProcesses(args[0])) > 0 {
+		if time.Now().After(deadline) {
+			ts.Fatalf("killproc: %q survived SIGKILL", args[0])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cmdUntil reruns a program until it exits 0. It is for behaviour that is
+// time-based by nature (an idle timeout firing), where there is no event to
+// wait on; the deadline is generous for loaded machines.
+func cmdUntil(ts *testscript.TestScript, neg bool, args []string) {
+	timeout := 60 * time.Second
+	if len(args) >= 2 && args[0] == "-timeout" {
+		d, err := time.ParseDuration(args[1])
+		if err != nil {
+			ts.Fatalf("until: bad timeout %q", args[1])
+		}
+		timeout, args = d, args[2:]
+	}
+	if len(args) == 0 {
+		ts.Fatalf("usage: until [-timeout D] PROG [ARGS...]")
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := ts.Exec(args[0], args[1:]...); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("until: %s did not succeed within %v", strings.Join(args, " "), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

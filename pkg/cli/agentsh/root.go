@@ -46,12 +46,18 @@ func exitCode(code string) int {
 
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == serveCommand {
+		return serveMain(args[1:])
+	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }
 
 func build(root *cobra.Command, env *clikit.Env) {
 	opts := &RunOptions{}
+	var stateDir string
 	addRunFlags(root, opts)
+	clikit.AddStateDirFlag(root, &stateDir)
+	root.AddCommand(newCmdSession(env, &stateDir))
 	root.Annotations = map[string]string{
 		clikit.AnnotTool:           "agentsh_run",
 		clikit.AnnotArgs:           "argv...",
@@ -61,6 +67,9 @@ func build(root *cobra.Command, env *clikit.Env) {
 	// Flags after the program name belong to the program: agentsh ls -la.
 	root.Flags().SetInterspersed(false)
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		if opts.Session != "" {
+			return runInSession(cmd, env, opts, stateDir, args)
+		}
 		return runRun(cmd, env, opts, args)
 	})
 }

@@ -27,26 +27,28 @@ const (
 
 // RunOptions are the flags of a one-shot run.
 type RunOptions struct {
-	Command    string
-	Cwd        string
-	Env        []string
-	ClearEnv   bool
-	Stdin      string
-	StdinFile  string
-	Timeout    time.Duration
-	KillAfter  time.Duration
-	Signal     string
-	Drain      time.Duration
-	MaxOutput  int64
-	Keep       string
-	Merge      bool
-	SaveOutput string
-	Raw        bool
-	Tee        bool
-	Stream     bool
-	Binary     string
-	ExitZero   bool
-	Shell      string
+	Command     string
+	Cwd         string
+	Env         []string
+	ClearEnv    bool
+	Stdin       string
+	StdinFile   string
+	Timeout     time.Duration
+	KillAfter   time.Duration
+	Signal      string
+	Drain       time.Duration
+	MaxOutput   int64
+	Keep        string
+	Merge       bool
+	SaveOutput  string
+	Raw         bool
+	Tee         bool
+	Stream      bool
+	Binary      string
+	ExitZero    bool
+	Shell       string
+	Session     string
+	BusyTimeout time.Duration
 }
 
 func config(fs interface {
@@ -82,6 +84,8 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.Var(clikit.EnumValue{S: &o.Binary, Allowed: []string{"", "text", "base64"}}, "binary", "report output as text (default) or base64 of the raw bytes")
 	f.BoolVar(&o.ExitZero, "exit-zero", false, "exit 0 whenever a result was printed")
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` for -c (default bash, else sh)")
+	f.StringVar(&o.Session, "session", "", "run -c inside the persistent session `HANDLE` (or name)")
+	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 

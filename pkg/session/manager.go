@@ -1,0 +1,363 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// Info is what status and list report about a session.
+type Info struct {
+	Session     string `json:"session"`
+	Name        string `json:"name,omitempty"`
+	Status      string `json:"status"`
+	Pid         int    `json:"pid,omitempty"`
+	Cwd         string `json:"cwd"`
+	Shell       string `json:"shell"`
+	StartedAt   string `json:"started_at,omitempty"`
+	LastUsedAt  string `json:"last_used_at,omitempty"`
+	EndedAt     string `json:"ended_at,omitempty"`
+	EndedReason string `json:"ended_reason,omitempty"`
+	Calls       int    `json:"calls"`
+	Resets      int    `json:"resets,omitempty"`
+	IdleTimeout int64  `json:"idle_timeout_ms"`
+	Description string `json:"description,omitempty"`
+}
+
+// Start creates a session and its server. serverArgv is the command line
+// that runs Serve for the new id (the CLI re-executes itself with a hidden
+// subcommand); the id is appended to it. Start returns once the shell
+// answers, or with the reason it did not start.
+func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
+	if st, err := os.Stat(spec.Cwd); err != nil || !st.IsDir() {
+		return nil, result.Errorf("cwd_not_found", "working directory %s does not exist", spec.Cwd)
+	}
+	n, err := m.Dir.NextID(Kind)
+	if err != nil {
+		return nil, result.Errorf(CodeStartFailed, "cannot allocate a session id: %v", err)
+	}
+	id := strconv.FormatUint(n, 10)
+	sdir := m.sessionDir(id)
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		return nil, result.Errorf(CodeStartFailed, "cannot create %s: %v", sdir, err)
+	}
+	if err := state.WriteJSONAtomic(filepath.Join(sdir, "spec.json"), spec, 0o600); err != nil {
+		return nil, result.Errorf(CodeStartFailed, "cannot write the session spec: %v", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
+	}
+	defer pr.Close()
+	argv := append(append([]string(nil), serverArgv...), id)
+	exe := m.Exe
+	if exe == "" {
+		exe = argv[0]
+	}
+	cmd := exec.Command(exe)
+	cmd.Args = argv
+	cmd.Dir = "/"
+	// Detached: a session of its own, stdio on /dev/null, so that it
+	// outlives the CLI, the caller's terminal and the caller's tree.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.ExtraFiles = []*os.File{pw} // fd 3: the handshake
+	// The server's own diagnostics (a panic) must not be lost.
+	if logf, err := os.OpenFile(filepath.Join(sdir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		cmd.Stderr = logf
+		defer logf.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		return nil, result.Errorf(CodeStartFailed, "cannot start the session server: %v", err)
+	}
+	pw.Close()
+	go func() { _ = cmd.Wait() }() // reap it if it dies while we are still here
+	line, _ := bufio.NewReader(io.LimitReader(pr, 1<<16)).ReadBytes('\n')
+	var hs struct {
+		OK    bool       `json:"ok"`
+		Error *wireError `json:"error"`
+	}
+	if err := json.Unmarshal(line, &hs); err != nil {
+		return nil, result.Errorf(CodeStartFailed, "the session server exited before it was ready")
+	}
+	if !hs.OK {
+		if hs.Error != nil {
+			return nil, hs.Error.err()
+		}
+		return nil, result.Errorf(CodeStartFailed, "the session server failed to start")
+	}
+	return m.Status(m.Dir.Mint(Kind, id))
+}
+
+// resolve turns a handle (or a session name) into an id.
+func (m *Manager) resolve(handleOrName string) (string, error) {
+	id, err := m.Dir.Parse(Kind, handleOrName)
+	if err == nil {
+		if _, serr := os.Stat(m.sessionDir(id)); serr != nil {
+			return "", result.Errorf(CodeSessionEnded, "session %s no longer exists", handleOrName)
+		}
+		return id, nil
+	}
+	// A name: the newest session with that name.
+	entries, _ := os.ReadDir(m.Dir.Join("sessions"))
+	best := uint64(0)
+	for _, e := range entries {
+		n, perr := strconv.ParseUint(e.Name(), 10, 64)
+		if perr != nil || n <= best {
+			continue
+		}
+		var spec Spec
+		if state.ReadJSON(filepath.Join(m.sessionDir(e.Name()), "spec.json"), &spec) == nil && spec.Name == handleOrName && spec.Name != "" {
+			best = n
+		}
+	}
+	if best > 0 {
+		return strconv.FormatUint(best, 10), nil
+	}
+	return "", err
+}
+
+// Status reports a session, telling the truth about a server that is gone.
+func (m *Manager) Status(handle string) (*Info, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, err
+	}
+	return m.info(id)
+}
+
+func (m *Manager) info(id string) (*Info, error) {
+	sdir := m.sessionDir(id)
+	var spec Spec
+	if err := state.ReadJSON(filepath.Join(sdir, "spec.json"), &spec); err != nil {
+		return nil, result.Errorf(CodeSessionEnded, "session %s has no readable spec", id)
+	}
+	var rec Record
+	_ = state.ReadJSON(filepath.Join(sdir, "status.json"), &rec)
+	info := &Info{
+		Session: m.Dir.Mint(Kind, id), Name: spec.Name, Shell: spec.Shell, Cwd: rec.Cwd,
+		Pid: rec.ShellPID, StartedAt: rec.StartedAt, LastUsedAt: rec.LastUsedAt, EndedAt: rec.EndedAt,
+		EndedReason: rec.EndedReason, Calls: rec.Calls, Resets: rec.Resets,
+		IdleTimeout: spec.IdleTimeout.Milliseconds(), Description: spec.Description,
+	}
+	if info.Cwd == "" {
+		info.Cwd = spec.Cwd
+	}
+	info.Status = rec.State
+	if rec.State != StateEnded && rec.EndedReason != "" {
+		info.Status = StateEnded // ending: the server is cleaning up
+	} else if rec.State != StateEnded {
+		info.Status = StateRunning
+		if reason := deadReason(rec); reason != "" {
+			info.Status, info.EndedReason = StateEnded, reason
+		}
+	}
+	if info.Status == StateEnded {
+		info.Pid = 0
+	}
+	return info, nil
+}
+
+// deadReason returns why a session whose record says running is in fact
+// over, or "" if its server lives.
+func deadReason(rec Record) string {
+	if rec.ServerPID == 0 {
+		return EndedServerDied
+	}
+	if boot, err := proctree.BootID(); err == nil && rec.BootID != "" && boot != rec.BootID {
+		return EndedHostRestarted
+	}
+	if !proctree.Alive(rec.ServerPID, rec.ServerStart) {
+		return EndedServerDied
+	}
+	return ""
+}
+
+// List returns every session of the environment, newest first.
+func (m *Manager) List() ([]*Info, error) {
+	entries, err := os.ReadDir(m.Dir.Join("sessions"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var ids []uint64
+	for _, e := range entries {
+		if n, err := strconv.ParseUint(e.Name(), 10, 64); err == nil {
+			ids = append(ids, n)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] > ids[j] })
+	out := []*Info{}
+	for _, n := range ids {
+		if info, err := m.info(strconv.FormatUint(n, 10)); err == nil {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// Stop ends a session and kills everything it started. Stopping an ended
+// session is not an error.
+func (m *Manager) Stop(ctx context.Context, handle string) (*Info, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, err
+	}
+	sdir := m.sessionDir(id)
+	if conn, err := dial(ctx, filepath.Join(sdir, "sock")); err == nil {
+		_ = json.NewEncoder(conn).Encode(message{Op: "stop"})
+		// The server answers once the shell and its children are gone.
+		_, _ = bufio.NewReader(conn).ReadBytes('\n')
+		conn.Close()
+	} else {
+		m.reapDead(id)
+	}
+	return m.info(id)
+}
+
+// reapDead cleans up after a server that died without ending its session:
+// the shell (if it is provably still the same process) and its tree are
+// killed and the end is recorded, by the one who noticed.
+func (m *Manager) reapDead(id string) {
+	sdir := m.sessionDir(id)
+	unlock, err := state.Lock(filepath.Join(sdir, "status.lock"))
+	if err != nil {
+		return
+	}
+	defer unlock()
+	var rec Record
+	if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) != nil || rec.State == StateEnded {
+		return
+	}
+	reason := deadReason(rec)
+	if reason == "" {
+		return
+	}
+	if rec.ShellPID > 0 {
+		killSession(rec.ShellPID, rec.ShellStart)
+	}
+	rec.State, rec.EndedReason, rec.EndedAt = StateEnded, reason, result.FormatTime(time.Now())
+	_ = state.WriteJSONAtomic(filepath.Join(sdir, "status.json"), rec, 0o600)
+	_ = os.Remove(filepath.Join(sdir, "sock"))
+}
+
+// Call runs one command in a session. onEvent receives streamed output
+// events ("stdout", "stderr" or "output" and the text) when req.Stream is
+// set. Cancelling ctx interrupts the command like a timeout does and still
+// returns its result, with status cancelled.
+func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEvent func(stream, data string)) (json.RawMessage, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, err
+	}
+	sdir := m.sessionDir(id)
+	ended := func() error {
+		// A server that is still cleaning up is waited for, so that a
+		// caller who sees session_ended finds everything already dead.
+		var rec Record
+		if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded {
+			waitExit(rec.ServerPID, rec.ServerStart, 30*time.Second)
+		}
+		info, ierr := m.info(id)
+		reason := EndedServerDied
+		if ierr == nil && info.EndedReason != "" {
+			reason = info.EndedReason
+		}
+		m.reapDead(id)
+		return result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
+			With("hint", "start a new one with 'agentsh session start'")
+	}
+	dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)
+	conn, err := dial(dctx, filepath.Join(sdir, "sock"))
+	cancelDial()
+	if err != nil {
+		return nil, ended()
+	}
+	defer conn.Close()
+	if err := json.NewEncoder(conn).Encode(message{Op: "run", Call: &req}); err != nil {
+		return nil, ended()
+	}
+	stop := context.AfterFunc(ctx, func() {
+		_ = json.NewEncoder(conn).Encode(message{Op: "cancel"})
+	})
+	defer stop()
+	r := bufio.NewReaderSize(conn, 64<<10)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			var msg message
+			if jerr := json.Unmarshal(line, &msg); jerr == nil {
+				switch msg.Type {
+				case "result":
+					return msg.Result, nil
+				case "error":
+					if msg.Error != nil {
+						return nil, msg.Error.err()
+					}
+				default:
+					if onEvent != nil && msg.Data != "" {
+						onEvent(msg.Type, msg.Data)
+					}
+				}
+			}
+		}
+		if err != nil {
+			return nil, ended()
+		}
+	}
+}
+
+// killSession kills what is left of a shell whose server died: the shell
+// itself if it is provably the same process, its descendants, and every
+// process still in its Unix session (the shell called setsid, so its
+// background jobs carry its pid as their session id even after the shell
+// exited and they were reparented away). A PID is not reused while it
+// names a live session, so members started after the shell are ours.
+func killSession(shellPID int, shellStart uint64) {
+	if proctree.Alive(shellPID, shellStart) {
+		_, _ = proctree.SignalDescendants(shellPID, syscall.SIGKILL)
+		_ = syscall.Kill(shellPID, syscall.SIGKILL)
+	}
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return
+	}
+	for _, p := range snap {
+		if p.SID == shellPID && p.StartTime >= shellStart && !p.Dead() && p.PID != shellPID {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+	}
+}
+
+// waitExit blocks until the process (pid, start) has exited, or timeout,
+// without polling: a pidfd becomes readable when the process ends.
+func waitExit(pid int, start uint64, timeout time.Duration) {
+	if pid <= 0 {
+		return
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // already gone
+	}
+	defer unix.Close(fd)
+	if !proctree.Alive(pid, start) {
+		return // the pid was recycled, or it is a zombie
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	_, _ = unix.Poll(fds, int(timeout.Milliseconds()))
+}

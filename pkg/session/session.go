@@ -1,0 +1,137 @@
+// Package session keeps persistent shells for agents: one long-lived shell
+// per session, owned by a small detached server process that listens on a
+// Unix socket in the environment's state directory. cd, export, shell
+// variables, functions, aliases and set -o options persist from one call to
+// the next because every call is sourced into the same shell.
+//
+// A call is sent to the shell as one line:
+//
+//	. CALL.sh < STDIN > OUT.fifo 2> ERR.fifo; printf '\nMARKER %d\n%s\n' $? "$PWD"
+//
+// The command text is a file, so a syntax error in it cannot make the shell
+// read the bookkeeping as part of a quoted string; its stdin is /dev/null or
+// the caller's data, so it cannot swallow the next line; its output goes to
+// per-call FIFOs that the server captures with the same bounded capture as a
+// one-shot run; and the marker is random per call, so output that imitates
+// it changes nothing (it never reaches the shell's own stdout anyway).
+package session
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// Error codes of sessions.
+const (
+	CodeSessionBusy  = "session_busy"
+	CodeSessionEnded = "session_ended"
+	CodeStartFailed  = "session_start_failed"
+)
+
+// Session states.
+const (
+	StateRunning = "running"
+	StateEnded   = "ended"
+)
+
+// Reasons a session ended.
+const (
+	EndedExit          = "exit"           // the shell exited (exit, killed)
+	EndedIdle          = "idle_timeout"   // no call for the idle timeout
+	EndedStopped       = "stopped"        // session stop
+	EndedServerDied    = "server_died"    // the server vanished without recording an end
+	EndedHostRestarted = "host_restarted" // the machine rebooted
+)
+
+// Kind is the handle kind of sessions.
+const Kind = "ses"
+
+// Spec is what a session is started with; written once to spec.json.
+type Spec struct {
+	Shell       string        `json:"shell"`
+	ShellArgs   []string      `json:"shell_args,omitempty"`
+	Cwd         string        `json:"cwd"`
+	Env         []string      `json:"env"`
+	IdleTimeout time.Duration `json:"idle_timeout"`
+	Name        string        `json:"name,omitempty"`
+	Description string        `json:"description,omitempty"`
+	// Wrap, when set, is the argv prefix that starts the shell inside a
+	// sandbox helper; SandboxReport says what it enforces.
+	Wrap          []string       `json:"wrap,omitempty"`
+	SandboxReport map[string]any `json:"sandbox,omitempty"`
+}
+
+// Record is status.json, written only by the session's server.
+type Record struct {
+	State       string `json:"state"`
+	ServerPID   int    `json:"server_pid"`
+	ServerStart uint64 `json:"server_start"`
+	ShellPID    int    `json:"shell_pid"`
+	ShellStart  uint64 `json:"shell_start"`
+	BootID      string `json:"boot_id"`
+	Cwd         string `json:"cwd"`
+	StartedAt   string `json:"started_at"`
+	LastUsedAt  string `json:"last_used_at,omitempty"`
+	EndedAt     string `json:"ended_at,omitempty"`
+	EndedReason string `json:"ended_reason,omitempty"`
+	ExitCode    *int   `json:"exit_code,omitempty"`
+	Calls       int    `json:"calls"`
+	Resets      int    `json:"resets"`
+}
+
+// CallRequest is one command to run in a session.
+type CallRequest struct {
+	Command     string        `json:"command"`
+	Stdin       *string       `json:"stdin,omitempty"`
+	Timeout     time.Duration `json:"timeout"`
+	KillAfter   time.Duration `json:"kill_after"`
+	Drain       time.Duration `json:"drain"`
+	MaxOutput   int           `json:"max_output"`
+	Keep        string        `json:"keep"`
+	Merge       bool          `json:"merge_output"`
+	Raw         bool          `json:"raw"`
+	Binary      string        `json:"binary,omitempty"`
+	BusyTimeout time.Duration `json:"busy_timeout"`
+	Stream      bool          `json:"stream"`
+	Description string        `json:"description,omitempty"`
+}
+
+// wire messages between client and server, one JSON object per line.
+type message struct {
+	Op      string          `json:"op,omitempty"` // client: run, cancel, stop
+	Call    *CallRequest    `json:"call,omitempty"`
+	Type    string          `json:"type,omitempty"` // server: stdout, stderr, output, result, error, stopped
+	Data    string          `json:"data,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *wireError      `json:"error,omitempty"`
+	Started *int            `json:"started,omitempty"` // pid of the shell, when the call begins
+}
+
+type wireError struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func toWire(err error) *wireError {
+	e := result.AsError(err)
+	return &wireError{Code: e.Code, Message: e.Message, Details: e.Details}
+}
+
+func (w *wireError) err() *result.Error {
+	return &result.Error{Code: w.Code, Message: w.Message, Details: w.Details}
+}
+
+// Manager starts, drives, inspects and stops the sessions of one
+// environment.
+type Manager struct {
+	Dir *state.Dir
+	// Exe is the executable that serves sessions; Start runs it with the
+	// server argv it is given (whose first element is only argv[0]).
+	Exe string
+}
+
+func (m *Manager) sessionDir(id string) string { return m.Dir.Join("sessions", id) }
