@@ -41,7 +41,7 @@ func HelperMain(args []string) int {
 	}
 	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
 	// it; the descriptor stays writable after the uid and Landlock changes.
-	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_APPEND, 0)
+	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}

@@ -410,10 +410,9 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
+	// The helper creates the status file at its start, while it may still
+	// write here, and writes to it only if it fails.
 	status := filepath.Join(base, "status")
-	if err := os.WriteFile(status, nil, 0o600); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's status file: %v", unwrap(err))
-	}
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
 

@@ -260,9 +260,11 @@ echo "file=[$(cat .env 2>&1)]"
 echo "indir=[$(cat `+secretDir+`/id_ed25519 2>/dev/null)]"
 echo "ls=[$(ls -A `+secretDir+`)]"
 if umount `+secretDir+` 2>/dev/null; then echo umount: allowed; else echo umount: denied; fi
-echo "after=[$(cat `+secretDir+`/id_ed25519 2>/dev/null)]"`)
+echo "after=[$(cat `+secretDir+`/id_ed25519 2>/dev/null)]"
+echo "viaproc=[$(cat /proc/$PPID/root`+secretDir+`/id_ed25519 2>/dev/null)]"
+echo "viaproc1=[$(cat /proc/1/root`+secretDir+`/id_ed25519 2>/dev/null)]"`)
 			o := out(res)
-			for _, w := range []string{"file=[]", "indir=[]", "ls=[]", "umount: denied", "after=[]"} {
+			for _, w := range []string{"file=[]", "indir=[]", "ls=[]", "umount: denied", "after=[]", "viaproc=[]", "viaproc1=[]"} {
 				if !strings.Contains(o, w) {
 					t.Errorf("missing %q in %q (stderr %q)", w, o, text(res.Stderr))
 				}
@@ -671,5 +673,19 @@ func TestUnprivileged(t *testing.T) {
 	}
 	if n := strings.Count(string(b), "--- PASS"); n < 7 || strings.Contains(string(b), "--- SKIP") {
 		t.Fatalf("as nobody, expected 7 passing tests:\n%s", b)
+	}
+}
+
+// BenchmarkPrepare is the parent's share of the cost: probing the machine,
+// the private directory, and Cleanup.
+func BenchmarkPrepare(b *testing.B) {
+	ws := b.TempDir()
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}
+	for b.Loop() {
+		prep, err := Prepare(p, "/nonexistent")
+		if err != nil {
+			b.Fatal(err)
+		}
+		prep.Cleanup()
 	}
 }
