@@ -2,6 +2,8 @@ package main
 
 import (
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
-		Cmds:                testkit.Commands(),
+		Cmds:                scriptCommands(),
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
@@ -39,4 +41,37 @@ func TestScripts(t *testing.T) {
 			return false, nil
 		},
 	})
+}
+
+// scriptCommands adds to the shared commands two that txtar files cannot
+// express: exact bytes with CR, BOM, NUL or no final newline.
+//
+//	mkfile FILE 'GO-ESCAPED'    write FILE with the unescaped bytes ("a\r\nb", "\xff")
+//	fileis FILE 'GO-ESCAPED'    FILE holds exactly these bytes
+func scriptCommands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
+	cmds := testkit.Commands()
+	unquote := func(ts *testscript.TestScript, s string) string {
+		u, err := strconv.Unquote(`"` + strings.ReplaceAll(s, `"`, `\"`) + `"`)
+		if err != nil {
+			ts.Fatalf("bad escaped string %q: %v", s, err)
+		}
+		return u
+	}
+	cmds["mkfile"] = func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 || neg {
+			ts.Fatalf("usage: mkfile FILE 'GO-ESCAPED'")
+		}
+		ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(unquote(ts, args[1])), 0o644))
+	}
+	cmds["fileis"] = func(ts *testscript.TestScript, neg bool, args []string) {
+		if len(args) != 2 {
+			ts.Fatalf("usage: fileis FILE 'GO-ESCAPED'")
+		}
+		got := ts.ReadFile(args[0])
+		want := unquote(ts, args[1])
+		if (got == want) == neg {
+			ts.Fatalf("%s holds %q, want %q", args[0], got, want)
+		}
+	}
+	return cmds
 }

@@ -8,6 +8,7 @@ package agentfs
 
 import (
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -65,4 +66,15 @@ func build(root *cobra.Command, env *clikit.Env) {
 		NewCmdStat(env, common, nil),
 		NewCmdList(env, common, nil),
 	)
+	// A bare "agentfs" is a call without an operation: a usage error in
+	// JSON like any other, not help text on stdout.
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		var names []string
+		for _, c := range cmd.Commands() {
+			if c.IsAvailableCommand() {
+				names = append(names, c.Name())
+			}
+		}
+		return result.Errorf(result.CodeUsage, "agentfs needs a subcommand: %s", strings.Join(names, ", ")).With("commands", names)
+	}
 }
