@@ -130,8 +130,10 @@ type Prepared struct {
 	// Env holds the variables to add to the command's environment (after
 	// the caller's, so they win): TMPDIR, TMP and TEMP.
 	Env []string
-	// SysProcAttr carries the namespaces to create; Setsid is left to the
-	// runner.
+	// SysProcAttr carries the namespaces to create (and, for a caller
+	// that is not root, the user namespace they need); Setsid is left to
+	// the runner. It has no Credential: --user is applied by the helper,
+	// which must stay root until it has joined the cgroups and mounted.
 	SysProcAttr *syscall.SysProcAttr
 	// Report says what is enforced, for the result's "sandbox" field.
 	Report map[string]any
@@ -199,6 +201,9 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	}
 	if p.Empty() {
 		return passthrough(), nil
+	}
+	if !filepath.IsAbs(self) {
+		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
 	b := &builder{p: p, caps: caps, self: self, sp: spec{UID: -1, GID: -1}}
 	if err := b.check(); err != nil {
