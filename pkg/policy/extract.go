@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -33,6 +34,13 @@ const (
 	maxWrappers = 16
 	// maxItems bounds the commands plus unresolved items of one call.
 	maxItems = 4096
+	// maxNesting bounds how deeply constructs nest. The parser recurses once
+	// per level and a Go stack overflow cannot be recovered, so nesting is
+	// measured before parsing.
+	maxNesting = 1000
+	// maxPlaceholderBytes bounds the expansion text copied into arguments:
+	// nested substitutions would otherwise copy the script once per level.
+	maxPlaceholderBytes = 4 << 20
 )
 
 // Command is one simple command a script would run.
@@ -61,6 +69,10 @@ func Extract(script string) ([]Command, []Unresolved, error) {
 			"the script is %d bytes, more than the %d the policy reads", len(script), MaxScriptBytes).
 			With("limit", MaxScriptBytes)
 	}
+	if d := nesting(script); d > maxNesting {
+		return nil, nil, result.Errorf(CodeParseError,
+			"the script nests more than %d levels deep", maxNesting).With("limit", maxNesting)
+	}
 	f, err := parse(script)
 	if err != nil {
 		e := result.Errorf(CodeParseError, "cannot parse the script: %v", err).Wrap(err)
@@ -70,7 +82,7 @@ func Extract(script string) ([]Command, []Unresolved, error) {
 		}
 		return nil, nil, e
 	}
-	x := &extractor{}
+	x := &extractor{placeholders: maxPlaceholderBytes}
 	x.file(f, script, 0)
 	return x.cmds, x.unres, nil
 }
@@ -78,8 +90,8 @@ func Extract(script string) ([]Command, []Unresolved, error) {
 // ExtractArgv is Extract for an argv that is run without a shell: its tokens
 // are literal, but wrappers (sudo, env, bash -c, ...) are still looked into.
 func ExtractArgv(argv []string) ([]Command, []Unresolved) {
-	x := &extractor{}
-	u := &unit{src: strings.Join(argv, " ")}
+	x := &extractor{placeholders: maxPlaceholderBytes}
+	u := &unit{x: x, src: strings.Join(argv, " ")}
 	x.argv(literalTokens(argv), nil, u, u.src, 0)
 	return x.cmds, x.unres
 }
@@ -96,11 +108,15 @@ type extractor struct {
 	cmds  []Command
 	unres []Unresolved
 	full  bool // maxItems was reached and reported
+	// placeholders is how many more bytes of expansion text may be copied
+	// into arguments; past it an expansion is shown as "$…".
+	placeholders int
 }
 
 // unit is one parsed script: the top-level string or a nested one. Offsets
 // of its nodes point into src.
 type unit struct {
+	x     *extractor
 	src   string
 	funcs map[string]bool // functions the script defines
 	depth int
@@ -132,8 +148,8 @@ func (x *extractor) unresolved(text, reason string) {
 
 // file extracts the commands of one parsed script.
 func (x *extractor) file(f *syntax.File, src string, depth int) {
-	u := &unit{src: src, depth: depth, funcs: map[string]bool{}}
-	syntax.Walk(f, func(n syntax.Node) bool {
+	u := &unit{x: x, src: src, depth: depth, funcs: map[string]bool{}}
+	inspect(f, func(n syntax.Node) bool {
 		if fd, ok := n.(*syntax.FuncDecl); ok {
 			if fd.Name != nil {
 				u.funcs[fd.Name.Value] = true
@@ -150,52 +166,122 @@ func (x *extractor) file(f *syntax.File, src string, depth int) {
 // walk visits every statement under node, including those inside words
 // (command and process substitutions), so nothing nested is missed.
 func (x *extractor) walk(node syntax.Node, u *unit) {
-	syntax.Walk(node, func(n syntax.Node) bool {
+	inspect(node, func(n syntax.Node) bool {
 		if x.full {
 			return false
 		}
-		st, ok := n.(*syntax.Stmt)
-		if !ok {
-			return true
-		}
-		switch c := st.Cmd.(type) {
-		case *syntax.CallExpr:
-			if len(c.Args) > 0 {
-				toks := make([]token, len(c.Args))
-				for i, w := range c.Args {
-					toks[i] = u.word(w)
-				}
-				x.argv(toks, st.Redirs, u, u.source(c), 0)
-			}
-		case *syntax.TimeClause:
-			// The keyword form; the timed statement is visited on its own.
-			argv := []string{"time"}
-			if c.PosixFormat {
-				argv = append(argv, "-p")
-			}
-			if c.Stmt != nil {
-				if inner, ok := c.Stmt.Cmd.(*syntax.CallExpr); ok {
-					for _, w := range inner.Args {
-						argv = append(argv, u.word(w).text)
-					}
-				}
-			}
-			x.add(argv, u.source(c))
-		case *syntax.DeclClause:
-			argv := []string{c.Variant.Value}
-			for _, a := range c.Args {
-				argv = append(argv, u.assign(a))
-			}
-			x.add(argv, u.source(c))
-		case *syntax.LetClause:
-			argv := []string{"let"}
-			for _, e := range c.Exprs {
-				argv = append(argv, u.source(e))
-			}
-			x.add(argv, u.source(c))
+		if st, ok := n.(*syntax.Stmt); ok {
+			x.stmt(st, u)
 		}
 		return true
 	})
+}
+
+// inspect calls f for every node under root, like syntax.Walk, but follows
+// operator chains with an explicit stack. The tree of `a && b && ...`, of
+// arithmetic and of [[ ]] tests deepens by one level per operator, and a
+// recursive walk over a long chain would overflow the stack, which a Go
+// program cannot recover from. Other nesting is bounded by maxNesting.
+func inspect(root syntax.Node, f func(syntax.Node) bool) {
+	syntax.Walk(root, func(n syntax.Node) bool {
+		if n == nil {
+			return true
+		}
+		if !isChain(n) {
+			return f(n)
+		}
+		stack := []syntax.Node{n}
+		for len(stack) > 0 {
+			n := stack[len(stack)-1]
+			stack = stack[:len(stack)-1]
+			if n == nil || reflect.ValueOf(n).IsNil() {
+				continue
+			}
+			if !isChain(n) {
+				inspect(n, f)
+				continue
+			}
+			if !f(n) {
+				continue
+			}
+			switch n := n.(type) {
+			case *syntax.Stmt:
+				for i := len(n.Redirs) - 1; i >= 0; i-- {
+					stack = append(stack, n.Redirs[i])
+				}
+				stack = append(stack, n.Cmd)
+			case *syntax.BinaryCmd:
+				stack = append(stack, n.Y, n.X)
+			case *syntax.BinaryArithm:
+				stack = append(stack, n.Y, n.X)
+			case *syntax.UnaryArithm:
+				stack = append(stack, n.X)
+			case *syntax.ParenArithm:
+				stack = append(stack, n.X)
+			case *syntax.BinaryTest:
+				stack = append(stack, n.Y, n.X)
+			case *syntax.UnaryTest:
+				stack = append(stack, n.X)
+			case *syntax.ParenTest:
+				stack = append(stack, n.X)
+			}
+		}
+		return false
+	})
+}
+
+// isChain reports the nodes that inspect follows without recursion.
+func isChain(n syntax.Node) bool {
+	switch n := n.(type) {
+	case *syntax.Stmt:
+		_, ok := n.Cmd.(*syntax.BinaryCmd)
+		return ok
+	case *syntax.BinaryCmd, *syntax.BinaryArithm, *syntax.UnaryArithm, *syntax.ParenArithm,
+		*syntax.BinaryTest, *syntax.UnaryTest, *syntax.ParenTest:
+		return true
+	}
+	return false
+}
+
+// stmt reports the command of one statement when it is a simple command or
+// one of the keywords that behave like one.
+func (x *extractor) stmt(st *syntax.Stmt, u *unit) {
+	switch c := st.Cmd.(type) {
+	case *syntax.CallExpr:
+		if len(c.Args) > 0 {
+			toks := make([]token, len(c.Args))
+			for i, w := range c.Args {
+				toks[i] = u.word(w)
+			}
+			x.argv(toks, st.Redirs, u, u.source(c), 0)
+		}
+	case *syntax.TimeClause:
+		// The keyword form; the timed statement is visited on its own.
+		argv := []string{"time"}
+		if c.PosixFormat {
+			argv = append(argv, "-p")
+		}
+		if c.Stmt != nil {
+			if inner, ok := c.Stmt.Cmd.(*syntax.CallExpr); ok {
+				for _, w := range inner.Args {
+					argv = append(argv, u.word(w).text)
+				}
+			}
+		}
+		x.add(argv, u.source(c))
+	case *syntax.DeclClause:
+		argv := []string{c.Variant.Value}
+		for _, a := range c.Args {
+			argv = append(argv, u.assign(a))
+		}
+		x.add(argv, u.source(c))
+	case *syntax.LetClause:
+		argv := []string{"let"}
+		for _, e := range c.Exprs {
+			argv = append(argv, u.source(e))
+		}
+		x.add(argv, u.source(c))
+	}
 }
 
 // assign renders one argument of declare/export/local as the shell would
@@ -421,7 +507,7 @@ func (u *unit) heredoc(r *syntax.Redirect) token {
 			if t.dynamic == "" {
 				t.dynamic = "expansion"
 			}
-			b.WriteString(u.source(p))
+			u.placeholder(p, &b)
 		}
 	}
 	t.text = b.String()
@@ -435,6 +521,10 @@ func (x *extractor) nested(t token, u *unit, text, what string) {
 		x.unresolved(text, what+" script contains expansions resolved at run time")
 	}
 	if u.depth+1 > maxDepth {
+		x.unresolved(text, what+" script nested deeper than the policy examines")
+		return
+	}
+	if nesting(t.text) > maxNesting {
 		x.unresolved(text, what+" script nested deeper than the policy examines")
 		return
 	}
@@ -462,4 +552,59 @@ func (x *extractor) findExec(toks []token, u *unit, text string, wraps int) {
 		x.argv(toks[i+1:j], nil, u, text, wraps+1)
 		i = j
 	}
+}
+
+// nesting estimates how deeply the constructs of a script nest, from above:
+// brackets count even inside quotes, compound-command keywords open and
+// close levels, and time, coproc and ! nest the rest of their statement.
+// It runs in one pass without recursion, so it is safe on any input.
+func nesting(s string) int {
+	depth, pending, deepest := 0, 0, 0
+	boundary := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch c {
+		case '(', '{', '[':
+			depth++
+		case ')', '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		case ';', '&', '|', '\n':
+			pending = 0
+		}
+		if boundary && (c == '!' || 'a' <= c && c <= 'z') {
+			j := i
+			for j < len(s) && (s[j] == '!' || 'a' <= s[j] && s[j] <= 'z') {
+				j++
+			}
+			if j == len(s) || isBreak(s[j]) {
+				switch s[i:j] {
+				case "if", "while", "until", "for", "case", "select":
+					depth++
+				case "fi", "done", "esac":
+					if depth > 0 {
+						depth--
+					}
+				case "time", "coproc", "!":
+					pending++
+				}
+			}
+			i = j - 1
+			boundary = false
+			deepest = max(deepest, depth+pending)
+			continue
+		}
+		boundary = isBreak(c)
+		deepest = max(deepest, depth+pending)
+	}
+	return deepest
+}
+
+func isBreak(c byte) bool {
+	switch c {
+	case ' ', '\t', '\n', ';', '&', '|', '(', ')', '{', '}', '<', '>', '`', '"', '\'':
+		return true
+	}
+	return false
 }

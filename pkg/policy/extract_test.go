@@ -299,3 +299,38 @@ func TestExtractArgv(t *testing.T) {
 		}
 	}
 }
+
+// Inputs built to exhaust the stack or the heap: deep nesting is refused
+// before parsing, long operator chains are walked without recursion, and
+// nested expansions share a copy budget. A stack overflow would kill the
+// test binary, so passing at all is the check.
+func TestExtractAdversarial(t *testing.T) {
+	const n = 100_000
+	cases := map[string]string{
+		"nested substitutions":  "echo " + strings.Repeat("$(echo ", n) + strings.Repeat(")", n),
+		"nested subshells":      strings.Repeat("(", n) + "ls" + strings.Repeat(")", n),
+		"nested ifs":            strings.Repeat("if true; then ", n) + "ls; " + strings.Repeat("fi; ", n),
+		"time chain":            strings.Repeat("time ", n) + "ls",
+		"and chain":             strings.Repeat("a&&", n) + "b",
+		"pipe chain over lines": strings.Repeat("a |\n", n) + "b",
+		"arithmetic chain":      "echo $((" + strings.Repeat("1+", n) + "1))",
+		"ternary chain":         "echo $((" + strings.Repeat("1?", n) + "1" + strings.Repeat(":1", n) + "))",
+		"test chain":            "[[ " + strings.Repeat("a && ", n) + "a ]]",
+		"unary test chain":      "[[ " + strings.Repeat("! ", n) + "a ]]",
+		"let chain":             "let " + strings.Repeat("1+", n) + "1",
+		"index chain":           "a[" + strings.Repeat("1+", n) + "1]=1",
+		"substitutions 999":     "echo " + strings.Repeat("$(echo ", 999) + strings.Repeat(")", 999),
+		"many substitutions":    strings.Repeat("ls $(ls $(ls)) ", n/10),
+	}
+	for name, s := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, unres, err := Extract(s)
+			if err != nil && result.AsError(err).Code != CodeParseError {
+				t.Fatalf("error %v, want none or %s", err, CodeParseError)
+			}
+			if len(got)+len(unres) > maxItems+1 {
+				t.Fatalf("%d items, over the bound", len(got)+len(unres))
+			}
+		})
+	}
+}

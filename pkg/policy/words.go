@@ -70,7 +70,7 @@ func (u *unit) part(part syntax.WordPart, b *strings.Builder, t *token, quoted b
 		if t.dynamic == "" {
 			t.dynamic = reason
 		}
-		b.WriteString(u.source(part))
+		u.placeholder(part, b)
 	}
 	switch p := part.(type) {
 	case *syntax.Lit:
@@ -108,12 +108,24 @@ func (u *unit) part(part syntax.WordPart, b *strings.Builder, t *token, quoted b
 		if t.pattern == "" {
 			t.pattern = reasonGlob
 		}
-		b.WriteString(u.source(part))
+		u.placeholder(part, b)
 	default:
 		// BraceExp only appears after syntax.SplitBraces, which is not used;
 		// anything new in the parser is treated as unknown rather than dropped.
 		setDynamic("command name contains an expansion the policy does not understand")
 	}
+}
+
+// placeholder writes the source text of an expansion, within the budget of
+// the extraction.
+func (u *unit) placeholder(n syntax.Node, b *strings.Builder) {
+	src := u.source(n)
+	if u.x == nil || len(src) > u.x.placeholders {
+		b.WriteString("$…")
+		return
+	}
+	u.x.placeholders -= len(src)
+	b.WriteString(src)
 }
 
 // source returns the text of a node as written, for placeholders and
