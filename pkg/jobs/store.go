@@ -34,8 +34,14 @@ const handshakeTimeout = 30 * time.Second
 type Store struct {
 	dir            *state.Dir
 	supervisorArgv []string
+	exe            string // executed in place of supervisorArgv[0] when set
 	bootID         string
 }
+
+// SupervisorCommand is the hidden first argument by which a program that
+// embeds this package runs a supervisor. agentsh recognises it to leave
+// job supervisors alone when it cleans up after a command.
+const SupervisorCommand = "__supervise"
 
 // NewStore returns the job store of d. supervisorArgv is the command that
 // re-executes the calling program as a supervisor; Start and Restart append
@@ -46,6 +52,12 @@ func NewStore(d *state.Dir, supervisorArgv []string) *Store {
 	boot, _ := proctree.BootID()
 	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot}
 }
+
+// SetExecutable makes the supervisor run from the executable at path,
+// with supervisorArgv as its complete argv (argv[0] included). A program
+// re-executing itself uses this to keep its own name as argv[0] while
+// running os.Executable().
+func (st *Store) SetExecutable(path string) { st.exe = path }
 
 // Dir returns the store's state directory.
 func (st *Store) Dir() *state.Dir { return st.dir }
@@ -157,7 +169,10 @@ func (st *Store) launch(ctx context.Context, id string) error {
 			argv[0] = abs
 		}
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := &exec.Cmd{Path: st.exe, Args: argv}
+	if st.exe == "" {
+		cmd = exec.Command(argv[0], argv[1:]...)
+	}
 	// The supervisor runs in the state directory rather than the caller's
 	// working directory, which it would otherwise keep busy (unmountable,
 	// or deleted under it) for the job's whole life.

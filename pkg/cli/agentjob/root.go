@@ -4,12 +4,16 @@
 package agentjob
 
 import (
+	"context"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // Exit statuses of agentjob. Never renumber.
@@ -42,7 +46,133 @@ func exitCode(code string) int {
 
 // Main runs agentjob with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	// The supervisor is dispatched before the cobra tree is built: it
+	// costs a job no CLI start-up, and it has no JSON to print.
+	if len(args) > 0 && args[0] == jobs.SupervisorCommand {
+		return superviseMain(args[1:], stderr)
+	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }
 
-func build(root *cobra.Command, env *clikit.Env) {}
+// superviseMain is the hidden supervisor: argv is STATE_DIR ID, as
+// openStore's supervisor command and the job id that Start appends. The
+// supervisor handles SIGTERM itself (a stop request), so its context is
+// never cancelled from here.
+func superviseMain(argv []string, stderr io.Writer) int {
+	if len(argv) != 2 {
+		io.WriteString(stderr, "agentjob: error: the supervisor wants STATE_DIR ID\n")
+		return ExitUsage
+	}
+	d, err := state.Open(argv[0])
+	if err != nil {
+		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")
+		return ExitFailed
+	}
+	if err := jobs.RunSupervisor(context.Background(), d, argv[1]); err != nil {
+		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")
+		return ExitFailed
+	}
+	return ExitOK
+}
+
+// openStore opens the environment's job store. Supervisors are this very
+// executable with argv[0] "agentjob" and the hidden subcommand as argv[1]:
+// that is how agentsh recognises a supervisor it must not kill, and how a
+// multi-program test binary knows which program to be.
+func openStore(env *clikit.Env, stateDir string) (*jobs.Store, error) {
+	d, err := env.OpenStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	st := jobs.NewStore(d, []string{"agentjob", jobs.SupervisorCommand, d.Path()})
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, result.Errorf(jobs.CodeStartFailed, "cannot find the agentjob executable: %v", err)
+	}
+	st.SetExecutable(exe)
+	return st, nil
+}
+
+func build(root *cobra.Command, env *clikit.Env) {
+	stateDir := new(string)
+	clikit.AddStateDirFlag(root, stateDir)
+	root.AddCommand(
+		NewCmdStart(env, stateDir, nil),
+		NewCmdStatus(env, stateDir, nil),
+		NewCmdLogs(env, stateDir, nil),
+		NewCmdWait(env, stateDir, nil),
+		NewCmdStop(env, stateDir, nil),
+		NewCmdRestart(env, stateDir, nil),
+		NewCmdList(env, stateDir, nil),
+		NewCmdRm(env, stateDir, nil),
+		NewCmdGC(env, stateDir, nil),
+		NewCmdEvents(env, stateDir, nil),
+	)
+}
+
+// statusObject renders a job's status in the field order of CONTRACT §3,
+// after "success" when it is given.
+func statusObject(o *result.Object, s jobs.Status) *result.Object {
+	o.Set("handle", s.Handle).Set("name", nullable(s.Name)).Set("status", s.Status).
+		Set("exit_code", s.ExitCode).Set("signal", s.Signal).Set("pid", s.PID).
+		Set("command", s.Command).Set("cwd", s.Cwd).Set("started_at", nullable(s.StartedAt)).
+		Set("ended_at", s.EndedAt).Set("ready", s.Ready).Set("restarts", s.Restarts).
+		Set("stdout_bytes", s.StdoutBytes).Set("stderr_bytes", s.StderrBytes).
+		Set("description", nullable(s.Description))
+	if s.Reason != "" {
+		o.Set("reason", s.Reason)
+	}
+	if s.LostReason != "" {
+		o.Set("lost_reason", s.LostReason)
+	}
+	if s.OrphanPID != 0 {
+		o.Set("orphan_pid", s.OrphanPID)
+	}
+	return o
+}
+
+// statusResult is the result of a call that reports one job.
+func statusResult(s jobs.Status) *result.Object {
+	return statusObject(result.New().Set("success", true), s)
+}
+
+// statusList renders several jobs for a "jobs" array.
+func statusList(list []jobs.Status) []*result.Object {
+	out := make([]*result.Object, 0, len(list))
+	for _, s := range list {
+		out = append(out, statusObject(result.New(), s))
+	}
+	return out
+}
+
+// nullable shows an unset string as null rather than "".
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// oneRef returns the single job reference (a handle or a name) of a
+// command annotated with one positional argument.
+func oneRef(env *clikit.Env, cmd *cobra.Command, args []string) (string, error) {
+	a, err := env.Positional(cmd, args, 1)
+	if err != nil {
+		return "", err
+	}
+	return a[0], nil
+}
+
+// jobAnnotations names a command's tool and its positional job argument.
+func jobAnnotations(tool, args, help string) map[string]string {
+	m := map[string]string{clikit.AnnotTool: tool}
+	if args != "" {
+		m[clikit.AnnotArgs] = args
+		name := args
+		if n := len(name); n > 3 && name[n-3:] == "..." {
+			name = name[:n-3]
+		}
+		m[clikit.AnnotArgs+"."+name] = help
+	}
+	return m
+}

@@ -1,0 +1,166 @@
+package agentjob
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/cli/agentsh"
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// StartOptions are the flags and arguments of start.
+type StartOptions struct {
+	Env      *clikit.Env
+	StateDir string
+
+	Command      string
+	Argv         []string
+	Name         string
+	Cwd          string
+	Vars         []string
+	Timeout      time.Duration
+	ReadyLog     string
+	ReadyHTTP    string
+	ReadyTCP     string
+	ReadyCmd     string
+	ReadyTimeout time.Duration
+	WaitReady    bool
+	Restart      string
+	MaxRestarts  int
+	LogLimit     int64
+	commandSet   bool // -c was given, possibly empty
+}
+
+// NewCmdStart builds the start command. runF replaces the run function in
+// tests that check flag parsing only.
+func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*clikit.Outcome, error)) *cobra.Command {
+	o := &StartOptions{Env: env, Restart: jobs.RestartNo, LogLimit: jobs.DefaultLogLimit, ReadyTimeout: jobs.DefaultReadyTimeout}
+	cmd := &cobra.Command{
+		Use:   "start [flags] (-c 'SHELL STRING' | -- PROGRAM [ARG...])",
+		Short: "Start a detached job and return its handle once it runs",
+		Long: "Start a job under a supervisor of its own, detached from the caller's session and terminal: " +
+			"it survives the CLI exiting and the caller's process tree being killed. The call returns once " +
+			"the job runs (with --wait-ready, once it is ready or has failed); a job that cannot start is an error.",
+		Annotations: jobAnnotations("agentjob_start", "argv...", "the program and its arguments, run directly without a shell"),
+		Args:        cobra.ArbitraryArgs,
+	}
+	f := cmd.Flags()
+	// Flags after the program name belong to the program.
+	f.SetInterspersed(false)
+	f.StringVarP(&o.Command, "command", "c", "", "run this `STRING` through the shell (bash -c, else sh -c)")
+	f.StringVar(&o.Name, "name", "", "a `NAME` usable instead of the handle")
+	f.StringVar(&o.Cwd, "cwd", "", "run in `DIR`")
+	f.StringArrayVar(&o.Vars, "env", nil, "set `K=V` in the job's environment (repeatable)")
+	_ = f.SetAnnotation("env", clikit.AnnotObject, []string{"true"})
+	f.Var(clikit.DurationValue{D: &o.Timeout}, "timeout", "stop the job after `D`, restarts included (0 = never)")
+	f.StringVar(&o.ReadyLog, "ready-log", "", "the job is ready when a line of its output matches `REGEX`")
+	f.StringVar(&o.ReadyHTTP, "ready-http", "", "the job is ready when `URL` answers with a status below 500")
+	f.StringVar(&o.ReadyTCP, "ready-tcp", "", "the job is ready when `HOST:PORT` accepts a connection")
+	f.StringVar(&o.ReadyCmd, "ready-cmd", "", "the job is ready when the shell command `CMD` exits 0")
+	f.Var(clikit.DurationValue{D: &o.ReadyTimeout}, "ready-timeout", "fail the job if it is not ready within `D`")
+	f.BoolVar(&o.WaitReady, "wait-ready", false, "return once the job is ready (or has failed) rather than once it runs")
+	f.Var(clikit.EnumValue{S: &o.Restart, Allowed: []string{jobs.RestartNo, jobs.RestartOnFailure, jobs.RestartAlways}}, "restart", "restart policy: no, on-failure or always")
+	f.IntVar(&o.MaxRestarts, "max-restarts", 0, "give up after `N` automatic restarts (0 = no limit; the backoff bounds the rate)")
+	f.Var(clikit.SizeValue{N: &o.LogLimit}, "log-limit", "keep at most `BYTES` of each log stream, the newest part")
+	for _, n := range []string{"ready-timeout", "log-limit", "max-restarts"} {
+		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+	}
+	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		argv, err := env.Positional(cmd, args, 0)
+		if err != nil {
+			return nil, err
+		}
+		o.Argv, o.StateDir, o.commandSet = argv, *stateDir, clikit.FlagChanged(cmd, "command")
+		if runF != nil {
+			return runF(o)
+		}
+		return startRun(o)
+	})
+	return cmd
+}
+
+// spec validates the options into a job spec.
+func (o *StartOptions) spec() (jobs.Spec, error) {
+	var s jobs.Spec
+	switch {
+	case o.Command != "" && len(o.Argv) > 0:
+		return s, result.Errorf(result.CodeUsage, "give either -c STRING or -- PROGRAM ARGS, not both")
+	case o.commandSet && o.Command == "":
+		return s, result.Errorf(result.CodeUsage, "-c needs a non-empty command string")
+	case o.Command != "":
+		if strings.ContainsRune(o.Command, 0) {
+			return s, result.Errorf(result.CodeInvalidRequest, "the command contains a NUL byte")
+		}
+		// The same shell agentsh picks for -c, so a command behaves alike
+		// in both programs.
+		s.Shell, s.ShellProgram = o.Command, agentsh.ShellArgv("", o.Command)[0]
+	case len(o.Argv) > 0:
+		s.Argv = o.Argv
+	default:
+		return s, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
+	}
+	cwd, err := os.Getwd()
+	if err != nil {
+		cwd = "/"
+	}
+	if o.Cwd != "" {
+		if filepath.IsAbs(o.Cwd) {
+			cwd = filepath.Clean(o.Cwd)
+		} else {
+			cwd = filepath.Join(cwd, o.Cwd)
+		}
+	}
+	s.Cwd = cwd
+	// A job gets the caller's environment with the non-interactive
+	// defaults: nothing a job runs may wait for a human either.
+	if s.Env, err = agentsh.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
+		return s, err
+	}
+	probe := jobs.Probe{Log: o.ReadyLog, HTTP: o.ReadyHTTP, TCP: o.ReadyTCP, Cmd: o.ReadyCmd, Timeout: o.ReadyTimeout}
+	if !probe.Set() {
+		probe.Timeout = 0
+		if o.WaitReady {
+			return s, result.Errorf(result.CodeUsage, "--wait-ready needs a readiness probe: --ready-log, --ready-http, --ready-tcp or --ready-cmd")
+		}
+	}
+	s.Name, s.Description, s.Timeout, s.Ready = o.Name, o.Env.Description, o.Timeout, probe
+	s.Restart, s.MaxRestarts, s.LogLimit = o.Restart, o.MaxRestarts, o.LogLimit
+	return s, s.Validate()
+}
+
+func startRun(o *StartOptions) (*clikit.Outcome, error) {
+	spec, err := o.spec()
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(o.Env, o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	s, err := st.Start(o.Env.Ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if !o.WaitReady {
+		return &clikit.Outcome{Value: statusResult(s)}, nil
+	}
+	// The supervisor fails the job when --ready-timeout passes, so this
+	// wait ends without a deadline of its own.
+	got, err := st.Wait(o.Env.Ctx, []string{s.Handle}, jobs.ForReady, false)
+	if err != nil {
+		return nil, err
+	}
+	s = got[0]
+	if s.Ready && !s.Ended() {
+		return &clikit.Outcome{Value: statusResult(s)}, nil
+	}
+	obj := statusObject(result.New().Set("success", false), s)
+	obj.Set("error", result.ErrorObject(result.Errorf("not_ready", "job %s ended %s before it was ready", s.Handle, s.Status)))
+	return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
+}
