@@ -62,9 +62,27 @@
 //   - a nested script that does not parse, nesting deeper than the limit, and
 //     more than 4096 commands in one string.
 //
-// Extraction never panics and its work is bounded: scripts over
-// [MaxScriptBytes] are refused, nesting and wrapper chains are capped, and the
-// number of items is capped.
+// Extraction never panics and its work is bounded. Scripts over
+// [MaxScriptBytes] are refused. So are scripts that nest more than 10000
+// levels deep, measured before parsing by a conservative one-pass scan
+// (brackets count even inside quotes and heredocs, and if/while/until/for/
+// case/select open a level that only fi/done/esac close), because the parser
+// recurses once per level and a stack overflow cannot be recovered. Long
+// operator chains (a && b && ..., arithmetic, [[ ]]) are walked without
+// recursion. Wrapper chains, nested scripts and the number of items are
+// capped, and so is the expansion text copied into arguments: past 4 MiB
+// per call an expansion is shown as "$…".
+//
+// # Limits
+//
+// The policy sees what a shell would run, not what programs do with their
+// arguments: the code given to python -c, perl -e or node -e, the command
+// ssh runs on a remote host, git aliases, make recipes and the contents of
+// script files named on the command line are not examined. Write rules for
+// those programs themselves (prefix_rule(pattern=["python3", "-c"], ...)).
+// Arguments built from expansions are matched as their source text, so a
+// rule ["rm", "-rf"] does not see `rm $FLAGS /`; a rule on the command name
+// (["rm"]) does.
 //
 // # Rules
 //

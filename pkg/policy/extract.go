@@ -37,7 +37,7 @@ const (
 	// maxNesting bounds how deeply constructs nest. The parser recurses once
 	// per level and a Go stack overflow cannot be recovered, so nesting is
 	// measured before parsing.
-	maxNesting = 1000
+	maxNesting = 10000
 	// maxPlaceholderBytes bounds the expansion text copied into arguments:
 	// nested substitutions would otherwise copy the script once per level.
 	maxPlaceholderBytes = 4 << 20

@@ -37,7 +37,9 @@ type Rule struct {
 }
 
 // Policy is a set of rules and the decision for commands no rule matches.
-// The zero value, and a nil *Policy, allow everything.
+// The zero value, and a nil *Policy, allow everything. Once loaded, a Policy
+// may be used by concurrent Check calls; loading more rules is not safe
+// concurrently with checks.
 type Policy struct {
 	Rules []Rule
 	// Default decides commands that no rule matches: Allow, Prompt or
