@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
@@ -190,6 +191,12 @@ func allCases() []benchCase {
 			"fork/execs `true` and prints JSON (the floor for any Go tool). Target: within 1.3x of the floor.", benchStartup},
 		{"capture", "Capturing 2 GiB of output (`head -c 2G /dev/zero`) through agentsh, against the same bytes\n" +
 			"through a pipe to `cat >/dev/null`. Target: within 1.3x of the pipe, with bounded memory.", benchCapture},
+		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
+			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
+			"diffs; agentfs does all four). Each run edits the file back and forth, interleaved.", benchEditSmall},
+		{"agentfs edit (100 MB)", "One small edit in the middle of a 100 MB text file: wall time and peak RSS of `agentfs edit`,\n" +
+			"against `cp` of the file (the floor for reading and writing it) and python3 doing the same\n" +
+			"read, replace and write.", benchEditLarge},
 	}
 }
 
@@ -214,5 +221,145 @@ func benchCapture(b *bench) error {
 	}
 	b.table(names, med, rss, 0)
 	fmt.Fprintf(&b.out, "\nagentsh / pipe: **%s**; agentsh peak RSS %d KiB for 2 GiB of output (runs: 3 each).\n", ratio(med[1], med[0]), rss[1])
+	return nil
+}
+
+// python returns the real python3 interpreter: the one on PATH may be a
+// pyenv shim, a shell script that costs more than the work measured.
+func python() (string, error) {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", fmt.Errorf("python3 not available: %v", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// pyReplace is the python baseline of an edit: read, replace the one
+// occurrence, write back.
+const pyReplace = "import sys\np, a, b = sys.argv[1:4]\ns = open(p).read()\nassert s.count(a) == 1\nopen(p, 'w').write(s.replace(a, b))\n"
+
+// alternate runs each command n times, round-robin like interleave, where
+// run i of a command is argv(i): an edit must alternate its direction to
+// have something to replace every time.
+func alternate(n int, env []string, argvs []func(i int) []string) ([]time.Duration, []int64, error) {
+	walls := make([][]time.Duration, len(argvs))
+	rss := make([]int64, len(argvs))
+	for i := 0; i < n; i++ {
+		for j, argv := range argvs {
+			s, err := runOnce(argv(i), env)
+			if err != nil {
+				return nil, nil, err
+			}
+			walls[j] = append(walls[j], s.wall)
+			rss[j] = max(rss[j], s.maxRSS)
+		}
+	}
+	med := make([]time.Duration, len(argvs))
+	for j := range walls {
+		med[j] = median(walls[j])
+	}
+	return med, rss, nil
+}
+
+// flip returns the old and new marker of run i.
+func flip(i int) (string, string) {
+	if i%2 == 0 {
+		return "MARKER_ALPHA", "MARKER_OMEGA"
+	}
+	return "MARKER_OMEGA", "MARKER_ALPHA"
+}
+
+// textFile writes a file of numbered lines of about size bytes with one
+// MARKER_ALPHA in the middle. It streams, so that the benchmark's own
+// memory stays small: a child's peak RSS on Linux starts from its parent's
+// at fork time.
+func textFile(path string, size int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	written, markers := 0, 0
+	for n := 1; written < size; n++ {
+		line := fmt.Sprintf("\tline %08d: some ordinary source text, nothing to see here\n", n)
+		if markers == 0 && written >= size/2 {
+			line = "\tvalue := MARKER_ALPHA // the line the benchmark edits\n"
+			markers++
+		}
+		k, err := w.WriteString(line)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		written += k
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func benchEditSmall(b *bench) error {
+	py, err := python()
+	if err != nil {
+		return err
+	}
+	fa, fp := filepath.Join(b.tmp, "small-agentfs.go"), filepath.Join(b.tmp, "small-python.go")
+	for _, f := range []string{fa, fp} {
+		if err := textFile(f, 10<<10); err != nil {
+			return err
+		}
+	}
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(b.tmp, "state")}
+	names := []string{"python3 read/replace/write", "agentfs edit"}
+	med, rss, err := alternate(b.runs, env, []func(int) []string{
+		func(i int) []string { o, n := flip(i); return []string{py, "-c", pyReplace, fp, o, n} },
+		func(i int) []string {
+			o, n := flip(i)
+			return []string{b.path("agentfs"), "edit", fa, "--old", o, "--new", n}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nagentfs / python3: **%s** (runs: %d each, python: %s).\n", ratio(med[1], med[0]), b.runs, py)
+	return nil
+}
+
+func benchEditLarge(b *bench) error {
+	py, err := python()
+	if err != nil {
+		return err
+	}
+	big := filepath.Join(b.tmp, "big.txt")
+	fa, fp := filepath.Join(b.tmp, "big-agentfs.txt"), filepath.Join(b.tmp, "big-python.txt")
+	for _, f := range []string{big, fa, fp} {
+		if err := textFile(f, 100<<20); err != nil {
+			return err
+		}
+	}
+	env := []string{"XDG_STATE_HOME=" + filepath.Join(b.tmp, "state")}
+	names := []string{"cp (100 MB)", "dd conv=fsync (a durable copy)", "python3 read/replace/write", "agentfs edit"}
+	const runs = 5
+	med, rss, err := alternate(runs, env, []func(int) []string{
+		func(int) []string { return []string{"cp", big, filepath.Join(b.tmp, "big-copy.txt")} },
+		func(int) []string {
+			return []string{"dd", "if=" + big, "of=" + filepath.Join(b.tmp, "big-copy2.txt"), "bs=1M", "conv=fsync", "status=none"}
+		},
+		func(i int) []string { o, n := flip(i); return []string{py, "-c", pyReplace, fp, o, n} },
+		func(i int) []string {
+			o, n := flip(i)
+			return []string{b.path("agentfs"), "edit", fa, "--old", o, "--new", n}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nagentfs / cp: **%s**, agentfs / durable copy: %s, agentfs / python3: %s; agentfs peak RSS %d KiB "+
+		"for a 100 MiB file (%.1fx the file; runs: %d each).\n", ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]),
+		rss[3], float64(rss[3])/float64(100<<10), runs)
 	return nil
 }
