@@ -1,12 +1,15 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/testkit"
 )
 
@@ -27,7 +30,33 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata/script",
 		Cmds:                testkit.Commands(),
 		RequireExplicitExec: true,
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "root":
+				return os.Geteuid() == 0, nil
+			case "sandbox":
+				// Everything the escape suite needs: Landlock, network and
+				// mount namespaces, cgroup v1 memory and pids, as root.
+				c := sandbox.Check()["enforceable"].(map[string]any)
+				return os.Geteuid() == 0 && c["workspace-write"] == true && c["net_none"] == true &&
+					c["deny_read"] == true && c["memory"] == "cgroup_v1" && c["pids"] == "cgroup_v1", nil
+			case "python3":
+				_, err := exec.LookPath("python3")
+				return err == nil, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
+			// A directory any user can reach, for tests that drop to nobody.
+			pub, err := os.MkdirTemp("", "agentplane-pub-")
+			if err != nil {
+				return err
+			}
+			if err := os.Chmod(pub, 0o755); err != nil {
+				return err
+			}
+			e.Defer(func() { os.RemoveAll(pub) })
+			e.Setenv("PUBDIR", pub)
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			return nil

@@ -57,7 +57,11 @@ const (
 // Request describes one command. Argv is what is executed; the shell, if
 // any, is already part of it.
 type Request struct {
-	Argv      []string
+	Argv []string
+	// Path, when set, is the executable to run with Argv as its arguments
+	// (Argv[0] is then only the name the program sees); otherwise Argv[0]
+	// is looked up in the PATH of Env.
+	Path      string
 	Dir       string
 	Env       []string // the complete environment
 	Stdin     []byte   // used when StdinFile is empty; nil means /dev/null
@@ -86,6 +90,10 @@ type Request struct {
 	// descendant of this process at the end. Only a process that runs one
 	// command at a time may set it (the agentsh CLI, a job supervisor).
 	ReapAll bool
+	// Exempt, with ReapAll, spares a descendant and everything below it
+	// from the final cleanup: the detached servers (job supervisors,
+	// session servers) that a command started to outlive it.
+	Exempt func(proctree.Stat) bool
 
 	// SysProcAttr is applied to the child; Setsid is always forced on.
 	SysProcAttr *syscall.SysProcAttr
@@ -134,9 +142,12 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 			return nil, result.Errorf(CodeCwdNotFound, "working directory %s is not a directory", req.Dir)
 		}
 	}
-	path, err := lookPath(req.Argv[0], req.Env)
-	if err != nil {
-		return nil, err
+	path := req.Path
+	if path == "" {
+		var err error
+		if path, err = lookPath(req.Argv[0], req.Env); err != nil {
+			return nil, err
+		}
 	}
 
 	r := &runner{req: req, res: &Result{ExitCode: -1}}
@@ -356,7 +367,7 @@ func (r *runner) terminate(pid int, waited <-chan error) error {
 func (r *runner) killRest(pid int) {
 	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
 	if r.req.ReapAll {
-		r.res.Leftover = proctree.KillAllDescendants(5 * time.Second)
+		r.res.Leftover = proctree.KillAllDescendantsExcept(5*time.Second, r.req.Exempt)
 	}
 }
 

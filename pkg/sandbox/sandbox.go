@@ -401,7 +401,14 @@ func (b *builder) build() (*Prepared, error) {
 	p := b.p
 	b.report = map[string]any{"mode": p.Mode, "no_new_privs": true}
 
-	base, err := os.MkdirTemp("", "agentplane-sandbox-")
+	// A --user target must be able to reach its temp dir; the caller's
+	// $TMPDIR may sit below directories only the caller can enter, so the
+	// system's /tmp (world-traversable, sticky) is used then.
+	parent := ""
+	if p.User != "" {
+		parent = "/tmp"
+	}
+	base, err := os.MkdirTemp(parent, "agentplane-sandbox-")
 	if err != nil {
 		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}

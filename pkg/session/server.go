@@ -25,6 +25,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -58,6 +59,7 @@ type server struct {
 	listener net.Listener
 	reason   string
 	seq      int
+	sandbox  *sandbox.Prepared
 }
 
 // Serve runs the session server for id until the session ends. It is the
@@ -95,6 +97,21 @@ func (s *server) start() error {
 	if err := os.MkdirAll(filepath.Join(s.sdir, "calls"), 0o700); err != nil {
 		return result.Errorf(CodeStartFailed, "cannot create the calls directory: %v", err)
 	}
+	if s.spec.Sandbox != nil && !s.spec.Sandbox.Empty() {
+		exe, err := os.Executable()
+		if err != nil {
+			return result.Errorf(sandbox.CodeUnavailable, "cannot find the executable for the sandbox helper: %v", err)
+		}
+		// The shell writes each call's output to FIFOs in the calls
+		// directory, so that one directory must stay writable.
+		policy := *s.spec.Sandbox
+		policy.AllowWrite = append(append([]string(nil), policy.AllowWrite...), filepath.Join(s.sdir, "calls"))
+		prep, err := sandbox.Prepare(policy, exe)
+		if err != nil {
+			return err
+		}
+		s.sandbox = prep
+	}
 	self, _ := proctree.ReadStat(os.Getpid())
 	boot, _ := proctree.BootID()
 	now := result.FormatTime(time.Now())
@@ -117,15 +134,26 @@ func (s *server) start() error {
 // startShell starts a fresh shell in cwd and waits until it answers.
 func (s *server) startShell(cwd string) error {
 	argv := append([]string{s.spec.Shell}, s.spec.ShellArgs...)
-	if len(s.spec.Wrap) > 0 {
-		argv = append(append([]string(nil), s.spec.Wrap...), argv...)
-	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = cwd
 	cmd.Env = s.spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if s.sandbox != nil {
+		// The shell starts inside the sandbox helper (this executable),
+		// so every command of the session inherits the confinement.
+		exe, _ := os.Executable()
+		cmd.Path = exe
+		cmd.Args = s.sandbox.Argv(argv)
+		cmd.Args[0] = "agentsh"
+		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
+		if s.sandbox.SysProcAttr != nil {
+			a := *s.sandbox.SysProcAttr
+			cmd.SysProcAttr = &a
+		}
+	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr.Setsid = true
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return result.Errorf(CodeStartFailed, "pipe: %v", err)
@@ -179,6 +207,11 @@ func (s *server) startShell(cwd string) error {
 	}
 	if _, _, ok := s.awaitMarker(marker, 30*time.Second); !ok {
 		s.killShell()
+		if s.sandbox != nil {
+			if err := s.sandbox.Failure(); err != nil {
+				return err
+			}
+		}
 		return result.Errorf(CodeStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
 	}
 	return nil
@@ -483,8 +516,8 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	if ended {
 		obj.Set("session_ended", true)
 	}
-	if s.spec.SandboxReport != nil {
-		obj.Set("sandbox", s.spec.SandboxReport)
+	if s.sandbox != nil {
+		obj.Set("sandbox", s.sandbox.Report)
 	}
 	if req.Description != "" {
 		obj.Set("description", req.Description)
@@ -815,6 +848,9 @@ func (s *server) finish(reason string) {
 	// Background jobs that left the shell's group are still ours: the
 	// server is a subreaper and owns nothing else.
 	proctree.KillAllDescendants(5 * time.Second)
+	if s.sandbox != nil {
+		s.sandbox.Cleanup()
+	}
 	_ = os.Remove(filepath.Join(s.sdir, "sock"))
 	_ = os.RemoveAll(filepath.Join(s.sdir, "calls"))
 	s.mu.Lock()

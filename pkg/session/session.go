@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -58,10 +59,9 @@ type Spec struct {
 	IdleTimeout time.Duration `json:"idle_timeout"`
 	Name        string        `json:"name,omitempty"`
 	Description string        `json:"description,omitempty"`
-	// Wrap, when set, is the argv prefix that starts the shell inside a
-	// sandbox helper; SandboxReport says what it enforces.
-	Wrap          []string       `json:"wrap,omitempty"`
-	SandboxReport map[string]any `json:"sandbox,omitempty"`
+	// Sandbox, when not empty, confines the shell and everything it runs;
+	// the server prepares it and releases it when the session ends.
+	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
 }
 
 // Record is status.json, written only by the session's server.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // Exit statuses of agentsh itself, like coreutils timeout(1). Never renumber.
@@ -29,8 +30,43 @@ func Program() *clikit.Program {
 			"defaults, kills every process it started before it returns, and prints one JSON result.",
 		ExitCode: exitCode,
 		Build:    build,
+		ExitStatus: [][2]string{
+			{"N", "the command's own exit status (0 is success)"},
+			{"124", "the command timed out (status timeout)"},
+			{"125", "agentsh itself failed: bad flag, invalid request, missing cwd, sandbox unavailable, session errors"},
+			{"126", "the command was found but could not be run"},
+			{"127", "the command was not found"},
+			{"128+N", "the command was killed by signal N; a cancelled call exits 128 + the signal agentsh received"},
+			{"0 with --exit-zero", "whenever a result was printed"},
+		},
 	}
 }
+
+// runResultDoc documents the result of a run for the man page.
+const runResultDoc = `
+success: true when the command completed with exit code 0
+status: completed, timeout, cancelled (agentsh got SIGINT/SIGTERM) or error (it could not be started)
+exit_code: the command's exit code; 124 on timeout; 128+N when killed by signal N
+signal: the name of the signal that ended the command, or null
+timed_out: whether the timeout fired
+stdout, stderr: the captured text (or output with --merge-output), cleaned for a model unless --raw
+stdout_bytes, stderr_bytes: everything the stream produced, truncated or not
+stdout_truncated, stderr_truncated, truncated: whether --max-output cut a stream
+stdout_lossy: present and true when invalid UTF-8 was replaced with U+FFFD
+stdout_encoding: base64 with --binary base64
+stdout_file, stderr_file: with --save-output, the files holding the whole streams
+elapsed_ms, started_at: duration in milliseconds and RFC 3339 UTC start time
+cwd, command, pid: where it ran (after the command, for a session), the string or argv, the main process
+session, session_reset, session_ended: with --session
+sandbox: what the sandbox enforced, when one was asked for
+error: {code, message, …} when status is error`
+
+const runExamples = `
+  agentsh -c 'make test'
+  agentsh --timeout 10m --cwd src -- go test ./...
+  agentsh -q stdout -- git rev-parse HEAD
+  echo '{"command": "ls -la", "cwd": "/tmp"}' | agentsh --request -
+  h=$(agentsh session start -q session); agentsh --session "$h" -c 'cd src && export X=1'`
 
 // exitCode maps an error code to agentsh's exit status: the command's own
 // failures to start are 126/127, everything else agentsh reports is 125.
@@ -46,8 +82,15 @@ func exitCode(code string) int {
 
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == serveCommand {
-		return serveMain(args[1:])
+	// Hidden entry points run before the CLI is built: they are other
+	// processes' helpers, not agent calls.
+	if len(args) > 0 {
+		switch args[0] {
+		case serveCommand:
+			return serveMain(args[1:])
+		case sandbox.HelperCommand:
+			return sandbox.HelperMain(args[1:])
+		}
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }
@@ -57,7 +100,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
-	root.AddCommand(newCmdSession(env, &stateDir))
+	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env))
 	root.Annotations = map[string]string{
 		clikit.AnnotTool:           "agentsh_run",
 		clikit.AnnotArgs:           "argv...",

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,8 +14,11 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // Defaults of CONTRACT §2.
@@ -49,6 +53,7 @@ type RunOptions struct {
 	Shell       string
 	Session     string
 	BusyTimeout time.Duration
+	Sandbox     SandboxOptions
 }
 
 func config(fs interface {
@@ -86,6 +91,8 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` for -c (default bash, else sh)")
 	f.StringVar(&o.Session, "session", "", "run -c inside the persistent session `HANDLE` (or name)")
 	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
+	AddSandboxFlags(f, &o.Sandbox)
+	addSandboxLockFlag(f)
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 
@@ -238,6 +245,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		return nil, err
 	}
 	s.req.ReapAll = true
+	s.req.Exempt = detachedServers(s.req.Env)
 	var st *streamer
 	if o.Stream {
 		env.Pretty = false
@@ -245,9 +253,33 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		s.req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 		s.req.OnOutput = st.chunk
 	}
+	policy := o.Sandbox.Policy(s.cwd)
+	var prep *sandbox.Prepared
+	if !policy.Empty() {
+		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+			return nil, err
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
+		}
+		if prep, err = sandbox.Prepare(policy, exe); err != nil {
+			return nil, err
+		}
+		defer prep.Cleanup()
+		s.req.Path = exe
+		s.req.Argv = prep.Argv(s.req.Argv)
+		// The helper is agentsh itself; argv[0] names the program.
+		s.req.Argv[0] = "agentsh"
+		s.req.Env = append(s.req.Env, prep.Env...)
+		s.req.SysProcAttr = prep.SysProcAttr
+	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
 		st.flush()
+	}
+	if err == nil && prep != nil {
+		err = prep.Failure()
 	}
 	if err != nil {
 		re := result.AsError(err)
@@ -267,10 +299,89 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 	}
 	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
+	if prep != nil {
+		obj.Set("sandbox", prep.Report)
+		if res.Status == run.StatusCompleted && res.ExitCode != 0 {
+			if code := prep.Classify(res.ExitCode, res.Signal); code != "" {
+				obj.Set("success", false)
+				obj.Set("error", result.ErrorObject(result.Errorf(code, "the command hit the sandbox's %s", strings.ReplaceAll(strings.TrimSuffix(code, "_limit"), "_", " ")+" limit")))
+			}
+		}
+	}
 	if env.Description != "" {
 		obj.Set("description", env.Description)
 	}
 	return &clikit.Outcome{Value: obj, Exit: ExitStatus(res)}, nil
+}
+
+// detachedServers returns the predicate that spares, in the final cleanup,
+// the agentjob supervisors and agentsh session servers (of any state
+// directory) that the command started: 'agentsh -c "agentjob start -- srv"'
+// must leave the job running. A process qualifies only if all of these
+// hold, so a command cannot escape the cleanup by renaming itself:
+//   - it leads its own session (both servers call setsid);
+//   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
+//   - its executable (/proc/PID/exe, compared by inode) is this agentsh,
+//     the agentjob beside it, or an agentjob on the command's PATH.
+//
+// The executables are looked up once, on the first candidate.
+func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
+	var known []os.FileInfo
+	looked := false
+	return func(p proctree.Stat) bool {
+		if p.SID != p.PID {
+			return false
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
+		if err != nil {
+			return false
+		}
+		argv := strings.Split(string(b), "\x00")
+		if len(argv) < 2 {
+			return false
+		}
+		prog := filepath.Base(argv[0])
+		if !(prog == "agentjob" && argv[1] == jobs.SupervisorCommand) && !(prog == "agentsh" && argv[1] == serveCommand) {
+			return false
+		}
+		if !looked {
+			looked, known = true, serverExecutables(cmdEnv)
+		}
+		fi, err := os.Stat("/proc/" + strconv.Itoa(p.PID) + "/exe")
+		if err != nil {
+			return false
+		}
+		for _, k := range known {
+			if os.SameFile(fi, k) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// serverExecutables are the files a legitimate detached server runs from.
+func serverExecutables(cmdEnv []string) []os.FileInfo {
+	var paths []string
+	if self, err := os.Executable(); err == nil {
+		paths = append(paths, self, filepath.Join(filepath.Dir(self), "agentjob"))
+	}
+	for _, kv := range cmdEnv {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			for _, dir := range filepath.SplitList(v) {
+				if filepath.IsAbs(dir) {
+					paths = append(paths, filepath.Join(dir, "agentjob"))
+				}
+			}
+		}
+	}
+	var out []os.FileInfo
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			out = append(out, fi)
+		}
+	}
+	return out
 }
 
 // ExitStatus is agentsh's exit status for a finished run.

@@ -29,6 +29,7 @@ type SessionStartOptions struct {
 	Shell       string
 	IdleTimeout time.Duration
 	Name        string
+	Sandbox     SandboxOptions
 }
 
 func manager(env *clikit.Env, stateDir string) (*session.Manager, error) {
@@ -70,6 +71,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` (default bash, else sh)")
 	f.Var(clikit.DurationValue{D: &o.IdleTimeout}, "idle-timeout", "stop the session after `D` without a call (0 = never)")
 	f.StringVar(&o.Name, "name", "", "a `NAME` usable instead of the handle")
+	AddSandboxFlags(f, &o.Sandbox)
+	addSandboxLockFlag(f)
 	config(f, "shell", "idle-timeout", "clear-env")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
@@ -82,6 +85,11 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
+		}
+		if spec.Sandbox != nil {
+			if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+				return nil, err
+			}
 		}
 		info, err := m.Start(spec, []string{"agentsh", serveCommand, m.Dir.Path()})
 		if err != nil {
@@ -124,7 +132,11 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 		// No startup files: a session must behave the same for every user.
 		args = []string{"--noprofile", "--norc"}
 	}
-	return session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}, nil
+	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}
+	if p := o.Sandbox.Policy(cwd); !p.Empty() {
+		spec.Sandbox = &p
+	}
+	return spec, nil
 }
 
 func infoObject(info *session.Info) *result.Object {

@@ -60,6 +60,9 @@ type Program struct {
 	ExitCode func(code string) int
 	// Build adds the program's own flags and subcommands to root.
 	Build func(root *cobra.Command, env *Env)
+	// ExitStatus documents the exit codes: {code, meaning} rows for the
+	// man pages, in order.
+	ExitStatus [][2]string
 }
 
 // Env is the per-invocation context handed to every command: the streams,
@@ -92,6 +95,7 @@ type Env struct {
 	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
 	ExitZero bool
 
+	cfg       configSource
 	outcome   *Outcome
 	outMu     sync.Mutex
 	sigMu     sync.Mutex

@@ -368,6 +368,76 @@ func EnvNames(program, flag string) []string {
 	return []string{strings.ToUpper(program) + "_" + k, "AGENTPLANE_" + k}
 }
 
+// configSource loads the config file (once) and answers lookups of a flag's
+// configured value: the environment first, then the file.
+type configSource struct {
+	v      *viper.Viper
+	loaded bool
+	err    error
+}
+
+func (e *Env) config() (*viper.Viper, error) {
+	if e.cfg.loaded {
+		return e.cfg.v, e.cfg.err
+	}
+	e.cfg.loaded = true
+	path, explicit := e.configPath()
+	if path == "" {
+		return nil, nil
+	}
+	if _, err := os.Stat(path); err == nil {
+		v := viper.New()
+		v.SetConfigFile(path)
+		v.SetConfigType("toml")
+		if err := v.ReadInConfig(); err != nil {
+			e.cfg.err = result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
+			return nil, e.cfg.err
+		}
+		e.cfg.v = v
+	} else if explicit || !errors.Is(err, fs.ErrNotExist) {
+		e.cfg.err = result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
+	}
+	return e.cfg.v, e.cfg.err
+}
+
+// lookupConfig returns a flag's value from the environment or config file
+// (ignoring the command line and request), with where it came from.
+func (e *Env) lookupConfig(f *pflag.Flag) ([]string, string, error) {
+	prog := e.Program.Name
+	for _, name := range EnvNames(prog, f.Name) {
+		// An empty variable counts as unset, as shells treat it.
+		if s, ok := e.LookupEnv(name); ok && s != "" {
+			return splitEnvValue(f, s), "environment variable " + name, nil
+		}
+	}
+	v, err := e.config()
+	if err != nil || v == nil {
+		return nil, "", err
+	}
+	key := ConfigKey(f.Name)
+	for _, k := range []string{prog + "." + key, key} {
+		if v.IsSet(k) {
+			return configValues(v.Get(k)), "config key " + k, nil
+		}
+	}
+	return nil, "", nil
+}
+
+// Configured returns the value the environment or config file gives a
+// configurable flag, whatever the command line said: the operator's
+// setting, for checks that a call does not loosen it.
+func (e *Env) Configured(cmd *cobra.Command, flag string) ([]string, bool) {
+	f := cmd.Flags().Lookup(flag)
+	if f == nil || !hasAnnot(f, AnnotConfig) {
+		return nil, false
+	}
+	vals, source, err := e.lookupConfig(f)
+	if err != nil || source == "" {
+		return nil, false
+	}
+	return vals, true
+}
+
 // applyConfig fills configurable flags that are still unset from the
 // environment, then from the config file.
 func (e *Env) applyConfig(cmd *cobra.Command, set map[string]bool) error {
@@ -377,42 +447,10 @@ func (e *Env) applyConfig(cmd *cobra.Command, set map[string]bool) error {
 			flags = append(flags, f)
 		}
 	})
-	if len(flags) == 0 {
-		return nil
-	}
-	var v *viper.Viper
-	path, explicit := e.configPath()
-	if path != "" {
-		if _, err := os.Stat(path); err == nil {
-			v = viper.New()
-			v.SetConfigFile(path)
-			v.SetConfigType("toml")
-			if err := v.ReadInConfig(); err != nil {
-				return result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
-			}
-		} else if explicit || !errors.Is(err, fs.ErrNotExist) {
-			return result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
-		}
-	}
-	prog := e.Program.Name
 	for _, f := range flags {
-		key := ConfigKey(f.Name)
-		var vals []string
-		source := ""
-		for _, name := range EnvNames(prog, f.Name) {
-			// An empty variable counts as unset, as shells treat it.
-			if s, ok := e.LookupEnv(name); ok && s != "" {
-				vals, source = splitEnvValue(f, s), "environment variable "+name
-				break
-			}
-		}
-		if source == "" && v != nil {
-			for _, k := range []string{prog + "." + key, key} {
-				if v.IsSet(k) {
-					vals, source = configValues(v.Get(k)), "config key "+k
-					break
-				}
-			}
+		vals, source, err := e.lookupConfig(f)
+		if err != nil {
+			return err
 		}
 		if source == "" {
 			continue

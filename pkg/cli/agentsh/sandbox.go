@@ -1,0 +1,206 @@
+package agentsh
+
+import (
+	"os"
+	"sort"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
+)
+
+// CodeSandboxLocked refuses a call that asks for less protection than the
+// operator's configured floor.
+const CodeSandboxLocked = "sandbox_locked"
+
+// SandboxOptions are the sandbox and limit flags shared by agentsh, session
+// start and agentjob start.
+type SandboxOptions struct {
+	Mode       string
+	Workspace  string
+	AllowWrite []string
+	DenyRead   []string
+	Net        string
+	Memory     int64
+	CPUTime    time.Duration
+	Pids       int
+	FileSize   int64
+	Nofile     int
+	User       string
+}
+
+// AddSandboxFlags adds the sandbox flags to fs; every one may have an
+// operator default in the environment or the config file.
+func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
+	o.Mode, o.Net = sandbox.ModeNone, sandbox.NetHost
+	fs.Var(clikit.EnumValue{S: &o.Mode, Allowed: []string{"none", "read-only", "workspace-write"}}, "sandbox", "filesystem sandbox: none, read-only or workspace-write")
+	fs.StringVar(&o.Workspace, "workspace", "", "with workspace-write, the writable `DIR` (default: the cwd)")
+	fs.StringArrayVar(&o.AllowWrite, "allow-write", nil, "also allow writes under `DIR` (repeatable)")
+	fs.StringArrayVar(&o.DenyRead, "deny-read", nil, "hide `PATH` from the command (repeatable)")
+	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none"}}, "net", "network: host, or none (loopback only)")
+	fs.Var(clikit.SizeValue{N: &o.Memory}, "memory", "memory limit in `BYTES` (cgroup where available, else address space)")
+	fs.Var(clikit.DurationValue{D: &o.CPUTime}, "cpu-time", "CPU time limit `D`")
+	fs.IntVar(&o.Pids, "pids", 0, "limit on processes and threads `N`")
+	fs.Var(clikit.SizeValue{N: &o.FileSize}, "file-size", "largest file the command may write, in `BYTES`")
+	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
+	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
+	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user")
+}
+
+// Policy turns the options into a sandbox policy. Relative paths are
+// relative to where agentsh was invoked, like --cwd; the command's cwd is
+// the default workspace.
+func (o *SandboxOptions) Policy(cmdCwd string) sandbox.Policy {
+	here, err := os.Getwd()
+	if err != nil {
+		here = cmdCwd
+	}
+	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
+		DenyRead: absAll(here, o.DenyRead), Net: o.Net, Memory: o.Memory, CPUTime: o.CPUTime,
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User}
+	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
+		p.Workspace = cmdCwd
+	}
+	if p.Workspace != "" && !filepath.IsAbs(p.Workspace) {
+		p.Workspace = filepath.Join(here, p.Workspace)
+	}
+	return p
+}
+
+func absAll(cwd string, paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		if strings.HasPrefix(p, "~/") {
+			if home, err := os.UserHomeDir(); err == nil {
+				p = filepath.Join(home, p[2:])
+			}
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cwd, p)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// CheckFloor refuses a call that loosens the operator's configured sandbox
+// when the configuration sets sandbox_lock = true (or AGENTPLANE_SANDBOX_LOCK=1).
+// Without the lock, configured values are only defaults, which a flag or
+// request may change either way.
+func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *SandboxOptions) error {
+	lock, _ := env.Configured(cmd, "sandbox-lock")
+	if len(lock) == 0 || (lock[0] != "true" && lock[0] != "1") {
+		return nil
+	}
+	rank := map[string]int{"none": 0, "workspace-write": 1, "read-only": 2}
+	if v, ok := env.Configured(cmd, "sandbox"); ok && len(v) > 0 && rank[o.Mode] < rank[v[0]] {
+		return locked("sandbox", v[0], o.Mode)
+	}
+	if v, ok := env.Configured(cmd, "net"); ok && len(v) > 0 && v[0] == "none" && o.Net != "none" {
+		return locked("net", "none", o.Net)
+	}
+	limits := []struct {
+		name string
+		got  int64
+	}{{"memory", o.Memory}, {"cpu-time", int64(o.CPUTime)}, {"pids", int64(o.Pids)}, {"file-size", o.FileSize}, {"nofile", int64(o.Nofile)}}
+	for _, l := range limits {
+		v, ok := env.Configured(cmd, l.name)
+		if !ok || len(v) == 0 {
+			continue
+		}
+		floor, err := limitValue(l.name, v[0])
+		if err != nil || floor == 0 {
+			continue
+		}
+		if l.got == 0 || l.got > floor {
+			return locked(l.name, v[0], "a looser value")
+		}
+	}
+	if v, ok := env.Configured(cmd, "allow-write"); ok {
+		allowed := map[string]bool{}
+		for _, a := range v {
+			allowed[a] = true
+		}
+		for _, a := range o.AllowWrite {
+			if !allowed[a] {
+				return locked("allow-write", strings.Join(v, ","), a)
+			}
+		}
+	}
+	if v, ok := env.Configured(cmd, "deny-read"); ok {
+		have := map[string]bool{}
+		for _, d := range o.DenyRead {
+			have[d] = true
+		}
+		for _, d := range v {
+			if !have[d] {
+				return locked("deny-read", d, "without it")
+			}
+		}
+	}
+	return nil
+}
+
+func limitValue(name, s string) (int64, error) {
+	switch name {
+	case "memory", "file-size":
+		return clikit.ParseSize(s)
+	case "cpu-time":
+		d, err := clikit.ParseDuration(s)
+		return int64(d), err
+	}
+	var v clikit.SizeValue
+	var n int64
+	v.N = &n
+	err := v.Set(s)
+	return n, err
+}
+
+func locked(flag, floor, got string) error {
+	return result.Errorf(CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
+		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
+}
+
+// addSandboxLockFlag registers the hidden sandbox-lock setting so that it
+// can be read from the environment and config file.
+func addSandboxLockFlag(fs *pflag.FlagSet) {
+	var lock bool
+	fs.BoolVar(&lock, "sandbox-lock", false, "refuse calls that loosen the configured sandbox")
+	_ = fs.MarkHidden("sandbox-lock")
+	config(fs, "sandbox-lock")
+}
+
+func newCmdSandbox(env *clikit.Env) *cobra.Command {
+	cmd := &cobra.Command{Use: "sandbox", Short: "Inspect what this machine's kernel can enforce"}
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Report, as JSON, which sandbox mechanisms this machine can enforce",
+		Long: "Report which sandbox mechanisms this machine can enforce: Landlock and its ABI, user, " +
+			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root.",
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check"},
+	}
+	check.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		if _, err := env.Positional(cmd, args, 0); err != nil {
+			return nil, err
+		}
+		obj := result.New().Set("success", true)
+		report := sandbox.Check()
+		keys := make([]string, 0, len(report))
+		for k := range report {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			obj.Set(k, report[k])
+		}
+		return &clikit.Outcome{Value: obj}, nil
+	})
+	cmd.AddCommand(check)
+	return cmd
+}

@@ -1,0 +1,200 @@
+package clikit
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// Annotations that feed the man pages.
+const (
+	// AnnotManResult describes the command's JSON result fields, one
+	// "field: meaning" per line.
+	AnnotManResult = "agentplane/man.result"
+	// AnnotManNotes is free text for a NOTES section.
+	AnnotManNotes = "agentplane/man.notes"
+)
+
+// ManDate is the fixed date written into generated man pages, so that
+// regenerating them is reproducible and a drift test can compare bytes.
+const ManDate = "2026-11-29"
+
+// ManPage is one generated page.
+type ManPage struct {
+	Name string // file name, e.g. agentsh-session-start.1
+	Text []byte
+}
+
+// GenerateMan renders a man page for every runnable, visible command of the
+// program's tree.
+func GenerateMan(p *Program) []ManPage {
+	env := &Env{Program: p, In: strings.NewReader(""), Out: io.Discard, Err: io.Discard,
+		LookupEnv: func(string) (string, bool) { return "", false }, Environ: func() []string { return nil }}
+	root := NewRoot(env)
+	var pages []ManPage
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" {
+			return
+		}
+		pages = append(pages, ManPage{Name: strings.ReplaceAll(c.CommandPath(), " ", "-") + ".1", Text: manPage(p, c)})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	return pages
+}
+
+// roff escapes text for a man page body.
+func roff(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\e`)
+	s = strings.ReplaceAll(s, "-", `\-`)
+	var b strings.Builder
+	for _, line := range strings.Split(s, "\n") {
+		if strings.HasPrefix(line, ".") || strings.HasPrefix(line, "'") {
+			b.WriteString(`\&`)
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func manPage(p *Program, c *cobra.Command) []byte {
+	var b bytes.Buffer
+	title := strings.ToUpper(strings.ReplaceAll(c.CommandPath(), " ", "-"))
+	fmt.Fprintf(&b, ".TH %s 1 %q \"agentplane %s\" \"agentplane manual\"\n", title, ManDate, Version)
+	fmt.Fprintf(&b, ".SH NAME\n%s \\- %s\n", roff(strings.ReplaceAll(c.CommandPath(), " ", "-")), roff(c.Short))
+	fmt.Fprintf(&b, ".SH SYNOPSIS\n.nf\n%s\n.fi\n", roff(synopsis(c)))
+	desc := c.Long
+	if desc == "" {
+		desc = c.Short
+	}
+	fmt.Fprintf(&b, ".SH DESCRIPTION\n%s\n", roff(desc))
+	if c.HasAvailableSubCommands() {
+		b.WriteString(".SH COMMANDS\n")
+		for _, s := range c.Commands() {
+			if !s.IsAvailableCommand() || s.Name() == "help" {
+				continue
+			}
+			fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", roff(s.Name()), roff(s.Short))
+		}
+	}
+	writeFlags(&b, "OPTIONS", c.LocalFlags())
+	writeFlags(&b, "GLOBAL OPTIONS", c.InheritedFlags())
+	if tool := c.Annotations[AnnotTool]; tool != "" {
+		fmt.Fprintf(&b, ".SH REQUEST\nThe operation can also be given as one JSON object with \\fB\\-\\-request FILE\\fR "+
+			"(\\fB\\-\\fR for stdin) whose keys are the long flag names with underscores%s, plus \\fBdescription\\fR. "+
+			"Unknown keys are an \\fBinvalid_request\\fR error; flags beside a request override it. "+
+			"\\fB%s schema\\fR prints the tool definition \\fB%s\\fR.\n",
+			argsNote(c), roff(p.Name), roff(tool))
+	}
+	if r := c.Annotations[AnnotManResult]; r != "" {
+		b.WriteString(".SH RESULT\nOne JSON object on stdout. Fields:\n")
+		for _, line := range strings.Split(strings.TrimSpace(r), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", roff(strings.TrimSpace(k)), roff(strings.TrimSpace(v)))
+		}
+	}
+	if len(p.ExitStatus) > 0 {
+		b.WriteString(".SH EXIT STATUS\n")
+		for _, e := range p.ExitStatus {
+			fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", roff(e[0]), roff(e[1]))
+		}
+	}
+	writeEnvironment(&b, p, c)
+	b.WriteString(".SH FILES\n.TP\n.B $XDG_CONFIG_HOME/agentplane/config.toml\n" +
+		"The user's configuration (default \\fI~/.config/agentplane/config.toml\\fR); top\\-level keys apply to every program, a [" +
+		roff(p.Name) + "] table to this one. Never read from the working directory.\n")
+	if c.Flags().Lookup("state-dir") != nil {
+		b.WriteString(".TP\n.B $XDG_STATE_HOME/agentplane\nThe state directory (one environment): " +
+			"\\fB\\-\\-state\\-dir\\fR, else \\fB$AGENTPLANE_STATE_DIR\\fR, else \\fI$XDG_STATE_HOME/agentplane\\fR, " +
+			"else \\fI~/.local/state/agentplane\\fR. Created 0700 with a secret key that authenticates handles.\n")
+	}
+	if n := c.Annotations[AnnotManNotes]; n != "" {
+		fmt.Fprintf(&b, ".SH NOTES\n%s\n", roff(strings.TrimSpace(n)))
+	}
+	if c.Example != "" {
+		fmt.Fprintf(&b, ".SH EXAMPLES\n.nf\n%s\n.fi\n", roff(strings.Trim(c.Example, "\n")))
+	}
+	var see []string
+	if c.HasParent() {
+		see = append(see, strings.ReplaceAll(c.Parent().CommandPath(), " ", "-")+"(1)")
+	}
+	for _, s := range c.Commands() {
+		if s.IsAvailableCommand() && s.Name() != "help" {
+			see = append(see, strings.ReplaceAll(s.CommandPath(), " ", "-")+"(1)")
+		}
+	}
+	if len(see) > 0 {
+		fmt.Fprintf(&b, ".SH SEE ALSO\n%s\n", roff(strings.Join(see, ", ")))
+	}
+	return b.Bytes()
+}
+
+func argsNote(c *cobra.Command) string {
+	names, _ := ArgNames(c)
+	if len(names) == 0 {
+		return ""
+	}
+	return " (the arguments are the keys " + roff(strings.Join(names, ", ")) + ")"
+}
+
+func synopsis(c *cobra.Command) string {
+	use := c.UseLine()
+	if c.HasAvailableSubCommands() && !c.Runnable() {
+		use = c.CommandPath() + " COMMAND [flags]"
+	}
+	return use
+}
+
+func writeFlags(b *bytes.Buffer, section string, fs *pflag.FlagSet) {
+	var flags []*pflag.Flag
+	fs.VisitAll(func(f *pflag.Flag) {
+		if !f.Hidden {
+			flags = append(flags, f)
+		}
+	})
+	if len(flags) == 0 {
+		return
+	}
+	fmt.Fprintf(b, ".SH %s\n", section)
+	for _, f := range flags {
+		name, usage := pflag.UnquoteUsage(f)
+		head := "\\fB\\-\\-" + roff(f.Name) + "\\fR"
+		if f.Shorthand != "" {
+			head = "\\fB\\-" + roff(f.Shorthand) + "\\fR, " + head
+		}
+		if name != "" {
+			head += " \\fI" + roff(name) + "\\fR"
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" && f.DefValue != "0s" {
+			usage += " (default " + f.DefValue + ")"
+		}
+		fmt.Fprintf(b, ".TP\n%s\n%s\n", head, roff(usage))
+	}
+}
+
+func writeEnvironment(b *bytes.Buffer, p *Program, c *cobra.Command) {
+	var lines []string
+	c.Flags().VisitAll(func(f *pflag.Flag) {
+		if !hasAnnot(f, AnnotConfig) {
+			return
+		}
+		n := EnvNames(p.Name, f.Name)
+		lines = append(lines, fmt.Sprintf(".TP\n.B %s, %s\nDefault for \\fB\\-\\-%s\\fR (config key \\fB%s\\fR).\n",
+			roff(n[0]), roff(n[1]), roff(f.Name), roff(ConfigKey(f.Name))))
+	})
+	sort.Strings(lines)
+	b.WriteString(".SH ENVIRONMENT\nFlags override environment variables, which override the config file, which overrides the built\\-in defaults.\n")
+	b.WriteString(".TP\n.B AGENTPLANE_CONFIG\nThe config file to read instead of the user's.\n")
+	for _, l := range lines {
+		b.WriteString(l)
+	}
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestNoDrift fails when the committed man pages or completions differ
+// from what the code generates: run `go run ./scripts/gen-docs` and commit.
+func TestNoDrift(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join("..", "..")
+	var stale []string
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil || !bytes.Equal(got, want) {
+			stale = append(stale, name)
+		}
+	}
+	// Files that are committed but no longer generated are drift too.
+	for _, dir := range []string{"man/man1", "completions/bash", "completions/zsh", "completions/fish"} {
+		entries, _ := os.ReadDir(filepath.Join(root, dir))
+		for _, e := range entries {
+			if _, ok := files[dir+"/"+e.Name()]; !ok {
+				stale = append(stale, dir+"/"+e.Name()+" (not generated)")
+			}
+		}
+	}
+	sort.Strings(stale)
+	if len(stale) > 0 {
+		t.Fatalf("generated docs are stale; run 'go run ./scripts/gen-docs' and commit:\n%s", strings.Join(stale, "\n"))
+	}
+}
+
+// TestManPagesHaveSections checks every page for the sections users look
+// for, and that each program's page documents its exit status.
+func TestManPagesHaveSections(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if !strings.HasPrefix(name, "man/") {
+			continue
+		}
+		for _, sec := range []string{".SH NAME", ".SH SYNOPSIS", ".SH DESCRIPTION", ".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH FILES"} {
+			if !bytes.Contains(data, []byte(sec)) {
+				t.Errorf("%s lacks %s", name, sec)
+			}
+		}
+	}
+	for _, prog := range []string{"agentsh", "agentjob", "agentfs"} {
+		page := files["man/man1/"+prog+".1"]
+		if page == nil {
+			t.Fatalf("no page for %s", prog)
+		}
+	}
+}
