@@ -2,8 +2,8 @@ package agentsh
 
 import (
 	"os"
-	"sort"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
