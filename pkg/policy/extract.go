@@ -122,6 +122,8 @@ type unit struct {
 	depth int
 }
 
+// room reports whether another item may be added; the first refusal is
+// itself reported, so a truncated result is never mistaken for a full one.
 func (x *extractor) room() bool {
 	if x.full {
 		return false
@@ -524,7 +526,7 @@ func (x *extractor) nested(t token, u *unit, text, what string) {
 		x.unresolved(text, what+" script nested deeper than the policy examines")
 		return
 	}
-	if nesting(t.text) > maxNesting {
+	if len(t.text) > MaxScriptBytes || nesting(t.text) > maxNesting {
 		x.unresolved(text, what+" script nested deeper than the policy examines")
 		return
 	}

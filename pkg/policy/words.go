@@ -263,7 +263,13 @@ func unescapeANSI(s string) string {
 				b.WriteString("\\c")
 			}
 		case 'x', 'u', 'U':
-			maxDigits := map[byte]int{'x': 2, 'u': 4, 'U': 8}[e]
+			maxDigits := 2
+			switch e {
+			case 'u':
+				maxDigits = 4
+			case 'U':
+				maxDigits = 8
+			}
 			j := i + 1
 			for j < len(s) && j-i-1 < maxDigits && isHex(s[j]) {
 				j++
