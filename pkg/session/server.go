@@ -60,6 +60,7 @@ type server struct {
 	reason   string
 	seq      int
 	sandbox  *sandbox.Prepared
+	before   map[int]uint64 // the shell's descendants when the last call ended
 }
 
 // Serve runs the session server for id until the session ends. It is the
@@ -411,6 +412,19 @@ func (s *server) serveConn(c net.Conn) {
 		}
 		b, _ := result.Marshal(obj)
 		_ = enc.send(message{Type: "result", Result: b})
+		// Bookkeeping that the caller need not wait for: the record
+		// (fsynced) and the list of processes the next call inherits.
+		_ = s.writeRecord()
+		if !ended {
+			s.mu.Lock()
+			pid := s.rec.ShellPID
+			s.mu.Unlock()
+			before := descendants(pid)
+			s.mu.Lock()
+			s.before = before
+			s.mu.Unlock()
+		}
+		<-s.busy
 		if ended {
 			s.stop(EndedExit)
 		}
@@ -461,15 +475,18 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, enc *lineWriter) 
 		return nil, false, result.Errorf(CodeSessionBusy, "the session is running another command").
 			With("hint", "wait for it, or pass --busy-timeout to wait up to that long")
 	}
-	defer func() { <-s.busy }()
 	select {
 	case <-s.done:
+		<-s.busy
 	case <-s.exitedChan():
+		<-s.busy
 		// The shell is gone: end the session (once) and answer only when
 		// everything it started is dead, so that a caller who sees
 		// session_ended can rely on it.
 		go s.stop(EndedExit)
 	default:
+		// The busy token stays held: serveConn releases it after the
+		// result is sent and the bookkeeping is done.
 		return s.callReady(req, cancel, enc)
 	}
 	<-s.finished
@@ -488,6 +505,7 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 
 	c, err := s.prepareCall(n, req, enc)
 	if err != nil {
+		<-s.busy
 		return nil, false, err
 	}
 	defer c.cleanup()
@@ -506,7 +524,6 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	cwdNow := s.rec.Cwd
 	pid := s.rec.ShellPID
 	s.mu.Unlock()
-	_ = s.writeRecord()
 
 	obj := run.Render(res, capture.RenderOptions{Raw: req.Raw, Binary: req.Binary})
 	obj.Set("cwd", cwdNow).Set("command", req.Command).Set("pid", pid).Set("session", s.handle)
@@ -648,7 +665,15 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	shellPID := s.rec.ShellPID
 	in := s.stdin
 	s.mu.Unlock()
-	before := descendants(shellPID)
+	// Processes alive when the previous call ended (background jobs) are
+	// not this call's; the list was taken off the critical path.
+	s.mu.Lock()
+	before := s.before
+	s.before = nil
+	s.mu.Unlock()
+	if before == nil {
+		before = descendants(shellPID)
+	}
 
 	marker := newMarker()
 	var redir string

@@ -191,6 +191,10 @@ func allCases() []benchCase {
 			"fork/execs `true` and prints JSON (the floor for any Go tool). Target: within 1.3x of the floor.", benchStartup},
 		{"capture", "Capturing 2 GiB of output (`head -c 2G /dev/zero`) through agentsh, against the same bytes\n" +
 			"through a pipe to `cat >/dev/null`. Target: within 1.3x of the pipe, with bounded memory.", benchCapture},
+		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
+			"helper, Landlock, a network and a mount namespace, against the unsandboxed call.", benchSandbox},
+		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
+			"1 MB of output through a session against the same through a one-shot call.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
 			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
 			"diffs; agentfs does all four). Each run edits the file back and forth, interleaved.", benchEditSmall},
@@ -361,5 +365,53 @@ func benchEditLarge(b *bench) error {
 	fmt.Fprintf(&b.out, "\nagentfs / cp: **%s**, agentfs / durable copy: %s, agentfs / python3: %s; agentfs peak RSS %d KiB "+
 		"for a 100 MiB file (%.1fx the file; runs: %d each).\n", ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]),
 		rss[3], float64(rss[3])/float64(100<<10), runs)
+	return nil
+}
+
+func benchSandbox(b *bench) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root for namespaces and cgroups")
+	}
+	ws := filepath.Join(b.tmp, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return err
+	}
+	names := []string{"agentsh -- true", "agentsh --sandbox workspace-write --net none -- true"}
+	argvs := [][]string{{b.path("agentsh"), "--cwd", ws, "--", "true"},
+		{b.path("agentsh"), "--cwd", ws, "--sandbox", "workspace-write", "--net", "none", "--", "true"}}
+	med, rss, err := interleave(b.runs/2, argvs)
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nsandboxed / plain: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
+	return nil
+}
+
+func benchSession(b *bench) error {
+	stateDir := filepath.Join(b.tmp, "state-session")
+	out, err := exec.Command(b.path("agentsh"), "--state-dir", stateDir, "session", "start", "-q", "session").Output()
+	if err != nil {
+		return fmt.Errorf("session start: %v", err)
+	}
+	h := strings.TrimSpace(string(out))
+	defer exec.Command(b.path("agentsh"), "--state-dir", stateDir, "session", "stop", h).Run()
+	names := []string{"agentsh -c true", "agentsh --session H -c true"}
+	argvs := [][]string{{b.path("agentsh"), "-c", "true"}, {b.path("agentsh"), "--state-dir", stateDir, "--session", h, "-c", "true"}}
+	med, rss, err := interleave(b.runs, argvs)
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nsession / one-shot: **%s** (runs: %d each).\n\n", ratio(med[1], med[0]), b.runs)
+	names = []string{"agentsh -c 'head -c 1M /dev/zero | tr'", "agentsh --session H -c 'head -c 1M /dev/zero | tr'"}
+	gen := "head -c 1048576 /dev/zero | tr '\\0' x"
+	argvs = [][]string{{b.path("agentsh"), "-c", gen}, {b.path("agentsh"), "--state-dir", stateDir, "--session", h, "-c", gen}}
+	med, rss, err = interleave(b.runs/2, argvs)
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
 	return nil
 }
