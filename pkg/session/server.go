@@ -61,6 +61,10 @@ type server struct {
 	seq      int
 	sandbox  *sandbox.Prepared
 	before   map[int]uint64 // the shell's descendants when the last call ended
+	// settled is closed when the last call's bookkeeping is done; a call
+	// that arrives meanwhile waits for it rather than finding the session
+	// busy, since the previous caller already has its answer.
+	settled chan struct{}
 }
 
 // Serve runs the session server for id until the session ends. It is the
@@ -411,6 +415,10 @@ func (s *server) serveConn(c net.Conn) {
 			return
 		}
 		b, _ := result.Marshal(obj)
+		settled := make(chan struct{})
+		s.mu.Lock()
+		s.settled = settled
+		s.mu.Unlock()
 		_ = enc.send(message{Type: "result", Result: b})
 		// Bookkeeping that the caller need not wait for: the record
 		// (fsynced) and the list of processes the next call inherits.
@@ -425,6 +433,7 @@ func (s *server) serveConn(c net.Conn) {
 			s.mu.Unlock()
 		}
 		<-s.busy
+		close(settled)
 		if ended {
 			s.stop(EndedExit)
 		}
@@ -447,8 +456,18 @@ func (l *lineWriter) send(m message) error {
 	return enc.Encode(m)
 }
 
-// acquire takes the busy token, waiting up to wait.
+// acquire takes the busy token, waiting up to wait (and always for the
+// bookkeeping of a call whose answer was already sent).
 func (s *server) acquire(wait time.Duration) bool {
+	s.mu.Lock()
+	settled := s.settled
+	s.mu.Unlock()
+	if settled != nil {
+		select {
+		case <-settled:
+		case <-time.After(30 * time.Second):
+		}
+	}
 	select {
 	case s.busy <- struct{}{}:
 		return true
