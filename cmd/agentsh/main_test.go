@@ -40,6 +40,9 @@ func TestScripts(t *testing.T) {
 				c := sandbox.Check()["enforceable"].(map[string]any)
 				return os.Geteuid() == 0 && c["workspace-write"] == true && c["net_none"] == true &&
 					c["deny_read"] == true && c["memory"] == "cgroup_v1" && c["pids"] == "cgroup_v1", nil
+			case "shared":
+				_, ok := testkit.SharedDir(".")
+				return ok, nil
 			case "python3":
 				_, err := exec.LookPath("python3")
 				return err == nil, nil
@@ -57,6 +60,9 @@ func TestScripts(t *testing.T) {
 			}
 			e.Defer(func() { os.RemoveAll(pub) })
 			e.Setenv("PUBDIR", pub)
+			if dir, ok := testkit.SharedDir("."); ok {
+				e.Setenv("SHARED", dir)
+			}
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			return nil

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -100,7 +101,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
-	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env))
+	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env))
 	root.Annotations = map[string]string{
 		clikit.AnnotTool:           "agentsh_run",
 		clikit.AnnotArgs:           "argv...",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -54,6 +55,7 @@ type RunOptions struct {
 	Session     string
 	BusyTimeout time.Duration
 	Sandbox     SandboxOptions
+	Guard       guard.Options
 }
 
 func config(fs interface {
@@ -93,6 +95,7 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
 	AddSandboxFlags(f, &o.Sandbox)
 	addSandboxLockFlag(f)
+	guard.AddFlags(f, &o.Guard)
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 
@@ -253,6 +256,18 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		s.req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 		s.req.OnOutput = st.chunk
 	}
+	// The command policy decides before anything starts.
+	var script string
+	var argv []string
+	if str, ok := s.command.(string); ok {
+		script = str
+	} else {
+		argv = s.command.([]string)
+	}
+	decision, err := o.Guard.Decide(script, argv)
+	if err != nil {
+		return nil, err
+	}
 	policy := o.Sandbox.Policy(s.cwd)
 	var prep *sandbox.Prepared
 	if !policy.Empty() {
@@ -299,6 +314,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 	}
 	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
+	if decision != nil {
+		obj.Set("policy", guard.Object(decision))
+	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
 		if res.Status == run.StatusCompleted && res.ExitCode != 0 {

@@ -256,6 +256,10 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		s := string(b)
 		req.Stdin = &s
 	}
+	// The caller's policy decides before the command reaches the session.
+	if _, err := o.Guard.Decide(o.Command, nil); err != nil {
+		return nil, err
+	}
 	m, err := manager(env, stateDir)
 	if err != nil {
 		return nil, err
