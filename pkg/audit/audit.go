@@ -15,7 +15,8 @@
 // fragment then stands alone on its line, readers skip it as unparsable, and
 // a follower's byte offset into the file stays valid. Keeping the fragment
 // rather than truncating it also suits an audit trail: nothing once written
-// is erased except by rotation.
+// is erased except by rotation. A record that reached the disk whole except
+// for its final newline is thereby recovered, not dropped.
 package audit
 
 import (
@@ -183,21 +184,26 @@ func (l *Log) Append(r Record) error {
 	if err != nil {
 		return &Error{Op: "append", Path: l.Path, Err: err}
 	}
-	if size > 0 && size+int64(len(line)) > l.maxBytes() {
-		_ = f.Close()
-		if err := l.rotate(); err != nil {
-			return &Error{Op: "rotate", Path: l.Path, Err: err}
-		}
-		if f, size, err = l.openCurrent(); err != nil {
-			return &Error{Op: "append", Path: l.Path, Err: err}
-		}
-	}
-	defer f.Close()
 	if endsInNewline(f, size) {
 		// No torn tail to end, so no separator. When there is one (a crash
 		// mid-write), the leading '\n' stops it gluing onto this record.
 		line = line[1:]
 	}
+	if size > 0 && size+int64(len(line)) > l.maxBytes() {
+		_ = f.Close()
+		if err := l.rotate(); err != nil {
+			return &Error{Op: "rotate", Path: l.Path, Err: err}
+		}
+		if f, _, err = l.openCurrent(); err != nil {
+			return &Error{Op: "append", Path: l.Path, Err: err}
+		}
+		// A fresh file needs no separator; a torn tail, if any, stays
+		// ended by nothing in the rotated file, where readers skip it.
+		if line[0] == '\n' {
+			line = line[1:]
+		}
+	}
+	defer f.Close()
 	// One write(2): with O_APPEND and the lock held, the line lands whole
 	// at the end. os.File.Write only loops on a short write, which regular
 	// files produce only when the disk is full.
