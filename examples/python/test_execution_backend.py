@@ -1,0 +1,124 @@
+"""Tests for execution_backend.py against the real programs
+($AGENTPLANE_BIN or PATH; scripts/test-examples builds them)."""
+
+import asyncio
+import os
+import tempfile
+import unittest
+
+from execution_backend import AgentplaneBackend
+
+
+class ExecutionBackendTest(unittest.IsolatedAsyncioTestCase):
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        self.work = os.path.join(tmp.name, "work")
+        os.mkdir(self.work)
+        self.backend = AgentplaneBackend(self.work, state_dir=os.path.join(tmp.name, "state"))
+
+    async def test_run_command_completed(self):
+        r = await self.backend.run_command("echo out; echo err >&2", timeout=30)
+        self.assertEqual(r["status"], "completed")
+        self.assertTrue(r["success"])
+        self.assertEqual(r["return_code"], 0)
+        self.assertEqual(r["output"], "out\nerr\n")
+        self.assertFalse(r["truncated"])
+        self.assertIsInstance(r["elapsed_ms"], int)
+
+    async def test_run_command_failure_is_a_result(self):
+        r = await self.backend.run_command("echo broken; exit 3", timeout=30)
+        self.assertEqual((r["status"], r["success"], r["return_code"]), ("completed", False, 3))
+        self.assertEqual(r["output"], "broken\n")
+
+    async def test_run_command_timeout_keeps_output(self):
+        r = await self.backend.run_command("echo started; sleep 30", timeout=1)
+        self.assertEqual(r["status"], "timeout")
+        self.assertEqual(r["return_code"], 124)
+        self.assertEqual(r["output"], "started\n")
+        self.assertLess(r["elapsed_ms"], 20000)
+
+    async def test_run_command_error(self):
+        os.rmdir(self.work)  # the working directory is gone
+        r = await self.backend.run_command("true", timeout=30)
+        self.assertEqual(r["status"], "error")
+        self.assertFalse(r["success"])
+        self.assertEqual(r["return_code"], 125)  # agentsh itself could not run it
+        self.assertIn(self.work, r["error"])
+
+    async def test_run_command_truncated(self):
+        backend = AgentplaneBackend(self.work, max_output=1000)
+        r = await backend.run_command("seq 1 10000", timeout=30)
+        self.assertTrue(r["truncated"])
+        self.assertTrue(r["output"].endswith("10000\n"))  # the end is kept
+
+    async def test_run_command_sandbox(self):
+        r = await self.backend.run_command("touch made-here", timeout=30, sandbox_write_access=False)
+        self.assertEqual((r["status"], r["success"]), ("completed", False))
+        self.assertFalse(os.path.exists(os.path.join(self.work, "made-here")))
+        r = await self.backend.run_command("touch made-here", timeout=30, sandbox_write_access=True)
+        self.assertTrue(r["success"], r)
+        self.assertTrue(os.path.exists(os.path.join(self.work, "made-here")))
+
+    async def test_cancelled_run_leaves_nothing_behind(self):
+        marker = os.path.join(self.work, "pid")
+        task = asyncio.create_task(self.backend.run_command(f"echo $$ > {marker}; exec sleep 60", timeout=0))
+        deadline = asyncio.get_running_loop().time() + 20
+        while not os.path.exists(marker) or not open(marker).read().strip():
+            self.assertLess(asyncio.get_running_loop().time(), deadline, "command never started")
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        pid = int(open(marker).read())
+        self.assertFalse(os.path.exists(f"/proc/{pid}"), "the command outlived the cancelled call")
+
+    def test_background_command(self):
+        r = self.backend.run_command_background("echo quick", wait_seconds=20)
+        self.assertEqual((r["status"], r["return_code"], r["output"]), ("completed", 0, "quick\n"))
+        self.assertTrue(r["command_id"].startswith("job_"))
+
+        r = self.backend.run_command_background("echo serving; exec sleep 60", conversation_id="c1")
+        self.assertEqual(r["status"], "running_background")
+        handle = r["command_id"]
+        self.addCleanup(self.backend.cancel_command, handle)
+        self.assertEqual(self.backend.cancel_command(handle), {"success": True, "status": "stopped"})
+        out = self.backend.command_output(handle)
+        self.assertEqual((out["status"], out["output"]), ("stopped", "serving\n"))
+        self.assertEqual(self.backend.command_output(handle)["output"], "")  # read once
+
+    def test_background_command_error(self):
+        r = self.backend.run_command_background("exit 7", wait_seconds=20)
+        self.assertEqual((r["status"], r["success"], r["return_code"]), ("completed", False, 7))
+        r = self.backend.command_output("job_forged")
+        self.assertFalse(r["success"])
+        self.assertIn("not a valid job handle", r["error"])
+
+    def test_write_and_edit_report_before_and_after(self):
+        r = self.backend.write_file("pkg/a.txt", "one\ntwo\n")
+        self.assertEqual((r["original_file"], r["new_file"]), ("", "one\ntwo\n"))
+        r = self.backend.write_file("pkg/a.txt", "three\n", mode="a")
+        self.assertEqual((r["original_file"], r["new_file"]), ("one\ntwo\n", "one\ntwo\nthree\n"))
+        r = self.backend.edit_file("pkg/a.txt", [
+            {"old_string": "one", "new_string": "1"},
+            {"old_string": "t", "new_string": "T", "replace_all": True},
+        ])
+        self.assertTrue(r["success"], r)
+        self.assertEqual(r["new_file"], "1\nTwo\nThree\n")
+        with open(os.path.join(self.work, "pkg/a.txt")) as f:
+            self.assertEqual(f.read(), "1\nTwo\nThree\n")
+
+    def test_edit_error_changes_nothing(self):
+        self.backend.write_file("a.txt", "alpha\nbeta\n")
+        r = self.backend.edit_file("a.txt", [
+            {"old_string": "alpha", "new_string": "ALPHA"},
+            {"old_string": "gamma", "new_string": "GAMMA"},
+        ])
+        self.assertFalse(r["success"])
+        self.assertEqual(r["error_code"], "old_string_not_found")
+        with open(os.path.join(self.work, "a.txt")) as f:
+            self.assertEqual(f.read(), "alpha\nbeta\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
