@@ -97,7 +97,8 @@ class AgentplaneBackend:
             "success": bool(r.get("success")),
             "status": r.get("status", "error"),
             "output": r.get("output", ""),
-            "return_code": r.get("exit_code"),
+            # agentsh's exit status mirrors the command's (125: agentsh failed).
+            "return_code": r.get("exit_code", proc.returncode),
             "truncated": bool(r.get("truncated")),
             "elapsed_ms": r.get("elapsed_ms", 0),
         }
