@@ -72,5 +72,5 @@ run tests-timeout 124 TEST_CMD='sleep 30' TEST_TIMEOUT=1s &&
 run service-crashes 1 SERVICE_CMD='echo cannot bind >&2; exit 1' &&
 	check "service-crashes: not ready, its stderr kept" has ci-artifacts/service.stderr.log 'cannot bind'
 
-echo "$passed passed, $failed failed"
+echo "ci-step: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
