@@ -129,6 +129,12 @@ func Snapshot() ([]Stat, error) {
 // Descendants returns every process below root in the snapshot, children
 // before grandchildren. root itself is not included.
 func Descendants(snap []Stat, root int) []Stat {
+	return DescendantsExcept(snap, root, nil)
+}
+
+// DescendantsExcept is Descendants without the processes for which exempt
+// returns true and everything below them. exempt may be nil.
+func DescendantsExcept(snap []Stat, root int, exempt func(Stat) bool) []Stat {
 	kids := make(map[int][]Stat, len(snap))
 	for _, s := range snap {
 		kids[s.PPID] = append(kids[s.PPID], s)
@@ -144,6 +150,9 @@ func Descendants(snap []Stat, root int) []Stat {
 				continue
 			}
 			seen[c.PID] = true
+			if exempt != nil && exempt(c) {
+				continue
+			}
 			out = append(out, c)
 			queue = append(queue, c.PID)
 		}
@@ -201,7 +210,19 @@ func SignalDescendants(root int, sig syscall.Signal) (int, error) {
 // its direct children are reaped here. It gives up after timeout and returns
 // the PIDs still alive then.
 func KillAllDescendants(timeout time.Duration) []int {
+	return KillAllDescendantsExcept(timeout, nil)
+}
+
+// KillAllDescendantsExcept is KillAllDescendants leaving alone the
+// processes for which exempt returns true, and everything below them: the
+// detached servers a command started on purpose (a job supervisor) outlive
+// the cleanup. exempt may be nil; it is not asked about zombies.
+func KillAllDescendantsExcept(timeout time.Duration, exempt func(Stat) bool) []int {
 	self := os.Getpid()
+	if exempt != nil {
+		live := exempt
+		exempt = func(s Stat) bool { return !s.Dead() && live(s) }
+	}
 	deadline := time.Now().Add(timeout)
 	backoff := time.Millisecond
 	for {
@@ -217,7 +238,7 @@ func KillAllDescendants(timeout time.Duration) []int {
 			return nil
 		}
 		var alive []int
-		for _, s := range Descendants(snap, self) {
+		for _, s := range DescendantsExcept(snap, self, exempt) {
 			if s.PPID == self && s.Dead() {
 				reap(s.PID)
 				continue
