@@ -144,6 +144,10 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		// PIDs and start times from another boot mean nothing now.
 		st.lose(&s, LostHostRestarted)
 	case proctree.Alive(rec.SupervisorPID, rec.SupervisorStart):
+	case st.finalNow(id, rec):
+		// The supervisor recorded the end and exited between our read and
+		// the liveness check: that end is the answer, not lost.
+		return st.fromRecord(id, rec)
 	case rec.PID > 0 && proctree.Alive(rec.PID, rec.PIDStart):
 		s.OrphanPID, s.orphanStart = rec.PID, rec.PIDStart
 		st.lose(&s, LostSupervisorDied)
@@ -151,6 +155,19 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		st.lose(&s, LostSupervisorDied)
 	}
 	return s
+}
+
+// finalNow re-reads the record of a job whose supervisor was just found
+// dead, replacing *rec and reporting true when it now holds the end. A
+// supervisor writes the end before it exits, so after its death this read
+// is conclusive.
+func (st *Store) finalNow(id string, rec *record) bool {
+	var again record
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &again) != nil || !again.Final {
+		return false
+	}
+	*rec = again
+	return true
 }
 
 func commandOf(shell string, argv []string) any {

@@ -624,6 +624,14 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 	if !s.Ended() || s.OrphanPID != 0 {
 		return s, jobErr(CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
 	}
+	// The old supervisor records the end before it has cleaned up and
+	// exited; until it exits it holds the job's run lock, and a new
+	// supervisor launched now would refuse to run.
+	if s.svPID > 0 {
+		wctx, cancel := context.WithTimeout(ctx, killWait+5*time.Second)
+		_ = waitProcess(wctx, s.svPID, s.svStart)
+		cancel()
+	}
 	if err := st.launch(ctx, id); err != nil {
 		return Status{}, err
 	}
