@@ -137,7 +137,9 @@ func flagSchema(f *pflag.Flag) map[string]any {
 			p["type"] = "string"
 		}
 	}
-	if f.DefValue != "" && f.DefValue != "[]" && f.Value.Type() != "bool" {
+	// A usage that states its own default ("(default all)") knows better
+	// than the zero value pflag records.
+	if f.DefValue != "" && f.DefValue != "[]" && f.Value.Type() != "bool" && !strings.Contains(f.Usage, "(default") {
 		desc += " (default " + f.DefValue + ")"
 	}
 	p["description"] = desc

@@ -98,8 +98,16 @@ func toolSchemas(t *testing.T, program, format string) map[string]any {
 		if d, _ := desc.(string); d == "" {
 			t.Errorf("%s %s %s: no description", program, format, n)
 		}
-		if s, _ := schema.(map[string]any); s == nil || s["type"] != "object" {
+		s, _ := schema.(map[string]any)
+		if s == nil || s["type"] != "object" {
 			t.Errorf("%s %s %s: schema is not an object schema: %v", program, format, n, schema)
+		}
+		props, _ := s["properties"].(map[string]any)
+		for key, p := range props {
+			d, _ := p.(map[string]any)["description"].(string)
+			if strings.Count(d, "(default") > 1 {
+				t.Errorf("%s %s: %s states its default twice: %q", n, format, key, d)
+			}
 		}
 		if _, dup := out[n]; dup {
 			t.Errorf("%s %s: tool %q listed twice", program, format, n)
