@@ -136,13 +136,53 @@ func statusResult(s jobs.Status) *result.Object {
 	return statusObject(result.New().Set("success", true), s)
 }
 
-// statusList renders several jobs for a "jobs" array.
-func statusList(list []jobs.Status) []*result.Object {
-	out := make([]*result.Object, 0, len(list))
+// statusList renders several jobs for a "jobs" array. It encodes typed
+// structs rather than one ordered object per job: a list of thousands of
+// jobs is otherwise dominated by building and encoding those objects.
+func statusList(list []jobs.Status) []statusView {
+	out := make([]statusView, 0, len(list))
 	for _, s := range list {
-		out = append(out, statusObject(result.New(), s))
+		out = append(out, viewOf(s))
 	}
 	return out
+}
+
+// statusView is statusObject as a struct: the same fields in the same
+// order (a test keeps the two in step).
+type statusView struct {
+	Handle      string  `json:"handle"`
+	Name        *string `json:"name"`
+	Status      string  `json:"status"`
+	ExitCode    *int    `json:"exit_code"`
+	Signal      *string `json:"signal"`
+	PID         int     `json:"pid"`
+	Command     any     `json:"command"`
+	Cwd         string  `json:"cwd"`
+	StartedAt   *string `json:"started_at"`
+	EndedAt     *string `json:"ended_at"`
+	Ready       bool    `json:"ready"`
+	Restarts    int     `json:"restarts"`
+	StdoutBytes int64   `json:"stdout_bytes"`
+	StderrBytes int64   `json:"stderr_bytes"`
+	Description *string `json:"description"`
+	Reason      string  `json:"reason,omitempty"`
+	LostReason  string  `json:"lost_reason,omitempty"`
+	OrphanPID   int     `json:"orphan_pid,omitempty"`
+}
+
+func viewOf(s jobs.Status) statusView {
+	ptr := func(v string) *string {
+		if v == "" {
+			return nil
+		}
+		return &v
+	}
+	return statusView{
+		Handle: s.Handle, Name: ptr(s.Name), Status: s.Status, ExitCode: s.ExitCode, Signal: s.Signal,
+		PID: s.PID, Command: s.Command, Cwd: s.Cwd, StartedAt: ptr(s.StartedAt), EndedAt: s.EndedAt,
+		Ready: s.Ready, Restarts: s.Restarts, StdoutBytes: s.StdoutBytes, StderrBytes: s.StderrBytes,
+		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
+	}
 }
 
 // nullable shows an unset string as null rather than "".
