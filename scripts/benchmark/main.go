@@ -201,6 +201,9 @@ func allCases() []benchCase {
 		{"agentfs edit (100 MB)", "One small edit in the middle of a 100 MB text file: wall time and peak RSS of `agentfs edit`,\n" +
 			"against `cp` of the file (the floor for reading and writing it) and python3 doing the same\n" +
 			"read, replace and write.", benchEditLarge},
+		{"agentjob start", "`agentjob start -- true` against task-spooler's `tsp true` (a private tsp server), interleaved.", benchJobStart},
+		{"agentjob scale", "`agentjob status JOB` and `agentjob list` in an environment of 2,000 finished jobs against one\n" +
+			"of 10. Target: status flat, list well under 100 ms.", benchJobScale},
 	}
 }
 
