@@ -134,12 +134,8 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 	if req.Dir != "" {
-		st, err := os.Stat(req.Dir)
-		if err != nil {
-			return nil, result.Errorf(CodeCwdNotFound, "working directory %s does not exist", req.Dir).Wrap(err)
-		}
-		if !st.IsDir() {
-			return nil, result.Errorf(CodeCwdNotFound, "working directory %s is not a directory", req.Dir)
+		if err := CheckDir(req.Dir); err != nil {
+			return nil, err
 		}
 	}
 	path := req.Path
@@ -152,6 +148,19 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 
 	r := &runner{req: req, res: &Result{ExitCode: -1}}
 	return r.run(ctx, path)
+}
+
+// CheckDir reports a working directory that does not exist or is not a
+// directory, as code cwd_not_found.
+func CheckDir(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return result.Errorf(CodeCwdNotFound, "working directory %s does not exist", dir).Wrap(err)
+	}
+	if !st.IsDir() {
+		return result.Errorf(CodeCwdNotFound, "working directory %s is not a directory", dir)
+	}
+	return nil
 }
 
 // lookPath resolves argv[0] against the PATH of the command's environment,

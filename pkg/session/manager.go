@@ -160,9 +160,10 @@ func (m *Manager) info(id string) (*Info, error) {
 		info.Cwd = spec.Cwd
 	}
 	info.Status = rec.State
-	if rec.State != StateEnded && rec.EndedReason != "" {
-		info.Status = StateEnded // ending: the server is cleaning up
-	} else if rec.State != StateEnded {
+	if rec.State != StateEnded {
+		// A server that is still cleaning up (the reason is recorded, the
+		// end not yet) reports running until everything is dead.
+		info.EndedReason = ""
 		info.Status = StateRunning
 		if reason := deadReason(rec); reason != "" {
 			info.Status, info.EndedReason = StateEnded, reason

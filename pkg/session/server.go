@@ -65,6 +65,7 @@ type server struct {
 	// that arrives meanwhile waits for it rather than finding the session
 	// busy, since the previous caller already has its answer.
 	settled chan struct{}
+	inCall  bool // a call holds the busy token
 }
 
 // Serve runs the session server for id until the session ends. It is the
@@ -323,7 +324,9 @@ func (s *server) loop() {
 }
 
 // watchShell ends the session when the shell exits between calls. During
-// a call the call itself notices and reports it.
+// a call the call itself notices and reports it. It looks at inCall rather
+// than taking the busy token, so that it never makes a caller see a busy
+// session.
 func (s *server) watchShell() {
 	for {
 		s.mu.Lock()
@@ -334,20 +337,29 @@ func (s *server) watchShell() {
 		case <-s.done:
 			return
 		}
-		// A reset replaces the shell; only the current one's exit counts.
-		select {
-		case s.busy <- struct{}{}:
-			s.mu.Lock()
-			same := s.exited == exited
-			s.mu.Unlock()
-			<-s.busy
-			if same {
-				s.stop(EndedExit)
+		s.mu.Lock()
+		same, busy := s.exited == exited, s.inCall
+		s.mu.Unlock()
+		if !same {
+			continue // a reset replaced the shell
+		}
+		if busy {
+			// The running call reports the exit; end the session after it.
+			select {
+			case s.busy <- struct{}{}:
+				s.mu.Lock()
+				same = s.exited == exited
+				s.mu.Unlock()
+				<-s.busy
+			case <-s.done:
 				return
 			}
-		case <-s.done:
-			return
+			if !same {
+				continue
+			}
 		}
+		s.stop(EndedExit)
+		return
 	}
 }
 
@@ -364,19 +376,18 @@ func (s *server) idleWatch() {
 			return
 		case <-t.C:
 		}
-		select {
-		case s.busy <- struct{}{}:
-			s.mu.Lock()
-			left := idle - time.Since(s.lastUsed)
-			s.mu.Unlock()
-			<-s.busy
-			if left <= 0 {
-				s.stop(EndedIdle)
-				return
-			}
-			t.Reset(left)
+		s.mu.Lock()
+		busy := s.inCall
+		left := idle - time.Since(s.lastUsed)
+		s.mu.Unlock()
+		switch {
+		case busy:
+			t.Reset(idle) // a call is running: look again later
+		case left <= 0:
+			s.stop(EndedIdle)
+			return
 		default:
-			t.Reset(idle) // busy: a call is running, look again later
+			t.Reset(left)
 		}
 	}
 }
@@ -432,7 +443,7 @@ func (s *server) serveConn(c net.Conn) {
 			s.before = before
 			s.mu.Unlock()
 		}
-		<-s.busy
+		s.release()
 		close(settled)
 		if ended {
 			s.stop(EndedExit)
@@ -457,7 +468,8 @@ func (l *lineWriter) send(m message) error {
 }
 
 // acquire takes the busy token, waiting up to wait (and always for the
-// bookkeeping of a call whose answer was already sent).
+// bookkeeping of a call whose answer was already sent), and marks a call
+// in progress.
 func (s *server) acquire(wait time.Duration) bool {
 	s.mu.Lock()
 	settled := s.settled
@@ -468,24 +480,36 @@ func (s *server) acquire(wait time.Duration) bool {
 		case <-time.After(30 * time.Second):
 		}
 	}
+	ok := false
 	select {
 	case s.busy <- struct{}{}:
-		return true
+		ok = true
 	default:
 	}
-	if wait <= 0 {
-		return false
+	if !ok && wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case s.busy <- struct{}{}:
+			ok = true
+		case <-t.C:
+		case <-s.done:
+		}
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s.busy <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-s.done:
-		return false
+	if ok {
+		s.mu.Lock()
+		s.inCall = true
+		s.mu.Unlock()
 	}
+	return ok
+}
+
+// release ends the call in progress and frees the busy token.
+func (s *server) release() {
+	s.mu.Lock()
+	s.inCall = false
+	s.mu.Unlock()
+	<-s.busy
 }
 
 // call runs one command in the shell and renders its result.
@@ -496,9 +520,9 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, enc *lineWriter) 
 	}
 	select {
 	case <-s.done:
-		<-s.busy
+		s.release()
 	case <-s.exitedChan():
-		<-s.busy
+		s.release()
 		// The shell is gone: end the session (once) and answer only when
 		// everything it started is dead, so that a caller who sees
 		// session_ended can rely on it.
@@ -524,7 +548,7 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 
 	c, err := s.prepareCall(n, req, enc)
 	if err != nil {
-		<-s.busy
+		s.release()
 		return nil, false, err
 	}
 	defer c.cleanup()

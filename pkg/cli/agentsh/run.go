@@ -268,6 +268,21 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 	if err != nil {
 		return nil, err
 	}
+	startErr := func(err error) (*clikit.Outcome, error) {
+		re := result.AsError(err)
+		code := exitCode(re.Code)
+		obj := result.New().Set("success", false).Set("status", run.StatusError).
+			Set("exit_code", code).Set("error", result.ErrorObject(re)).
+			Set("cwd", s.cwd).Set("command", s.command)
+		if env.Description != "" {
+			obj.Set("description", env.Description)
+		}
+		return &clikit.Outcome{Value: obj, Exit: code}, nil
+	}
+	// A missing cwd is reported the same way with or without a sandbox.
+	if err := run.CheckDir(s.cwd); err != nil {
+		return startErr(err)
+	}
 	policy := o.Sandbox.Policy(s.cwd)
 	var prep *sandbox.Prepared
 	if !policy.Empty() {
@@ -279,7 +294,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
 		}
 		if prep, err = sandbox.Prepare(policy, exe); err != nil {
-			return nil, err
+			return startErr(err)
 		}
 		defer prep.Cleanup()
 		s.req.Path = exe
@@ -297,15 +312,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		err = prep.Failure()
 	}
 	if err != nil {
-		re := result.AsError(err)
-		code := exitCode(re.Code)
-		obj := result.New().Set("success", false).Set("status", run.StatusError).
-			Set("exit_code", code).Set("error", result.ErrorObject(re)).
-			Set("cwd", s.cwd).Set("command", s.command)
-		if env.Description != "" {
-			obj.Set("description", env.Description)
-		}
-		return &clikit.Outcome{Value: obj, Exit: code}, nil
+		return startErr(err)
 	}
 	if res.Status == run.StatusCancelled {
 		if sig, ok := env.Signal().(syscall.Signal); ok {

@@ -80,7 +80,7 @@ func RequestSchema(c *cobra.Command) map[string]any {
 			p = map[string]any{
 				"type":        []any{"string", "array"},
 				"items":       map[string]any{"type": "string"},
-				"description": f.Usage + " (a string runs through the shell; an array is an argv run directly)",
+				"description": usageText(f) + " (a string runs through the shell; an array is an argv run directly)",
 			}
 		}
 		props[key] = p
@@ -103,7 +103,9 @@ func RequestSchema(c *cobra.Command) map[string]any {
 
 func flagSchema(f *pflag.Flag) map[string]any {
 	p := map[string]any{}
-	desc := f.Usage
+	// pflag marks the argument name with backticks (`DIR`); a schema
+	// reader wants plain text.
+	_, desc := pflag.UnquoteUsage(f)
 	switch t := f.Value.Type(); t {
 	case "bool":
 		p["type"] = "boolean"
@@ -192,4 +194,9 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 			Set("tools", RenderTools(tools, format))}, nil
 	})
 	root.AddCommand(cmd)
+}
+
+func usageText(f *pflag.Flag) string {
+	_, u := pflag.UnquoteUsage(f)
+	return u
 }
