@@ -17,6 +17,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/agentjob"
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"github.com/agentplane/agentplane/pkg/testkit"
 )
@@ -44,6 +45,14 @@ func TestScripts(t *testing.T) {
 		Dir:                 "testdata/script",
 		Cmds:                cmds,
 		RequireExplicitExec: true,
+		Condition: func(cond string) (bool, error) {
+			if cond == "sandbox" {
+				// Landlock and network namespaces, as root (CI has them).
+				c, _ := sandbox.Check()["enforceable"].(map[string]any)
+				return os.Geteuid() == 0 && c["workspace-write"] == true && c["net_none"] == true, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -87,6 +88,10 @@ type Spec struct {
 	MaxRestarts int `json:"max_restarts,omitempty"`
 	// LogLimit caps each log stream in bytes, keeping the newest part.
 	LogLimit int64 `json:"log_limit,omitempty"`
+	// Sandbox, when set and not empty, confines every run of the job: the
+	// supervisor prepares it once and starts the job inside the sandbox
+	// helper (its own executable), releasing it when the job is over.
+	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
 }
 
 // Probe is a readiness check; at most one of Log, HTTP, TCP and Cmd is set.

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
 )
@@ -55,6 +56,9 @@ type supervisor struct {
 	known map[int]bool
 
 	hooks hooks
+
+	// sandbox is the job's prepared confinement, shared by its restarts.
+	sandbox *sandbox.Prepared
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -119,6 +123,17 @@ func runSupervisor(ctx context.Context, d *state.Dir, id string, h hooks) error 
 	if err := proctree.SetSubreaper(); err != nil {
 		sv.answer(err)
 		return err
+	}
+	if p := sv.spec.Sandbox; p != nil && !p.Empty() {
+		exe, err := os.Executable()
+		if err == nil {
+			sv.sandbox, err = sandbox.Prepare(*p, exe)
+		}
+		if err != nil {
+			sv.answer(err)
+			return err
+		}
+		defer sv.sandbox.Cleanup()
 	}
 	if sv.hooks.afterBegin != nil {
 		sv.hooks.afterBegin()
@@ -351,7 +366,31 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	argv := sv.spec.execArgv()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if sv.sandbox != nil {
+		// A program that does not exist must still fail the start, not
+		// become a job whose helper exits 127.
+		if cmd.Err != nil {
+			return runResult{}, startError(&sv.spec, cmd.Err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return runResult{}, err
+		}
+		cmd.Path = exe
+		cmd.Args = sv.sandbox.Argv(argv)
+		cmd.Args[0] = "agentjob" // the helper is this program
+		env := cmd.Env
+		if env == nil {
+			env = os.Environ()
+		}
+		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
+		if sv.sandbox.SysProcAttr != nil {
+			a := *sv.sandbox.SysProcAttr
+			cmd.SysProcAttr = &a
+		}
+	}
+	cmd.SysProcAttr.Setpgid = true
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return runResult{}, err

@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -56,6 +57,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// costs a job no CLI start-up, and it has no JSON to print.
 	if len(args) > 0 && args[0] == jobs.SupervisorCommand {
 		return superviseMain(args[1:], stderr)
+	}
+	// A sandboxed job starts inside this program as the sandbox helper.
+	if len(args) > 0 && args[0] == sandbox.HelperCommand {
+		return sandbox.HelperMain(args[1:])
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }

@@ -10,8 +10,11 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // StartOptions are the flags and arguments of start.
@@ -34,7 +37,10 @@ type StartOptions struct {
 	Restart      string
 	MaxRestarts  int
 	LogLimit     int64
+	Sandbox      agentsh.SandboxOptions
+	Guard        guard.Options
 	commandSet   bool // -c was given, possibly empty
+	cmd          *cobra.Command
 }
 
 // NewCmdStart builds the start command. runF replaces the run function in
@@ -71,12 +77,15 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 	for _, n := range []string{"ready-timeout", "log-limit", "max-restarts"} {
 		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
 	}
+	agentsh.AddSandboxFlags(f, &o.Sandbox)
+	agentsh.AddSandboxLockFlag(f)
+	guard.AddFlags(f, &o.Guard)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		argv, err := env.Positional(cmd, args, 0)
 		if err != nil {
 			return nil, err
 		}
-		o.Argv, o.StateDir, o.commandSet = argv, *stateDir, clikit.FlagChanged(cmd, "command")
+		o.Argv, o.StateDir, o.commandSet, o.cmd = argv, *stateDir, clikit.FlagChanged(cmd, "command"), cmd
 		if runF != nil {
 			return runF(o)
 		}
@@ -139,6 +148,32 @@ func startRun(o *StartOptions) (*clikit.Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The command policy decides before anything starts, as in agentsh.
+	decision, err := o.Guard.Decide(spec.Shell, spec.Argv)
+	if err != nil {
+		return nil, err
+	}
+	var report map[string]any
+	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
+		if o.cmd != nil {
+			if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
+				return nil, err
+			}
+		}
+		// Refuse here what the machine cannot enforce, and learn what
+		// will be enforced; the supervisor prepares its own for the job.
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentjob executable for the sandbox helper: %v", err)
+		}
+		prep, err := sandbox.Prepare(p, exe)
+		if err != nil {
+			return nil, err
+		}
+		report = prep.Report
+		prep.Cleanup()
+		spec.Sandbox = &p
+	}
 	st, err := openStore(o.Env, o.StateDir)
 	if err != nil {
 		return nil, err
@@ -148,7 +183,9 @@ func startRun(o *StartOptions) (*clikit.Outcome, error) {
 		return nil, err
 	}
 	if !o.WaitReady {
-		return &clikit.Outcome{Value: statusResult(s)}, nil
+		obj := statusResult(s)
+		addGuardFields(obj, decision, report)
+		return &clikit.Outcome{Value: obj}, nil
 	}
 	// The supervisor fails the job when --ready-timeout passes, so this
 	// wait ends without a deadline of its own.
@@ -158,9 +195,21 @@ func startRun(o *StartOptions) (*clikit.Outcome, error) {
 	}
 	s = got[0]
 	if s.Ready && !s.Ended() {
-		return &clikit.Outcome{Value: statusResult(s)}, nil
+		obj := statusResult(s)
+		addGuardFields(obj, decision, report)
+		return &clikit.Outcome{Value: obj}, nil
 	}
 	obj := statusObject(result.New().Set("success", false), s)
 	obj.Set("error", result.ErrorObject(result.Errorf("not_ready", "job %s ended %s before it was ready", s.Handle, s.Status)))
 	return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
+}
+
+// addGuardFields reports the policy decision and the sandbox, when any.
+func addGuardFields(o *result.Object, d *policy.Decision, report map[string]any) {
+	if d != nil {
+		o.Set("policy", guard.Object(d))
+	}
+	if report != nil {
+		o.Set("sandbox", report)
+	}
 }

@@ -94,7 +94,7 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.StringVar(&o.Session, "session", "", "run -c inside the persistent session `HANDLE` (or name)")
 	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
 	AddSandboxFlags(f, &o.Sandbox)
-	addSandboxLockFlag(f)
+	AddSandboxLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }

@@ -167,9 +167,9 @@ func locked(flag, floor, got string) error {
 		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
 }
 
-// addSandboxLockFlag registers the hidden sandbox-lock setting so that it
+// AddSandboxLockFlag registers the hidden sandbox-lock setting so that it
 // can be read from the environment and config file.
-func addSandboxLockFlag(fs *pflag.FlagSet) {
+func AddSandboxLockFlag(fs *pflag.FlagSet) {
 	var lock bool
 	fs.BoolVar(&lock, "sandbox-lock", false, "refuse calls that loosen the configured sandbox")
 	_ = fs.MarkHidden("sandbox-lock")

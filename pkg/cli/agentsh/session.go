@@ -72,7 +72,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 	f.Var(clikit.DurationValue{D: &o.IdleTimeout}, "idle-timeout", "stop the session after `D` without a call (0 = never)")
 	f.StringVar(&o.Name, "name", "", "a `NAME` usable instead of the handle")
 	AddSandboxFlags(f, &o.Sandbox)
-	addSandboxLockFlag(f)
+	AddSandboxLockFlag(f)
 	config(f, "shell", "idle-timeout", "clear-env")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
