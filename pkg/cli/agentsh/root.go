@@ -102,7 +102,9 @@ func build(root *cobra.Command, env *clikit.Env) {
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
 	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env))
+	root.Example = runExamples
 	root.Annotations = map[string]string{
+		clikit.AnnotManResult:      runResultDoc,
 		clikit.AnnotTool:           "agentsh_run",
 		clikit.AnnotArgs:           "argv...",
 		clikit.AnnotArgs + ".argv": "the program and its arguments, run directly without a shell",
@@ -116,4 +118,5 @@ func build(root *cobra.Command, env *clikit.Env) {
 		}
 		return runRun(cmd, env, opts, args)
 	})
+	annotateDocs(root)
 }

@@ -183,6 +183,10 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 		Long: "Print the function-calling definitions of this program's operations, with the same " +
 			"argument names that --request accepts, for OpenAI, Anthropic, MCP or plain JSON Schema.",
 		Args: cobra.NoArgs,
+		Example: "  " + env.Program.Name + " schema --format openai > tools.json\n  " +
+			env.Program.Name + " schema --format mcp -q 'tools.#.name'",
+		Annotations: map[string]string{AnnotManResult: "program, format: the program and the dialect\n" +
+			"tools: the function definitions, with the same argument names --request accepts"},
 	}
 	cmd.Flags().Var(EnumValue{S: &format, Allowed: []string{FormatOpenAI, FormatAnthropic, FormatMCP, FormatJSONSchema}}, "format", "schema dialect: openai, anthropic, mcp or jsonschema")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*Outcome, error) {
