@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -92,5 +95,53 @@ func TestCancelSIGTERM(t *testing.T) {
 	}
 	if left := testkit.LiveProcesses("sleep 6041"); len(left) > 0 {
 		t.Fatalf("processes outlived the call: %v", left)
+	}
+}
+
+// TestAuditConcurrent: 20 concurrent agentsh calls on one environment
+// leave exactly 20 parseable audit lines, one per call.
+func TestAuditConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	const n = 20
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			cmd, out := agentshCmd(t, "--state-dir", dir, "--description", "call "+strconv.Itoa(i), "-c", "echo "+strconv.Itoa(i))
+			if err := cmd.Run(); err != nil {
+				errs <- fmt.Errorf("call %d: %v: %s", i, err, out)
+				return
+			}
+			errs <- nil
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	if len(lines) != n {
+		t.Fatalf("%d audit lines, want %d:\n%s", len(lines), n, data)
+	}
+	seen := map[string]bool{}
+	for _, l := range lines {
+		if !gjson.Valid(l) {
+			t.Fatalf("unparsable audit line %q", l)
+		}
+		r := gjson.Parse(l)
+		if r.Get("program").String() != "agentsh" || r.Get("status").String() != "completed" || r.Get("exit_code").Int() != 0 {
+			t.Fatalf("record %s", l)
+		}
+		if r.Get("stdout").Exists() {
+			t.Fatalf("the audit log must not hold output: %s", l)
+		}
+		seen[r.Get("description").String()] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct calls recorded, want %d", len(seen), n)
 	}
 }

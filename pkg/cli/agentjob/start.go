@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
@@ -143,13 +144,43 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	return s, s.Validate()
 }
 
-func startRun(o *StartOptions) (*clikit.Outcome, error) {
+func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	spec, err := o.spec()
 	if err != nil {
 		return nil, err
 	}
+	// Every start, and every refusal, leaves one line in the audit log.
+	var command any = spec.Argv
+	if spec.Shell != "" {
+		command = spec.Shell
+	}
+	began := time.Now()
+	rec := audit.Record{Program: "agentjob", Operation: "start", Command: command, Cwd: spec.Cwd}
+	defer func() {
+		rec.DurationMS = time.Since(began).Milliseconds()
+		if err != nil {
+			guard.Fill(&rec, nil, false, err)
+		} else if out != nil {
+			if obj, ok := out.Value.(*result.Object); ok {
+				if v, ok := obj.Get("handle"); ok {
+					rec.Handle, _ = v.(string)
+				}
+				if v, ok := obj.Get("status"); ok {
+					rec.Status, _ = v.(string)
+				}
+				if v, ok := obj.Get("pid"); ok {
+					rec.PID, _ = v.(int)
+				}
+				if v, ok := obj.Get("sandbox"); ok {
+					rec.Sandbox = v
+				}
+			}
+		}
+		guard.Audit(o.Env, o.StateDir, rec)
+	}()
 	// The command policy decides before anything starts, as in agentsh.
 	decision, err := o.Guard.Decide(spec.Shell, spec.Argv)
+	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err
 	}

@@ -101,7 +101,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
-	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env))
+	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env), guard.NewCmdAudit(env, &stateDir))
 	root.Example = runExamples
 	root.Annotations = map[string]string{
 		clikit.AnnotManResult:      runResultDoc,
@@ -116,7 +116,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 		if opts.Session != "" {
 			return runInSession(cmd, env, opts, stateDir, args)
 		}
-		return runRun(cmd, env, opts, args)
+		return runRun(cmd, env, opts, stateDir, args)
 	})
 	annotateDocs(root)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
@@ -241,12 +242,27 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	return s, nil
 }
 
-func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (*clikit.Outcome, error) {
+func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string, args []string) (out *clikit.Outcome, err error) {
 	env.ExitZero = o.ExitZero
 	s, err := buildSpec(cmd, env, o, args)
 	if err != nil {
 		return nil, err
 	}
+	// Every run, and every refusal, leaves one line in the audit log.
+	began := time.Now()
+	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
+	defer func() {
+		rec.DurationMS = time.Since(began).Milliseconds()
+		if err != nil {
+			guard.Fill(&rec, nil, false, err)
+		}
+		if out != nil {
+			if obj, ok := out.Value.(*result.Object); ok {
+				fillFromResult(&rec, obj)
+			}
+		}
+		guard.Audit(env, stateDir, rec)
+	}()
 	s.req.ReapAll = true
 	s.req.Exempt = detachedServers(s.req.Env)
 	var st *streamer
@@ -265,6 +281,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (
 		argv = s.command.([]string)
 	}
 	decision, err := o.Guard.Decide(script, argv)
+	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err
 	}
@@ -471,6 +488,31 @@ func (s *streamer) flush() {
 	for _, name := range []string{"stdout", "stderr", "output"} {
 		if c := s.cleaner[name]; c != nil {
 			s.emit(name, c.Flush())
+		}
+	}
+}
+
+// fillFromResult copies the outcome of a run into its audit record.
+func fillFromResult(rec *audit.Record, obj *result.Object) {
+	if v, ok := obj.Get("status"); ok {
+		rec.Status, _ = v.(string)
+	}
+	if v, ok := obj.Get("exit_code"); ok {
+		if n, ok := v.(int); ok {
+			rec.ExitCode = &n
+		}
+	}
+	if v, ok := obj.Get("pid"); ok {
+		rec.PID, _ = v.(int)
+	}
+	if v, ok := obj.Get("sandbox"); ok {
+		rec.Sandbox = v
+	}
+	if v, ok := obj.Get("error"); ok {
+		if eo, ok := v.(*result.Object); ok {
+			if c, ok := eo.Get("code"); ok {
+				rec.ErrorCode, _ = c.(string)
+			}
 		}
 	}
 }

@@ -9,7 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -256,8 +258,13 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		s := string(b)
 		req.Stdin = &s
 	}
+	began := time.Now()
+	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
 	// The caller's policy decides before the command reaches the session.
-	if _, err := o.Guard.Decide(o.Command, nil); err != nil {
+	decision, err := o.Guard.Decide(o.Command, nil)
+	guard.Fill(&rec, decision, o.Guard.Approved, err)
+	if err != nil {
+		guard.Audit(env, stateDir, rec)
 		return nil, err
 	}
 	m, err := manager(env, stateDir)
@@ -273,13 +280,27 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	}
 	raw, err := m.Call(env.Ctx, o.Session, req, onEvent)
 	if err != nil {
+		guard.Fill(&rec, nil, false, err)
+		rec.DurationMS = time.Since(began).Milliseconds()
+		guard.Audit(env, stateDir, rec)
 		return nil, err
 	}
 	var probe struct {
 		Status   string `json:"status"`
 		ExitCode int    `json:"exit_code"`
+		Cwd      string `json:"cwd"`
+		PID      int    `json:"pid"`
+		Session  string `json:"session"`
+		Sandbox  any    `json:"sandbox"`
 	}
 	_ = json.Unmarshal(raw, &probe)
+	code := probe.ExitCode
+	rec.Status, rec.ExitCode, rec.Cwd, rec.PID, rec.Sandbox = probe.Status, &code, probe.Cwd, probe.PID, probe.Sandbox
+	if probe.Session != "" {
+		rec.Session = probe.Session
+	}
+	rec.DurationMS = time.Since(began).Milliseconds()
+	guard.Audit(env, stateDir, rec)
 	exit := probe.ExitCode
 	if probe.Status == "timeout" {
 		exit = ExitTimeout
