@@ -2,11 +2,16 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
 )
 
 // TestNoDrift fails when the committed man pages or completions differ
@@ -40,7 +45,8 @@ func TestNoDrift(t *testing.T) {
 }
 
 // TestManPagesHaveSections checks every page for the sections users look
-// for, and that each program's page documents its exit status.
+// for, that each program's page documents its exit status, and that the
+// pages of the programs and their operations have RESULT and EXAMPLES.
 func TestManPagesHaveSections(t *testing.T) {
 	files, err := Generate()
 	if err != nil {
@@ -61,5 +67,34 @@ func TestManPagesHaveSections(t *testing.T) {
 		if page == nil {
 			t.Fatalf("no page for %s", prog)
 		}
+	}
+	// The page of every operation (a command with a tool), and of every
+	// program, also says what it prints and how it is called.
+	for _, p := range Programs() {
+		env := &clikit.Env{Program: p, In: strings.NewReader(""), Out: io.Discard, Err: io.Discard,
+			LookupEnv: func(string) (string, bool) { return "", false }, Environ: func() []string { return nil }}
+		root := clikit.NewRoot(env)
+		var walk func(c *cobra.Command)
+		walk = func(c *cobra.Command) {
+			if c.Hidden || c.Name() == "help" {
+				return
+			}
+			if c == root || c.Annotations[clikit.AnnotTool] != "" {
+				name := "man/man1/" + strings.ReplaceAll(c.CommandPath(), " ", "-") + ".1"
+				page := files[name]
+				if page == nil {
+					t.Errorf("no page %s for %q", name, c.CommandPath())
+				}
+				for _, sec := range []string{".SH RESULT", ".SH EXAMPLES"} {
+					if page != nil && !bytes.Contains(page, []byte(sec)) {
+						t.Errorf("%s lacks %s", name, sec)
+					}
+				}
+			}
+			for _, s := range c.Commands() {
+				walk(s)
+			}
+		}
+		walk(root)
 	}
 }

@@ -38,6 +38,11 @@ func Program() *clikit.Program {
 			"to the configured ones, and its size limits are capped by the configured ones.",
 		ExitCode: exitCode,
 		Build:    build,
+		ExitStatus: [][2]string{
+			{"0", "the operation succeeded"},
+			{"1", "the operation failed; the JSON says why (file_not_found, old_string_not_found, file_changed, patch_failed, …)"},
+			{"2", "usage error or invalid request"},
+		},
 	}
 }
 
@@ -77,4 +82,5 @@ func build(root *cobra.Command, env *clikit.Env) {
 		}
 		return result.Errorf(result.CodeUsage, "agentfs needs a subcommand: %s", strings.Join(names, ", ")).With("commands", names)
 	}
+	annotateDocs(root)
 }

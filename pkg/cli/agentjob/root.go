@@ -119,6 +119,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 		NewCmdGC(env, stateDir, nil),
 		NewCmdEvents(env, stateDir, nil),
 	)
+	annotateDocs(root)
 }
 
 // statusObject renders a job's status in the field order of CONTRACT §3,
