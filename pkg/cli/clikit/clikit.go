@@ -300,22 +300,18 @@ func NewRoot(env *Env) *cobra.Command {
 	}
 	p.Build(root, env)
 	addSchemaCmd(root, env)
-	for _, c := range root.Commands() {
-		if !c.HasSubCommands() && c.Run == nil && c.RunE == nil {
-			continue
-		}
-	}
 	markGroups(root, env)
 	return root
 }
 
-// markGroups makes a command that only groups subcommands answer a bare
-// call with a usage error instead of human help on stdout.
+// markGroups makes a command that only groups subcommands (the root of
+// agentjob, agentsh session, …) answer a bare call with a usage error
+// instead of human help on stdout.
 func markGroups(c *cobra.Command, env *Env) {
 	for _, sub := range c.Commands() {
 		markGroups(sub, env)
 	}
-	if c.HasParent() && c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+	if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
 		c.Args = cobra.ArbitraryArgs
 		c.RunE = func(cmd *cobra.Command, args []string) error {
 			var names []string
