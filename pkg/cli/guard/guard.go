@@ -94,7 +94,14 @@ func NewCmdCheck(env *clikit.Env) *cobra.Command {
 		Long: "Print the policy's decision on a shell string or an argv without running anything: every " +
 			"command it would run, the decision for each and the rule that made it. Exit status 0 allow, " +
 			"1 prompt, 2 forbidden.",
-		Annotations: map[string]string{clikit.AnnotTool: env.Program.Name + "_check", clikit.AnnotArgs: "argv..."},
+		Annotations: map[string]string{
+			clikit.AnnotTool:      env.Program.Name + "_check",
+			clikit.AnnotArgs:      "argv...",
+			clikit.AnnotManNotes:  policyLanguage,
+			clikit.AnnotManResult: checkResult,
+		},
+		Example: "  " + env.Program.Name + " check --policy rules.star -c 'git status && git reset --hard'\n" +
+			"  " + env.Program.Name + " check --policy rules.star -- rm -rf build || echo 'needs a human'",
 	}
 	cmd.Flags().StringVarP(&script, "command", "c", "", "the shell `STRING` to decide")
 	cmd.Flags().SetInterspersed(false)
@@ -159,3 +166,19 @@ func Object(d *policy.Decision) *result.Object {
 	Report(obj, d)
 	return obj
 }
+
+const checkResult = `decision: allow, prompt or forbidden (the strictest over all commands)
+commands: every simple command found, with argv, decision, rule, justification and source
+unresolved: what could not be known without running it, with the reason
+command: the string or argv checked`
+
+// policyLanguage is the man page's description of the rules and their
+// limits.
+const policyLanguage = `THE POLICY LANGUAGE
+A rules file is Starlark with one function, prefix_rule(pattern=[...], decision="allow"|"prompt"|"forbidden", justification="...", match=[...], not_match=[...]), the format of the Codex CLI's exec policy, so existing files load unchanged. pattern is a prefix of the argv; an element may be a list of alternatives (["git", ["push", "fetch"]]). decision defaults to allow. match and not_match are examples (argv lists, or strings split like a shell would) checked when the file loads: a failing example makes the file invalid (policy_invalid, naming the rule and the example). Commands no rule matches get --policy-default (allow unless configured). Rules come from --policy FILE (repeatable), AGENTPLANE_POLICY (comma-separated) or the policy key of the user config, never from the workspace, and never from a request.
+
+WHAT IS CHECKED
+The command string is parsed with a real shell parser (mvdan.cc/sh) and every simple command it would run is matched: both sides of && || ; and &, every pipeline stage, subshells and groups, if/while/for/case, $(...) and backticks anywhere, process substitutions, bash -c/sh -c bodies and heredocs fed to a shell (recursively), and the commands run by wrappers (sudo, doas, env, xargs, nice, ionice, timeout, nohup, stdbuf, time, command, exec, setsid, chroot, busybox, find -exec). Quotes and escapes are resolved, so \rm, "r"m and $'\x72m' are all rm; a path such as /bin/rm also matches a rule for rm. The strictest decision over all commands wins (forbidden > prompt > allow).
+
+LIMITS
+What cannot be known without running the command needs approval (prompt, with the reason in unresolved): a command name that comes from a variable or a substitution, eval, source of a computed path, functions defined in the string, curl ... | sh. The policy does not look inside scripts run from files, the code passed to python -c or perl -e, remote ssh commands or git aliases. It is a screen for honest mistakes and approval prompts, not a sandbox: combine it with --sandbox for containment.`
