@@ -1,8 +1,6 @@
 package agentfs
 
 import (
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
@@ -24,19 +22,19 @@ description: the --description given, if any`
 // commandDocs are the man-page sections of the program and its
 // operations: examples and the result's fields, keyed by the command path
 // below the root ("" is the root).
-var commandDocs = map[string]struct{ example, result string }{
+var commandDocs = map[string]clikit.Doc{
 	"": {
-		example: `  sum=$(agentfs read -q sha256 src/main.go)
+		Example: `  sum=$(agentfs read -q sha256 src/main.go)
   agentfs edit src/main.go --old 'v1' --new 'v2' --expect-sha256 "$sum" --output diff
   git diff | agentfs patch --dry-run -q 'files.#.path'`,
-		result: `success: whether the operation succeeded; the fields of each operation are in its own page
+		Result: `success: whether the operation succeeded; the fields of each operation are in its own page
 error: on failure, {code, message} and what helps to recover (a hint, a path, the lines of matches); a bare agentfs is a usage_error listing the commands`,
 	},
 	"read": {
-		example: `  agentfs read src/main.go --offset 40 --limit 20 --numbered
+		Example: `  agentfs read src/main.go --offset 40 --limit 20 --numbered
   sum=$(agentfs read -q sha256 go.mod)
   echo '{"path": "README.md", "limit": 50}' | agentfs read --request - -q content`,
-		result: `success: true
+		Result: `success: true
 path: the file, as given
 content: the text of the lines read ("" for a binary file)
 sha256: of the whole file, to pass back as --expect-sha256
@@ -48,46 +46,46 @@ binary: whether the file is binary (then only its facts are reported)
 description: the --description given, if any`,
 	},
 	"write": {
-		example: `  agentfs write notes/todo.md --content $'- ship it\n' --expect-absent
+		Example: `  agentfs write notes/todo.md --content $'- ship it\n' --expect-absent
   go run ./gen | agentfs write internal/gen.go --output diff -q diff_stats
   agentfs write --request call.json   # {"path": "a.txt", "content": "…", "expect_sha256": "…"}`,
-		result: changeResult,
+		Result: changeResult,
 	},
 	"edit": {
-		example: `  agentfs edit main.go --old 'println("hi")' --new 'println("hello")' --output diff
+		Example: `  agentfs edit main.go --old 'println("hi")' --new 'println("hello")' --output diff
   agentfs edit config.yaml --edits @edits.json -q 'edits.#.start_line'   # [{"old_string": "…", "new_string": "…"}, …]
   agentfs edit --request call.json   # {"path": "main.go", "old": "…", "new": "…", "replace_all": true}`,
-		result: changeResult + `
+		Result: changeResult + `
 edits: one object per edit: index, replacements, start_line, end_line, match (exact, line_endings or whitespace)`,
 	},
 	"insert": {
-		example: `  agentfs insert main.go --line 2 --text 'import "fmt"'
+		Example: `  agentfs insert main.go --line 2 --text 'import "fmt"'
   printf '## Changelog\n' | agentfs insert README.md --line 0 -q sha256_after
   agentfs insert --request call.json   # {"path": "a.txt", "line": 10, "text": "…"}`,
-		result: changeResult,
+		Result: changeResult,
 	},
 	"patch": {
-		example: `  git diff | agentfs patch --dry-run -q 'files.#.action'
+		Example: `  git diff | agentfs patch --dry-run -q 'files.#.action'
   agentfs patch --patch-file fix.diff --strip 1 --output diff
   agentfs patch --request call.json   # {"patch": "*** Begin Patch\n…\n*** End Patch\n"}`,
-		result: `success: true
+		Result: `success: true
 format: unified or agent (the *** Begin Patch format)
 dry_run: whether nothing was written
 files: one object per file: path, action (add, update, delete or move), move_to for a move, overwrote when a move replaced a file, match when a hunk matched other than exactly, then the fields of a write (created, changed, deleted, original_file, new_file, sha256_before, sha256_after, diff, diff_stats, content_omitted)
 description: the --description given, if any`,
 	},
 	"undo": {
-		example: `  agentfs undo src/main.go --output diff
+		Example: `  agentfs undo src/main.go --output diff
   agentfs undo new.txt -q deleted
   echo '{"path": "src/main.go"}' | agentfs undo --request -`,
-		result: changeResult + `
+		Result: changeResult + `
 deleted: true when undoing the file's creation deleted it`,
 	},
 	"stat": {
-		example: `  agentfs stat go.mod
+		Example: `  agentfs stat go.mod
   agentfs stat src -q kind
   echo '{"path": "bin/tool"}' | agentfs stat --request - -q mode`,
-		result: `success: true
+		Result: `success: true
 path: the path, as given
 kind: file, directory, symlink, fifo, socket, device or other (a final symlink is not followed)
 size: in bytes
@@ -98,10 +96,10 @@ link_target: of a symlink
 description: the --description given, if any`,
 	},
 	"list": {
-		example: `  agentfs list . --depth 2
+		Example: `  agentfs list . --depth 2
   agentfs list src --depth 5 --glob '**/*.go' -q 'entries.#.path'
   echo '{"dir": "docs", "glob": "*.md"}' | agentfs list --request -`,
-		result: `success: true
+		Result: `success: true
 path: the directory, as given
 entries: one object per entry, depth first in lexical order: path (relative to the directory), kind, size, mode, mod_time, and link_target for a symlink
 truncated: whether the listing stopped at 10000 entries
@@ -109,26 +107,5 @@ description: the --description given, if any`,
 	},
 }
 
-// annotateDocs attaches the man-page sections to the program and its
-// operations.
-func annotateDocs(root *cobra.Command) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		path := strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), root.Name()), " ")
-		if d, ok := commandDocs[path]; ok {
-			if c.Example == "" {
-				c.Example = d.example
-			}
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			if c.Annotations[clikit.AnnotManResult] == "" {
-				c.Annotations[clikit.AnnotManResult] = d.result
-			}
-		}
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(root)
-}
+// annotateDocs attaches the man-page sections to the commands.
+func annotateDocs(root *cobra.Command) { clikit.AnnotateDocs(root, commandDocs) }

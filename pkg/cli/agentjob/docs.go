@@ -1,8 +1,6 @@
 package agentjob
 
 import (
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
@@ -28,36 +26,36 @@ orphan_pid: a lost job's process that is provably still alive (stop kills it)`
 // commandDocs are the man-page sections of the program and its
 // operations: examples and the result's fields, keyed by the command path
 // below the root ("" is the root).
-var commandDocs = map[string]struct{ example, result string }{
+var commandDocs = map[string]clikit.Doc{
 	"": {
-		example: `  h=$(agentjob start -q handle --name web --ready-http http://localhost:8080/ --wait-ready -- npm run dev)
+		Example: `  h=$(agentjob start -q handle --name web --ready-http http://localhost:8080/ --wait-ready -- npm run dev)
   agentjob logs "$h" --since-last --stream stdout -q data
   agentjob wait build --timeout 10m && agentjob rm build`,
-		result: `success: whether the operation succeeded; the fields of each operation are in its own page
+		Result: `success: whether the operation succeeded; the fields of each operation are in its own page
 error: on failure, {code, message} and what helps to recover (the job, a hint)`,
 	},
 	"start": {
-		example: `  h=$(agentjob start -q handle --name build -- make -j8)
+		Example: `  h=$(agentjob start -q handle --name build -- make -j8)
   agentjob start --name web --ready-log 'listening on' --wait-ready -c 'npm run dev'
   agentjob start --request call.json   # {"command": "pytest -x", "name": "tests", "timeout": "30m"}`,
-		result: `success: true (false with error not_ready when --wait-ready saw the job end first)
+		Result: `success: true (false with error not_ready when --wait-ready saw the job end first)
 ` + statusDoc + `
 policy: the policy decision, with --policy
 sandbox: what the sandbox enforces, with sandbox flags`,
 	},
 	"status": {
-		example: `  agentjob status web -q status
+		Example: `  agentjob status web -q status
   agentjob status "$h1" "$h2" -q 'jobs.#.status'
   echo '{"jobs": ["web"]}' | agentjob status --request -`,
-		result: `success: true
+		Result: `success: true
 ` + statusDoc + `
 jobs: with several JOBs, one status object each instead of the fields above`,
 	},
 	"logs": {
-		example: `  agentjob logs web --tail 50 --stream stderr -q data
+		Example: `  agentjob logs web --tail 50 --stream stderr -q data
   agentjob logs "$h" --since-last --reader agent --stream stdout
   agentjob logs build --grep 'error|FAIL' -q 'stdout.matches.#.line'`,
-		result: `success: true
+		Result: `success: true
 handle, status: the job and its status at the time of the read
 data: with --stream stdout or stderr, the text read
 offset, next_offset: with --stream stdout or stderr, the absolute byte offsets read from and to (pass next_offset as --offset)
@@ -68,10 +66,10 @@ stdout, stderr: with --stream both (the default), one object each with the field
 interrupted: with --follow, true when the stream stopped before the job ended (--follow first prints {type, data, offset, next_offset, eof} lines, or {type: match, stream, offset, line} with --grep)`,
 	},
 	"wait": {
-		example: `  agentjob wait build --timeout 10m && ./deploy.sh
+		Example: `  agentjob wait build --timeout 10m && ./deploy.sh
   agentjob wait web --for ready --timeout 60s -q status
   agentjob wait "$h1" "$h2" --any -q first`,
-		result: `success: whether what was awaited happened and went well (exited 0, or ready)
+		Result: `success: whether what was awaited happened and went well (exited 0, or ready)
 ` + statusDoc + `
 jobs: with several JOBs, one status object each instead of the fields above
 first: with --any and several JOBs, the handle of the first job done
@@ -79,73 +77,52 @@ timed_out: true when --timeout passed first (exit 124)
 error: job_failed when a job ended otherwise, wait_timeout on a timeout`,
 	},
 	"stop": {
-		example: `  agentjob stop web
+		Example: `  agentjob stop web
   agentjob stop "$h" --signal INT --grace 10s -q status
   echo '{"job": "web", "grace": "2s"}' | agentjob stop --request -`,
-		result: `success: true (stopping an ended job is not an error)
+		Result: `success: true (stopping an ended job is not an error)
 ` + statusDoc,
 	},
 	"restart": {
-		example: `  agentjob restart web
+		Example: `  agentjob restart web
   agentjob restart "$h" -q restarts
   echo '{"job": "web"}' | agentjob restart --request -`,
-		result: `success: true
+		Result: `success: true
 ` + statusDoc,
 	},
 	"list": {
-		example: `  agentjob list
+		Example: `  agentjob list
   agentjob list --status running,ready -q 'jobs.#.handle'
   echo '{"status": ["failed"]}' | agentjob list --request -`,
-		result: `success: true
+		Result: `success: true
 jobs: one status object per job of the environment, newest first (fields as in agentjob status)`,
 	},
 	"rm": {
-		example: `  agentjob rm build
+		Example: `  agentjob rm build
   agentjob rm web --force -q removed
   echo '{"job": "build"}' | agentjob rm --request -`,
-		result: `success: true
+		Result: `success: true
 ` + statusDoc + `
 removed: true`,
 	},
 	"gc": {
-		example: `  agentjob gc
+		Example: `  agentjob gc
   agentjob gc --older-than 24h -q count
   echo '{"older_than": "1h"}' | agentjob gc --request -`,
-		result: `success: true
+		Result: `success: true
 removed: the status objects of the jobs removed
 count: how many jobs were removed`,
 	},
 	"events": {
-		example: `  agentjob events --since 42
+		Example: `  agentjob events --since 42
   agentjob events --job web --follow
   last=$(agentjob events -q last_seq)`,
-		result: `events: printed first, one NDJSON line each: seq, time, handle, name (if any), type (started, ready, exited, failed, stopped, timeout, restarted or lost), and exit_code, signal or restarts where there is one
+		Result: `events: printed first, one NDJSON line each: seq, time, handle, name (if any), type (started, ready, exited, failed, stopped, timeout, restarted or lost), and exit_code, signal or restarts where there is one
 success: true, in the final line
 count: how many events were printed
 last_seq: the sequence number of the last event, to pass as --since`,
 	},
 }
 
-// annotateDocs attaches the man-page sections to the program and its
-// operations.
-func annotateDocs(root *cobra.Command) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		path := strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), root.Name()), " ")
-		if d, ok := commandDocs[path]; ok {
-			if c.Example == "" {
-				c.Example = d.example
-			}
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			if c.Annotations[clikit.AnnotManResult] == "" {
-				c.Annotations[clikit.AnnotManResult] = d.result
-			}
-		}
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(root)
-}
+// annotateDocs attaches the man-page sections to the commands.
+func annotateDocs(root *cobra.Command) { clikit.AnnotateDocs(root, commandDocs) }

@@ -1,8 +1,6 @@
 package agentsh
 
 import (
-	"strings"
-
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
@@ -10,64 +8,44 @@ import (
 
 // commandDocs are the man-page sections of the subcommands: examples and
 // the result's fields, keyed by the command path below the root.
-var commandDocs = map[string]struct{ example, result string }{
+var commandDocs = map[string]clikit.Doc{
 	"session start": {
-		example: `  h=$(agentsh session start -q session --cwd ~/project)
+		Example: `  h=$(agentsh session start -q session --cwd ~/project)
   agentsh session start --name build --idle-timeout 4h --sandbox workspace-write`,
-		result: `success: true
+		Result: `success: true
 session: the handle (ses_…), to pass as --session
 name, status, pid, cwd, shell: the session's name, running, its shell's pid, cwd and program
 started_at, last_used_at, calls, idle_timeout_ms: bookkeeping`,
 	},
 	"session list": {
-		example: `  agentsh session list -q 'sessions.#(status=="running")#.session'`,
-		result:  `sessions: one object per session of the environment, newest first, with the fields of session status`,
+		Example: `  agentsh session list -q 'sessions.#(status=="running")#.session'`,
+		Result:  `sessions: one object per session of the environment, newest first, with the fields of session status`,
 	},
 	"session status": {
-		example: `  agentsh session status "$h" -q status`,
-		result: `session, name, status: running or ended
+		Example: `  agentsh session status "$h" -q status`,
+		Result: `session, name, status: running or ended
 ended_reason: exit, idle_timeout, stopped, server_died or host_restarted, once ended
 pid, cwd, shell, started_at, last_used_at, ended_at, calls, resets: the shell and its use`,
 	},
 	"session stop": {
-		example: `  agentsh session stop "$h"`,
-		result:  `the session's status after stopping (status ended, ended_reason stopped); stopping an ended session is not an error`,
+		Example: `  agentsh session stop "$h"`,
+		Result:  `the session's status after stopping (status ended, ended_reason stopped); stopping an ended session is not an error`,
 	},
 	"check": {
-		example: `  agentsh check --policy rules.star -c 'git status && git reset --hard'
+		Example: `  agentsh check --policy rules.star -c 'git status && git reset --hard'
   agentsh check --policy rules.star -- rm -rf build || echo "needs a human"`,
-		result: `decision: allow, prompt or forbidden (the strictest over all commands)
+		Result: `decision: allow, prompt or forbidden (the strictest over all commands)
 commands: every simple command found, with argv, decision, rule, justification and source
 unresolved: what could not be known without running it, with the reason
 command: the string or argv checked`,
 	},
 	"sandbox check": {
-		example: `  agentsh sandbox check -q enforceable`,
-		result: `landlock_abi, user_namespaces, net_namespaces, mount_namespaces, seccomp, root: what the kernel offers
+		Example: `  agentsh sandbox check -q enforceable`,
+		Result: `landlock_abi, user_namespaces, net_namespaces, mount_namespaces, seccomp, root: what the kernel offers
 cgroup_v1_memory, cgroup_v1_pids, cgroup_v2, cgroup_v2_controllers: the cgroup controllers usable here
 enforceable: for each sandbox flag, whether (and how) it can be enforced`,
 	},
 }
 
-// annotateDocs attaches the man-page sections to the subcommands.
-func annotateDocs(root *cobra.Command) {
-	var walk func(c *cobra.Command)
-	walk = func(c *cobra.Command) {
-		path := strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), root.Name()), " ")
-		if d, ok := commandDocs[path]; ok {
-			if c.Example == "" {
-				c.Example = d.example
-			}
-			if c.Annotations == nil {
-				c.Annotations = map[string]string{}
-			}
-			if c.Annotations[clikit.AnnotManResult] == "" {
-				c.Annotations[clikit.AnnotManResult] = d.result
-			}
-		}
-		for _, s := range c.Commands() {
-			walk(s)
-		}
-	}
-	walk(root)
-}
+// annotateDocs attaches the man-page sections to the commands.
+func annotateDocs(root *cobra.Command) { clikit.AnnotateDocs(root, commandDocs) }

@@ -198,3 +198,35 @@ func writeEnvironment(b *bytes.Buffer, p *Program, c *cobra.Command) {
 		b.WriteString(l)
 	}
 }
+
+// Doc is the man-page text of one command: its EXAMPLES and its RESULT
+// fields ("field: meaning" per line).
+type Doc struct {
+	Example string
+	Result  string
+}
+
+// AnnotateDocs attaches docs to the commands of a tree, keyed by the
+// command path below the root ("" for the root, "session start", …),
+// without overriding what a command set itself.
+func AnnotateDocs(root *cobra.Command, docs map[string]Doc) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		path := strings.TrimPrefix(strings.TrimPrefix(c.CommandPath(), root.Name()), " ")
+		if d, ok := docs[path]; ok {
+			if c.Example == "" {
+				c.Example = d.Example
+			}
+			if c.Annotations == nil {
+				c.Annotations = map[string]string{}
+			}
+			if c.Annotations[AnnotManResult] == "" {
+				c.Annotations[AnnotManResult] = d.Result
+			}
+		}
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+}
