@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 		case "after_job_start":
 			h.afterJobStart = die
 		}
-		if err := runSupervisor(context.Background(), d, os.Args[3], h); err != nil {
+		if err := runSupervisor(context.Background(), d, os.Args[3], "", h); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -24,12 +24,26 @@ const (
 	StatusStopped  = "stopped"
 	StatusTimeout  = "timeout"
 	StatusLost     = "lost"
+	// StatusPending is a job the cluster scheduler has queued and not yet
+	// started (slurm backend only); its Reason is the scheduler's.
+	StatusPending = "pending"
 )
 
 // Lost reasons.
 const (
 	LostHostRestarted  = "host_restarted"
 	LostSupervisorDied = "supervisor_died"
+	// LostNodeFailed: the scheduler reports the job's node failed.
+	LostNodeFailed = "node_failed"
+	// LostUnknownToScheduler: the scheduler no longer knows the job, its
+	// supervisor recorded no end and is not provably running.
+	LostUnknownToScheduler = "unknown_to_scheduler"
+)
+
+// Backends: where a job runs.
+const (
+	BackendLocal = "local"
+	BackendSlurm = "slurm"
 )
 
 // Error codes produced by this package.
@@ -41,6 +55,8 @@ const (
 	CodeCommandNotExecutable = "command_not_executable"
 	CodeCwdNotFound          = "cwd_not_found"
 	CodeStartFailed          = "start_failed"
+	// CodeSubmitFailed: the scheduler refused the job (sbatch failed).
+	CodeSubmitFailed = "submit_failed"
 )
 
 // Restart policies.
@@ -92,6 +108,30 @@ type Spec struct {
 	// supervisor prepares it once and starts the job inside the sandbox
 	// helper (its own executable), releasing it when the job is over.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+
+	// Backend is where the supervisor runs: local (the default, a process
+	// on this host) or slurm (a batch job placed by Slurm).
+	Backend string `json:"backend,omitempty"`
+	// Slurm holds the sbatch options of a slurm job.
+	Slurm *SlurmOptions `json:"slurm,omitempty"`
+	// SlurmJobID is the scheduler's id of the job. Start records it once
+	// sbatch has answered; callers leave it empty.
+	SlurmJobID string `json:"slurm_job_id,omitempty"`
+}
+
+// SlurmOptions are what a slurm job asks of the scheduler. Zero values
+// leave the cluster's defaults.
+type SlurmOptions struct {
+	Partition string `json:"partition,omitempty"`
+	// TimeLimit is in sbatch's --time syntax (minutes, MM:SS, HH:MM:SS,
+	// D-HH, …); Slurm ends the job when it passes (status timeout).
+	TimeLimit string `json:"time_limit,omitempty"`
+	CPUs      int    `json:"cpus,omitempty"`
+	// Mem is sbatch's --mem (megabytes, or with a K/M/G/T suffix).
+	Mem string `json:"mem,omitempty"`
+	// ExtraArgs are further sbatch arguments, passed as given after the
+	// ones above (so they can override them).
+	ExtraArgs []string `json:"extra_args,omitempty"`
 }
 
 // Probe is a readiness check; at most one of Log, HTTP, TCP and Cmd is set.
@@ -133,6 +173,18 @@ func (s *Spec) Validate() error {
 	}
 	if s.Timeout < 0 || s.KillGrace < 0 || s.Ready.Timeout < 0 || s.MaxRestarts < 0 || s.LogLimit < 0 {
 		return invalid("durations, limits and counts must not be negative")
+	}
+	switch s.Backend {
+	case "", BackendLocal:
+		if s.Slurm != nil {
+			return invalid("slurm options need the slurm backend")
+		}
+	case BackendSlurm:
+		if s.Slurm != nil && s.Slurm.CPUs < 0 {
+			return invalid("cpus must not be negative")
+		}
+	default:
+		return invalid("backend must be local or slurm, not %q", s.Backend)
 	}
 	if s.LogLimit != 0 && s.LogLimit < 2 {
 		return invalid("log limit must be at least 2 bytes")

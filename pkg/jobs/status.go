@@ -51,6 +51,12 @@ type record struct {
 	Reason          string   `json:"reason,omitempty"`
 	StdoutBytes     int64    `json:"stdout_bytes,omitempty"`
 	StderrBytes     int64    `json:"stderr_bytes,omitempty"`
+	// Backend, the Slurm job id and the supervisor's host: a supervisor
+	// placed by a scheduler may run on another node, where its PID means
+	// nothing to this one.
+	Backend    string `json:"backend,omitempty"`
+	SlurmJobID string `json:"slurm_job_id,omitempty"`
+	Host       string `json:"host,omitempty"`
 }
 
 // Status is a job's status as CONTRACT §3 reports it.
@@ -78,20 +84,39 @@ type Status struct {
 	// OrphanPID is the job's process, still alive although its
 	// supervisor is gone; Stop can kill it.
 	OrphanPID int `json:"orphan_pid,omitempty"`
+	// Backend is local or slurm.
+	Backend string `json:"backend"`
+	// SlurmJobID is the scheduler's id of a slurm job.
+	SlurmJobID string `json:"slurm_job_id,omitempty"`
+	// SchedulerState is the scheduler's own state of a slurm job
+	// (PENDING, RUNNING, CANCELLED, TIMEOUT, NODE_FAIL, …) when it was
+	// consulted; the status is derived from it and the supervisor's record.
+	SchedulerState string `json:"scheduler_state,omitempty"`
+	// SchedulerError says why the scheduler could not be consulted; the
+	// status is then what the supervisor's record proves.
+	SchedulerError string `json:"scheduler_error,omitempty"`
 
 	// ID is the job's id inside the state directory, for the engine's
 	// callers that need to address files; it is not shown to users.
 	ID string `json:"-"`
 	// orphanStart identifies the orphan by start time, for Stop.
 	orphanStart uint64
-	// supervisor identity, for Wait and Stop.
+	// supervisor identity, for Wait and Stop; svLocal says it runs on
+	// this host, so its PID can be checked and signalled.
 	svPID   int
 	svStart uint64
+	svLocal bool
+	// settling: the supervisor recorded an end, but the scheduler is still
+	// completing the job and will say whether the end was its own.
+	settling bool
 }
 
 // Ended reports whether the job has reached a state it will not leave on
 // its own: a recorded end, or lost.
 func (s Status) Ended() bool {
+	if s.settling {
+		return false
+	}
 	switch s.Status {
 	case StatusExited, StatusFailed, StatusStopped, StatusTimeout, StatusLost:
 		return true
@@ -125,6 +150,7 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		PID: rec.PID, Command: commandOf(rec.Shell, rec.Argv), Cwd: rec.Cwd, StartedAt: rec.StartedAt,
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
 		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
+		Backend: BackendLocal, svLocal: true,
 	}
 	if rec.Signal != "" {
 		sig := rec.Signal
@@ -133,6 +159,9 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 	if rec.EndedAt != "" {
 		e := rec.EndedAt
 		s.EndedAt = &e
+	}
+	if rec.Backend == BackendSlurm {
+		return st.fromSlurm(id, rec, s)
 	}
 	if rec.Final {
 		s.StdoutBytes, s.StderrBytes = rec.StdoutBytes, rec.StderrBytes
@@ -188,7 +217,12 @@ func (st *Store) noRecord(id string) (Status, error) {
 	var spec Spec
 	_ = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)
 	s := Status{Handle: st.dir.Mint("job", id), ID: id, Name: spec.Name, Status: StatusStarting,
-		Command: spec.command(), Cwd: spec.Cwd, Description: spec.Description}
+		Command: spec.command(), Cwd: spec.Cwd, Description: spec.Description, Backend: BackendLocal}
+	if spec.Backend == BackendSlurm {
+		// Queued, or placed with a supervisor that has not written yet.
+		s.Backend, s.SlurmJobID = BackendSlurm, spec.SlurmJobID
+		return st.fromSlurmQueued(id, s, fi.ModTime()), nil
+	}
 	if time.Since(fi.ModTime()) > startingGrace {
 		st.lose(&s, LostSupervisorDied)
 	}

@@ -17,11 +17,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/slurm"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +38,13 @@ type Store struct {
 	supervisorArgv []string
 	exe            string // executed in place of supervisorArgv[0] when set
 	bootID         string
+	host           string
+
+	// sched runs the Slurm clients for slurm jobs; schedView caches its
+	// answers briefly (see schedulerJob).
+	sched     *slurm.Client
+	schedMu   sync.Mutex
+	schedView schedulerView
 }
 
 // SupervisorCommand is the hidden first argument by which a program that
@@ -50,8 +59,13 @@ const SupervisorCommand = "__supervise"
 // [/proc/self/exe __supervise --state-dir DIR].
 func NewStore(d *state.Dir, supervisorArgv []string) *Store {
 	boot, _ := proctree.BootID()
-	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot}
+	host, _ := os.Hostname()
+	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot, host: host, sched: &slurm.Client{}}
 }
+
+// SetScheduler replaces the Slurm client of slurm jobs (to name the
+// programs' paths, or fakes in tests).
+func (st *Store) SetScheduler(c *slurm.Client) { st.sched = c }
 
 // SetExecutable makes the supervisor run from the executable at path,
 // with supervisorArgv as its complete argv (argv[0] included). A program
@@ -104,7 +118,12 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
-	if err := st.launch(ctx, id); err != nil {
+	if spec.Backend == BackendSlurm {
+		err = st.submit(ctx, id, &spec)
+	} else {
+		err = st.launch(ctx, id)
+	}
+	if err != nil {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
@@ -378,7 +397,12 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 		id := strconv.FormatUint(n, 10)
 		var sb unix.Stat_t
 		if unix.Fstatat(dirfd, id+"/"+statusFile, &sb, 0) != nil {
-			continue // removed meanwhile, or its supervisor has not written yet
+			// Removed meanwhile, or its supervisor has not written yet;
+			// a slurm job may wait in the queue with no supervisor at all.
+			if s, ok := st.queuedStatus(id); ok && (len(statuses) == 0 || slices.Contains(statuses, s.Status)) {
+				out = append(out, s)
+			}
+			continue
 		}
 		key := fileKey{Ino: sb.Ino, Mtime: sb.Mtim.Nano(), Size: sb.Size}
 		var rec record
@@ -548,6 +572,9 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 		sig = syscall.SIGTERM
 	}
 	s, err := st.statusOf(id)
+	if err == nil && s.Backend == BackendSlurm {
+		return st.stopSlurm(ctx, id, s, sig, grace)
+	}
 	if err != nil || (s.Ended() && s.OrphanPID == 0) {
 		return s, err
 	}

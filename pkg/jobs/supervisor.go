@@ -59,6 +59,9 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+
+	// slurmJobID is set when a scheduler started this supervisor.
+	slurmJobID string
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -68,8 +71,22 @@ type supervisor struct {
 // every transition in status.json and the event log, and returns when the
 // job has ended and nothing of its process tree remains.
 func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
-	return runSupervisor(ctx, d, id, hooks{})
+	return runSupervisor(ctx, d, id, "", hooks{})
 }
+
+// RunScheduledSupervisor is RunSupervisor for a job that a cluster
+// scheduler placed (the slurm backend's batch script runs it on the
+// allocated node): there is no confirmation pipe, since the submitter
+// returned long ago, and the record carries the scheduler's job id.
+func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
+	return runSupervisor(ctx, d, id, slurmJobID, hooks{})
+}
+
+// ReasonSchedulerSignal is the reason of a slurm job that its supervisor
+// saw stopped by a signal nobody asked agentjob for: the scheduler's
+// (scancel, a time limit, preemption). Status then asks the scheduler
+// which it was.
+const ReasonSchedulerSignal = "scheduler_signal"
 
 // hooks let crash tests stop the supervisor at chosen moments; production
 // leaves them nil.
@@ -78,11 +95,12 @@ type hooks struct {
 	afterJobStart func() // the job runs and status.json says so, unconfirmed
 }
 
-func runSupervisor(ctx context.Context, d *state.Dir, id string, h hooks) error {
-	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, hooks: h}
+func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h hooks) error {
+	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, hooks: h, slurmJobID: slurmJobID}
 	// The pipe must not leak into the job: a job holding it would keep
-	// Start waiting for EOF.
-	if isPipe(handshakeFD) {
+	// Start waiting for EOF. A scheduled supervisor has none, and its fd 3
+	// is whatever the scheduler left there.
+	if slurmJobID == "" && isPipe(handshakeFD) {
 		unix.CloseOnExec(handshakeFD)
 		sv.hs = os.NewFile(handshakeFD, "handshake")
 	}
@@ -190,6 +208,10 @@ func (sv *supervisor) begin() error {
 		Shell: sv.spec.Shell, Argv: sv.spec.Argv, Cwd: sv.spec.Cwd,
 		SupervisorPID: self.PID, SupervisorStart: self.StartTime, BootID: boot,
 		Run: 1,
+	}
+	if sv.slurmJobID != "" {
+		host, _ := os.Hostname()
+		sv.rec.Backend, sv.rec.SlurmJobID, sv.rec.Host = BackendSlurm, sv.slurmJobID, host
 	}
 	if hadPrev {
 		// A manual restart: a new run of the same job.
@@ -504,8 +526,11 @@ wait:
 				continue // no terminal to lose; stay up
 			}
 			req := stopRequest{Signal: int(syscall.SIGTERM), GraceMS: DefaultKillGrace.Milliseconds()}
-			_ = state.ReadJSON(filepath.Join(sv.dir, stopFile), &req)
-			terminate(StatusStopped, syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond, "")
+			reason := ""
+			if state.ReadJSON(filepath.Join(sv.dir, stopFile), &req) != nil && sv.slurmJobID != "" {
+				reason = ReasonSchedulerSignal
+			}
+			terminate(StatusStopped, syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond, reason)
 		case <-chld:
 			sv.reapOrphans()
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -56,6 +57,13 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 	for {
 		out := make([]Status, len(ids))
 		done := 0
+		// Slurm jobs get a bounded poll of the scheduler besides the
+		// watches: a job Slurm ends before its supervisor runs (cancelled
+		// while pending) or whose node fails writes nothing, and on a
+		// shared filesystem a remote supervisor's writes raise no inotify
+		// event here.
+		var poll <-chan time.Time
+		var pollTimer *time.Timer
 		for i, id := range ids {
 			s, err := st.statusOf(id)
 			if err != nil {
@@ -66,8 +74,12 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 				done++
 				continue
 			}
+			if s.Backend == BackendSlurm && pollTimer == nil {
+				pollTimer = time.NewTimer(schedulerPoll)
+				poll = pollTimer.C
+			}
 			key := [2]uint64{uint64(s.svPID), s.svStart}
-			if s.svPID > 0 && !watched[key] {
+			if s.svPID > 0 && s.svLocal && !watched[key] {
 				watched[key] = true
 				go func() {
 					if waitProcess(wctx, s.svPID, s.svStart) == nil {
@@ -80,6 +92,9 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 			}
 		}
 		if done == len(ids) || (anyOf && done > 0) {
+			if pollTimer != nil {
+				pollTimer.Stop()
+			}
 			return out, nil
 		}
 		select {
@@ -90,6 +105,10 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 				return out, errors.New("jobs: watching the job directories failed")
 			}
 		case <-died:
+		case <-poll:
+		}
+		if pollTimer != nil {
+			pollTimer.Stop()
 		}
 	}
 }
@@ -153,16 +172,26 @@ func (st *Store) Watch(ctx context.Context, ref string) (<-chan struct{}, error)
 		return nil, err
 	}
 	s, err := st.statusOf(id)
-	if err != nil || s.Ended() || s.svPID == 0 {
+	if err != nil || s.Ended() || (s.svPID == 0 && s.Backend != BackendSlurm) {
 		return changed, err
 	}
 	out := make(chan struct{}, 1)
 	died := make(chan struct{})
-	go func() {
-		if waitProcess(ctx, s.svPID, s.svStart) == nil {
-			close(died)
-		}
-	}()
+	if s.svPID > 0 && s.svLocal {
+		go func() {
+			if waitProcess(ctx, s.svPID, s.svStart) == nil {
+				close(died)
+			}
+		}()
+	}
+	// As in Wait: a slurm job can end, or change on another node, without
+	// an event here, so the scheduler is asked at a modest interval.
+	var poll <-chan time.Time
+	if s.Backend == BackendSlurm {
+		t := time.NewTicker(schedulerPoll)
+		poll = t.C
+		context.AfterFunc(ctx, t.Stop)
+	}
 	go func() {
 		defer close(out)
 		for {
@@ -173,6 +202,7 @@ func (st *Store) Watch(ctx context.Context, ref string) (<-chan struct{}, error)
 				}
 			case <-died:
 				died = nil
+			case <-poll:
 			}
 			select {
 			case out <- struct{}{}:

@@ -72,6 +72,20 @@ func TestParseQueueRecorded(t *testing.T) {
 		"4": {ID: "4", State: StateCompleted, ExitCode: intp(0), Nodes: "localhost"},
 	}
 	checkJobs(t, jobs, want)
+
+	// Ends that the scheduler caused: a time limit, scancel of a job that
+	// ignored SIGTERM (raw status 9: SIGKILL), a node declared down.
+	jobs, err = ParseQueue(readTestdata(t, "squeue-22.05-scheduler-ends.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, w := range map[string]Job{
+		"9":  {ID: "9", State: StateTimeout, Reason: "TimeLimit", ExitCode: intp(0), Nodes: "localhost"},
+		"10": {ID: "10", State: StateCancelled, Signal: "SIGKILL", Nodes: "localhost"},
+		"11": {ID: "11", State: StateNodeFail, Reason: "NodeDown", ExitCode: intp(0), Nodes: "localhost"},
+	} {
+		checkJobs(t, map[string]Job{id: jobs[id]}, map[string]Job{id: w})
+	}
 }
 
 func checkJobs(t *testing.T, got, want map[string]Job) {
@@ -117,7 +131,7 @@ func TestParseShowJob(t *testing.T) {
 	}{
 		{"scontrol-failed.txt", Job{ID: "1", State: StateFailed, Reason: "NonZeroExitCode", ExitCode: intp(3), Nodes: "localhost"}},
 		{"scontrol-cancelled-pending.txt", Job{ID: "3", State: StateCancelled, Reason: "Resources", ExitCode: intp(0)}},
-		{"scontrol-node-fail.txt", Job{ID: "17", State: StateNodeFail, Reason: "NodeDown", ExitCode: intp(0), Nodes: "localhost"}},
+		{"scontrol-node-fail.txt", Job{ID: "11", State: StateNodeFail, Reason: "NodeDown", ExitCode: intp(0), Nodes: "localhost"}},
 		{"scontrol-completing.txt", Job{ID: "18", State: StateCompleting, Nodes: "localhost"}},
 	} {
 		got, err := ParseShowJob(readTestdata(t, tc.file))

@@ -14,7 +14,7 @@ import (
 // allStatuses are the values --status accepts.
 func allStatuses() []string {
 	return []string{jobs.StatusStarting, jobs.StatusRunning, jobs.StatusReady, jobs.StatusExited,
-		jobs.StatusFailed, jobs.StatusStopped, jobs.StatusTimeout, jobs.StatusLost}
+		jobs.StatusFailed, jobs.StatusStopped, jobs.StatusTimeout, jobs.StatusLost, jobs.StatusPending}
 }
 
 // ListOptions are the flags of list.

@@ -69,9 +69,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // openStore's supervisor command and the job id that Start appends. The
 // supervisor handles SIGTERM itself (a stop request), so its context is
 // never cancelled from here.
+//
+// A third argument is the Slurm job id: the slurm backend's batch script
+// runs the supervisor on the allocated node with it.
 func superviseMain(argv []string, stderr io.Writer) int {
-	if len(argv) != 2 {
-		io.WriteString(stderr, "agentjob: error: the supervisor wants STATE_DIR ID\n")
+	if len(argv) != 2 && len(argv) != 3 {
+		io.WriteString(stderr, "agentjob: error: the supervisor wants STATE_DIR ID [SLURM_JOB_ID]\n")
 		return ExitUsage
 	}
 	d, err := state.Open(argv[0])
@@ -79,7 +82,15 @@ func superviseMain(argv []string, stderr io.Writer) int {
 		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")
 		return ExitFailed
 	}
-	if err := jobs.RunSupervisor(context.Background(), d, argv[1]); err != nil {
+	run := func() error { return jobs.RunSupervisor(context.Background(), d, argv[1]) }
+	if len(argv) == 3 {
+		if argv[2] == "" {
+			io.WriteString(stderr, "agentjob: error: the scheduled supervisor got no Slurm job id\n")
+			return ExitUsage
+		}
+		run = func() error { return jobs.RunScheduledSupervisor(context.Background(), d, argv[1], argv[2]) }
+	}
+	if err := run(); err != nil {
 		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")
 		return ExitFailed
 	}
@@ -140,6 +151,16 @@ func statusObject(o *result.Object, s jobs.Status) *result.Object {
 	if s.OrphanPID != 0 {
 		o.Set("orphan_pid", s.OrphanPID)
 	}
+	o.Set("backend", nullable(s.Backend))
+	if s.SlurmJobID != "" {
+		o.Set("slurm_job_id", s.SlurmJobID)
+	}
+	if s.SchedulerState != "" {
+		o.Set("scheduler_state", s.SchedulerState)
+	}
+	if s.SchedulerError != "" {
+		o.Set("scheduler_error", s.SchedulerError)
+	}
 	return o
 }
 
@@ -180,6 +201,11 @@ type statusView struct {
 	Reason      string  `json:"reason,omitempty"`
 	LostReason  string  `json:"lost_reason,omitempty"`
 	OrphanPID   int     `json:"orphan_pid,omitempty"`
+	Backend     *string `json:"backend"`
+	SlurmJobID  string  `json:"slurm_job_id,omitempty"`
+	// SchedulerState and SchedulerError are a slurm job's scheduler view.
+	SchedulerState string `json:"scheduler_state,omitempty"`
+	SchedulerError string `json:"scheduler_error,omitempty"`
 }
 
 func viewOf(s jobs.Status) statusView {
@@ -194,6 +220,7 @@ func viewOf(s jobs.Status) statusView {
 		PID: s.PID, Command: s.Command, Cwd: s.Cwd, StartedAt: ptr(s.StartedAt), EndedAt: s.EndedAt,
 		Ready: s.Ready, Restarts: s.Restarts, StdoutBytes: s.StdoutBytes, StderrBytes: s.StderrBytes,
 		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
+		Backend: ptr(s.Backend), SlurmJobID: s.SlurmJobID, SchedulerState: s.SchedulerState, SchedulerError: s.SchedulerError,
 	}
 }
 

@@ -40,6 +40,7 @@ type StartOptions struct {
 	LogLimit     int64
 	Sandbox      agentsh.SandboxOptions
 	Guard        guard.Options
+	Backend      BackendOptions
 	commandSet   bool // -c was given, possibly empty
 	cmd          *cobra.Command
 }
@@ -81,6 +82,7 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 	agentsh.AddSandboxFlags(f, &o.Sandbox)
 	agentsh.AddSandboxLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
+	o.Backend.AddFlags(f)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		argv, err := env.Positional(cmd, args, 0)
 		if err != nil {
@@ -141,6 +143,9 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	}
 	s.Name, s.Description, s.Timeout, s.Ready = o.Name, o.Env.Description, o.Timeout, probe
 	s.Restart, s.MaxRestarts, s.LogLimit = o.Restart, o.MaxRestarts, o.LogLimit
+	if err := o.Backend.Apply(&s); err != nil {
+		return s, err
+	}
 	return s, s.Validate()
 }
 
