@@ -70,6 +70,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 		NewCmdUndo(env, common, nil),
 		NewCmdStat(env, common, nil),
 		NewCmdList(env, common, nil),
+		newCmdMCP(root, env, common),
 	)
 	// A bare "agentfs" is a call without an operation: a usage error in
 	// JSON like any other, not help text on stdout.

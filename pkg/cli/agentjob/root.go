@@ -129,6 +129,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 		NewCmdRm(env, stateDir, nil),
 		NewCmdGC(env, stateDir, nil),
 		NewCmdEvents(env, stateDir, nil),
+		newCmdMCP(root, env, stateDir),
 	)
 	annotateDocs(root)
 }

@@ -102,6 +102,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
 	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env), guard.NewCmdAudit(env, &stateDir))
+	root.AddCommand(newCmdMCP(root, env, &stateDir))
 	root.Example = runExamples
 	root.Annotations = map[string]string{
 		clikit.AnnotManResult:      runResultDoc,

@@ -1,0 +1,241 @@
+// Package mcpcmd is the "mcp" subcommand that agentsh, agentjob and agentfs
+// share: it parses the server's own flags, resolves the binaries that run
+// the calls and hands everything to pkg/mcpserver.
+package mcpcmd
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/mcpserver"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// Options are the mcp command's flags.
+type Options struct {
+	// All serves agentjob's and agentfs's tools too (agentsh only).
+	All bool
+	// Describe prints this program's tool set as JSON instead of serving:
+	// how agentsh --all learns the other programs' tools.
+	Describe bool
+	// EventInterval and EventBurst limit job notifications.
+	EventInterval time.Duration
+	EventBurst    int
+	// operator holds the operator flags as given, name -> values.
+	operator map[string]*[]string
+}
+
+// Long is the help text of the mcp command: the man page's description.
+const Long = `Serve this program's operations as Model Context Protocol tools over stdio
+(newline-delimited JSON-RPC on stdin and stdout), for MCP hosts such as editors and
+agent frameworks. agentsh mcp --all also serves agentjob's and agentfs's tools
+(found beside agentsh, else on PATH).
+
+Tools: the same names, descriptions and input schemas as 'schema --format mcp',
+except that the server's settings are not tool arguments (below). A result is the
+CLI's JSON object as structured content, with a one-line summary and the same
+JSON as text; success false is a tool error (isError) with the stable error code.
+
+Each call runs as a subprocess of the program (PROGRAM ... --request -), so the
+CLI's guarantees hold per call: agentsh kills every process the command started,
+bounds its capture, and a client's cancellation (notifications/cancelled) sends
+SIGINT to the call, which reports status cancelled with nothing left running.
+
+Settings: the sandbox flags (--sandbox, --workspace, --allow-write, --deny-read,
+--net, --memory, --cpu-time, --pids, --file-size, --nofile, --user), the command
+policy (--policy, --policy-default), agentfs's --root, --deny and --max-file-size,
+--state-dir and --config are the server's, given as flags here or through the
+environment and config file like the CLI's. They are passed to every call as
+flags and a tool call cannot set them: an argument naming one is refused with
+invalid_request. With --sandbox workspace-write and no --workspace, the workspace
+is the server's working directory, not a call's cwd. The stream, tee, exit_zero
+and follow arguments are the server's too.
+
+Progress: an agentsh_run call with a progress token gets progress notifications
+with the bytes of output so far (at most one per 200ms); agentjob_wait gets one
+per state change of the jobs it waits for.
+
+Job notifications (servers that include agentjob): every lifecycle event of the
+environment while the server runs (started, ready, exited, failed, stopped,
+timeout, restarted, lost) is sent as a logging notification (notifications/message,
+logger "agentjob", level info, or warning for failed, timeout and lost; data:
+type, event, seq, time, handle, name, exit_code, signal, reason, restarts,
+coalesced). The client receives them after it sets a logging level (logging/setLevel
+info). Limits: at most one notification per job per --event-interval (default 1s),
+the first at once and later ones coalesced into the latest state (coalesced counts
+the events folded in), and at most --event-burst (default 20) for all jobs together
+per interval.
+
+Sessions: agentsh_session_start takes an extra argument, detached. The server
+stops the sessions a connection started when that connection closes, unless they
+were started with detached true.`
+
+// NewCmd builds the mcp command of env's program. root is the program's
+// root command (its persistent flags are already defined); stateDir is the
+// program's --state-dir value; allowAll adds --all (agentsh).
+func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll bool) *cobra.Command {
+	o := &Options{operator: map[string]*[]string{}}
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Serve this program's operations as MCP tools over stdio",
+		Long:  Long,
+		Args:  cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	if allowAll {
+		f.BoolVar(&o.All, "all", false, "also serve agentjob's and agentfs's tools")
+	}
+	f.BoolVar(&o.Describe, "describe", false, "print the tool set as JSON instead of serving")
+	_ = f.MarkHidden("describe")
+	f.Var(clikit.DurationValue{D: &o.EventInterval}, "event-interval", "at most one job notification per job per `D` (default 1s)")
+	f.IntVar(&o.EventBurst, "event-burst", mcpserver.DefaultEventBurst, "at most `N` job notifications for all jobs together per interval")
+	for _, n := range mcpserver.OperatorFlags() {
+		switch n {
+		case "config", "state-dir", "approved", "sandbox-lock":
+			// config and state-dir are the program's own persistent
+			// flags; approval and the lock are never the server's to give.
+			continue
+		}
+		vals := new([]string)
+		o.operator[n] = vals
+		// A local flag shadows the program's persistent one of the same
+		// name (agentfs --root): the server forwards the value verbatim
+		// and the subprocess resolves it as the CLI would.
+		f.StringArrayVar(vals, n, nil, "the server's --"+n+" for every call whose command has it")
+	}
+	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		return run(cmd, env, o, *stateDir)
+	})
+	return cmd
+}
+
+func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*clikit.Outcome, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot find this program's executable: %v", err)
+	}
+	d, err := env.OpenStateDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot read the working directory: %v", err)
+	}
+	var flags []mcpserver.Flag
+	var forward []string // the same settings as flags of another program's mcp --describe
+	for _, n := range mcpserver.OperatorFlags() {
+		vals, ok := o.operator[n]
+		if !ok || !clikit.FlagChanged(cmd, n) {
+			continue
+		}
+		flags = append(flags, mcpserver.Flag{Name: n, Values: *vals})
+		for _, v := range *vals {
+			forward = append(forward, "--"+n+"="+v)
+		}
+	}
+	dopts := mcpserver.DescribeOptions{
+		Executable: self, Flags: flags, ConfigFile: env.ConfigFile, StateDir: d.Path(), Workdir: wd,
+		LookupEnv: env.LookupEnv, Environ: env.Environ,
+	}
+	own, err := mcpserver.Describe(env.Program, dopts)
+	if err != nil {
+		return nil, err
+	}
+	if o.Describe {
+		b, err := json.Marshal(own)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		obj := result.New().Set("success", true)
+		for _, k := range []string{"program", "executable", "tools"} {
+			obj.Set(k, m[k])
+		}
+		return &clikit.Outcome{Value: obj}, nil
+	}
+	sets := []*mcpserver.ToolSet{own}
+	if o.All {
+		for _, name := range []string{"agentjob", "agentfs"} {
+			args := append([]string{"mcp", "--describe", "--state-dir=" + d.Path()}, forward...)
+			if env.ConfigFile != "" {
+				args = append(args, "--config="+env.ConfigFile)
+			}
+			set, err := describeOther(env, self, name, args)
+			if err != nil {
+				return nil, err
+			}
+			sets = append(sets, set)
+		}
+	}
+	srv, err := mcpserver.New(mcpserver.Config{
+		Sets: sets, StateDir: d.Path(), Environ: env.Environ,
+		EventInterval: o.EventInterval, EventBurst: o.EventBurst, Log: env.Err, Verbose: env.Verbose,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := srv.Serve(env.Ctx, env.In, env.Out); err != nil {
+		env.Logf("%v", err)
+	}
+	// Nothing more goes to stdout: it was the MCP connection.
+	return nil, nil
+}
+
+// describeOther asks another agentplane program for its tool set, with the
+// same operator settings, so that agentsh need not link its command tree.
+func describeOther(env *clikit.Env, self, name string, args []string) (*mcpserver.ToolSet, error) {
+	exe, err := findProgram(self, name)
+	if err != nil {
+		return nil, err
+	}
+	c := exec.CommandContext(env.Ctx, exe, args...)
+	c.Env = env.Environ()
+	out, err := c.Output()
+	var set struct {
+		mcpserver.ToolSet
+		Success bool `json:"success"`
+		Error   struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if jerr := json.Unmarshal(out, &set); jerr != nil || !set.Success {
+		if set.Error.Code != "" {
+			return nil, result.Errorf(set.Error.Code, "%s: %s", name, set.Error.Message)
+		}
+		return nil, result.Errorf(result.CodeInternal, "cannot list %s's tools (%s): %v", name, exe, errors.Join(err, jerr))
+	}
+	set.Executable = exe
+	return &set.ToolSet, nil
+}
+
+// findProgram finds a sibling program: beside this executable first (an
+// installation keeps the three together), else on PATH.
+func findProgram(self, name string) (string, error) {
+	p := filepath.Join(filepath.Dir(self), name)
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p, nil
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", result.Errorf(result.CodeInternal, "cannot use %s: %v", p, err)
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", result.Errorf(result.CodeUsage, "mcp --all needs %s beside %s or on PATH", name, self).
+			With("hint", "install the three programs into one directory")
+	}
+	if !strings.Contains(p, "/") {
+		p, _ = filepath.Abs(p)
+	}
+	return p, nil
+}

@@ -1,0 +1,331 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// cancelGrace bounds how long a call's subprocess may take to report after
+// SIGINT before it is killed. agentsh itself stops its command within
+// --kill-after (default 5s), so this only fires if the CLI is wedged.
+const cancelGrace = 2 * time.Minute
+
+// progressEvery is the shortest time between two progress notifications
+// of one agentsh call; output arriving in between is counted in the next.
+const progressEvery = 200 * time.Millisecond
+
+// handler runs one tool call.
+func (s *Server) handler(t *tool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.inflight.Add(1)
+		defer s.inflight.Done()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(s.connCtx, cancel)()
+		args, detached, rerr := s.arguments(t, req.Params.Arguments)
+		if rerr != nil {
+			return render(t, failureMap(rerr)), nil
+		}
+		if s.cfg.Verbose {
+			s.logf("call %s", t.Name)
+		}
+		token := req.Params.GetProgressToken()
+		var onLine func(map[string]any)
+		if token != nil && t.Name == "agentsh_run" {
+			onLine = s.outputProgress(ctx, req.Session, token)
+		}
+		if token != nil && t.Name == "agentjob_wait" && s.cfg.StateDir != "" {
+			stop := s.waitProgress(ctx, req.Session, token, args)
+			defer stop()
+		}
+		res, err := s.exec(ctx, t, args, onLine)
+		if err != nil {
+			res = failureMap(err)
+		}
+		if s.cfg.Verbose {
+			s.logf("%s", summary(t.Name, res))
+		}
+		if h, ok := res["session"].(string); ok && res["success"] == true {
+			switch t.Name {
+			case "agentsh_session_start":
+				s.trackSession(h, !detached)
+			case "agentsh_session_stop":
+				s.trackSession(h, false)
+			}
+		}
+		return render(t, res), nil
+	}
+}
+
+// arguments decodes a call's arguments and refuses the keys the server
+// owns. It returns the request for the subprocess and, for session start,
+// the MCP-only detached argument.
+func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, error) {
+	args := map[string]any{}
+	if len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null" {
+		m, err := clikit.DecodeRequest(raw)
+		if err != nil {
+			return nil, false, err
+		}
+		args = m
+	}
+	for k := range args {
+		if s.refused[k] {
+			return nil, false, result.Errorf(result.CodeInvalidRequest,
+				"%q is set by the MCP server's operator, not by a tool call", k).With("key", k).
+				With("hint", "leave it out; the server's settings apply to every call")
+		}
+	}
+	detached := false
+	if v, ok := args[DetachedKey]; ok && t.Name == "agentsh_session_start" {
+		b, isBool := v.(bool)
+		if !isBool {
+			return nil, false, result.Errorf(result.CodeInvalidRequest, "key %q: expected a boolean", DetachedKey).With("key", DetachedKey)
+		}
+		detached = b
+		delete(args, DetachedKey)
+	}
+	return args, detached, nil
+}
+
+// exec runs one call as a subprocess of the program that owns it and
+// returns its JSON result. onLine, if set, sees each streamed event.
+// Cancelling ctx sends SIGINT, as a user's Ctrl-C would: the CLI stops
+// what it runs and still prints its result ("cancelled").
+func (s *Server) exec(ctx context.Context, t *tool, args map[string]any, onLine func(map[string]any)) (map[string]any, error) {
+	req, err := json.Marshal(args)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInvalidRequest, "cannot encode the arguments: %v", err)
+	}
+	argv := append(append([]string(nil), t.Path...), "--request", "-")
+	argv = append(argv, t.Flags...)
+	if t.Name == "agentsh_run" {
+		argv = append(argv, "--stream")
+	}
+	cmd := exec.CommandContext(ctx, t.executable, argv...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = cancelGrace
+	cmd.Env = s.cfg.Environ()
+	cmd.Stdin = bytes.NewReader(req)
+	stderr := &tailBuffer{max: 4096}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot run %s: %v", t.program, err)
+	}
+	// Memory stays bounded by the largest line: events are small chunks,
+	// and the result is bounded by the call's own capture limits.
+	var last map[string]any
+	r := bufio.NewReaderSize(stdout, 64<<10)
+	for {
+		line, rerr := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			if m, err := decodeObject(line); err == nil {
+				// Stream events carry a type; the result does not.
+				if _, isEvent := m["type"].(string); isEvent && m["success"] == nil {
+					if onLine != nil {
+						onLine(m)
+					}
+				} else {
+					last = m
+				}
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	werr := cmd.Wait()
+	if last == nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" && werr != nil {
+			msg = werr.Error()
+		}
+		return nil, result.Errorf(result.CodeInternal, "%s printed no result: %s", t.program, msg)
+	}
+	return last, nil
+}
+
+// decodeObject parses one JSON object, keeping numbers exact.
+func decodeObject(b []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	if m == nil {
+		return nil, errors.New("not an object")
+	}
+	return m, nil
+}
+
+// outputProgress turns agentsh's stream events into progress: the bytes
+// of output so far.
+func (s *Server) outputProgress(ctx context.Context, ss *mcp.ServerSession, token any) func(map[string]any) {
+	var total int64
+	var sent time.Time
+	return func(ev map[string]any) {
+		typ, _ := ev["type"].(string)
+		if typ != "stdout" && typ != "stderr" && typ != "output" {
+			return
+		}
+		data, _ := ev["data"].(string)
+		total += int64(len(data))
+		now := time.Now()
+		if !sent.IsZero() && now.Sub(sent) < progressEvery {
+			return
+		}
+		sent = now
+		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: token, Progress: float64(total),
+			Message: fmt.Sprintf("%d bytes of output", total),
+		})
+	}
+}
+
+// waitProgress reports the state changes of the jobs an agentjob wait is
+// waiting for, rate-limited like the job notifications. The returned stop
+// function sends what the limiter still holds and what the log has beyond
+// the last event seen, so that the change that ended the wait is reported
+// before its result.
+func (s *Server) waitProgress(ctx context.Context, ss *mcp.ServerSession, token any, args map[string]any) func() {
+	want := map[string]bool{}
+	if list, ok := args["jobs"].([]any); ok {
+		for _, j := range list {
+			if js, ok := j.(string); ok {
+				want[js] = true
+			}
+		}
+	}
+	keep := func(e state.Event) bool { return want[e.Handle] || (e.Name != "" && want[e.Name]) }
+	d, err := state.Open(s.cfg.StateDir)
+	if err != nil {
+		return func() {}
+	}
+	var since int64
+	if evs, err := d.ReadEvents(0, nil); err == nil && len(evs) > 0 {
+		since = evs[len(evs)-1].Seq
+	}
+	n := 0
+	send := func(nt notice) {
+		n++
+		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: nt.summary()})
+	}
+	lim := newLimiter(s.cfg.EventInterval, s.cfg.EventBurst)
+	var mu sync.Mutex // guards lim and since between the loop and stop
+	wctx, cancel := context.WithCancel(ctx)
+	events := make(chan state.Event)
+	done := make(chan struct{})
+	go func() {
+		defer close(events)
+		for from := since; ; {
+			evs, err := d.WaitEvents(wctx, from, keep)
+			if err != nil {
+				return
+			}
+			for _, e := range evs {
+				select {
+				case events <- e:
+					from = e.Seq
+				case <-wctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	go func() {
+		defer close(done)
+		runLimitedLocked(wctx, events, lim, &mu, func(e state.Event) { since = e.Seq }, send)
+	}()
+	return func() {
+		cancel()
+		<-done
+		for range events {
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		evs, _ := d.ReadEvents(since, keep)
+		for _, e := range evs {
+			lim.offer(e, time.Now())
+		}
+		for _, nt := range lim.drain() {
+			send(nt)
+		}
+	}
+}
+
+// failureMap is a failure as the result object a CLI would print.
+func failureMap(err error) map[string]any {
+	b, _ := result.Marshal(result.Failure(err))
+	m, _ := decodeObject(b)
+	return m
+}
+
+// render makes the MCP result: the CLI's JSON object as structured
+// content, and for hosts that only show text, a summary line followed by
+// the same object as JSON. A result with success false is a tool error:
+// the model sees it and its stable error code, as the CLI's exit status
+// would tell a script.
+func render(t *tool, res map[string]any) *mcp.CallToolResult {
+	b, _ := result.Marshal(res)
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: summary(t.Name, res) + "\n" + string(b)}},
+		StructuredContent: res,
+		IsError:           res["success"] != true,
+	}
+}
+
+// summary is one line for a human glancing at a host's transcript.
+func summary(name string, res map[string]any) string {
+	var parts []string
+	if res["success"] == true {
+		parts = append(parts, "ok")
+	} else {
+		parts = append(parts, "failed")
+	}
+	for _, k := range []string{"status", "exit_code", "signal", "handle", "session", "path", "elapsed_ms"} {
+		if v, ok := res[k]; ok && v != nil {
+			parts = append(parts, fmt.Sprintf("%s=%v", k, v))
+		}
+	}
+	if e, ok := res["error"].(map[string]any); ok {
+		parts = append(parts, fmt.Sprintf("error=%v: %v", e["code"], e["message"]))
+	}
+	return name + ": " + strings.Join(parts, " ")
+}
+
+// tailBuffer keeps the last max bytes written: a subprocess's stderr only
+// matters when it printed no result, and then its end says why.
+type tailBuffer struct {
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = append([]byte(nil), b.buf[len(b.buf)-b.max:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string { return string(b.buf) }

@@ -1,0 +1,540 @@
+package mcpserver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// binDir holds agentsh, agentjob and agentfs built once for all tests: the
+// server runs each call as a subprocess of the real programs.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "mcpserver-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	out, err := exec.Command("go", "build", "-o", dir+"/",
+		"github.com/agentplane/agentplane/cmd/agentsh",
+		"github.com/agentplane/agentplane/cmd/agentjob",
+		"github.com/agentplane/agentplane/cmd/agentfs").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the programs: %v\n%s", err, out)
+		return 1
+	}
+	binDir = dir
+	return m.Run()
+}
+
+// server is one running "PROGRAM mcp" with a connected Go SDK client.
+type server struct {
+	t        *testing.T
+	cmd      *exec.Cmd
+	cs       *mcp.ClientSession
+	stderr   *syncBuffer
+	stateDir string
+	logs     chan *mcp.LoggingMessageParams
+	progress chan *mcp.ProgressNotificationParams
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// testEnv isolates the programs from the user's configuration.
+func testEnv(t *testing.T) []string {
+	home := t.TempDir()
+	return append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+		"XDG_STATE_HOME="+filepath.Join(home, ".state"), "AGENTPLANE_CONFIG=")
+}
+
+// start runs "program mcp args..." in dir and connects a client.
+func start(t *testing.T, program, dir string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, stderr: &syncBuffer{}, stateDir: t.TempDir(),
+		logs: make(chan *mcp.LoggingMessageParams, 256), progress: make(chan *mcp.ProgressNotificationParams, 256)}
+	argv := append([]string{"mcp", "--verbose", "--state-dir", s.stateDir}, args...)
+	s.cmd = exec.Command(filepath.Join(binDir, program), argv...)
+	s.cmd.Dir = dir
+	s.cmd.Env = testEnv(t)
+	s.cmd.Stderr = s.stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "agentplane-test", Version: "0"}, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
+			select {
+			case s.logs <- r.Params:
+			default:
+			}
+		},
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			select {
+			case s.progress <- r.Params:
+			default:
+			}
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// A generous grace: the server stops its sessions before it exits.
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: s.cmd, TerminateDuration: time.Minute}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\nstderr: %s", err, s.stderr.String())
+	}
+	s.cs = cs
+	t.Cleanup(func() { s.close() })
+	return s
+}
+
+// close ends the connection and waits for the server to exit: after that,
+// every call's subprocess has reported and the server's sessions are
+// stopped.
+func (s *server) close() {
+	if s.cs == nil {
+		return
+	}
+	_ = s.cs.Close()
+	s.cs = nil
+	if st := s.cmd.ProcessState; st == nil || !st.Success() {
+		s.t.Errorf("server exit: %v\n%s", st, s.stderr.String())
+	}
+}
+
+// call runs a tool and returns the result and its structured content.
+func (s *server) call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, map[string]any) {
+	s.t.Helper()
+	res, err := s.cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		s.t.Fatalf("%s: %v\nstderr: %s", name, err, s.stderr.String())
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		s.t.Fatalf("%s: structured content %s: %v", name, b, err)
+	}
+	if len(res.Content) == 0 {
+		s.t.Fatalf("%s: no text content", name)
+	}
+	return res, m
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestListTools(t *testing.T) {
+	s := start(t, "agentsh", t.TempDir(), "--all")
+	res, err := s.cs.ListTools(testCtx(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := map[string]*mcp.Tool{}
+	for _, tl := range res.Tools {
+		tools[tl.Name] = tl
+	}
+	for _, want := range []string{"agentsh_run", "agentsh_session_start", "agentjob_start", "agentjob_wait", "agentfs_edit", "agentfs_read"} {
+		if tools[want] == nil {
+			t.Errorf("tool %s missing", want)
+		}
+	}
+	// Same descriptions as "schema --format mcp"; the operator's keys and
+	// the server's own are gone; sessions can be detached.
+	for _, prog := range []string{"agentsh", "agentjob", "agentfs"} {
+		out, err := exec.Command(filepath.Join(binDir, prog), "schema", "--format", "mcp").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sch struct {
+			Tools []struct {
+				Name        string `json:"name"`
+				Description string `json:"description"`
+			} `json:"tools"`
+		}
+		if err := json.Unmarshal(out, &sch); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range sch.Tools {
+			if tools[st.Name] == nil || tools[st.Name].Description != st.Description {
+				t.Errorf("%s: served description differs from schema --format mcp", st.Name)
+			}
+		}
+	}
+	props := func(name string) map[string]any {
+		b, _ := json.Marshal(tools[name].InputSchema)
+		var s struct {
+			Properties map[string]any `json:"properties"`
+		}
+		_ = json.Unmarshal(b, &s)
+		return s.Properties
+	}
+	run := props("agentsh_run")
+	for _, k := range []string{"sandbox", "allow_write", "net", "memory", "stream", "tee"} {
+		if _, ok := run[k]; ok {
+			t.Errorf("agentsh_run offers the operator's or server's key %q", k)
+		}
+	}
+	for _, k := range []string{"command", "cwd", "timeout"} {
+		if _, ok := run[k]; !ok {
+			t.Errorf("agentsh_run lacks %q", k)
+		}
+	}
+	if _, ok := props("agentsh_session_start")["detached"]; !ok {
+		t.Error("agentsh_session_start lacks detached")
+	}
+	if _, ok := props("agentjob_logs")["follow"]; ok {
+		t.Error("agentjob_logs offers follow")
+	}
+}
+
+func TestRunCommandWithProgress(t *testing.T) {
+	s := start(t, "agentsh", t.TempDir())
+	params := &mcp.CallToolParams{Name: "agentsh_run", Arguments: map[string]any{"command": "printf hello"}}
+	params.SetProgressToken("p1")
+	res, err := s.cs.CallTool(testCtx(t), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError {
+		t.Fatalf("tool error: %+v", res.Content[0])
+	}
+	m := res.StructuredContent.(map[string]any)
+	if m["stdout"] != "hello" || m["status"] != "completed" || m["exit_code"] != float64(0) {
+		t.Fatalf("result %v", m)
+	}
+	if _, ok := m["type"]; ok {
+		t.Error("the result carries a stream event's type")
+	}
+	text := res.Content[0].(*mcp.TextContent).Text
+	if !strings.HasPrefix(text, "agentsh_run: ok status=completed exit_code=0") || !strings.Contains(text, `"stdout":"hello"`) {
+		t.Errorf("text %q", text)
+	}
+	// The output event precedes the result, so its progress notification
+	// was sent before the response.
+	select {
+	case p := <-s.progress:
+		if p.ProgressToken != "p1" || p.Progress != 5 {
+			t.Errorf("progress %+v", p)
+		}
+	case <-testCtx(t).Done():
+		t.Error("no progress notification")
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	s := start(t, "agentsh", t.TempDir())
+	res, m := s.call(testCtx(t), "agentsh_run", map[string]any{"command": "echo before; sleep 60", "timeout": "1s", "kill_after": "1s"})
+	if !res.IsError || m["status"] != "timeout" || m["exit_code"] != float64(124) || m["stdout"] != "before\n" {
+		t.Fatalf("isError=%v result %v", res.IsError, m)
+	}
+}
+
+func TestOperatorKeysRefused(t *testing.T) {
+	s := start(t, "agentsh", t.TempDir(), "--sandbox", "read-only")
+	for _, args := range []map[string]any{
+		{"command": "true", "sandbox": "none"},
+		{"command": "true", "allow_write": []string{"/"}},
+		{"command": "true", "stream": true},
+	} {
+		res, m := s.call(testCtx(t), "agentsh_run", args)
+		e, _ := m["error"].(map[string]any)
+		if !res.IsError || e["code"] != "invalid_request" {
+			t.Errorf("%v: isError=%v result %v", args, res.IsError, m)
+		}
+	}
+}
+
+func TestPolicyRefusal(t *testing.T) {
+	dir := t.TempDir()
+	rules := filepath.Join(dir, "rules.star")
+	if err := os.WriteFile(rules, []byte(`prefix_rule(pattern=["rm"], decision="forbidden", justification="never delete")`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "keep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, "agentsh", dir, "--all", "--policy", rules)
+	res, m := s.call(testCtx(t), "agentsh_run", map[string]any{"command": "rm keep"})
+	e, _ := m["error"].(map[string]any)
+	if !res.IsError || e["code"] != "policy_denied" {
+		t.Fatalf("isError=%v result %v", res.IsError, m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
+		t.Fatal("the refused command ran")
+	}
+	// agentjob start is screened by the same policy.
+	res, m = s.call(testCtx(t), "agentjob_start", map[string]any{"command": "rm keep"})
+	e, _ = m["error"].(map[string]any)
+	if !res.IsError || e["code"] != "policy_denied" {
+		t.Fatalf("agentjob_start: isError=%v result %v", res.IsError, m)
+	}
+}
+
+// TestCancel cancels a running command: the call's subprocess gets SIGINT,
+// agentsh stops the command and reports cancelled, and once the server has
+// exited no process of the command is left.
+func TestCancel(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir)
+	pidFile := filepath.Join(dir, "pids")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	params := &mcp.CallToolParams{Name: "agentsh_run", Arguments: map[string]any{
+		"command": "echo $$ > pids; sleep 300 & echo $! >> pids; setsid sleep 300 & echo $! >> pids; echo started; wait",
+		"timeout": 0,
+	}}
+	params.SetProgressToken("c1")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.cs.CallTool(ctx, params)
+		errc <- err
+	}()
+	select {
+	case <-s.progress: // "started" was printed: the command is running
+	case err := <-errc:
+		t.Fatalf("call ended before output: %v", err)
+	}
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled call returned a result")
+	}
+	s.close()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := strings.Fields(string(b))
+	if len(pids) != 3 {
+		t.Fatalf("pids %q", pids)
+	}
+	for _, p := range pids {
+		if _, err := os.Stat("/proc/" + p); err == nil {
+			stat, _ := os.ReadFile("/proc/" + p + "/stat")
+			t.Errorf("process %s survived the cancelled call: %s", p, stat)
+		}
+	}
+	if !strings.Contains(s.stderr.String(), "agentsh_run: failed status=cancelled") {
+		t.Errorf("the call did not report cancelled; server log:\n%s", s.stderr.String())
+	}
+}
+
+func TestEditFile(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentfs", dir, "--root", dir)
+	ctx := testCtx(t)
+	path := filepath.Join(dir, "main.go")
+	res, m := s.call(ctx, "agentfs_write", map[string]any{"path": path, "content": "package main\n\nfunc main() {}\n"})
+	if res.IsError || m["created"] != true {
+		t.Fatalf("write: %v", m)
+	}
+	res, m = s.call(ctx, "agentfs_edit", map[string]any{"path": path, "old": "func main() {}", "new": "func main() { println(1) }"})
+	if res.IsError {
+		t.Fatalf("edit: %v", m)
+	}
+	if m["original_file"] != "package main\n\nfunc main() {}\n" || m["new_file"] != "package main\n\nfunc main() { println(1) }\n" {
+		t.Fatalf("before/after: %v", m)
+	}
+	if d, _ := m["diff"].(string); !strings.Contains(d, "+func main() { println(1) }") {
+		t.Errorf("diff %q", d)
+	}
+	res, m = s.call(ctx, "agentfs_read", map[string]any{"path": path})
+	if res.IsError || m["content"] != "package main\n\nfunc main() { println(1) }\n" {
+		t.Fatalf("read: %v", m)
+	}
+	// The server's root holds; a path outside is a tool error.
+	res, m = s.call(ctx, "agentfs_read", map[string]any{"path": "/etc/hostname"})
+	e, _ := m["error"].(map[string]any)
+	if !res.IsError || e["code"] != "outside_root" {
+		t.Fatalf("outside root: %v", m)
+	}
+	res, m = s.call(ctx, "agentfs_read", map[string]any{"path": path, "root": "/"})
+	if e, _ := m["error"].(map[string]any); !res.IsError || e["code"] != "invalid_request" {
+		t.Fatalf("root argument: %v", m)
+	}
+}
+
+// realPython finds the interpreter itself rather than a version manager's
+// shim, whose wrapper process would be what the job runs.
+func realPython(t *testing.T) string {
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Skipf("python3 is needed for the dev server job: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestDevServerReadyNotification(t *testing.T) {
+	py := realPython(t)
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir, "--all")
+	ctx := testCtx(t)
+	if err := s.cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(freePort(t))
+	res, m := s.call(ctx, "agentjob_start", map[string]any{
+		"argv": []string{py, "-m", "http.server", port, "--bind", "127.0.0.1"}, "cwd": dir,
+		"ready_http": "http://127.0.0.1:" + port + "/", "name": "web",
+	})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	handle, _ := m["handle"].(string)
+	t.Cleanup(func() {
+		_ = exec.Command(filepath.Join(binDir, "agentjob"), "stop", "--state-dir", s.stateDir, handle).Run()
+	})
+	seen := map[string]bool{}
+	for !seen["ready"] {
+		select {
+		case p := <-s.logs:
+			d, _ := p.Data.(map[string]any)
+			if p.Logger != "agentjob" || d["handle"] != handle {
+				continue
+			}
+			seen[d["event"].(string)] = true
+			if d["event"] == "ready" && (d["name"] != "web" || d["type"] != "job_ready") {
+				t.Errorf("ready notification %v", d)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no ready notification; saw %v\n%s", seen, s.stderr.String())
+		}
+	}
+	// The job is reachable, and stopping it is another notification.
+	res, m = s.call(ctx, "agentjob_stop", map[string]any{"job": handle})
+	if res.IsError {
+		t.Fatalf("stop: %v", m)
+	}
+	for !seen["stopped"] {
+		select {
+		case p := <-s.logs:
+			if d, _ := p.Data.(map[string]any); d["handle"] == handle {
+				seen[d["event"].(string)] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("no stopped notification; saw %v", seen)
+		}
+	}
+}
+
+func TestWaitProgress(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentjob", dir)
+	ctx := testCtx(t)
+	gate := filepath.Join(dir, "gate")
+	res, m := s.call(ctx, "agentjob_start", map[string]any{"command": "while [ ! -e gate ]; do sleep 0.05; done; exit 3", "cwd": dir})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	handle := m["handle"].(string)
+	params := &mcp.CallToolParams{Name: "agentjob_wait", Arguments: map[string]any{"jobs": []string{handle}, "timeout": "60s"}}
+	params.SetProgressToken("w1")
+	type out struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		r, err := s.cs.CallTool(ctx, params)
+		done <- out{r, err}
+	}()
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	m = o.res.StructuredContent.(map[string]any)
+	if !o.res.IsError || m["status"] != "failed" {
+		t.Fatalf("wait: %v", m)
+	}
+	// The event that ended the wait is reported as progress before the
+	// result.
+	for {
+		select {
+		case p := <-s.progress:
+			if p.ProgressToken == "w1" && strings.HasSuffix(p.Message, ": failed") {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no progress for the failure")
+		}
+	}
+}
+
+func TestSessionsStopWithConnection(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir)
+	ctx := testCtx(t)
+	res, m := s.call(ctx, "agentsh_session_start", map[string]any{"cwd": dir})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	owned := m["session"].(string)
+	res, m = s.call(ctx, "agentsh_session_start", map[string]any{"cwd": dir, "detached": true})
+	if res.IsError {
+		t.Fatalf("start detached: %v", m)
+	}
+	detached := m["session"].(string)
+	if _, m = s.call(ctx, "agentsh_run", map[string]any{"session": owned, "command": "export X=kept; cd /"}); m["success"] != true {
+		t.Fatalf("run: %v", m)
+	}
+	if _, m = s.call(ctx, "agentsh_run", map[string]any{"session": owned, "command": "echo $X; pwd"}); m["stdout"] != "kept\n/\n" {
+		t.Fatalf("session state lost: %v", m)
+	}
+	s.close()
+	status := func(h string) string {
+		cmd := exec.Command(filepath.Join(binDir, "agentsh"), "session", "status", "--state-dir", s.stateDir, "-q", "status", h)
+		cmd.Env = testEnv(t)
+		b, _ := cmd.Output()
+		return strings.TrimSpace(string(b))
+	}
+	if st := status(owned); st != "ended" {
+		t.Errorf("the connection's session is %q after it closed", st)
+	}
+	if st := status(detached); st == "ended" || st == "" {
+		t.Errorf("the detached session is %q", st)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "agentsh"), "session", "stop", "--state-dir", s.stateDir, detached)
+	cmd.Env = testEnv(t)
+	_ = cmd.Run()
+}

@@ -1,0 +1,434 @@
+// Package mcpserver serves agentplane operations as Model Context Protocol
+// tools over one stdio connection.
+//
+// Every tool call runs as a subprocess of the program that owns the
+// operation (agentsh, agentjob or agentfs), given the call's arguments as a
+// JSON request on stdin and the operator's settings as flags. The CLIs'
+// guarantees are per process: agentsh is a child subreaper that kills every
+// descendant of its command, bounds its capture and turns SIGINT into a
+// "cancelled" result. Running calls inside this long-lived server would
+// share one process between calls and lose all of that; a subprocess per
+// call keeps them, and a client's cancellation becomes SIGINT to that
+// subprocess, exactly what a shell user's Ctrl-C does.
+//
+// The operator's settings (sandbox, limits, command policy, agentfs root and
+// deny list, state directory, config file) are the server's: the arguments
+// naming them are removed from the tools' input schemas and refused in
+// calls, and the server's values are passed as flags, which override a
+// request (CONTRACT §1).
+package mcpserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/pflag"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// DefaultEventInterval is the shortest time between two job notifications
+// about the same job; events in between coalesce into the latest one.
+const DefaultEventInterval = time.Second
+
+// DefaultEventBurst bounds the job notifications of all jobs together in
+// one DefaultEventInterval, so that many flapping jobs cannot flood the
+// client either; events over the bound wait for the next interval.
+const DefaultEventBurst = 20
+
+// OperatorFlags returns the settings that belong to whoever started the
+// server, never to a tool call: the sandbox and its limits, the command
+// policy, agentfs's root, deny list and size limit, and where state lives.
+// A tool call naming one of them as an argument is refused.
+func OperatorFlags() []string {
+	return []string{
+		"sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids",
+		"file-size", "nofile", "user", "sandbox-lock",
+		"policy", "policy-default", "approved",
+		"root", "deny", "max-file-size",
+		"state-dir", "config",
+	}
+}
+
+// serverOwned returns the request keys that change how a call reports
+// rather than what it does: the server sets them itself (agentsh --stream,
+// for progress), or they make no sense over MCP (follow modes never end;
+// tee and exit_zero concern a terminal and a shell's exit status).
+func serverOwned() []string { return []string{"stream", "tee", "exit_zero", "follow"} }
+
+// DetachedKey is the extra argument of agentsh_session_start: a session
+// started with it true outlives the connection.
+const DetachedKey = "detached"
+
+// Flag is one operator setting forwarded to every call whose command has
+// the flag. Values holds one entry per occurrence (repeatable flags).
+type Flag struct {
+	Name   string   `json:"name"`
+	Values []string `json:"values"`
+}
+
+// ToolSet is what one program serves: its tools and the binary that runs
+// them. A program describes itself (Describe), in process or through its
+// hidden "mcp --describe", so that agentsh can serve agentjob's and
+// agentfs's tools without linking their command trees.
+type ToolSet struct {
+	Program    string     `json:"program"`
+	Executable string     `json:"executable"`
+	Tools      []ToolSpec `json:"tools"`
+}
+
+// ToolSpec is one served operation.
+type ToolSpec struct {
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	InputSchema map[string]any `json:"input_schema"`
+	// Path is the subcommand below the program ("session", "start").
+	Path []string `json:"path"`
+	// Flags carry the operator's settings to the subprocess.
+	Flags []string `json:"flags"`
+}
+
+// Config is what the server needs to know.
+type Config struct {
+	// Sets are the served programs.
+	Sets []*ToolSet
+	// StateDir is the environment whose event log the server follows
+	// for job notifications ("" for none).
+	StateDir string
+	// Environ lists the server's environment; calls inherit it.
+	Environ func() []string
+	// EventInterval and EventBurst limit job notifications (defaults
+	// DefaultEventInterval, DefaultEventBurst).
+	EventInterval time.Duration
+	EventBurst    int
+	// Log receives diagnostics for humans (the server's stderr).
+	Log io.Writer
+	// Verbose also logs every call.
+	Verbose bool
+}
+
+// DescribeOptions are the operator's settings a program's tools are
+// described with.
+type DescribeOptions struct {
+	Executable string
+	Flags      []Flag
+	ConfigFile string
+	StateDir   string
+	// Workdir is the server's working directory: the workspace of a
+	// workspace-write sandbox that names none, so that a call's cwd
+	// argument cannot move the writable area.
+	Workdir   string
+	LookupEnv func(string) (string, bool)
+	Environ   func() []string
+}
+
+// tool is one served operation with the program that runs it.
+type tool struct {
+	ToolSpec
+	program    string
+	executable string
+}
+
+// Server serves one MCP connection.
+type Server struct {
+	cfg     Config
+	tools   []*tool
+	refused map[string]bool
+	logMu   sync.Mutex
+
+	sessMu   sync.Mutex
+	sessions map[string]bool // sessions to stop when the connection closes
+
+	connCtx context.Context
+	// inflight counts running calls, so that Serve returns only after
+	// their subprocesses have reported.
+	inflight sync.WaitGroup
+}
+
+// New prepares a server for the given tool sets.
+func New(cfg Config) (*Server, error) {
+	if cfg.EventInterval <= 0 {
+		cfg.EventInterval = DefaultEventInterval
+	}
+	if cfg.EventBurst <= 0 {
+		cfg.EventBurst = DefaultEventBurst
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if cfg.Environ == nil {
+		cfg.Environ = func() []string { return nil }
+	}
+	s := &Server{cfg: cfg, refused: refusedKeys(), sessions: map[string]bool{}}
+	seen := map[string]bool{}
+	for _, set := range cfg.Sets {
+		if set.Executable == "" {
+			return nil, result.Errorf(result.CodeUsage, "no executable for %s", set.Program)
+		}
+		for _, spec := range set.Tools {
+			if seen[spec.Name] {
+				return nil, result.Errorf(result.CodeUsage, "tool %s is served twice", spec.Name)
+			}
+			seen[spec.Name] = true
+			s.tools = append(s.tools, &tool{ToolSpec: spec, program: set.Program, executable: set.Executable})
+		}
+	}
+	return s, nil
+}
+
+func refusedKeys() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range append(OperatorFlags(), serverOwned()...) {
+		m[clikit.ConfigKey(n)] = true
+	}
+	return m
+}
+
+// Describe lists a program's tools as the server offers them, with the
+// operator's settings turned into the flags each command accepts. A value
+// its command's parser rejects is an error here, at start-up, rather than
+// on every call.
+func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
+	if o.LookupEnv == nil {
+		o.LookupEnv = func(string) (string, bool) { return "", false }
+	}
+	if o.Environ == nil {
+		o.Environ = func() []string { return nil }
+	}
+	env := &clikit.Env{Program: p, LookupEnv: o.LookupEnv, Environ: o.Environ, ConfigFile: o.ConfigFile, Ctx: context.Background()}
+	root := clikit.NewRoot(env)
+	refused := refusedKeys()
+	set := &ToolSet{Program: p.Name, Executable: o.Executable}
+	for _, t := range clikit.Tools(root) {
+		flags, err := operatorArgs(env, t, o)
+		if err != nil {
+			return nil, err
+		}
+		set.Tools = append(set.Tools, ToolSpec{
+			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
+			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags,
+		})
+	}
+	return set, nil
+}
+
+// lookupFlag finds a flag of a command, its own or inherited.
+func lookupFlag(t clikit.Tool, name string) *pflag.Flag {
+	for _, fs := range []*pflag.FlagSet{t.Command.Flags(), t.Command.PersistentFlags(), t.Command.InheritedFlags()} {
+		if f := fs.Lookup(name); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// operatorArgs returns the flags that carry the operator's settings to one
+// command.
+func operatorArgs(env *clikit.Env, t clikit.Tool, o DescribeOptions) ([]string, error) {
+	var args []string
+	given := map[string][]string{}
+	for _, fl := range o.Flags {
+		f := lookupFlag(t, fl.Name)
+		if f == nil {
+			continue
+		}
+		for _, v := range fl.Values {
+			if err := f.Value.Set(v); err != nil {
+				return nil, result.Errorf(result.CodeUsage, "invalid argument %q for --%s: %v", v, fl.Name, err)
+			}
+			args = append(args, "--"+fl.Name+"="+v)
+		}
+		given[fl.Name] = fl.Values
+	}
+	if o.ConfigFile != "" && given["config"] == nil {
+		args = append(args, "--config="+o.ConfigFile)
+	}
+	if o.StateDir != "" && lookupFlag(t, "state-dir") != nil && given["state-dir"] == nil {
+		args = append(args, "--state-dir="+o.StateDir)
+	}
+	// A workspace-write sandbox without a workspace writes under the
+	// command's cwd, which is a tool argument: pin it to the server's
+	// directory so that the client cannot widen it with "cwd": "/".
+	if lookupFlag(t, "workspace") != nil && o.Workdir != "" {
+		mode := effective(env, t, given, "sandbox")
+		ws := effective(env, t, given, "workspace")
+		if mode == "workspace-write" && ws == "" {
+			args = append(args, "--workspace="+o.Workdir)
+		}
+	}
+	return args, nil
+}
+
+// effective is an operator setting as the subprocess will see it: the
+// server's flag, else the environment or config file.
+func effective(env *clikit.Env, t clikit.Tool, given map[string][]string, name string) string {
+	if v := given[name]; len(v) > 0 {
+		return v[len(v)-1]
+	}
+	if v, ok := env.Configured(t.Command, name); ok && len(v) > 0 {
+		return v[len(v)-1]
+	}
+	return ""
+}
+
+// toolSchema is the tool's request schema without the keys a client may
+// not set, plus the MCP-only arguments.
+func toolSchema(t clikit.Tool, refused map[string]bool) map[string]any {
+	schema := map[string]any{}
+	for k, v := range t.Schema {
+		schema[k] = v
+	}
+	props := map[string]any{}
+	if p, ok := t.Schema["properties"].(map[string]any); ok {
+		for k, v := range p {
+			if !refused[k] {
+				props[k] = v
+			}
+		}
+	}
+	if t.Name == "agentsh_session_start" {
+		props[DetachedKey] = map[string]any{"type": "boolean",
+			"description": "keep the session running after this MCP connection closes (by default the server stops the sessions it started when the client disconnects)"}
+	}
+	schema["properties"] = props
+	return schema
+}
+
+// Serve speaks MCP on in/out until the client disconnects or ctx ends,
+// then stops the sessions this connection started (unless detached).
+func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
+	srv := mcp.NewServer(&mcp.Implementation{Name: s.name(), Version: clikit.Version}, &mcp.ServerOptions{
+		Instructions: s.instructions(),
+		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}},
+	})
+	for _, t := range s.tools {
+		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}, s.handler(t))
+	}
+	// Calls outlive neither the connection nor the server: when either
+	// ends, their contexts end and their subprocesses get SIGINT.
+	connCtx, endConn := context.WithCancel(ctx)
+	defer endConn()
+	s.connCtx = connCtx
+	transport := &mcp.IOTransport{Reader: readCloser{in}, Writer: writeCloser{out}}
+	ss, err := srv.Connect(ctx, transport, nil)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	if s.servesJobs() && s.cfg.StateDir != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.followEvents(connCtx, ss)
+		}()
+	}
+	done := make(chan error, 1)
+	go func() { done <- ss.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = ss.Close()
+		err = <-done
+	}
+	endConn()
+	s.inflight.Wait()
+	wg.Wait()
+	s.stopSessions()
+	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) name() string {
+	var names []string
+	for _, set := range s.cfg.Sets {
+		names = append(names, set.Program)
+	}
+	return strings.Join(names, "+")
+}
+
+func (s *Server) servesJobs() bool {
+	for _, set := range s.cfg.Sets {
+		if set.Program == "agentjob" {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) instructions() string {
+	var b strings.Builder
+	b.WriteString("agentplane: every tool returns the same JSON result object as the CLI (structured content); " +
+		"success false marks a tool error whose error.code is stable. The sandbox, command policy and file root " +
+		"are set by the server's operator and cannot be changed through tool arguments.")
+	if s.servesJobs() {
+		b.WriteString(" Job lifecycle events (started, ready, exited, failed, stopped, timeout, restarted, lost) arrive as " +
+			"logging notifications from logger \"agentjob\" once the client sets a logging level of info or lower.")
+	}
+	return b.String()
+}
+
+// logf writes a diagnostic to the server's stderr.
+func (s *Server) logf(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintf(s.cfg.Log, s.name()+" mcp: "+format+"\n", args...)
+}
+
+// trackSession remembers a session this connection started.
+func (s *Server) trackSession(h string, track bool) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if track {
+		s.sessions[h] = true
+	} else {
+		delete(s.sessions, h)
+	}
+}
+
+// stopSessions stops the sessions this connection started. It runs after
+// the connection is gone, so it has a context of its own.
+func (s *Server) stopSessions() {
+	s.sessMu.Lock()
+	handles := make([]string, 0, len(s.sessions))
+	for h := range s.sessions {
+		handles = append(handles, h)
+	}
+	s.sessions = map[string]bool{}
+	s.sessMu.Unlock()
+	sort.Strings(handles)
+	var stop *tool
+	for _, t := range s.tools {
+		if t.Name == "agentsh_session_stop" {
+			stop = t
+		}
+	}
+	if stop == nil {
+		return
+	}
+	for _, h := range handles {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := s.exec(ctx, stop, map[string]any{"session": h}, nil)
+		cancel()
+		if err != nil || res["success"] != true {
+			s.logf("could not stop session %s: %v %v", h, err, res["error"])
+		}
+	}
+}
+
+type readCloser struct{ io.Reader }
+
+func (readCloser) Close() error { return nil }
+
+type writeCloser struct{ io.Writer }
+
+func (writeCloser) Close() error { return nil }
