@@ -38,18 +38,33 @@ func TestMain(m *testing.M) {
 // TestScripts runs the end-to-end scripts in testdata/script against the
 // real program.
 func TestScripts(t *testing.T) {
+	testscript.Run(t, scriptParams("testdata/script", ""))
+}
+
+// scriptParams are the testscript parameters of the scripts in dir. A
+// backend other than "" is put in AGENTJOB_BACKEND, the way a user
+// configures one. Conditions beside [sandbox]: [slurm] holds when a Slurm
+// cluster answers (SLURM_CONF set and sinfo works; scripts/slurm-dev up
+// starts one), [backend:slurm] when this run's configured backend is slurm.
+func scriptParams(dir, backend string) testscript.Params {
 	python := realPython()
 	cmds := testkit.Commands()
 	cmds["listening"] = cmdListening
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata/script",
+	return testscript.Params{
+		Dir:                 dir,
 		Cmds:                cmds,
 		RequireExplicitExec: true,
 		Condition: func(cond string) (bool, error) {
-			if cond == "sandbox" {
+			switch cond {
+			case "sandbox":
 				// Landlock and network namespaces, as root (CI has them).
 				c, _ := sandbox.Check()["enforceable"].(map[string]any)
 				return os.Geteuid() == 0 && c["workspace-write"] == true && c["net_none"] == true, nil
+			case "slurm":
+				ok, _ := slurmCluster()
+				return ok, nil
+			case "backend:slurm":
+				return backend == "slurm", nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -57,6 +72,15 @@ func TestScripts(t *testing.T) {
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			e.Setenv("PYTHON", python)
+			if backend != "" {
+				e.Setenv("AGENTJOB_BACKEND", backend)
+			}
+			e.Setenv("PARTITION_FULL", fullPartition())
+			// The Slurm clients find the cluster through SLURM_CONF, which
+			// testscript would otherwise clear.
+			if c := os.Getenv("SLURM_CONF"); c != "" {
+				e.Setenv("SLURM_CONF", c)
+			}
 			port, err := freePort()
 			if err != nil {
 				return err
@@ -66,7 +90,7 @@ func TestScripts(t *testing.T) {
 			e.Defer(func() { stopAll(e.WorkDir) })
 			return nil
 		},
-	})
+	}
 }
 
 // realPython is the interpreter itself, not a pyenv shim that costs a

@@ -307,7 +307,10 @@ func (st *Store) fromSlurm(id string, rec *record, s Status) Status {
 		case slurm.Terminal(j.State):
 			s.SchedulerState = j.State
 			if schedulerEnded(j.State) {
-				st.recordSchedulerEnd(&s, j, false)
+				// The supervisor's event said what it saw (stopped, or
+				// failed by a signal); a different status gets its own.
+				status, _, _ := mapScheduler(j)
+				st.recordSchedulerEnd(&s, j, status != rec.Status)
 			}
 		default:
 			// COMPLETING hides the base state until Slurm has killed the
@@ -477,7 +480,6 @@ func applySchedulerEnd(s *Status, e schedulerEndRecord) {
 // recordSchedulerEnd maps the scheduler's end of a job onto s, keeps it in
 // the job directory and, with event, appends its event; of concurrent
 // observers only the first writes and appends, and all report the same.
-// A supervisor that recorded an end has appended its own event already.
 func (st *Store) recordSchedulerEnd(s *Status, j slurm.Job, event bool) {
 	status, reason, lost := mapScheduler(j)
 	e := schedulerEndRecord{State: j.State, Status: status, Reason: reason, LostReason: lost,
