@@ -538,3 +538,23 @@ func TestSessionsStopWithConnection(t *testing.T) {
 	cmd.Env = testEnv(t)
 	_ = cmd.Run()
 }
+
+// TestWorkspacePinned: with --sandbox workspace-write and no --workspace,
+// the writable area is the server's directory, not the cwd a call names.
+func TestWorkspacePinned(t *testing.T) {
+	work, other := t.TempDir(), t.TempDir()
+	s := start(t, "agentsh", work, "--sandbox", "workspace-write")
+	res, m := s.call(testCtx(t), "agentsh_run", map[string]any{
+		"command": "touch here 2>/dev/null; echo other=$?; touch " + filepath.Join(work, "w") + "; echo work=$?",
+		"cwd":     other,
+	})
+	if e, _ := m["error"].(map[string]any); e["code"] == "sandbox_unavailable" {
+		t.Skipf("this machine cannot enforce workspace-write: %v", e["message"])
+	}
+	if res.IsError || m["stdout"] != "other=1\nwork=0\n" {
+		t.Fatalf("isError=%v result %v", res.IsError, m)
+	}
+	if _, err := os.Stat(filepath.Join(other, "here")); err == nil {
+		t.Fatal("a call's cwd widened the workspace")
+	}
+}
