@@ -85,11 +85,15 @@ func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, 
 		args = m
 	}
 	for k := range args {
-		if s.refused[k] {
+		if why := s.refused[k]; why != "" {
 			return nil, false, result.Errorf(result.CodeInvalidRequest,
-				"%q is set by the MCP server's operator, not by a tool call", k).With("key", k).
-				With("hint", "leave it out; the server's settings apply to every call")
+				"%q is not a tool argument of this MCP server", k).With("key", k).With("hint", why)
 		}
+	}
+	// agentfs edit reads --edits @FILE itself, like content_file.
+	if e, ok := args["edits"].(string); ok && strings.HasPrefix(e, "@") {
+		return nil, false, result.Errorf(result.CodeInvalidRequest, "\"edits\" may not name a file over MCP").
+			With("key", "edits").With("hint", whyFile)
 	}
 	detached := false
 	if v, ok := args[DetachedKey]; ok && t.Name == "agentsh_session_start" {

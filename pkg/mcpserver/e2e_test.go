@@ -261,17 +261,30 @@ func TestTimeout(t *testing.T) {
 }
 
 func TestOperatorKeysRefused(t *testing.T) {
-	s := start(t, "agentsh", t.TempDir(), "--sandbox", "read-only")
-	for _, args := range []map[string]any{
-		{"command": "true", "sandbox": "none"},
-		{"command": "true", "allow_write": []string{"/"}},
-		{"command": "true", "stream": true},
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir, "--all", "--sandbox", "read-only", "--root", dir)
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"agentsh_run", map[string]any{"command": "true", "sandbox": "none"}},
+		{"agentsh_run", map[string]any{"command": "true", "allow_write": []string{"/"}}},
+		{"agentsh_run", map[string]any{"command": "true", "stream": true}},
+		{"agentsh_run", map[string]any{"command": "cat", "stdin_file": "/etc/hostname"}},
+		{"agentsh_session_start", map[string]any{"net": "host"}},
+		{"agentfs_read", map[string]any{"path": "x", "root": "/"}},
+		{"agentfs_write", map[string]any{"path": "x", "content_file": "/etc/hostname"}},
+		{"agentfs_edit", map[string]any{"path": "x", "edits": "@/etc/hostname"}},
+		{"agentjob_logs", map[string]any{"job": "x", "follow": true}},
 	} {
-		res, m := s.call(testCtx(t), "agentsh_run", args)
+		res, m := s.call(testCtx(t), c.tool, c.args)
 		e, _ := m["error"].(map[string]any)
 		if !res.IsError || e["code"] != "invalid_request" {
-			t.Errorf("%v: isError=%v result %v", args, res.IsError, m)
+			t.Errorf("%s %v: isError=%v result %v", c.tool, c.args, res.IsError, m)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
+		t.Error("a refused call wrote a file")
 	}
 }
 

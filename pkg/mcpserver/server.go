@@ -141,7 +141,7 @@ type tool struct {
 type Server struct {
 	cfg     Config
 	tools   []*tool
-	refused map[string]bool
+	refused map[string]string
 	logMu   sync.Mutex
 
 	sessMu   sync.Mutex
@@ -184,12 +184,35 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func refusedKeys() map[string]bool {
-	m := map[string]bool{}
-	for _, n := range append(OperatorFlags(), serverOwned()...) {
-		m[clikit.ConfigKey(n)] = true
+// Why a key is refused, as the hint of the invalid_request error.
+const (
+	whyOperator = "the server's operator sets it; leave it out and the server's setting applies"
+	whyServer   = "the MCP server sets it itself or it has no meaning over MCP"
+	whyFile     = "it names a file the program would read or write itself, outside the sandbox and the root; give the content inline"
+)
+
+// refusedKeys maps the request keys a tool call may not give to why.
+func refusedKeys() map[string]string {
+	m := map[string]string{}
+	for _, n := range OperatorFlags() {
+		m[clikit.ConfigKey(n)] = whyOperator
+	}
+	for _, n := range serverOwned() {
+		m[n] = whyServer
+	}
+	for _, n := range callerFiles() {
+		m[n] = whyFile
 	}
 	return m
+}
+
+// callerFiles returns the request keys that name a local file the CLI
+// opens itself, unconfined: right for the person at the shell, but over
+// MCP they would let a tool call read past --deny-read and --root
+// (agentfs write --content-file copies any file into the root) or write
+// outside the sandbox.
+func callerFiles() []string {
+	return []string{"stdin_file", "save_output", "content_file", "patch_file"}
 }
 
 // Describe lists a program's tools as the server offers them, with the
@@ -281,7 +304,7 @@ func effective(env *clikit.Env, t clikit.Tool, given map[string][]string, name s
 
 // toolSchema is the tool's request schema without the keys a client may
 // not set, plus the MCP-only arguments.
-func toolSchema(t clikit.Tool, refused map[string]bool) map[string]any {
+func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
 	schema := map[string]any{}
 	for k, v := range t.Schema {
 		schema[k] = v
@@ -289,7 +312,7 @@ func toolSchema(t clikit.Tool, refused map[string]bool) map[string]any {
 	props := map[string]any{}
 	if p, ok := t.Schema["properties"].(map[string]any); ok {
 		for k, v := range p {
-			if !refused[k] {
+			if refused[k] == "" {
 				props[k] = v
 			}
 		}

@@ -58,7 +58,15 @@ environment and config file like the CLI's. They are passed to every call as
 flags and a tool call cannot set them: an argument naming one is refused with
 invalid_request. With --sandbox workspace-write and no --workspace, the workspace
 is the server's working directory, not a call's cwd. The stream, tee, exit_zero
-and follow arguments are the server's too.
+and follow arguments are the server's too. Arguments that name a local file the
+program would open itself, unconfined (stdin_file, save_output, content_file,
+patch_file, edits "@FILE"), are refused: they would read past --deny-read and
+--root or write outside the sandbox; give the content inline.
+
+A session keeps the sandbox it was started with: the server's sandbox applies to
+the sessions started through it, and a session handle from elsewhere in the same
+environment runs with its own. Give the server a state directory of its own
+(--state-dir) to keep other sessions out of reach.
 
 Progress: an agentsh_run call with a progress token gets progress notifications
 with the bytes of output so far (at most one per 200ms); agentjob_wait gets one
