@@ -571,3 +571,22 @@ func TestWorkspacePinned(t *testing.T) {
 		t.Fatal("a call's cwd widened the workspace")
 	}
 }
+
+// TestBadSettingFailsAtStart: a setting the program would reject fails the
+// server at start-up, as one JSON error, not every call later.
+func TestBadSettingFailsAtStart(t *testing.T) {
+	for _, args := range [][]string{{"--sandbox", "bogus"}, {"--all", "--memory", "lots"}} {
+		cmd := exec.Command(filepath.Join(binDir, "agentsh"), append([]string{"mcp", "--state-dir", t.TempDir()}, args...)...)
+		cmd.Env = testEnv(t)
+		out, err := cmd.Output()
+		var m struct {
+			Success bool `json:"success"`
+			Error   struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if jerr := json.Unmarshal(out, &m); err == nil || jerr != nil || m.Success || m.Error.Code != "usage_error" {
+			t.Errorf("%v: err=%v out=%s", args, err, out)
+		}
+	}
+}
