@@ -326,7 +326,9 @@ func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
 }
 
 // Serve speaks MCP on in/out until the client disconnects or ctx ends,
-// then stops the sessions this connection started (unless detached).
+// then waits for the calls in flight and stops the sessions this
+// connection started (unless detached). A Server serves one connection:
+// stdio has exactly one, and the sessions it owns are per connection.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 	srv := mcp.NewServer(&mcp.Implementation{Name: s.name(), Version: clikit.Version}, &mcp.ServerOptions{
 		Instructions: s.instructions(),
