@@ -22,7 +22,10 @@ func NewCmdStatus(env *clikit.Env, stateDir *string, runF func(*StatusOptions) (
 		Use:   "status JOB...",
 		Short: "Report jobs: status, exit code, pid, readiness, restarts, log sizes",
 		Long: "Report one job (the status object) or several ({\"jobs\": [...]}). The status never claims more " +
-			"than it can prove: a job whose supervisor is gone without recording an end is lost, never running.",
+			"than it can prove: a job whose supervisor is gone without recording an end is lost, never running. " +
+			"A slurm job also reports the scheduler's view (slurm_job_id, scheduler_state): pending while it is " +
+			"queued (reason says why), and the scheduler's end (cancelled, timeout, node failure) when its " +
+			"supervisor recorded none.",
 		Annotations: jobAnnotations("agentjob_status", "jobs...", "the jobs' handles or names"),
 		Args:        cobra.ArbitraryArgs,
 	}

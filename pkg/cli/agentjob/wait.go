@@ -38,7 +38,9 @@ func NewCmdWait(env *clikit.Env, stateDir *string, runF func(*WaitOptions) (*cli
 		Long: "Block, without polling, until the jobs end, or with --any the first of them, or with --for ready " +
 			"until they are ready. Exit 0 when what was awaited happened and went well (exited 0, or ready), 1 " +
 			"when a job ended otherwise (failed, stopped, timeout, lost), 124 when --timeout passed first; the " +
-			"result is the current status either way, so 'agentjob wait \"$h\" && deploy' does the right thing.",
+			"result is the current status either way, so 'agentjob wait \"$h\" && deploy' does the right thing. " +
+			"For slurm jobs it also asks the scheduler once a second, since Slurm can end a job (cancel it while " +
+			"pending, lose its node) without anything being written.",
 		Annotations: jobAnnotations("agentjob_wait", "jobs...", "the jobs' handles or names"),
 		Args:        cobra.ArbitraryArgs,
 	}
