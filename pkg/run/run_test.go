@@ -30,7 +30,7 @@ func TestRunTable(t *testing.T) {
 		{"stdin default is empty", Request{Argv: []string{"sh", "-c", "read x; echo $?"}}, StatusCompleted, 0, "", "1\n", ""},
 		{"signal", Request{Argv: []string{"sh", "-c", "kill -TERM $$"}}, StatusCompleted, 128 + 15, "SIGTERM", "", ""},
 		{"timeout", Request{Argv: []string{"sh", "-c", "echo a; exec sleep 30"}, Timeout: 200 * time.Millisecond, KillAfter: time.Second}, StatusTimeout, 128 + 15, "SIGTERM", "a\n", ""},
-		{"timeout then kill", Request{Argv: []string{"sh", "-c", "trap '' TERM; echo a; while :; do sleep 1; done"}, Timeout: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}, StatusTimeout, 128 + 9, "SIGKILL", "a\n", ""},
+		{"timeout then kill", Request{Argv: []string{"sh", "-c", "trap '' TERM; echo a; { while :; do sleep 1; done; } 2>/dev/null"}, Timeout: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}, StatusTimeout, 128 + 9, "SIGKILL", "a\n", ""},
 		{"merge", Request{Argv: []string{"sh", "-c", "echo a; echo b >&2"}, Merge: true}, StatusCompleted, 0, "", "", ""},
 	}
 	for _, c := range cases {

@@ -61,6 +61,7 @@ type server struct {
 	seq      int
 	sandbox  *sandbox.Prepared
 	before   map[int]uint64 // the shell's descendants when the last call ended
+	calls    string         // where each call's script, stdin and FIFOs live
 	// settled is closed when the last call's bookkeeping is done; a call
 	// that arrives meanwhile waits for it rather than finding the session
 	// busy, since the previous caller already has its answer.
@@ -100,23 +101,27 @@ func (s *server) start() error {
 	if err := proctree.SetSubreaper(); err != nil {
 		return result.Errorf(CodeStartFailed, "cannot become a subreaper: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Join(s.sdir, "calls"), 0o700); err != nil {
-		return result.Errorf(CodeStartFailed, "cannot create the calls directory: %v", err)
-	}
+	s.calls = filepath.Join(s.sdir, "calls")
 	if s.spec.Sandbox != nil && !s.spec.Sandbox.Empty() {
 		exe, err := os.Executable()
 		if err != nil {
 			return result.Errorf(sandbox.CodeUnavailable, "cannot find the executable for the sandbox helper: %v", err)
 		}
-		// The shell writes each call's output to FIFOs in the calls
-		// directory, so that one directory must stay writable.
-		policy := *s.spec.Sandbox
-		policy.AllowWrite = append(append([]string(nil), policy.AllowWrite...), filepath.Join(s.sdir, "calls"))
-		prep, err := sandbox.Prepare(policy, exe)
+		prep, err := sandbox.Prepare(*s.spec.Sandbox, exe)
 		if err != nil {
 			return err
 		}
 		s.sandbox = prep
+		// The shell opens each call's FIFOs for writing, which a sandbox
+		// allows only in its private temp dir, in every mode; a --user
+		// shell must also be able to reach and open them.
+		s.calls = filepath.Join(prep.TempDir, ".agentsh-calls")
+	}
+	if err := os.MkdirAll(s.calls, 0o700); err != nil {
+		return result.Errorf(CodeStartFailed, "cannot create the calls directory: %v", err)
+	}
+	if s.sandbox != nil {
+		_ = os.Chmod(s.calls, 0o755)
 	}
 	self, _ := proctree.ReadStat(os.Getpid())
 	boot, _ := proctree.BootID()
@@ -618,16 +623,28 @@ func (c *pendingCall) cleanup() {
 	}
 }
 
+// writeCallFile writes a call's script or stdin; a sandboxed shell may run
+// as another user, who must be able to read it.
+func (s *server) writeCallFile(path string, data []byte) error {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return err
+	}
+	if s.sandbox != nil {
+		return os.Chmod(path, 0o644)
+	}
+	return nil
+}
+
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
-	calls := filepath.Join(s.sdir, "calls")
+	calls := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, done: make(chan struct{}), stdin: os.DevNull}
 	c.script = filepath.Join(calls, fmt.Sprintf("%d.sh", n))
-	if err := os.WriteFile(c.script, []byte(req.Command+"\n"), 0o600); err != nil {
+	if err := s.writeCallFile(c.script, []byte(req.Command+"\n")); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {
 		c.stdin = filepath.Join(calls, fmt.Sprintf("%d.in", n))
-		if err := os.WriteFile(c.stdin, []byte(*req.Stdin), 0o600); err != nil {
+		if err := s.writeCallFile(c.stdin, []byte(*req.Stdin)); err != nil {
 			c.cleanup()
 			return nil, result.Errorf(result.CodeInternal, "cannot write stdin: %v", err)
 		}
@@ -646,6 +663,11 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		if err := unix.Mkfifo(p, 0o600); err != nil {
 			c.cleanup()
 			return nil, result.Errorf(result.CodeInternal, "mkfifo: %v", err)
+		}
+		if s.sandbox != nil {
+			// A --user shell opens it for writing; the directory is
+			// reachable only through the sandbox's private dir.
+			_ = os.Chmod(p, 0o666)
 		}
 		c.fifos = append(c.fifos, p)
 		r, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
@@ -920,7 +942,7 @@ func (s *server) finish(reason string) {
 		s.sandbox.Cleanup()
 	}
 	_ = os.Remove(filepath.Join(s.sdir, "sock"))
-	_ = os.RemoveAll(filepath.Join(s.sdir, "calls"))
+	_ = os.RemoveAll(s.calls)
 	s.mu.Lock()
 	s.rec.State = StateEnded
 	s.rec.EndedAt = result.FormatTime(time.Now())
