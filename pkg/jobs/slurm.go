@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,6 +56,9 @@ const (
 // Files of a slurm job.
 const (
 	batchScript = "slurm.sh"
+	// resubmittedMarker says that Restart submitted a new run of a slurm
+	// job, whose supervisor has not replaced the old run's record yet.
+	resubmittedMarker = "resubmitted"
 	// schedulerEnd is the scheduler's end of a job whose supervisor
 	// recorded none, kept once observed: scontrol forgets the job after
 	// MinJobAge and the answer must not change then. It is created with
@@ -195,6 +199,7 @@ func (st *Store) forgetScheduler() {
 // prefetchScheduler asks the scheduler about several jobs in one call, so
 // that resolving each of them hits the cache.
 func (st *Store) prefetchScheduler(sids []string) {
+	sids = slices.DeleteFunc(sids, func(s string) bool { return s == "" })
 	if len(sids) == 0 {
 		return
 	}
@@ -286,6 +291,9 @@ func (st *Store) fromSlurm(id string, rec *record, s Status) Status {
 	s.Backend, s.SlurmJobID = BackendSlurm, rec.SlurmJobID
 	s.svLocal = rec.Host == st.host && rec.BootID == st.bootID
 	if rec.Final {
+		if _, err := os.Stat(filepath.Join(st.jobDir(id), resubmittedMarker)); err == nil {
+			return st.resubmitted(id, rec, s)
+		}
 		s.StdoutBytes, s.StderrBytes = rec.StdoutBytes, rec.StderrBytes
 		if end, ok := st.readSchedulerEnd(id); ok {
 			// An end the scheduler showed before the supervisor wrote its
@@ -402,15 +410,15 @@ func (st *Store) fromSlurmQueued(id string, s Status, specTime time.Time) Status
 		s.SchedulerError = err.Error()
 		s.Status = StatusPending
 	case !known:
-		// A record may have appeared since we looked.
-		if r, err := st.statusOfRecord(id); err == nil {
+		// A record of this run may have appeared since we looked.
+		if r, ok := st.recordOfRun(id, s.SlurmJobID); ok {
 			return r
 		}
 		st.lose(&s, LostUnknownToScheduler)
 	case slurm.Queued(j.State):
 		s.Status, s.Reason, s.SchedulerState = StatusPending, j.Reason, j.State
 	case slurm.Terminal(j.State):
-		if r, err := st.statusOfRecord(id); err == nil {
+		if r, ok := st.recordOfRun(id, s.SlurmJobID); ok {
 			return r
 		}
 		s.SchedulerState = j.State
@@ -422,14 +430,58 @@ func (st *Store) fromSlurmQueued(id string, s Status, specTime time.Time) Status
 	return s
 }
 
-// statusOfRecord resolves job id from its record, failing if there is
-// none.
-func (st *Store) statusOfRecord(id string) (Status, error) {
+// recordOfRun resolves job id from its record if the record belongs to
+// the run that Slurm job sid is (not to a run before a restart).
+func (st *Store) recordOfRun(id, sid string) (Status, bool) {
 	var rec record
-	if err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec); err != nil {
+	if err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec); err != nil || rec.SlurmJobID != sid {
+		return Status{}, false
+	}
+	return st.fromRecord(id, &rec), true
+}
+
+// resubmitted resolves a slurm job that Restart submitted again: the
+// record is the previous run's, the spec names the new Slurm job.
+func (st *Store) resubmitted(id string, rec *record, s Status) Status {
+	var spec Spec
+	fi, err := os.Stat(filepath.Join(st.jobDir(id), specFile))
+	if err == nil {
+		err = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)
+	}
+	if err != nil {
+		return s
+	}
+	q := Status{Handle: s.Handle, ID: id, Name: s.Name, Status: StatusStarting, Command: s.Command, Cwd: s.Cwd,
+		Description: s.Description, Restarts: rec.Restarts + 1, Backend: BackendSlurm, SlurmJobID: spec.SlurmJobID,
+		StdoutBytes: rec.StdoutBytes, StderrBytes: rec.StderrBytes}
+	return st.fromSlurmQueued(id, q, fi.ModTime())
+}
+
+// resubmit submits a new run of slurm job id (Restart): the spec forgets
+// the old Slurm job first, so that nobody takes the old job's end for the
+// new run's, and the marker says the old record is not the answer.
+func (st *Store) resubmit(ctx context.Context, id string) (Status, error) {
+	dir := st.jobDir(id)
+	var spec Spec
+	if err := state.ReadJSON(filepath.Join(dir, specFile), &spec); err != nil {
 		return Status{}, err
 	}
-	return st.fromRecord(id, &rec), nil
+	spec.SlurmJobID = ""
+	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
+		return Status{}, err
+	}
+	if err := state.WriteFileAtomic(filepath.Join(dir, resubmittedMarker), nil, 0o600); err != nil {
+		return Status{}, err
+	}
+	_ = os.Remove(filepath.Join(dir, schedulerEnd))
+	_ = os.Remove(filepath.Join(dir, lostMarker))
+	_ = os.Remove(filepath.Join(dir, stopFile))
+	if err := st.submit(ctx, id, &spec); err != nil {
+		// No new run: the old record is the answer again.
+		_ = os.Remove(filepath.Join(dir, resubmittedMarker))
+		return Status{}, err
+	}
+	return st.statusOf(id)
 }
 
 // markOrphan notes the job's own process when it provably still runs on
@@ -520,16 +572,15 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
-// queuedStatus is List's view of a job directory without a record: only
+// queuedSpec is List's view of a job directory without a record: only
 // slurm jobs are listed then (a local job's supervisor writes its record
 // before Start returns, so it is simply not there yet).
-func (st *Store) queuedStatus(id string) (Status, bool) {
+func (st *Store) queuedSpec(id string) (*Spec, bool) {
 	var spec Spec
 	if state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec) != nil || spec.Backend != BackendSlurm {
-		return Status{}, false
+		return nil, false
 	}
-	s, err := st.noRecord(id)
-	return s, err == nil
+	return &spec, true
 }
 
 // stopSlurm stops a slurm job. A supervisor that runs is asked to stop the

@@ -30,7 +30,7 @@ func newFakeSlurm(t *testing.T) *fakeSlurm {
 		}
 	}
 	write("sbatch", `n=$(cat "`+f.dir+`/next" 2>/dev/null || echo 42); echo $((n+1)) > "`+f.dir+`/next"; echo "$@" > "`+f.dir+`/sbatch-args.$n"; echo "$n;cluster"`+"\n")
-	write("squeue", `exec cat "`+f.dir+`/queue.json"`+"\n")
+	write("squeue", `echo x >> "`+f.dir+`/squeue.calls"; exec cat "`+f.dir+`/queue.json"`+"\n")
 	write("scancel", `echo "$@" >> "`+f.dir+`/scancel.log"`+"\n")
 	return f
 }
@@ -317,3 +317,53 @@ func TestSlurmSpecValidate(t *testing.T) {
 }
 
 func errCode(err error) string { return result.AsError(err).Code }
+
+// TestSlurmListOneQuery: list resolves all its slurm jobs from one squeue
+// call, and asks nothing about jobs whose end is recorded.
+func TestSlurmListOneQuery(t *testing.T) {
+	st, f := newSlurmStore(t)
+	f.queue(t, `{"job_id":42,"job_state":"PENDING","exit_code":0},{"job_id":43,"job_state":"PENDING","exit_code":0},{"job_id":44,"job_state":"RUNNING","exit_code":0}`)
+	var last Status
+	for range 3 {
+		last = startSlurm(t, st, nil)
+	}
+	code := 0
+	writeRecord(t, st, last.ID, record{Status: StatusExited, Final: true, ExitCode: &code})
+	calls := filepath.Join(f.dir, "squeue.calls")
+	_ = os.Remove(calls)
+	st.forgetScheduler()
+	list, err := st.List()
+	if err != nil || len(list) != 3 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if b, _ := os.ReadFile(calls); strings.Count(string(b), "x") != 1 {
+		t.Errorf("list ran squeue %d times, want once", strings.Count(string(b), "x"))
+	}
+	if list[0].Status != StatusExited || list[1].Status != StatusPending || list[2].Status != StatusPending {
+		t.Errorf("statuses: %s %s %s", list[0].Status, list[1].Status, list[2].Status)
+	}
+}
+
+// TestSlurmRestart: a restarted slurm job is a new Slurm job under the
+// same handle; the old run's end is not taken for the new run's.
+func TestSlurmRestart(t *testing.T) {
+	st, f := newSlurmStore(t)
+	f.queue(t, `{"job_id":42,"job_state":"RUNNING","exit_code":0}`)
+	s := startSlurm(t, st, nil)
+	writeRecord(t, st, s.ID, record{Status: StatusStopped, Final: true, Reason: ReasonSchedulerSignal, Signal: "SIGTERM"})
+	f.queue(t, `{"job_id":42,"job_state":"CANCELLED","exit_code":15},{"job_id":43,"job_state":"PENDING","state_reason":"Priority","exit_code":0}`)
+	if got := status(t, st, s.Handle); got.Status != StatusStopped || got.SchedulerState != "CANCELLED" {
+		t.Fatalf("before restart: %+v", got)
+	}
+	st.forgetScheduler()
+	got, err := st.Restart(context.Background(), s.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != StatusPending || got.SlurmJobID != "43" || got.Restarts != 1 || got.Handle != s.Handle || got.Ended() {
+		t.Errorf("after restart: %+v", got)
+	}
+	if got := status(t, st, s.Handle); got.Status != StatusPending || got.SchedulerState != "PENDING" {
+		t.Errorf("status after restart: %+v", got)
+	}
+}

@@ -392,15 +392,24 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 	cache := st.loadListCache()
 	fresh := make(map[string]cacheEntry, len(cache))
 	dirty := false
-	out := make([]Status, 0, len(ids))
+	// Records first, statuses second: the slurm jobs among them are then
+	// resolved from one scheduler query instead of one each.
+	type item struct {
+		id     string
+		rec    record
+		queued *Spec // a slurm job without a record yet
+	}
+	items := make([]item, 0, len(ids))
+	var sids []string
 	for _, n := range ids {
 		id := strconv.FormatUint(n, 10)
 		var sb unix.Stat_t
 		if unix.Fstatat(dirfd, id+"/"+statusFile, &sb, 0) != nil {
 			// Removed meanwhile, or its supervisor has not written yet;
 			// a slurm job may wait in the queue with no supervisor at all.
-			if s, ok := st.queuedStatus(id); ok && (len(statuses) == 0 || slices.Contains(statuses, s.Status)) {
-				out = append(out, s)
+			if spec, ok := st.queuedSpec(id); ok {
+				items = append(items, item{id: id, queued: spec})
+				sids = append(sids, spec.SlurmJobID)
 			}
 			continue
 		}
@@ -418,7 +427,23 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 				dirty = true
 			}
 		}
-		s := st.fromRecord(id, &rec)
+		if rec.Backend == BackendSlurm && (!rec.Final || endedBySignal(&rec)) {
+			sids = append(sids, rec.SlurmJobID)
+		}
+		items = append(items, item{id: id, rec: rec})
+	}
+	st.prefetchScheduler(sids)
+	out := make([]Status, 0, len(items))
+	for i := range items {
+		var s Status
+		if items[i].queued != nil {
+			var err error
+			if s, err = st.noRecord(items[i].id); err != nil {
+				continue
+			}
+		} else {
+			s = st.fromRecord(items[i].id, &items[i].rec)
+		}
 		if len(statuses) == 0 || slices.Contains(statuses, s.Status) {
 			out = append(out, s)
 		}
@@ -654,10 +679,13 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 	// The old supervisor records the end before it has cleaned up and
 	// exited; until it exits it holds the job's run lock, and a new
 	// supervisor launched now would refuse to run.
-	if s.svPID > 0 {
+	if s.svPID > 0 && s.svLocal {
 		wctx, cancel := context.WithTimeout(ctx, killWait+5*time.Second)
 		_ = waitProcess(wctx, s.svPID, s.svStart)
 		cancel()
+	}
+	if s.Backend == BackendSlurm {
+		return st.resubmit(ctx, id)
 	}
 	if err := st.launch(ctx, id); err != nil {
 		return Status{}, err

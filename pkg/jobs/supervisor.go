@@ -229,8 +229,11 @@ func (sv *supervisor) begin() error {
 		return nil
 	}
 	// A new run replaces the previous run's end at once, so nobody reads
-	// the old end as this run's.
-	return sv.save()
+	// the old end as this run's; only then may a resubmitted slurm job's
+	// marker go, which until now said the old end is not the answer.
+	err = sv.save()
+	_ = os.Remove(filepath.Join(sv.dir, resubmittedMarker))
+	return err
 }
 
 func (sv *supervisor) save() error {
