@@ -27,4 +27,14 @@
 // orphan_pid if its own process provably still runs). A lost event is
 // appended the first time anyone observes the loss; nothing watches for it
 // in the background.
+//
+// A spec with Backend "slurm" runs the same supervisor as a Slurm batch job
+// (see slurm.go): Start submits it with sbatch and returns while it may
+// still be queued (status pending); the scheduler's command then re-executes
+// the supervisor with the Slurm job id as a third argument, which must call
+// RunScheduledSupervisor. The state directory must be on a filesystem the
+// submitting host and the compute nodes share. Such a job's status merges
+// the supervisor's record with squeue's view, its spec.json is rewritten
+// once with the Slurm job id, and scheduler_end.json keeps an end that
+// only the scheduler saw.
 package jobs
