@@ -16,7 +16,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
-	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -367,6 +366,12 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 //     the agentjob beside it, or an agentjob on the command's PATH.
 //
 // The executables are looked up once, on the first candidate.
+// JobSupervisorCommand is agentjob's hidden supervisor subcommand
+// (jobs.SupervisorCommand, checked equal by a test in pkg/cli/agentjob).
+// It is spelled out here so that agentsh, which runs on every agent call,
+// does not link the jobs engine for one string.
+const JobSupervisorCommand = "__supervise"
+
 func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 	var known []os.FileInfo
 	looked := false
@@ -383,7 +388,7 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 			return false
 		}
 		prog := filepath.Base(argv[0])
-		if !(prog == "agentjob" && argv[1] == jobs.SupervisorCommand) && !(prog == "agentsh" && argv[1] == serveCommand) {
+		if !(prog == "agentjob" && argv[1] == JobSupervisorCommand) && !(prog == "agentsh" && argv[1] == serveCommand) {
 			return false
 		}
 		if !looked {
