@@ -60,8 +60,11 @@ func fullPartition() string {
 }
 
 // TestBackendScenario runs the same scenario (testdata/backends) on the
-// local backend and on Slurm, selected only by AGENTJOB_BACKEND.
+// local backend and on Slurm, selected only by AGENTJOB_BACKEND. It and
+// TestSlurmScripts run in parallel, hence after the sequential tests: never
+// beside TestSlurmNodeFailure, which takes the node down.
 func TestBackendScenario(t *testing.T) {
+	t.Parallel()
 	for _, backend := range []string{"local", "slurm"} {
 		t.Run(backend, func(t *testing.T) {
 			if backend == "slurm" {
@@ -75,6 +78,7 @@ func TestBackendScenario(t *testing.T) {
 // TestSlurmScripts runs the slurm-only scripts (testdata/slurm), which
 // play the scheduler's part behind agentjob's back with scancel.
 func TestSlurmScripts(t *testing.T) {
+	t.Parallel()
 	requireSlurm(t)
 	testscript.Run(t, scriptParams("testdata/slurm", "slurm"))
 }
@@ -105,7 +109,8 @@ func scontrol(t *testing.T, args ...string) {
 
 // TestSlurmNodeFailure: the node of a running job is declared down. The
 // job must read lost (node_failed) from then on, never running, a wait on
-// it must end, the loss is recorded once, and nothing of it survives.
+// it must end, the loss is recorded once, and nothing of it survives. Not
+// parallel: no other slurm test may have jobs on the node meanwhile.
 func TestSlurmNodeFailure(t *testing.T) {
 	requireSlurm(t)
 	dir := t.TempDir()
