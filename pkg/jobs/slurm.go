@@ -289,6 +289,9 @@ func schedulerEnded(state string) bool {
 // status as fromRecord built it.
 func (st *Store) fromSlurm(id string, rec *record, s Status) Status {
 	s.Backend, s.SlurmJobID = BackendSlurm, rec.SlurmJobID
+	// The supervisor's PID can be checked only on its own host and boot;
+	// elsewhere (another node, or this one rebooted) the scheduler says
+	// whether it runs.
 	s.svLocal = rec.Host == st.host && rec.BootID == st.bootID
 	if rec.Final {
 		if _, err := os.Stat(filepath.Join(st.jobDir(id), resubmittedMarker)); err == nil {
@@ -332,10 +335,6 @@ func (st *Store) fromSlurm(id string, rec *record, s Status) Status {
 	if end, ok := st.readSchedulerEnd(id); ok {
 		applySchedulerEnd(&s, end)
 		st.markOrphan(&s, rec)
-		return s
-	}
-	if st.bootID != "" && s.svLocal && rec.BootID != st.bootID {
-		st.lose(&s, LostHostRestarted)
 		return s
 	}
 	svAlive := s.svLocal && proctree.Alive(rec.SupervisorPID, rec.SupervisorStart)
