@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/sandbox"
+	"github.com/agentplane/agentplane/pkg/session"
+	"github.com/agentplane/agentplane/pkg/state"
 	"github.com/agentplane/agentplane/pkg/testkit"
 )
 
@@ -63,9 +66,30 @@ func TestScripts(t *testing.T) {
 			if dir, ok := testkit.SharedDir("."); ok {
 				e.Setenv("SHARED", dir)
 			}
+			// A failed script must not leave its sessions running.
+			e.Defer(func() { stopSessions(e.WorkDir + "/.state/agentplane") })
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			return nil
 		},
 	})
+}
+
+// stopSessions stops every session of a script's environment, so that a
+// script that failed half-way leaves no server behind.
+func stopSessions(stateDir string) {
+	if _, err := os.Stat(stateDir); err != nil {
+		return
+	}
+	d, err := state.Open(stateDir)
+	if err != nil {
+		return
+	}
+	m := &session.Manager{Dir: d}
+	list, _ := m.List()
+	for _, info := range list {
+		if info.Status != session.StateEnded {
+			_, _ = m.Stop(context.Background(), info.Session)
+		}
+	}
 }
