@@ -335,6 +335,10 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			res.ExitCode = ExitSignalBase + int(sig)
 		}
 	}
+	env.Logf("%v: %s in %dms, exit %d", s.command, res.Status, res.Elapsed.Milliseconds(), res.ExitCode)
+	if len(res.Leftover) > 0 {
+		env.Logf("processes that survived SIGKILL: %v", res.Leftover)
+	}
 	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
 	if decision != nil {
