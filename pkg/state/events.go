@@ -12,16 +12,19 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // eventsFile is the environment's lifecycle log, one JSON object per line.
 const eventsFile = "events.jsonl"
 
-// TimeFormat is how timestamps are written: RFC 3339, UTC, milliseconds.
-const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+// TimeFormat is how timestamps are written: RFC 3339, UTC, milliseconds
+// (the result envelope's format).
+const TimeFormat = result.TimeFormat
 
 // FormatTime formats t in TimeFormat, in UTC.
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+func FormatTime(t time.Time) string { return result.FormatTime(t) }
 
 // Event is one line of the environment's durable lifecycle log.
 type Event struct {
