@@ -40,13 +40,18 @@ func Self() (Owner, error) {
 // id, or a machine whose boot id cannot be read, is judged by pid and
 // start time alone; a pid of 0 was never a live owner.
 func (o Owner) Check() Verdict {
+	boot, _ := BootID()
+	return o.CheckOn(boot)
+}
+
+// CheckOn is Check against a boot id the caller read once ("" when it
+// could not be read): a store answering for many records reads it once.
+func (o Owner) CheckOn(boot string) Verdict {
 	if o.PID <= 0 {
 		return OwnerDied
 	}
-	if o.Boot != "" {
-		if boot, err := BootID(); err == nil && boot != o.Boot {
-			return OwnerHostRestarted
-		}
+	if o.Boot != "" && boot != "" && boot != o.Boot {
+		return OwnerHostRestarted
 	}
 	if !Alive(o.PID, o.Start) {
 		return OwnerDied

@@ -80,8 +80,8 @@ func (t Tree) Signal(sig syscall.Signal) int {
 }
 
 // Terminate is the one kill sequence: sig to the whole tree, then up to
-// grace for the main process to exit, then SIGKILL to whatever of the tree
-// remains, then wait for the main process to be gone. exited, when not nil,
+// grace for the main process to exit, then, if it has not, SIGKILL to the
+// whole tree and a wait for the main process to be gone. exited, when not nil,
 // is closed when the main process has exited (the caller's exec.Cmd.Wait
 // finished); otherwise Main is waited for through its pidfd. A sig of
 // SIGKILL skips the grace. ctx bounds the whole call; Terminate reports
@@ -96,9 +96,9 @@ func Terminate(ctx context.Context, t Tree, sig syscall.Signal, grace time.Durat
 	t.Signal(sig)
 	if sig != syscall.SIGKILL {
 		if waitFor(ctx, exited, grace) {
-			// The main process is gone, but what it left in the tree
-			// must not outlive a termination either.
-			t.Signal(syscall.SIGKILL)
+			// What the main process leaves behind got the first signal
+			// too; killing it is the caller's cleanup (run drains the
+			// pipes first, a supervisor reaps its orphans).
 			return true
 		}
 	}
