@@ -110,6 +110,10 @@ type Policy struct {
 	FileSize   int64 // largest file the command may write, bytes
 	Nofile     int   // open file descriptors
 	User       string
+	// WriteFiles are directories beneath which existing files may be
+	// opened for writing while nothing may be created, renamed or removed
+	// (a session's call FIFOs). Set by the engine, never a user flag.
+	WriteFiles []string
 }
 
 // Empty reports whether p asks for no confinement at all, in which case
@@ -158,6 +162,7 @@ type spec struct {
 	Status      string      `json:"status"` // file the helper writes its error to
 	LandlockABI int         `json:"landlock_abi,omitempty"`
 	Writable    []string    `json:"writable,omitempty"`
+	WriteFiles  []string    `json:"write_files,omitempty"`
 	DenyDirs    []string    `json:"deny_dirs,omitempty"`
 	DenyFiles   []string    `json:"deny_files,omitempty"`
 	NetNone     bool        `json:"net_none,omitempty"`
@@ -444,6 +449,7 @@ func (b *builder) build() (*Prepared, error) {
 		}
 		writable = append(writable, tmp)
 		b.sp.Writable = writable
+		b.sp.WriteFiles = p.WriteFiles
 		b.report["filesystem"] = "landlock"
 		b.report["landlock_abi"] = b.sp.LandlockABI
 		b.report["writable"] = writable
