@@ -39,7 +39,7 @@ type server struct {
 
 	busy     chan struct{} // a token: held while a call runs
 	lastUsed time.Time
-	inCall   bool // a call holds the busy token
+	inCall   bool          // a call holds the busy token
 	released chan struct{} // closed when the call in progress releases the token
 	// settled is closed when the last call's bookkeeping is done; a call
 	// that arrives meanwhile waits for it rather than finding the session
