@@ -3,6 +3,7 @@ package session
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -71,8 +72,7 @@ func (s *server) serveConn(c net.Conn) {
 		// Bookkeeping that the caller need not wait for: the record
 		// (fsynced) and the list of processes the next call inherits.
 		if !ended {
-			sh := s.currentShell()
-			before := descendants(sh.id.PID)
+			before := descendants(os.Getpid())
 			s.mu.Lock()
 			s.before = before
 			s.mu.Unlock()
@@ -252,7 +252,11 @@ type pump struct {
 	stream *capture.Stream
 	enc    *lineWriter
 	log    *bgLog // set when the call is over
-	done   chan struct{}
+	next   *bgLog // the log detach asked for
+	// detached is closed once what the call wrote before it ended has been
+	// read into the capture and the log took over.
+	detached chan struct{}
+	done     chan struct{}
 }
 
 func (p *pump) run() {
@@ -275,6 +279,17 @@ func (p *pump) run() {
 			}
 			p.mu.Unlock()
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The pipe is empty: everything the call wrote is in the
+			// capture. What comes now is background output.
+			p.mu.Lock()
+			p.flushStream()
+			p.log = p.next
+			p.mu.Unlock()
+			_ = p.r.SetReadDeadline(time.Time{})
+			close(p.detached)
+			continue
+		}
 		if err != nil {
 			p.mu.Lock()
 			if p.log == nil && p.stream != nil {
@@ -288,16 +303,32 @@ func (p *pump) run() {
 	}
 }
 
-// detach sends what the FIFO carries from now on to the background log.
-func (p *pump) detach(log *bgLog) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stream != nil {
+func (p *pump) flushStream() {
+	if p.log == nil && p.stream != nil {
 		if t := p.stream.Flush(); len(t) > 0 {
 			_ = p.enc.send(message{Type: p.name, Data: string(t)})
 		}
 	}
-	p.log = log
+}
+
+// detach sends what the FIFO carries from now on to the background log,
+// once what is already in the pipe has reached the call's capture: a read
+// deadline in the past makes the pump's read fail only when the pipe is
+// empty.
+func (p *pump) detach(log *bgLog) {
+	p.mu.Lock()
+	p.next = log
+	p.mu.Unlock()
+	if err := p.r.SetReadDeadline(time.Now()); err != nil {
+		p.mu.Lock()
+		p.log = log
+		p.mu.Unlock()
+		return
+	}
+	select {
+	case <-p.detached:
+	case <-p.done:
+	}
 }
 
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
@@ -343,7 +374,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		c.holders = append(c.holders, w)
 		hc := capture.NewHeadTail(req.MaxOutput, keep)
 		c.caps[name] = hc
-		pp := &pump{r: r, name: name, cap: hc, enc: enc, done: make(chan struct{})}
+		pp := &pump{r: r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
 		if req.Stream {
 			pp.stream = capture.NewStream(capture.RenderOptions{Raw: req.Raw})
 		}
@@ -371,9 +402,15 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	s.before = nil
 	s.mu.Unlock()
 	if before == nil {
-		before = descendants(sh.id.PID)
+		before = descendants(os.Getpid())
 	}
-	spare := func(p proctree.Stat) bool { st, ok := before[p.PID]; return ok && st == p.StartTime }
+	// The call's processes are every descendant of the server (orphans
+	// of the call are reparented to it, a subreaper) but the shell and
+	// what was there before the call.
+	spare := func(p proctree.Stat) bool {
+		st, ok := before[p.PID]
+		return (ok && st == p.StartTime) || p.PID == sh.id.PID
+	}
 
 	var timer <-chan time.Time
 	if req.Timeout > 0 {

@@ -282,7 +282,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 		return false, false
 	}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
-	tree := proctree.Tree{Root: pid, Spare: spare}
+	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
 	had := tree.Signal(syscall.SIGINT) > 0
 	if had {
 		if !waitQuiet(tree, grace) {
