@@ -387,7 +387,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	own = normalPolicy(own)
 	given := false
 	for _, name := range sandboxFlags {
-		if clikit.FlagChanged(cmd, name) {
+		if clikit.FlagChanged(cmd, name) && !fromConfig(cmd, env, name) {
 			given = true
 		}
 	}
@@ -400,6 +400,20 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	so := SandboxOptions{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
 		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User}
 	return CheckFloor(cmd, env, &so)
+}
+
+// fromConfig reports whether the flag's value is the operator's configured
+// default rather than something the caller gave.
+func fromConfig(cmd *cobra.Command, env *clikit.Env, name string) bool {
+	vals, ok := env.Configured(cmd, name)
+	if !ok {
+		return false
+	}
+	f := cmd.Flags().Lookup(name)
+	if f.Value.Type() == "stringArray" {
+		return true
+	}
+	return len(vals) == 1 && vals[0] == f.Value.String()
 }
 
 // normalPolicy spells the defaults one way, so that two policies that
