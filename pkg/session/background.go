@@ -42,11 +42,7 @@ func newBackground(path string, limit int64) *background {
 // adopt records the processes call n left behind: the new descendants of
 // the shell whose parent is not itself one of them (the head of a
 // pipeline or subshell, not each of its parts).
-func (b *background) adopt(n, shellPID int, before map[int]uint64) {
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return
-	}
+func (b *background) adopt(snap []proctree.Stat, n, shellPID int, before map[int]uint64) {
 	fresh := map[int]bool{}
 	var found []proctree.Stat
 	for _, p := range proctree.Descendants(snap, shellPID) {

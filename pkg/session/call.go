@@ -69,15 +69,8 @@ func (s *server) serveConn(c net.Conn) {
 		s.settled = settled
 		s.mu.Unlock()
 		_ = enc.send(message{Type: "result", Result: b})
-		// Bookkeeping that the caller need not wait for: the record
-		// (fsynced) and the list of processes the next call inherits.
-		if !ended {
-			before := descendants(os.Getpid())
-			s.mu.Lock()
-			s.before = before
-			s.mu.Unlock()
-		}
-		_ = s.writeRecord()
+		s.afterCall(ended)
+		s.markRecord()
 		s.release()
 		close(settled)
 		if ended {
@@ -86,6 +79,43 @@ func (s *server) serveConn(c net.Conn) {
 	default:
 		_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "unknown operation %q", m.Op))})
 	}
+}
+
+// afterCall is the bookkeeping of a call that the caller need not wait
+// for: what the call left running, and the list of processes the next
+// call inherits (one snapshot for both). The record is written in the
+// background: the next call need not wait for its fsync.
+func (s *server) afterCall(ended bool) {
+	if !ended {
+		if snap, err := proctree.Snapshot(); err == nil {
+			sh := s.currentShell()
+			s.bg.adopt(snap, s.seqNow(), sh.id.PID, s.takeBefore())
+			before := map[int]uint64{}
+			for _, d := range proctree.Descendants(snap, os.Getpid()) {
+				before[d.PID] = d.StartTime
+			}
+			s.mu.Lock()
+			s.before = before
+			s.mu.Unlock()
+		}
+	}
+	s.markRecord()
+}
+
+func (s *server) seqNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// takeBefore returns (and forgets) the processes that were there before
+// the last call.
+func (s *server) takeBefore() map[int]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.before
+	s.before = nil
+	return b
 }
 
 // acquire takes the busy token, waiting up to wait (and always for the
@@ -194,9 +224,6 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	s.rec.Calls++
 	if out.cwd != "" {
 		s.rec.Cwd = out.cwd
-	}
-	if out.reset {
-		s.rec.Resets++
 	}
 	cwdNow := s.rec.Cwd
 	pid := s.rec.ShellPID
@@ -396,13 +423,16 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	sh := s.currentShell()
 	var out outcome
 	// Processes alive when the previous call ended (background jobs) are
-	// not this call's; the list was taken off the critical path.
+	// not this call's; the list was taken off the critical path. It stays
+	// for the bookkeeping after this call (what it left running).
 	s.mu.Lock()
 	before := s.before
-	s.before = nil
 	s.mu.Unlock()
 	if before == nil {
 		before = descendants(os.Getpid())
+		s.mu.Lock()
+		s.before = before
+		s.mu.Unlock()
 	}
 	// The call's processes are every descendant of the server (orphans
 	// of the call are reparented to it, a subreaper) but the shell and
@@ -483,6 +513,12 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 				out.ended = true
 			} else {
 				out.reset = true
+				s.mu.Lock()
+				s.rec.Resets++
+				s.mu.Unlock()
+				// The new shell's identity must be on disk before anyone
+				// is told: stop and the dead-server cleanup go by it.
+				_ = s.writeRecord()
 			}
 		}
 	}
@@ -536,9 +572,6 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			drain = closedTime
 		}
 		p.detach(s.bg.log)
-	}
-	if !out.ended {
-		s.bg.adopt(c.n, sh.id.PID, before)
 	}
 	return res, out
 }

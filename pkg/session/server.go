@@ -57,13 +57,49 @@ type server struct {
 	calls    *callDir // where each call's script, stdin and FIFOs live
 	bg       *background
 	auth     *authority
+	dirty    chan struct{} // the record changed; the recorder writes it
+}
+
+// markRecord asks the recorder to write the record soon.
+func (s *server) markRecord() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// recordDelay coalesces record writes: each is fsynced, and an fsync per
+// call would stall the next call's file creations on the same disk.
+const recordDelay = 100 * time.Millisecond
+
+// recorder writes the record when it changed, off the calls' path and at
+// most once per recordDelay, until the session ends (finish writes the
+// last one itself). What must be on disk at once (the shell's pid after a
+// reset, the end) is written synchronously by its writer.
+func (s *server) recorder() {
+	t := time.NewTimer(recordDelay)
+	t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-s.dirty:
+			t.Reset(recordDelay)
+			select {
+			case <-s.done:
+				return
+			case <-t.C:
+			}
+			_ = s.writeRecord()
+		}
+	}
 }
 
 // Serve runs the session server for id until the session ends. It is the
 // body of the hidden server subcommand; handshake receives one JSON line
 // ({"ok":true} or {"error":…}) once the shell is ready, then is closed.
 func Serve(dir *state.Dir, id string, handshake *os.File) error {
-	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1)}
+	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	s.sdir = dir.Join("sessions", id)
 	err := s.start()
 	if handshake != nil {
@@ -184,7 +220,8 @@ func (s *server) currentShell() *shell {
 func (s *server) loop() {
 	go s.watchShell()
 	go s.idleWatch()
-	go s.bg.watch(s.done, func() { _ = s.writeRecord() })
+	go s.recorder()
+	go s.bg.watch(s.done, s.markRecord)
 	for {
 		c, err := s.listener.Accept()
 		if err != nil {

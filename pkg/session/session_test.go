@@ -27,7 +27,7 @@ func newTestServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}),
+	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}), dirty: make(chan struct{}, 1),
 		spec: Spec{Shell: bash, ShellArgs: []string{"--noprofile", "--norc"}, Cwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}}
 	s.bg = newBackground(filepath.Join(dir, "bg.log"), 1<<16)
 	if err := s.startShell(dir); err != nil {
@@ -59,6 +59,7 @@ func runCall(t *testing.T, s *server, req CallRequest, cancel <-chan struct{}) (
 	}
 	defer c.cleanup()
 	res, out := s.execute(c, req, cancel, func() syscall.Signal { return 0 })
+	s.afterCall(out.ended)
 	obj := result.New().Set("exit_code", res.ExitCode).Set("status", res.Status).
 		Set("stdout", func() string { c := res.Stdout.Snapshot(); return string(c.Head) + string(c.Tail) }()).Set("elapsed", res.Elapsed)
 	return obj, out
