@@ -599,19 +599,24 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	if sig, ok := signals[name]; ok {
 		return sig, nil
 	}
+	if sig, ok := platformSignals[name]; ok {
+		return sig, nil
+	}
 	return 0, fmt.Errorf("unknown signal %q", s)
 }
 
+// signals are the names every Unix agentplane runs on has; platformSignals
+// (signals_GOOS.go) adds the system's own.
 var signals = map[string]syscall.Signal{
 	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
 	"SIGILL": syscall.SIGILL, "SIGTRAP": syscall.SIGTRAP, "SIGABRT": syscall.SIGABRT,
 	"SIGBUS": syscall.SIGBUS, "SIGFPE": syscall.SIGFPE, "SIGKILL": syscall.SIGKILL,
 	"SIGUSR1": syscall.SIGUSR1, "SIGSEGV": syscall.SIGSEGV, "SIGUSR2": syscall.SIGUSR2,
 	"SIGPIPE": syscall.SIGPIPE, "SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM,
-	"SIGSTKFLT": syscall.SIGSTKFLT, "SIGCHLD": syscall.SIGCHLD, "SIGCONT": syscall.SIGCONT,
+	"SIGCHLD": syscall.SIGCHLD, "SIGCONT": syscall.SIGCONT,
 	"SIGSTOP": syscall.SIGSTOP, "SIGTSTP": syscall.SIGTSTP, "SIGTTIN": syscall.SIGTTIN,
 	"SIGTTOU": syscall.SIGTTOU, "SIGURG": syscall.SIGURG, "SIGXCPU": syscall.SIGXCPU,
 	"SIGXFSZ": syscall.SIGXFSZ, "SIGVTALRM": syscall.SIGVTALRM, "SIGPROF": syscall.SIGPROF,
-	"SIGWINCH": syscall.SIGWINCH, "SIGIO": syscall.SIGIO, "SIGPWR": syscall.SIGPWR,
+	"SIGWINCH": syscall.SIGWINCH, "SIGIO": syscall.SIGIO,
 	"SIGSYS": syscall.SIGSYS,
 }
