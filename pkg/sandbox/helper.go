@@ -1,0 +1,136 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+)
+
+// HelperMain is the sandbox helper: args are what follows HelperCommand on
+// the command line, "<spec>" "--" target argv. It confines its own process
+// and execve()s the target, so it returns only on failure, with the exit
+// status the program must exit with: 125 when the sandbox could not be set
+// up, 126 or 127 when the target could not be executed or found. The
+// reason is written to the status file named in the spec, which the parent
+// reads through Prepared.Failure; the command's own stderr stays the
+// command's.
+func HelperMain(args []string) int {
+	// Credentials, capabilities, no_new_privs and the Landlock domain are
+	// set on this thread only and survive the execve this same thread
+	// makes; the other threads vanish with the exec. Never unlocked.
+	runtime.LockOSThread()
+
+	if len(args) < 3 || args[1] != "--" {
+		return lastResort("usage: " + HelperCommand + " SPEC -- PROGRAM [ARG...]")
+	}
+	sp, err := decodeSpec(args[0])
+	if err != nil {
+		return lastResort(err.Error())
+	}
+	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
+	// it; the descriptor stays writable after the uid and Landlock changes.
+	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return lastResort(fmt.Sprintf("open status file: %v", err))
+	}
+	h := &helper{sp: sp, status: status}
+	return h.run(args[2:])
+}
+
+// lastResort reports a failure that happened before the status file could
+// be opened, which only a broken invocation causes.
+func lastResort(msg string) int {
+	fmt.Fprintf(os.Stderr, "agentsh-sandbox: error: %s\n", msg)
+	return exitSetupFailed
+}
+
+type helper struct {
+	sp     spec
+	status *os.File
+}
+
+func (h *helper) fail(exit int, code, format string, args ...any) int {
+	data, _ := json.Marshal(helperError{Code: code, Message: fmt.Sprintf(format, args...)})
+	_, _ = h.status.Write(data)
+	return exit
+}
+
+// exec resolves argv[0], applies the resource limits and execve()s it; it
+// returns only on failure, with the helper's exit status.
+func (h *helper) exec(argv []string) int {
+	sp := h.sp
+	path, code, err := lookPath(argv[0])
+	if err != nil {
+		exit := exitNotExecutable
+		if code == CodeCommandNotFound {
+			exit = exitNotFound
+		}
+		return h.fail(exit, code, "%v", err)
+	}
+	// Last, so that the helper's own Go runtime is not held to the
+	// command's address-space, file-size or descriptor limits.
+	for _, r := range sp.Rlimits {
+		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot set resource limit %d: %v", r.Resource, err)
+		}
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	if errors.Is(err, syscall.ENOENT) {
+		return h.fail(exitNotFound, CodeCommandNotFound, "command not found: %s", argv[0])
+	}
+	return h.fail(exitNotExecutable, CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+}
+
+// lookPath resolves name against the PATH of the helper's environment, which
+// is the command's.
+func lookPath(name string) (string, string, error) {
+	check := func(p string) (string, error) {
+		st, err := os.Stat(p)
+		if err != nil {
+			// A PATH entry this user cannot search holds nothing it can
+			// run, as for a shell.
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTDIR) {
+				return CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
+			}
+			return CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, unwrap(err))
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return CodeCommandNotExecutable, fmt.Errorf("%s is not an executable file", p)
+		}
+		return "", nil
+	}
+	if strings.Contains(name, "/") {
+		code, err := check(name)
+		return name, code, err
+	}
+	pathEnv, ok := os.LookupEnv("PATH")
+	if !ok {
+		pathEnv = "/usr/local/bin:/usr/bin:/bin"
+	}
+	var firstCode string
+	var firstErr error
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, name)
+		code, err := check(p)
+		if err == nil {
+			return p, "", nil
+		}
+		if firstErr == nil && code == CodeCommandNotExecutable {
+			firstCode, firstErr = code, err
+		}
+	}
+	if firstErr != nil {
+		return "", firstCode, firstErr
+	}
+	return "", CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
+}
