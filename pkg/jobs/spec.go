@@ -9,9 +9,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Job statuses (CONTRACT §3).

@@ -153,3 +153,29 @@ func signalSession(sid int, sig syscall.Signal) {
 		_ = syscall.Kill(s.PID, sig)
 	}
 }
+
+// Argv returns the command line of pid, from sysctl kern.procargs2.
+func Argv(pid int) ([]string, error) {
+	_, argv, err := procArgs(pid)
+	return argv, err
+}
+
+// Executable returns the file pid was started from: the path kern.procargs2
+// records for the exec. Unlike Linux's /proc/PID/exe it is a path, not
+// the inode, so a file renamed over it since is what is returned.
+func Executable(pid int) (os.FileInfo, error) {
+	path, _, err := procArgs(pid)
+	if err != nil {
+		return nil, err
+	}
+	return os.Stat(path)
+}
+
+// procArgs reads kern.procargs2 for pid.
+func procArgs(pid int) (string, []string, error) {
+	b, err := unix.SysctlRaw("kern.procargs2", pid)
+	if err != nil {
+		return "", nil, err
+	}
+	return parseProcArgs(pid, b)
+}

@@ -98,3 +98,18 @@ func hasChildren() bool {
 // signalSession does nothing on Linux: a subreaper finds the members of a
 // session by their parent links, so the group and the tree walks suffice.
 func signalSession(int, syscall.Signal) {}
+
+// Argv returns the command line of pid (/proc/PID/cmdline).
+func Argv(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+}
+
+// Executable returns the file pid runs (/proc/PID/exe, which names the
+// inode even when the file was renamed), for os.SameFile.
+func Executable(pid int) (os.FileInfo, error) {
+	return os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
+}

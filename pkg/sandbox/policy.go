@@ -153,6 +153,9 @@ type spec struct {
 	// ClearAmbient: the helper got ambient capabilities in its user
 	// namespace that the target must not inherit.
 	ClearAmbient bool `json:"clear_ambient,omitempty"`
+	// Seatbelt (macOS) is the sandbox-exec argv up to "--", which the
+	// helper puts before the target's.
+	Seatbelt []string `json:"seatbelt,omitempty"`
 }
 
 type rlimitSet struct {
@@ -310,6 +313,45 @@ func unwrap(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// processRlimits are the limits every platform enforces with setrlimit on
+// the command's process: CPU time, file size and descriptors. Each is
+// recorded in report.
+func processRlimits(p Policy, report map[string]any) []rlimitSet {
+	var out []rlimitSet
+	if p.CPUTime > 0 {
+		secs := uint64((p.CPUTime + time.Second - 1) / time.Second)
+		// SIGXCPU at the soft limit; SIGKILL one second later for a
+		// command that ignores it.
+		out = append(out, rlimitSet{unix.RLIMIT_CPU, secs, secs + 1})
+		report["cpu_time_ms"] = int64(secs) * 1000
+	}
+	if p.FileSize > 0 {
+		out = append(out, rlimitSet{unix.RLIMIT_FSIZE, uint64(p.FileSize), uint64(p.FileSize)})
+		report["file_size"] = p.FileSize
+	}
+	if p.Nofile > 0 {
+		out = append(out, rlimitSet{unix.RLIMIT_NOFILE, uint64(p.Nofile), uint64(p.Nofile)})
+		report["nofile"] = p.Nofile
+	}
+	return out
+}
+
+// rlimitHit names the process limit a signal reports: SIGXCPU, or the
+// SIGKILL of the hard limit, for the CPU time; SIGXFSZ for the file size.
+// The caller rules out the other reasons for a SIGKILL first (an OOM
+// kill, a timeout).
+func rlimitHit(p Policy, sig unix.Signal) string {
+	switch {
+	case sig == unix.SIGXCPU && p.CPUTime > 0:
+		return CodeCPULimit
+	case sig == unix.SIGKILL && p.CPUTime > 0:
+		return CodeCPULimit
+	case sig == unix.SIGXFSZ && p.FileSize > 0:
+		return CodeFileSizeLimit
+	}
+	return ""
 }
 
 // signalOf takes the signal name from the runner, or else reads a shell's

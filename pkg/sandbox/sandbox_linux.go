@@ -342,21 +342,7 @@ func (b *builder) limits() error {
 		}
 		b.report["pids_max"] = p.Pids
 	}
-	if p.CPUTime > 0 {
-		secs := uint64((p.CPUTime + time.Second - 1) / time.Second)
-		// SIGXCPU at the soft limit; SIGKILL one second later for a
-		// command that ignores it.
-		b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_CPU, secs, secs + 1})
-		b.report["cpu_time_ms"] = int64(secs) * 1000
-	}
-	if p.FileSize > 0 {
-		b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_FSIZE, uint64(p.FileSize), uint64(p.FileSize)})
-		b.report["file_size"] = p.FileSize
-	}
-	if p.Nofile > 0 {
-		b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_NOFILE, uint64(p.Nofile), uint64(p.Nofile)})
-		b.report["nofile"] = p.Nofile
-	}
+	b.sp.Rlimits = append(b.sp.Rlimits, processRlimits(p, b.report)...)
 	return nil
 }
 
@@ -421,15 +407,8 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	if memCg != "" && memoryHit(memCg, sig) {
 		return CodeMemoryLimit
 	}
-	switch {
-	case sig == unix.SIGXCPU && p.CPUTime > 0:
-		return CodeCPULimit
-	case sig == unix.SIGKILL && p.CPUTime > 0:
-		// The hard CPU limit sends SIGKILL; the OOM case was ruled out
-		// above and the caller does not classify timeouts.
-		return CodeCPULimit
-	case sig == unix.SIGXFSZ && p.FileSize > 0:
-		return CodeFileSizeLimit
+	if code := rlimitHit(p, sig); code != "" {
+		return code
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
 		return CodePidsLimit

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -366,7 +365,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 // hold, so a command cannot escape the cleanup by renaming itself:
 //   - it leads its own session (both servers call setsid);
 //   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (/proc/PID/exe, compared by inode) is this agentsh,
+//   - its executable (proctree.Executable) is this agentsh,
 //     the agentjob beside it, or an agentjob on the command's PATH.
 //
 // The executables are looked up once, on the first candidate.
@@ -383,12 +382,8 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if p.SID != p.PID {
 			return false
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-		if err != nil {
-			return false
-		}
-		argv := strings.Split(string(b), "\x00")
-		if len(argv) < 2 {
+		argv, err := proctree.Argv(p.PID)
+		if err != nil || len(argv) < 2 {
 			return false
 		}
 		prog := filepath.Base(argv[0])
@@ -398,7 +393,7 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if !looked {
 			looked, known = true, serverExecutables(cmdEnv)
 		}
-		fi, err := os.Stat("/proc/" + strconv.Itoa(p.PID) + "/exe")
+		fi, err := proctree.Executable(p.PID)
 		if err != nil {
 			return false
 		}
