@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -79,7 +80,7 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 			if s.svPID > 0 && s.svLocal && !watched[key] {
 				watched[key] = true
 				go func() {
-					if waitProcess(wctx, s.svPID, s.svStart) == nil {
+					if proctree.Wait(wctx, proctree.ID{PID: s.svPID, Start: s.svStart}) == nil {
 						select {
 						case died <- struct{}{}:
 						default:
@@ -131,7 +132,7 @@ func (st *Store) Watch(ctx context.Context, ref string) (<-chan struct{}, error)
 	died := make(chan struct{})
 	if s.svPID > 0 && s.svLocal {
 		go func() {
-			if waitProcess(ctx, s.svPID, s.svStart) == nil {
+			if proctree.Wait(ctx, proctree.ID{PID: s.svPID, Start: s.svStart}) == nil {
 				close(died)
 			}
 		}()

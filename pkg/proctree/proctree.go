@@ -1,5 +1,11 @@
-// Package proctree finds and kills process trees through the kernel's
-// process table: /proc on Linux, sysctl kern.proc on macOS.
+// Package proctree is the one home of process control for agentsh, its
+// session servers and the job supervisor: process identity (ID, Identify),
+// the verdict on a recorded owner (Owner.Check: pid, start time and boot
+// id), waiting for any process without polling (Wait: a pidfd on Linux, a
+// kqueue on macOS), the kill sequence with grace (Terminate over a Tree)
+// and signal names (SignalName, ParseSignal). It finds process trees
+// through the kernel's process table: /proc on Linux, sysctl kern.proc on
+// macOS.
 //
 // A process is identified by its PID and its start time (field 22 of
 // /proc/PID/stat on Linux, p_starttime of kinfo_proc on macOS), because PIDs

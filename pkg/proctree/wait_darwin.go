@@ -8,13 +8,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// WaitPID blocks until the process (pid, start) has exited (a zombie
-// counts as exited) and returns nil, or until ctx ends and returns
-// ctx.Err(). It does not reap and does not poll: a kqueue EVFILT_PROC
-// NOTE_EXIT event fires when the process exits, and the start time is
-// checked after the event is registered, so a recycled pid is never waited
-// for. It works for any process the caller may see, not only its children.
-func WaitPID(ctx context.Context, pid int, start uint64) error {
+// Wait blocks until the process id is gone (exited: a zombie counts as
+// gone) and returns nil, or until ctx ends and returns ctx.Err(). It does
+// not reap and does not poll: a kqueue EVFILT_PROC NOTE_EXIT event fires
+// when the process exits, and the start time is checked after the event is
+// registered, so a recycled pid is never waited for. It works for any
+// process the caller may see, not only its children.
+func Wait(ctx context.Context, id ID) error {
+	pid := id.PID
 	if pid <= 0 {
 		return nil
 	}
@@ -32,7 +33,7 @@ func WaitPID(ctx context.Context, pid int, start uint64) error {
 		}
 		return err
 	}
-	if !Alive(pid, start) {
+	if !id.Alive() {
 		return nil
 	}
 	changes := []unix.Kevent_t{}
