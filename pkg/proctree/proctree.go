@@ -20,11 +20,11 @@
 // macOS has no subreaper: an orphan is reparented to launchd (PID 1) and
 // drops out of the parent walk. What still holds it there is its process
 // group and its session, which it keeps across the reparenting: the
-// commands are started as session leaders, so SignalGroup(pid) reaches the
-// command's group and also every process still in the session pid leads
-// (found through kern.proc.session). A descendant that double-forked and
-// called setsid itself leaves both and is reparented to launchd where no
-// walk finds it; on macOS such a process can outlive the call.
+// commands are started as session leaders, so on macOS SignalGroup(pid)
+// reaches the command's group and also every process still in the session
+// pid leads (Tree.Session). A descendant that double-forked and called
+// setsid itself leaves both, is reparented to launchd and is found by no
+// walk: on macOS such a process can outlive the call.
 package proctree
 
 import (
@@ -42,13 +42,13 @@ type Stat struct {
 	PGID      int
 	SID       int
 	State     byte   // R, S, D, Z, T, X, …
-	StartTime uint64 // clock ticks since boot
+	StartTime uint64 // Linux: clock ticks since boot; macOS: µs since the epoch
 }
 
 // Dead reports whether the process has exited and only its zombie remains.
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' }
 
-// StartTime returns the start time of pid in clock ticks since boot.
+// StartTime returns the start time of pid (units as in Stat.StartTime).
 func StartTime(pid int) (uint64, error) {
 	s, err := ReadStat(pid)
 	if err != nil {

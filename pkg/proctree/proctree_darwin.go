@@ -129,29 +129,19 @@ func hasChildren() bool {
 	return false
 }
 
-// signalSession signals every process of session sid (sysctl
-// kern.proc.session) but never the caller's own session: an orphan that
-// left its group but not its session is still reached, although launchd
-// is its parent now.
+// signalSession signals every process of session sid (the Session part
+// of a Tree) but never the caller's own session: an orphan that left its
+// group but not its session is still reached, although launchd is its
+// parent now. A pid is not reused while it names a live session, so the
+// members are those of the session leader that had this pid.
 func signalSession(sid int, sig syscall.Signal) {
-	if sid <= 1 {
+	if sid <= 1 || sid == os.Getpid() {
 		return
 	}
-	if own, err := unix.Getsid(0); err == nil && own == sid {
+	if own, err := unix.Getsid(0); err != nil || own == sid {
 		return
 	}
-	ks, err := unix.SysctlKinfoProcSlice("kern.proc.session", sid)
-	if err != nil {
-		return
-	}
-	self := os.Getpid()
-	for i := range ks {
-		s := statOf(&ks[i])
-		if s.PID <= 1 || s.PID == self || s.Dead() || s.SID != sid {
-			continue
-		}
-		_ = syscall.Kill(s.PID, sig)
-	}
+	Tree{Session: ID{PID: sid}}.Signal(sig)
 }
 
 // Argv returns the command line of pid, from sysctl kern.procargs2.
