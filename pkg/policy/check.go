@@ -63,6 +63,15 @@ func (p *Policy) decide(cmds []Command, unres []Unresolved) Decision {
 	return d
 }
 
+// DecideExec decides one argv exactly as a program receives it, without
+// looking into wrappers or shell strings: the runtime enforcer calls it for
+// every image a process executes, where a wrapper's inner command is itself
+// an exec that gets decided in its turn.
+func (p *Policy) DecideExec(argv []string) CommandDecision { return p.decideArgv(argv) }
+
+// Stricter reports whether decision a is stricter than b.
+func Stricter(a, b string) bool { return rank(a) > rank(b) }
+
 // decideArgv applies the strictest matching rule, the first of equals, or
 // the default.
 func (p *Policy) decideArgv(argv []string) CommandDecision {

@@ -20,6 +20,10 @@ const (
 	CodeDenied = "policy_denied"
 	// CodeApprovalRequired: a command was decided prompt and was not approved.
 	CodeApprovalRequired = "approval_required"
+	// CodeUnavailable: the policy cannot be enforced while the command runs
+	// (the kernel refused to trace it), and static-only enforcement was not
+	// chosen.
+	CodeUnavailable = "policy_unavailable"
 )
 
 // Limits that keep extraction bounded whatever the input: a hostile string

@@ -243,7 +243,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 // addGuardFields reports the policy decision and the sandbox, when any.
 func addGuardFields(o *result.Object, d *policy.Decision, report map[string]any) {
 	if d != nil {
-		o.Set("policy", guard.Object(d))
+		o.Set("policy", guard.Object(d, nil))
 	}
 	if report != nil {
 		o.Set("sandbox", report)

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -18,6 +19,10 @@ type Options struct {
 	Files    []string
 	Default  string
 	Approved bool
+	// Enforce is runtime (the default with a policy) or static.
+	Enforce string
+
+	loaded *policy.Policy // the policy read by the first Load
 }
 
 // AddFlags adds the policy flags. The policy files and default come from
@@ -27,10 +32,12 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringArrayVar(&o.Files, "policy", nil, "decide commands with the prefix rules in `FILE` (repeatable)")
 	fs.Var(clikit.EnumValue{S: &o.Default, Allowed: []string{"", policy.Allow, policy.Prompt, policy.Forbidden}}, "policy-default", "decision for commands no rule matches: allow (default), prompt or forbidden")
 	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
-	for _, n := range []string{"policy", "policy-default"} {
+	fs.Var(clikit.EnumValue{S: &o.Enforce, Allowed: []string{"", execguard.EnforceRuntime, execguard.EnforceStatic}}, "policy-enforce",
+		"runtime (default with a policy): also decide every program the command executes while it runs; static: decide the command string before the call only")
+	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
 	}
-	for _, n := range []string{"policy", "policy-default", "approved"} {
+	for _, n := range []string{"policy", "policy-default", "policy-enforce", "approved"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotNoRequest, []string{"true"})
 	}
 }
@@ -40,6 +47,9 @@ func (o *Options) Load() (*policy.Policy, error) {
 	if len(o.Files) == 0 && o.Default == "" {
 		return nil, nil
 	}
+	if o.loaded != nil {
+		return o.loaded, nil
+	}
 	p, err := policy.Load(o.Files...)
 	if err != nil {
 		return nil, err
@@ -47,7 +57,36 @@ func (o *Options) Load() (*policy.Policy, error) {
 	if o.Default != "" {
 		p.SetDefault(o.Default)
 	}
+	o.loaded = p
 	return p, nil
+}
+
+// Active reports whether a policy is in force.
+func (o *Options) Active() bool { return len(o.Files) > 0 || o.Default != "" }
+
+// Runtime prepares the runtime guard for one run of a command, or returns
+// nil when no policy is in force or the operator chose static enforcement.
+// self is the program's executable, which routes execguard.Command.
+// Where the kernel cannot trace, the error is policy_unavailable.
+func (o *Options) Runtime(self string) (*execguard.Guard, error) {
+	if o.Enforce == execguard.EnforceStatic {
+		return nil, nil
+	}
+	p, err := o.Load()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return execguard.Prepare(p, o.Approved, self)
+}
+
+// Wrap puts argv (run as path, "" to look argv[0] up) under the runtime
+// guard g, returning what the runner executes: self with the guard's argv.
+// sandboxed says argv starts the program's own sandbox helper.
+func Wrap(g *execguard.Guard, self, path string, argv []string, sandboxed bool) (string, []string) {
+	if sandboxed {
+		g.TrustFirst()
+	}
+	return self, g.Argv(path, argv)
 }
 
 // Decide checks a shell string (script != "") or an argv against the
@@ -160,10 +199,17 @@ func Report(obj *result.Object, d *policy.Decision) {
 	obj.Set("decision", d.Decision).Set("commands", cmds).Set("unresolved", unres)
 }
 
-// Object renders a decision as the value of a result's "policy" field.
-func Object(d *policy.Decision) *result.Object {
+// Object renders a decision as the value of a result's "policy" field,
+// with what the runtime guard decided (rt, nil when it was not enforced)
+// as "runtime" and the enforcement as "enforce".
+func Object(d *policy.Decision, rt *execguard.Report) *result.Object {
 	obj := result.New()
 	Report(obj, d)
+	if rt != nil {
+		obj.Set("enforce", execguard.EnforceRuntime).Set("runtime", rt)
+	} else {
+		obj.Set("enforce", execguard.EnforceStatic)
+	}
 	return obj
 }
 
