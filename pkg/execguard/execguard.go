@@ -165,7 +165,7 @@ type Guard struct {
 // program's executable, which must route Command to Main. On a platform
 // without ptrace it fails with policy_unavailable.
 func Prepare(p *policy.Policy, approved bool, self string) (*Guard, error) {
-	if err := available(); err != nil {
+	if err := Available(); err != nil {
 		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "agentplane-guard-")

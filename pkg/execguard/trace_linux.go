@@ -24,7 +24,9 @@ import (
 	"github.com/agentplane/agentplane/pkg/run"
 )
 
-func available() error { return nil }
+// Available reports whether runtime enforcement can work on this platform
+// (policy_unavailable when it cannot).
+func Available() error { return nil }
 
 // traceOptions follow the whole tree and kill it if the guard dies.
 const traceOptions = unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK |

@@ -10,7 +10,9 @@ import (
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
-func available() error {
+// Available reports whether runtime enforcement can work on this platform
+// (policy_unavailable when it cannot).
+func Available() error {
 	return result.Errorf(policy.CodeUnavailable,
 		"runtime enforcement of the policy needs Linux ptrace; use --policy-enforce static to rely on the check before the call only")
 }

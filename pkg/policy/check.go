@@ -63,6 +63,24 @@ func (p *Policy) decide(cmds []Command, unres []Unresolved) Decision {
 	return d
 }
 
+// Merge combines the decisions on two strings that one call runs (a job and
+// its readiness command): the strictest decision, every command and every
+// unresolved item. Either may be nil.
+func Merge(a, b *Decision) *Decision {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	d := Decision{Decision: a.Decision, Commands: append(append([]CommandDecision{}, a.Commands...), b.Commands...),
+		Unresolved: append(append([]Unresolved{}, a.Unresolved...), b.Unresolved...)}
+	if rank(b.Decision) > rank(d.Decision) {
+		d.Decision = b.Decision
+	}
+	return &d
+}
+
 // DecideExec decides one argv exactly as a program receives it, without
 // looking into wrappers or shell strings: the runtime enforcer calls it for
 // every image a process executes, where a wrapper's inner command is itself

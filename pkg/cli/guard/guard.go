@@ -79,6 +79,20 @@ func (o *Options) Runtime(self string) (*execguard.Guard, error) {
 	return execguard.Prepare(p, o.Approved, self)
 }
 
+// RuntimePolicy returns the policy to enforce at run time, or nil when no
+// policy is in force or enforcement is static; for a job, whose supervisor
+// prepares the guard of each run itself.
+func (o *Options) RuntimePolicy() (*policy.Policy, error) {
+	if o.Enforce == execguard.EnforceStatic {
+		return nil, nil
+	}
+	p, err := o.Load()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return p, execguard.Available()
+}
+
 // Wrap puts argv (run as path, "" to look argv[0] up) under the runtime
 // guard g, returning what the runner executes: self with the guard's argv.
 // sandboxed says argv starts the program's own sandbox helper.
