@@ -155,6 +155,14 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.cmd != nil {
+		err = o.Guard.CheckSurface(o.Env, o.cmd, "", "env")
+	} else {
+		err = o.Guard.CheckEnv(o.Vars, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// Every start, and every refusal, leaves one line in the audit log.
 	var command any = spec.Argv
 	if spec.Shell != "" {

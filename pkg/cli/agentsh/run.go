@@ -248,6 +248,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
+		return nil, err
+	}
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}

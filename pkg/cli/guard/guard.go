@@ -5,6 +5,9 @@
 package guard
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -29,15 +32,22 @@ type Options struct {
 // the operator (flags, AGENTPLANE_POLICY, the user config), never from a
 // request: a model's tool call cannot choose its own rules or approve itself.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
+	AddPolicyFlags(fs, o)
+	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
+	_ = fs.SetAnnotation("approved", clikit.AnnotNoRequest, []string{"true"})
+}
+
+// AddPolicyFlags adds the flags that choose the policy, without
+// --approved: for operations that run nothing by themselves (session start).
+func AddPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringArrayVar(&o.Files, "policy", nil, "decide commands with the prefix rules in `FILE` (repeatable)")
 	fs.Var(clikit.EnumValue{S: &o.Default, Allowed: []string{"", policy.Allow, policy.Prompt, policy.Forbidden}}, "policy-default", "decision for commands no rule matches: allow (default), prompt or forbidden")
-	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
 	fs.Var(clikit.EnumValue{S: &o.Enforce, Allowed: []string{"", execguard.EnforceRuntime, execguard.EnforceStatic}}, "policy-enforce",
 		"runtime (default with a policy): also decide every program the command executes while it runs; static: decide the command string before the call only")
 	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
 	}
-	for _, n := range []string{"policy", "policy-default", "policy-enforce", "approved"} {
+	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotNoRequest, []string{"true"})
 	}
 }
@@ -242,3 +252,86 @@ The command string is parsed with a real shell parser (mvdan.cc/sh) and every si
 
 LIMITS
 What cannot be known without running the command needs approval (prompt, with the reason in unresolved): a command name that comes from a variable or a substitution, eval, source of a computed path, functions defined in the string, curl ... | sh. The policy does not look inside scripts run from files, the code passed to python -c or perl -e, remote ssh commands or git aliases. It is a screen for honest mistakes and approval prompts, not a sandbox: combine it with --sandbox for containment.`
+
+// injecting names the environment variables that make a program run code
+// the policy never sees as a command: a shell's startup file, shell
+// functions, a preloaded library, an interpreter's startup options, git
+// configuration (which can name programs to run), the lookup path of
+// command names, and the configuration directories programs read.
+var injecting = struct {
+	names    map[string]bool
+	prefixes []string
+}{
+	names: map[string]bool{
+		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "PS0": true,
+		"PROMPT_COMMAND": true, "IFS": true, "PATH": true, "HOME": true, "XDG_CONFIG_HOME": true,
+		"ZDOTDIR": true, "SHELL": true, "EDITOR": true, "VISUAL": true, "PAGER": true, "MANPAGER": true,
+		"LESSOPEN": true, "LESSCLOSE": true, "GCONV_PATH": true, "PYTHONSTARTUP": true, "PYTHONPATH": true,
+		"PYTHONHOME": true, "PYTHONINSPECT": true, "NODE_OPTIONS": true, "NODE_PATH": true, "PERL5OPT": true,
+		"PERL5LIB": true, "PERLLIB": true, "PERL5DB": true, "RUBYOPT": true, "RUBYLIB": true,
+		"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "MAKEFLAGS": true,
+		"MFLAGS": true, "GNUMAKEFLAGS": true, "RUSTC_WRAPPER": true, "SSH_ASKPASS": true, "SUDO_ASKPASS": true,
+		"GIT_EXEC_PATH": true, "GIT_SSH": true, "GIT_SSH_COMMAND": true, "GIT_PROXY_COMMAND": true,
+		"GIT_ASKPASS": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true, "GIT_PAGER": true,
+		"GIT_EXTERNAL_DIFF": true, "GIT_DIR": true, "GIT_TEMPLATE_DIR": true,
+	},
+	prefixes: []string{"BASH_FUNC_", "LD_", "GIT_CONFIG", "NPM_CONFIG_", "npm_config_", "DYLD_"},
+}
+
+// InjectsCode reports whether setting the environment variable key can make
+// a command run code that no policy check sees.
+func InjectsCode(key string) bool {
+	if injecting.names[key] {
+		return true
+	}
+	for _, p := range injecting.prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckSurface refuses, while a policy is in force, the settings of a call
+// that change what runs behind the policy's back: the shell program (flag
+// shellFlag) and code-injecting environment variables (flag envFlag). They
+// stay operator settings: a value the environment or config file gives the
+// flag is accepted, one that a request, a tool call or the command line
+// adds is invalid_request. Pass "" for a flag the command does not have.
+func (o *Options) CheckSurface(env *clikit.Env, cmd *cobra.Command, shellFlag, envFlag string) error {
+	if !o.Active() {
+		return nil
+	}
+	if f := cmd.Flags().Lookup(shellFlag); shellFlag != "" && f != nil && f.Changed {
+		vals, ok := env.Configured(cmd, shellFlag)
+		if !ok || len(vals) == 0 || vals[len(vals)-1] != f.Value.String() {
+			return result.Errorf(result.CodeInvalidRequest,
+				"%q is an operator setting while a command policy is in force: the policy decides the command as the default shell runs it", strings.ReplaceAll(shellFlag, "-", "_")).
+				With("key", strings.ReplaceAll(shellFlag, "-", "_"))
+		}
+	}
+	if envFlag == "" || cmd.Flags().Lookup(envFlag) == nil {
+		return nil
+	}
+	vals, _ := cmd.Flags().GetStringArray(envFlag)
+	configured, _ := env.Configured(cmd, envFlag)
+	return o.CheckEnv(vals, configured)
+}
+
+// CheckEnv refuses, while a policy is in force, K=V settings in vals whose
+// variable injects code (InjectsCode), unless the operator configured that
+// exact setting (configured).
+func (o *Options) CheckEnv(vals, configured []string) error {
+	if !o.Active() {
+		return nil
+	}
+	for _, kv := range vals {
+		k, _, _ := strings.Cut(kv, "=")
+		if InjectsCode(k) && !slices.Contains(configured, kv) {
+			return result.Errorf(result.CodeInvalidRequest,
+				"the environment variable %s is an operator setting while a command policy is in force: it can make a command run code the policy never sees", k).
+				With("key", "env").With("variable", k)
+		}
+	}
+	return nil
+}
