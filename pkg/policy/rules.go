@@ -317,6 +317,38 @@ func (r *Rule) matchesExactly(argv []string) bool {
 	return true
 }
 
+// couldMatch reports whether the rule would match c once the words known
+// only at run time are known: each of the rule's positions is either a
+// wild word, past c.open (unknown words may follow), or matches.
+func (r *Rule) couldMatch(c Command) bool {
+	argv := c.Argv
+	if len(argv) > 0 && strings.Contains(argv[0], "/") {
+		argv = append([]string{baseName(argv[0])}, argv[1:]...)
+	}
+	for i, alts := range r.Pattern {
+		if i >= c.open {
+			return true
+		}
+		if i >= len(argv) {
+			return false
+		}
+		if i < len(c.wild) && c.wild[i] {
+			continue
+		}
+		ok := false
+		for _, a := range alts {
+			if tokenMatches(argv[i], a, r.Decision != Allow) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // PatternText renders the pattern as it is written in a rules file, for
 // messages and decisions: ["git", ["push", "fetch"]].
 func (r *Rule) PatternText() string {

@@ -283,7 +283,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	} else {
 		argv = s.command.([]string)
 	}
-	decision, err := o.Guard.Decide(script, argv)
+	decision, err := o.Guard.DecideInput(script, argv, guard.StdinText(s.req.Stdin, s.req.StdinFile))
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err

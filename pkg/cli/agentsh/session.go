@@ -268,7 +268,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
 	// The caller's policy decides before the command reaches the session.
-	decision, err := o.Guard.Decide(o.Command, nil)
+	decision, err := o.Guard.DecideInput(o.Command, nil, req.Stdin)
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		guard.Audit(env, stateDir, rec)

@@ -5,6 +5,8 @@
 package guard
 
 import (
+	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -118,14 +120,26 @@ func Wrap(g *execguard.Guard, self, path string, argv []string, sandboxed bool) 
 // may not run, the error to report: policy_denied for forbidden (never
 // overridable), approval_required for prompt without --approved.
 func (o *Options) Decide(script string, argv []string) (*policy.Decision, error) {
+	return o.DecideInput(script, argv, nil)
+}
+
+// DecideInput is Decide for a call that feeds stdin (nil: none) to the
+// command: a shell that reads its script from standard input has stdin
+// decided as that script.
+func (o *Options) DecideInput(script string, argv []string, stdin *string) (*policy.Decision, error) {
 	p, err := o.Load()
 	if err != nil || p == nil {
 		return nil, err
 	}
 	var d policy.Decision
-	if script != "" {
+	switch {
+	case script != "" && stdin != nil:
+		d = p.CheckStdin(script, *stdin)
+	case script != "":
 		d = p.Check(script)
-	} else {
+	case stdin != nil:
+		d = p.CheckArgvStdin(argv, *stdin)
+	default:
 		d = p.CheckArgv(argv)
 	}
 	switch d.Decision {
@@ -144,6 +158,31 @@ func (o *Options) Decide(script string, argv []string) (*policy.Decision, error)
 		}
 	}
 	return &d, err
+}
+
+// StdinText returns what a call feeds the command on stdin, for the
+// policy: the --stdin string, or the --stdin-file contents up to the size
+// the policy reads (nil when there is none, or it cannot be read, in
+// which case a shell reading it stays unresolved).
+func StdinText(stdin []byte, file string) *string {
+	switch {
+	case stdin != nil:
+		s := string(stdin)
+		return &s
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, policy.MaxScriptBytes+1))
+		if err != nil || len(b) > policy.MaxScriptBytes {
+			return nil
+		}
+		s := string(b)
+		return &s
+	}
+	return nil
 }
 
 // NewCmdCheck builds `PROGRAM check -c STRING | -- ARGV`: the decision,
