@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/policy"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"golang.org/x/sys/unix"
 )
