@@ -80,9 +80,16 @@ func startTime(tv unix.Timeval) uint64 {
 	return uint64(tv.Sec)*1_000_000 + uint64(tv.Usec)
 }
 
-// BootID returns the boot time (sysctl kern.boottime) as "SECONDS.MICROS",
-// which changes on every boot.
+// BootID returns an identity of this boot: kern.bootsessionuuid, a UUID
+// the kernel makes at every boot, or, where that sysctl is missing, the
+// boot time (kern.boottime) as "SECONDS.MICROS". The UUID comes first
+// because the kernel recomputes kern.boottime when the wall clock is
+// stepped, which would make a live owner look like one from an earlier
+// boot.
 func BootID() (string, error) {
+	if id, err := unix.Sysctl("kern.bootsessionuuid"); err == nil && id != "" {
+		return id, nil
+	}
 	tv, err := unix.SysctlTimeval("kern.boottime")
 	if err != nil {
 		return "", err
