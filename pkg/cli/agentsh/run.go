@@ -247,6 +247,15 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err != nil {
 		return nil, err
 	}
+	// The watchdog that kills the command's tree should agentsh itself be
+	// SIGKILLed starts now, while the rest is prepared, and is released
+	// once the tree is dead.
+	guarded := startGuard()
+	defer func() {
+		if g, err := guarded(); err == nil {
+			g.Release()
+		}
+	}()
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -319,6 +328,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		s.req.Argv[0] = "agentsh"
 		s.req.Env = append(s.req.Env, prep.Env...)
 		s.req.SysProcAttr = prep.SysProcAttr
+	}
+	if s.req.Guard, err = guarded(); err != nil {
+		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
