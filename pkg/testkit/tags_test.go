@@ -14,6 +14,10 @@ import (
 // LiveProcesses look for: "sleep N" with N of four or more digits.
 var sleepTag = regexp.MustCompile(`\bsleep ([0-9]{4,})\b`)
 
+// shortTag is a process pattern that names a prefix of tags: "sleep" and
+// three digits matches the four-digit tags of every other test.
+var shortTag = regexp.MustCompile(`(noproc|killproc|LiveProcesses\()\s*['"]sleep [0-9]{1,3}['"]`)
+
 // TestSleepTagsUnique: LiveProcesses sees every process on the machine, and
 // the packages' tests run at the same time, so a tag used by two test files
 // lets one test find, or kill, another's process. Each tag belongs to one
@@ -43,6 +47,9 @@ func TestSleepTagsUnique(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, path)
+		for _, m := range shortTag.FindAllString(string(b), -1) {
+			clashes = append(clashes, rel+": "+m+" matches the tags of other tests")
+		}
 		for _, m := range sleepTag.FindAllStringSubmatch(string(b), -1) {
 			tag := m[1]
 			if prev, ok := owner[tag]; ok && prev != rel {
