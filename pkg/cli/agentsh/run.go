@@ -250,6 +250,15 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
 		return nil, err
 	}
+	// The watchdog that kills the command's tree should agentsh itself be
+	// SIGKILLed starts now, while the rest is prepared, and is released
+	// once the tree is dead.
+	guarded := startGuard()
+	defer func() {
+		if g, err := guarded(); err == nil {
+			g.Release()
+		}
+	}()
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -334,6 +343,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if g != nil {
 		defer g.Cleanup()
 		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
+	}
+	if s.req.Guard, err = guarded(); err != nil {
+		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {

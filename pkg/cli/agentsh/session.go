@@ -325,7 +325,11 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake")); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
+		return ExitFailed
+	}
+	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, watchdogCommand}); err != nil {
 		return ExitFailed
 	}
 	return 0
