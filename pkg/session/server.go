@@ -58,6 +58,10 @@ type server struct {
 	bg       *background
 	auth     *authority
 	dirty    chan struct{} // the record changed; the recorder writes it
+	// guard kills the shell's tree should this server be SIGKILLed; nil
+	// without a watchdog command.
+	guard    *proctree.Guard
+	watchdog []string
 }
 
 // markRecord asks the recorder to write the record soon.
@@ -98,8 +102,11 @@ func (s *server) recorder() {
 // Serve runs the session server for id until the session ends. It is the
 // body of the hidden server subcommand; handshake receives one JSON line
 // ({"ok":true} or {"error":…}) once the shell is ready, then is closed.
-func Serve(dir *state.Dir, id string, handshake *os.File) error {
-	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
+// watchdog, when not empty, is the command of a proctree.Guard watchdog:
+// the shell and everything it started then die with the server, even a
+// SIGKILLed one.
+func Serve(dir *state.Dir, id string, handshake *os.File, watchdog []string) error {
+	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1), dirty: make(chan struct{}, 1), watchdog: watchdog}
 	s.sdir = dir.Join("sessions", id)
 	err := s.start()
 	if handshake != nil {
@@ -126,6 +133,13 @@ func (s *server) start() error {
 	}
 	if err := proctree.SetSubreaper(); err != nil {
 		return result.Errorf(CodeStartFailed, "cannot become a subreaper: %v", err)
+	}
+	if len(s.watchdog) > 0 {
+		g, err := proctree.StartGuard(s.watchdog)
+		if err != nil {
+			return result.Errorf(CodeStartFailed, "cannot start the watchdog: %v", err)
+		}
+		s.guard = g
 	}
 	if !strings.Contains(filepath.Base(s.spec.Shell), "bash") {
 		return result.Errorf(CodeStartFailed, "sessions need bash, not %s", s.spec.Shell).
@@ -348,8 +362,15 @@ func (s *server) stop(reason string) {
 func (s *server) finish(reason string) {
 	s.killShell()
 	// Background jobs that left the shell's group are still ours: the
-	// server is a subreaper and owns nothing else.
-	proctree.KillAllDescendants(5 * time.Second)
+	// server is a subreaper and owns nothing else but the watchdog, which
+	// goes last.
+	if s.guard != nil {
+		s.guard.Kill(5 * time.Second)
+		proctree.KillAllDescendantsExcept(5*time.Second, s.guard.IsWatchdog)
+		s.guard.Release()
+	} else {
+		proctree.KillAllDescendants(5 * time.Second)
+	}
 	if s.bg != nil {
 		s.bg.closeAll()
 	}

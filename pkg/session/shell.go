@@ -144,6 +144,10 @@ func (s *server) startShell(cwd string) error {
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
 	cmd.SysProcAttr.Setsid = true
+	if s.guard != nil {
+		s.guard.Apply(cmd.SysProcAttr)
+		cmd.Env = s.guard.Env(cmd.Env)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return result.Errorf(CodeStartFailed, "pipe: %v", err)
@@ -161,6 +165,9 @@ func (s *server) startShell(cwd string) error {
 	}
 	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
 	sh.id, _ = proctree.Identify(cmd.Process.Pid)
+	if s.guard != nil {
+		s.guard.Watch(sh.id)
+	}
 	log, _ := os.OpenFile(filepath.Join(s.sdir, "shell.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	go sh.readControl(pr, log)
 	go func() {

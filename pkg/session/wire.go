@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -72,7 +71,7 @@ func readToken(sdir string) string {
 }
 
 // listenUnix listens on path; a path longer than a socket address allows
-// is reached through /proc/self/fd of its directory.
+// is reached through a shorter name for its directory (longSocketAddr).
 func listenUnix(path string) (net.Listener, error) {
 	addr, closeDir, err := socketAddr(path)
 	if err != nil {
@@ -91,15 +90,11 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 func socketAddr(path string) (string, func(), error) {
-	const max = 100 // sun_path is 108 bytes including the NUL
+	const max = 100 // sun_path is 108 bytes on Linux, 104 on macOS, including the NUL
 	if len(path) <= max {
 		return path, func() {}, nil
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return "", nil, err
-	}
-	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path), func() { d.Close() }, nil
+	return longSocketAddr(path)
 }
 
 // dial connects to a session's socket.
