@@ -98,6 +98,10 @@ type Policy struct {
 	FileSize   int64 // largest file the command may write, bytes
 	Nofile     int   // open file descriptors
 	User       string
+	// WriteFiles are directories beneath which existing files may be
+	// opened for writing while nothing may be created, renamed or removed
+	// (a session's call FIFOs). Set by the engine, never a user flag.
+	WriteFiles []string
 }
 
 // Empty reports whether p asks for no confinement at all, in which case
@@ -146,6 +150,7 @@ type spec struct {
 	Status      string      `json:"status"` // file the helper writes its error to
 	LandlockABI int         `json:"landlock_abi,omitempty"`
 	Writable    []string    `json:"writable,omitempty"`
+	WriteFiles  []string    `json:"write_files,omitempty"`
 	DenyDirs    []string    `json:"deny_dirs,omitempty"`
 	DenyFiles   []string    `json:"deny_files,omitempty"`
 	NetNone     bool        `json:"net_none,omitempty"`

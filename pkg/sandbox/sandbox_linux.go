@@ -151,6 +151,7 @@ func (b *builder) build() (*Prepared, error) {
 		}
 		writable = append(writable, tmp)
 		b.sp.Writable = writable
+		b.sp.WriteFiles = p.WriteFiles
 		b.report["filesystem"] = "landlock"
 		b.report["landlock_abi"] = b.sp.LandlockABI
 		b.report["writable"] = writable
