@@ -30,6 +30,7 @@ func NewCmdInsert(env *clikit.Env, common *CommonOptions, runF func(*InsertOptio
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_insert",
+			clikit.AnnotHints:          clikit.Hints{}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to insert into",
 		},

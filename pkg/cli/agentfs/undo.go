@@ -25,6 +25,7 @@ func NewCmdUndo(env *clikit.Env, common *CommonOptions, runF func(*UndoOptions) 
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_undo",
+			clikit.AnnotHints:          clikit.Hints{Destructive: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to restore",
 		},

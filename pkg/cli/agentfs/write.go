@@ -35,6 +35,8 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_write",
+			clikit.AnnotToolDoc:        "Write content to a file atomically (or with append, add it to the end), creating the file and its parent directories. The file keeps its mode and writing through a symlink updates its target. expect_sha256 refuses to overwrite a file that changed since it was read, expect_absent one that exists. dry_run returns the same result (new_file, diff) without writing.",
+			clikit.AnnotHints:          clikit.Hints{Destructive: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to write",
 		},

@@ -42,7 +42,7 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 		Long: "Read a job's stdout and stderr by absolute byte offsets: from --offset (next_offset of the last " +
 			"read), what a named reader has not read yet (--since-last), or the last lines (--tail). --grep " +
 			"returns matching lines with their offsets; --follow streams NDJSON until the job ends.",
-		Annotations: jobAnnotations("agentjob_logs", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_logs", clikit.Hints{ReadOnly: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	f := cmd.Flags()

@@ -183,7 +183,7 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 		Short: "Report, as JSON, which sandbox mechanisms this machine can enforce",
 		Long: "Report which sandbox mechanisms this machine can enforce: Landlock and its ABI, user, " +
 			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check"},
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String()},
 	}
 	check.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {

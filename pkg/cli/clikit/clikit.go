@@ -49,6 +49,12 @@ const (
 	// AnnotArgs names the positional arguments as request keys, comma
 	// separated; a trailing "..." makes the last one variadic.
 	AnnotArgs = "agentplane/args"
+	// AnnotHints declares what the operation does to the world (Hints),
+	// for MCP tool annotations. Every tool has it.
+	AnnotHints = "agentplane/hints"
+	// AnnotToolDoc is the tool's description for a model, about its own
+	// arguments, where the help text speaks of flags and exit statuses.
+	AnnotToolDoc = "agentplane/tool-doc"
 )
 
 // Program describes one of the programs for Main.
