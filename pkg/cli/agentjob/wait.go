@@ -15,8 +15,8 @@ import (
 
 // Error codes of wait.
 const (
-	CodeWaitTimeout = "wait_timeout" // --timeout passed first
-	CodeJobFailed   = "job_failed"   // the job ended, but not well
+	CodeWaitTimeout = result.CodeWaitTimeout // --timeout passed first
+	CodeJobFailed   = result.CodeJobFailed   // the job ended, but not well
 )
 
 // WaitOptions are the flags and arguments of wait.

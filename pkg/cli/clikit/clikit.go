@@ -55,6 +55,9 @@ const (
 	// AnnotToolDoc is the tool's description for a model, about its own
 	// arguments, where the help text speaks of flags and exit statuses.
 	AnnotToolDoc = "agentplane/tool-doc"
+	// AnnotProtocolStdout marks a command whose stdout is a protocol
+	// channel (mcp): its failures are reported on stderr instead.
+	AnnotProtocolStdout = "agentplane/protocol-stdout"
 )
 
 // Program describes one of the programs for Main.
@@ -191,9 +194,12 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 func Run(env *Env, args []string) int {
 	root := NewRoot(env)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if errors.Is(err, errHelpShown) {
 		return 0
+	}
+	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
+		return env.failOnStderr(err)
 	}
 	if err == nil && env.outcome == nil {
 		// --help, --version or a help topic: human text was printed.
@@ -217,6 +223,25 @@ func Run(env *Env, args []string) int {
 }
 
 var errHelpShown = errors.New("help shown")
+
+// failOnStderr reports a failure of a command whose stdout is a protocol
+// channel (an MCP server): a JSON object there would be a malformed
+// message, so the reason goes to stderr, which hosts show, as
+// "PROGRAM: error: MESSAGE" with a hint line and the error object.
+func (e *Env) failOnStderr(err error) int {
+	re := result.AsError(err)
+	if re.Code == result.CodeInternal && isCobraUsageError(err) {
+		re = &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
+	}
+	fmt.Fprintf(e.Err, "%s: error: %s\n", e.Program.Name, re.Message)
+	if h, ok := re.Details["hint"].(string); ok && h != "" {
+		fmt.Fprintf(e.Err, "hint: %s\n", h)
+	}
+	if b, merr := result.Marshal(result.Failure(re)); merr == nil {
+		fmt.Fprintf(e.Err, "%s\n", b)
+	}
+	return e.Program.ExitCode(re.Code)
+}
 
 func (e *Env) fail(err error) int {
 	re := result.AsError(err)
