@@ -74,6 +74,7 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 		}
 		return pflag.NormalizedName(name)
 	})
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {

@@ -30,6 +30,7 @@ func NewCmdUndo(env *clikit.Env, common *CommonOptions, runF func(*UndoOptions) 
 			clikit.AnnotArgs + ".path": "the file to restore",
 		},
 	}
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {
