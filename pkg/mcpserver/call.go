@@ -179,11 +179,16 @@ func (s *Server) exec(ctx context.Context, t *tool, args map[string]any, onLine 
 		if len(bytes.TrimSpace(line)) > 0 {
 			if m, err := decodeObject(line); err == nil {
 				// Stream events carry a type; the result does not.
-				if _, isEvent := m["type"].(string); isEvent && m["success"] == nil {
+				if typ, isEvent := m["type"].(string); isEvent && typ != "result" {
 					if onLine != nil {
 						onLine(m)
 					}
 				} else {
+					// The stream's last line is the result; its type
+					// is the stream's framing, not part of the result.
+					if typ == "result" && m["success"] != nil {
+						delete(m, "type")
+					}
 					last = m
 				}
 			}

@@ -106,6 +106,16 @@ func (o *Object) Set(key string, v any) *Object {
 	return o
 }
 
+// WithFirst returns a copy of o with key set to v as its first field.
+func (o *Object) WithFirst(key string, v any) *Object {
+	c := New().Set(key, v)
+	for _, k := range o.keys {
+		c.Set(k, o.values[k])
+	}
+	c.values[key] = v
+	return c
+}
+
 // Get returns a field's value.
 func (o *Object) Get(key string) (any, bool) {
 	v, ok := o.values[key]

@@ -116,6 +116,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	// Flags after the program name belong to the program: agentsh ls -la.
 	root.Flags().SetInterspersed(false)
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		env.StreamResult = opts.Stream
 		if opts.Session != "" {
 			return runInSession(cmd, env, opts, stateDir, args)
 		}

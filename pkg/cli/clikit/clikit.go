@@ -103,6 +103,10 @@ type Env struct {
 
 	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
 	ExitZero bool
+	// StreamResult marks the final result as the last line of an NDJSON
+	// stream (agentsh --stream): it carries "type": "result" first, so a
+	// reader tells it from the events without looking for success.
+	StreamResult bool
 
 	cfg       configSource
 	outcome   *Outcome
@@ -272,6 +276,9 @@ func isCobraUsageError(err error) bool {
 func (e *Env) print(v any) error {
 	e.outMu.Lock()
 	defer e.outMu.Unlock()
+	if obj, ok := v.(*result.Object); ok && e.StreamResult {
+		v = obj.WithFirst("type", "result")
+	}
 	if e.Query == "" {
 		return result.Write(e.Out, v, e.Pretty)
 	}
