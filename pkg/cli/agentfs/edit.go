@@ -132,12 +132,15 @@ var editDocs = map[string]string{
 	"expected_count": "the number of matches expected; any other number fails with count_mismatch, and that many are replaced",
 }
 
-// RequestSchema is an array of edits, or the same array as JSON text.
+// RequestSchema is the array of edits. The request also takes the array as
+// JSON text (the flag's form), but the schema offers one shape: an anyOf
+// whose branch has optional properties is what strict converters (OpenAI's
+// agents SDK for MCP tools) cannot normalise.
 func (v editsValue) RequestSchema() map[string]any {
-	return map[string]any{"description": "several edits applied in order, all or nothing, instead of old and new", "anyOf": []any{
-		map[string]any{"type": "array", "description": "the edits, applied in order", "items": clikit.StructSchema(files.EditSpec{}, editDocs)},
-		map[string]any{"type": "string", "description": "the same array as JSON text"},
-	}}
+	return map[string]any{
+		"type": "array", "description": "several edits applied in order, all or nothing, instead of old and new",
+		"items": clikit.StructSchema(files.EditSpec{}, editDocs),
+	}
 }
 
 // parseEdits reads --edits: a JSON array of edits, inline or from @FILE.
