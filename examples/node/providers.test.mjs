@@ -12,10 +12,11 @@ import http from 'node:http';
 import { describe, test } from 'node:test';
 
 import { mcpToFunctionTool, tool } from '@openai/agents-core';
-import { GoogleGenAI, Type } from '@google/genai';
+import { GoogleGenAI } from '@google/genai';
 import Ajv2020 from 'ajv/dist/2020.js';
 
 import { program } from './environment.mjs';
+import { geminiProblems } from './gemini-rules.mjs';
 
 const programs = ['agentsh', 'agentjob', 'agentfs'];
 
@@ -92,34 +93,6 @@ async function geminiRequest(functionDeclarations) {
     srv.close();
   }
   return body.tools[0].functionDeclarations;
-}
-
-const geminiTypes = new Set(Object.values(Type).filter((t) => t !== Type.TYPE_UNSPECIFIED));
-
-// Gemini's published limits: single upper-case types, ARRAY with items,
-// OBJECT with properties, anyOf branches that are complete, no
-// additionalProperties.
-function geminiProblems(where, s, out = []) {
-  if (s.anyOf) {
-    if (s.type) out.push(`${where}: type beside anyOf`);
-    if (s.items) out.push(`${where}: items beside anyOf`);
-    s.anyOf.forEach((b, i) => {
-      if (!b.type) out.push(`${where}|${i}: an anyOf branch without a type`);
-      geminiProblems(`${where}|${i}`, b, out);
-    });
-    return out;
-  }
-  if (!geminiTypes.has(s.type)) out.push(`${where}: type ${JSON.stringify(s.type)}`);
-  if ('additionalProperties' in s) out.push(`${where}: additionalProperties`);
-  if (s.type === Type.ARRAY) {
-    if (!s.items) out.push(`${where}: ARRAY without items`);
-    else geminiProblems(`${where}[]`, s.items, out);
-  }
-  if (s.type === Type.OBJECT) {
-    if (!s.properties || Object.keys(s.properties).length === 0) out.push(`${where}: OBJECT without properties`);
-    for (const [k, v] of Object.entries(s.properties ?? {})) geminiProblems(`${where}.${k}`, v, out);
-  }
-  return out;
 }
 
 describe('Gemini function declarations (@google/genai)', () => {
