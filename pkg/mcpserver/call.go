@@ -84,7 +84,11 @@ func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, 
 		}
 		args = m
 	}
+	served, _ := t.InputSchema["properties"].(map[string]any)
 	for k, v := range args {
+		if _, offered := served[k]; offered {
+			continue // an argument of this tool, whatever other tools mean by it
+		}
 		if why := s.refused[k]; why != "" {
 			if v == nil {
 				delete(args, k) // null is "not given" (strict hosts send it)

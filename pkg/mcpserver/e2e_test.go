@@ -677,3 +677,39 @@ func TestBadSettingFailsAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestJobLogsStreamArgument: agentjob_logs' stream (which stream to read)
+// is a tool argument, though agentsh_run's stream (NDJSON reporting) is the
+// server's; a wait that times out is a normal result.
+func TestJobLogsStreamArgument(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentjob", dir)
+	ctx := testCtx(t)
+	res, m := s.call(ctx, "agentjob_start", map[string]any{"command": "echo out; echo err >&2; sleep 60", "cwd": dir})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	h := m["handle"].(string)
+	defer s.call(ctx, "agentjob_stop", map[string]any{"job": h})
+	res, m = s.call(ctx, "agentjob_wait", map[string]any{"jobs": []string{h}, "timeout": 1})
+	if res.IsError || m["success"] != false || m["timed_out"] != true {
+		t.Fatalf("a wait that timed out: isError=%v %v", res.IsError, m)
+	}
+	for {
+		res, m = s.call(ctx, "agentjob_logs", map[string]any{"job": h, "stream": "stderr"})
+		if res.IsError {
+			t.Fatalf("logs: %v", m)
+		}
+		if m["data"] == "err\n" {
+			break
+		}
+		if m["data"] != "" {
+			t.Fatalf("stderr only, got %v", m)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no stderr")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -58,6 +58,15 @@ func OperatorFlags() []string {
 	}
 }
 
+// serverOwnedHere reports whether a server-owned key means on t what it
+// means where the server owns it: a switch of how the call reports (a
+// boolean flag). agentjob logs' stream, which names the stream to read, is
+// an ordinary argument.
+func serverOwnedHere(t clikit.Tool, key string) bool {
+	f := lookupFlag(t, strings.ReplaceAll(key, "_", "-"))
+	return f == nil || f.Value.Type() == "bool"
+}
+
 // serverOwned returns the request keys that change how a call reports
 // rather than what it does: the server sets them itself (agentsh --stream,
 // for progress), or they make no sense over MCP (follow modes never end;
@@ -338,7 +347,7 @@ func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
 	props := map[string]any{}
 	if p, ok := t.Schema["properties"].(map[string]any); ok {
 		for k, v := range p {
-			if refused[k] == "" {
+			if refused[k] == "" || !serverOwnedHere(t, k) && refused[k] == whyServer {
 				props[k] = v
 			}
 		}

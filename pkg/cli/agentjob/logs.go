@@ -45,6 +45,9 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 		Annotations: jobAnnotations("agentjob_logs", clikit.Hints{ReadOnly: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
+	cmd.Annotations[clikit.AnnotToolDoc] = "Read a job's stdout and stderr by absolute byte offsets: from offset (the next_offset " +
+		"of the last read), what a named reader has not read yet (since_last), or the last tail lines; grep returns the " +
+		"matching lines with their offsets. The result always carries the job's status."
 	f := cmd.Flags()
 	f.Var(clikit.EnumValue{S: &o.Stream, Allowed: []string{jobs.Stdout, jobs.Stderr, "both"}}, "stream", "which stream: stdout, stderr or both")
 	f.Int64Var(&o.Offset, "offset", 0, "read from absolute byte `N` of each stream")

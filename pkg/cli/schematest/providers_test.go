@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/mcpserver"
 )
 
 // The rules below are the providers' published limits on tool schemas,
@@ -308,6 +309,45 @@ func TestDescriptionsSpeakOfArguments(t *testing.T) {
 			for _, k := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
 				if _, ok := ann[k].(bool); !ok {
 					t.Errorf("%s: annotation %s is %v, want a boolean", name, k, ann[k])
+				}
+			}
+		}
+	}
+}
+
+// TestServedDescriptionsNameServedArguments: over MCP the server removes
+// the operator's and its own keys from each tool; no description the host
+// shows may tell the model to use one of them.
+func TestServedDescriptionsNameServedArguments(t *testing.T) {
+	for name, p := range programs {
+		set, err := mcpserver.Describe(p(), mcpserver.DescribeOptions{Executable: "/bin/" + name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env := &clikit.Env{Program: p(), In: strings.NewReader(""), Out: &strings.Builder{}, Err: &strings.Builder{}}
+		all := map[string]map[string]any{}
+		for _, tool := range clikit.Tools(clikit.NewRoot(env)) {
+			all[tool.Name] = tool.Schema["properties"].(map[string]any)
+		}
+		for _, spec := range set.Tools {
+			served := spec.InputSchema["properties"].(map[string]any)
+			texts := []string{spec.Description}
+			for _, prop := range served {
+				if d, ok := prop.(map[string]any)["description"].(string); ok {
+					texts = append(texts, d)
+				}
+			}
+			for key := range all[spec.Name] {
+				// Single words such as stream or memory are ordinary
+				// English in a description; the ones checked are names.
+				if _, ok := served[key]; ok || !strings.Contains(key, "_") && !slices.Contains([]string{"follow", "tee", "sandbox", "policy", "approved", "workspace"}, key) {
+					continue
+				}
+				word := regexp.MustCompile(`(^|[^\w])` + regexp.QuoteMeta(key) + `($|[^\w])`)
+				for _, text := range texts {
+					if word.MatchString(text) {
+						t.Errorf("%s: a description names %q, which the MCP server does not offer: %s", spec.Name, key, text)
+					}
 				}
 			}
 		}
