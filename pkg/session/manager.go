@@ -74,6 +74,14 @@ func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	// Detached: a session of its own, stdio on /dev/null, so that it
 	// outlives the CLI, the caller's terminal and the caller's tree.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Outside the guard of an agentsh command that starts it, too.
+	cmd.Env = os.Environ()
+	detached, err := proctree.Detach(cmd)
+	if err != nil {
+		pw.Close()
+		return nil, result.Errorf(CodeStartFailed, "cannot detach the session server: %v", err)
+	}
+	defer detached()
 	cmd.ExtraFiles = []*os.File{pw} // fd 3: the handshake
 	// The server's own diagnostics (a panic) must not be lost.
 	if logf, err := os.OpenFile(filepath.Join(sdir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {

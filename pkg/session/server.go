@@ -67,13 +67,20 @@ type server struct {
 	// busy, since the previous caller already has its answer.
 	settled chan struct{}
 	inCall  bool // a call holds the busy token
+	// guard kills the shell's tree should this server be SIGKILLed; nil
+	// without a watchdog command.
+	guard    *proctree.Guard
+	watchdog []string
 }
 
 // Serve runs the session server for id until the session ends. It is the
 // body of the hidden server subcommand; handshake receives one JSON line
 // ({"ok":true} or {"error":…}) once the shell is ready, then is closed.
-func Serve(dir *state.Dir, id string, handshake *os.File) error {
-	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1)}
+// watchdog, when not empty, is the command of a proctree.Guard watchdog:
+// the shell and everything it started then die with the server, even a
+// SIGKILLed one.
+func Serve(dir *state.Dir, id string, handshake *os.File, watchdog []string) error {
+	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1), watchdog: watchdog}
 	s.sdir = dir.Join("sessions", id)
 	err := s.start()
 	if handshake != nil {
@@ -100,6 +107,13 @@ func (s *server) start() error {
 	}
 	if err := proctree.SetSubreaper(); err != nil {
 		return result.Errorf(CodeStartFailed, "cannot become a subreaper: %v", err)
+	}
+	if len(s.watchdog) > 0 {
+		g, err := proctree.StartGuard(s.watchdog)
+		if err != nil {
+			return result.Errorf(CodeStartFailed, "cannot start the watchdog: %v", err)
+		}
+		s.guard = g
 	}
 	s.calls = filepath.Join(s.sdir, "calls")
 	if s.spec.Sandbox != nil && !s.spec.Sandbox.Empty() {
@@ -165,6 +179,10 @@ func (s *server) startShell(cwd string) error {
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
 	cmd.SysProcAttr.Setsid = true
+	if s.guard != nil {
+		s.guard.Apply(cmd.SysProcAttr)
+		cmd.Env = s.guard.Env(cmd.Env)
+	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		return result.Errorf(CodeStartFailed, "pipe: %v", err)
@@ -204,6 +222,9 @@ func (s *server) startShell(cwd string) error {
 		close(exited)
 	}()
 	st, _ := proctree.ReadStat(cmd.Process.Pid)
+	if s.guard != nil {
+		s.guard.Watch(proctree.ID{PID: cmd.Process.Pid, Start: st.StartTime})
+	}
 	s.mu.Lock()
 	s.shell, s.stdin, s.lines, s.exited = cmd, in, lines, exited
 	s.rec.ShellPID, s.rec.ShellStart, s.rec.Cwd = cmd.Process.Pid, st.StartTime, cwd
@@ -926,8 +947,15 @@ func (s *server) stop(reason string) {
 func (s *server) finish(reason string) {
 	s.killShell()
 	// Background jobs that left the shell's group are still ours: the
-	// server is a subreaper and owns nothing else.
-	proctree.KillAllDescendants(5 * time.Second)
+	// server is a subreaper and owns nothing else but the watchdog, which
+	// goes last.
+	if s.guard != nil {
+		s.guard.Kill(5 * time.Second)
+		proctree.KillAllDescendantsExcept(5*time.Second, s.guard.IsWatchdog)
+		s.guard.Release()
+	} else {
+		proctree.KillAllDescendants(5 * time.Second)
+	}
 	if s.sandbox != nil {
 		s.sandbox.Cleanup()
 	}
@@ -953,7 +981,7 @@ func shellQuote(s string) string {
 }
 
 // listenUnix listens on path; a path longer than a socket address allows
-// is reached through /proc/self/fd of its directory.
+// is reached through a shorter name for its directory (longSocketAddr).
 func listenUnix(path string) (net.Listener, error) {
 	addr, closeDir, err := socketAddr(path)
 	if err != nil {
@@ -972,15 +1000,11 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 func socketAddr(path string) (string, func(), error) {
-	const max = 100 // sun_path is 108 bytes including the NUL
+	const max = 100 // sun_path is 108 bytes on Linux, 104 on macOS, including the NUL
 	if len(path) <= max {
 		return path, func() {}, nil
 	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return "", nil, err
-	}
-	return "/proc/self/fd/" + strconv.Itoa(int(d.Fd())) + "/" + filepath.Base(path), func() { d.Close() }, nil
+	return longSocketAddr(path)
 }
 
 // dial connects to a session's socket.

@@ -4,11 +4,14 @@ package agentsh
 
 import (
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -81,6 +84,20 @@ func exitCode(code string) int {
 	return ExitFailed
 }
 
+// watchdogCommand is the hidden first argument that runs the watchdog of a
+// proctree.Guard: it kills a command's tree when agentsh (or a session
+// server) dies without cleaning up.
+const watchdogCommand = "__watchdog"
+
+// startGuard starts agentsh's watchdog in the background.
+func startGuard() func() (*proctree.Guard, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return func() (*proctree.Guard, error) { return nil, err }
+	}
+	return proctree.StartGuardAsync([]string{exe, watchdogCommand})
+}
+
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Hidden entry points run before the CLI is built: they are other
@@ -89,8 +106,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case serveCommand:
 			return serveMain(args[1:])
+		case watchdogCommand:
+			return proctree.RunWatchdog(args[1:], stdin)
 		case sandbox.HelperCommand:
 			return sandbox.HelperMain(args[1:])
+		case execguard.Command:
+			return execguard.Main(args[1:])
 		}
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
