@@ -400,6 +400,21 @@ func readFailure(status string) error {
 	return result.Errorf(e.Code, "%s", e.Message)
 }
 
+// helperArgv is the runner's half of the argv protocol: the function that
+// wraps a command's argv in the helper invocation carrying sp.
+func helperArgv(self string, sp spec) (func([]string) []string, error) {
+	enc, err := json.Marshal(sp)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+	}
+	arg := base64.RawURLEncoding.EncodeToString(enc)
+	return func(argv []string) []string {
+		out := make([]string, 0, len(argv)+4)
+		out = append(out, self, HelperCommand, arg, "--")
+		return append(out, argv...)
+	}, nil
+}
+
 // decodeSpec is the helper's half of the argv protocol.
 func decodeSpec(arg string) (spec, error) {
 	var sp spec

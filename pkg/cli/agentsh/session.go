@@ -67,7 +67,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		Short: "Start a persistent shell whose cwd, environment and functions survive between calls",
 		Long: "Start a persistent shell session owned by the environment. cd, export, shell variables, " +
 			"functions, aliases and an activated virtualenv persist from one 'agentsh --session' call to the next.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_start"},
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_start",
+			clikit.AnnotToolDoc: "Start a persistent shell session and return its handle (session). Pass the handle as session to agentsh_run: cd, export, shell variables, functions, aliases and an activated virtualenv persist from one call to the next. The session stops itself after idle_timeout without a call; agentsh_session_stop stops it at once.", clikit.AnnotHints: clikit.Hints{}.String()},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Cwd, "cwd", "", "start the shell in `DIR`")
@@ -166,7 +167,7 @@ func infoObject(info *session.Info) *result.Object {
 
 func newCmdSessionList(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "list", Short: "List the environment's sessions, newest first",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_list"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_list", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String()}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
 			return nil, err
@@ -192,7 +193,7 @@ func newCmdSessionList(env *clikit.Env, stateDir *string) *cobra.Command {
 
 func newCmdSessionStatus(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "status SESSION", Short: "Report one session",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_status", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_status", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(), clikit.AnnotArgs: "session"}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		a, err := env.Positional(cmd, args, 1)
 		if err != nil {
@@ -213,7 +214,7 @@ func newCmdSessionStatus(env *clikit.Env, stateDir *string) *cobra.Command {
 
 func newCmdSessionStop(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "stop SESSION", Short: "Stop a session: kill its shell and everything it started",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_stop", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_stop", clikit.AnnotHints: clikit.Hints{Destructive: true, Idempotent: true}.String(), clikit.AnnotArgs: "session"}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		a, err := env.Positional(cmd, args, 1)
 		if err != nil {
