@@ -67,6 +67,8 @@ type server struct {
 	// busy, since the previous caller already has its answer.
 	settled chan struct{}
 	inCall  bool // a call holds the busy token
+	// callDone is closed when the call in progress releases the token.
+	callDone chan struct{}
 	// guard kills the shell's tree should this server be SIGKILLed; nil
 	// without a watchdog command.
 	guard    *proctree.Guard
@@ -370,16 +372,21 @@ func (s *server) watchShell() {
 			continue // a reset replaced the shell
 		}
 		if busy {
-			// The running call reports the exit; end the session after it.
+			// The running call reports the exit; end the session after
+			// it. Waiting on callDone, not on the busy token: holding the
+			// token even briefly would make the caller's next call find
+			// the session busy.
+			s.mu.Lock()
+			callDone := s.callDone
+			s.mu.Unlock()
 			select {
-			case s.busy <- struct{}{}:
-				s.mu.Lock()
-				same = s.exited == exited
-				s.mu.Unlock()
-				<-s.busy
+			case <-callDone:
 			case <-s.done:
 				return
 			}
+			s.mu.Lock()
+			same = s.exited == exited
+			s.mu.Unlock()
 			if !same {
 				continue
 			}
@@ -525,6 +532,7 @@ func (s *server) acquire(wait time.Duration) bool {
 	if ok {
 		s.mu.Lock()
 		s.inCall = true
+		s.callDone = make(chan struct{})
 		s.mu.Unlock()
 	}
 	return ok
@@ -534,6 +542,7 @@ func (s *server) acquire(wait time.Duration) bool {
 func (s *server) release() {
 	s.mu.Lock()
 	s.inCall = false
+	close(s.callDone)
 	s.mu.Unlock()
 	<-s.busy
 }
