@@ -23,6 +23,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -66,6 +67,33 @@ type supervisor struct {
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
+
+	// argv is the command's argv once computed (execArgv).
+	argv []string
+}
+
+// execArgv is the argv that runs the job's command. A shell string too long
+// for one argument reaches the shell through a file, written once per
+// supervisor in the job's directory (the sandbox's temp dir when sandboxed)
+// and shared by the restarts.
+func (sv *supervisor) execArgv() ([]string, error) {
+	if sv.argv != nil {
+		return sv.argv, nil
+	}
+	if sv.spec.Shell == "" {
+		sv.argv = sv.spec.execArgv()
+		return sv.argv, nil
+	}
+	dir := sv.dir
+	if sv.sandbox != nil {
+		dir = sv.sandbox.TempDir
+	}
+	argv, _, err := run.ScriptArgv(sv.spec.ShellProgram, sv.spec.Shell, dir)
+	if err != nil {
+		return nil, err
+	}
+	sv.argv = argv
+	return argv, nil
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -392,7 +420,10 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
 		return runResult{}, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
-	argv := sv.spec.execArgv()
+	argv, err := sv.execArgv()
+	if err != nil {
+		return runResult{}, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}

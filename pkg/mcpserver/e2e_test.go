@@ -590,3 +590,28 @@ func TestBadSettingFailsAtStart(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeCommand: an agentsh_run whose command is a 1 MiB heredoc, eight
+// times the kernel's limit for one argument, writes its file: the command
+// travels to agentsh in the request on stdin and to the shell through a
+// file, never through argv.
+func TestLargeCommand(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir)
+	ctx := testCtx(t)
+	file := filepath.Join(dir, "big.txt")
+	line := strings.Repeat("0123456789abcdef", 7) + "\n"
+	body := strings.Repeat(line, (1<<20)/len(line)+1)
+	cmd := "cat > " + file + " <<'MCP_EOF'\n" + body + "MCP_EOF\necho written"
+	res, m := s.call(ctx, "agentsh_run", map[string]any{"command": cmd})
+	if res.IsError || m["stdout"] != "written\n" {
+		t.Fatalf("agentsh_run: error %v, stdout %q, error %v", res.IsError, m["stdout"], m["error"])
+	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != body {
+		t.Fatalf("the file has %d bytes, want %d", len(got), len(body))
+	}
+}

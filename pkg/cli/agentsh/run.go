@@ -2,7 +2,6 @@ package agentsh
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -150,18 +149,6 @@ func BuildEnv(parent []string, clearEnv bool, set []string) ([]string, error) {
 	return out, nil
 }
 
-// ShellArgv returns the argv that runs s through the shell.
-func ShellArgv(shell, s string) []string {
-	if shell == "" {
-		if p, err := exec.LookPath("bash"); err == nil {
-			shell = p
-		} else {
-			shell = "/bin/sh"
-		}
-	}
-	return []string{shell, "-c", s}
-}
-
 // spec is a validated one-shot request.
 type spec struct {
 	req     run.Request
@@ -182,7 +169,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	case clikit.FlagChanged(cmd, "command") && o.Command == "":
 		return nil, result.Errorf(result.CodeUsage, "-c needs a non-empty command string")
 	case o.Command != "":
-		s.req.Argv = ShellArgv(o.Shell, o.Command)
+		s.req.Argv = run.ShellArgv(o.Shell, o.Command)
 		s.command = o.Command
 	case len(argv) > 0:
 		s.req.Argv = argv
@@ -254,6 +241,12 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// SIGKILLed starts now, while the rest is prepared, and is released
 	// once the tree is dead.
 	guarded := startGuard()
+	var cleanups []func()
+	defer func() {
+		for _, c := range cleanups {
+			c()
+		}
+	}()
 	defer func() {
 		if g, err := guarded(); err == nil {
 			g.Release()
@@ -313,6 +306,21 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	policy := o.Sandbox.Policy(s.cwd)
 	var prep *sandbox.Prepared
+	// A command string too long for one argument reaches the shell
+	// through a file, in the sandbox's temp dir when there is one.
+	viaFile := func(dir string) error {
+		str, ok := s.command.(string)
+		if !ok || len(str) < run.MaxArgLen-1 {
+			return nil
+		}
+		argv, remove, err := run.ScriptArgv(s.req.Argv[0], str, dir)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, remove)
+		s.req.Argv = argv
+		return nil
+	}
 	if !policy.Empty() {
 		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
 			return nil, err
@@ -325,12 +333,17 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			return startErr(err)
 		}
 		defer prep.Cleanup()
+		if err := viaFile(prep.TempDir); err != nil {
+			return startErr(err)
+		}
 		s.req.Path = exe
 		s.req.Argv = prep.Argv(s.req.Argv)
 		// The helper is agentsh itself; argv[0] names the program.
 		s.req.Argv[0] = "agentsh"
 		s.req.Env = append(s.req.Env, prep.Env...)
 		s.req.SysProcAttr = prep.SysProcAttr
+	} else if err := viaFile(""); err != nil {
+		return startErr(err)
 	}
 	// The policy also holds while the command runs: every exec in its
 	// tree is decided by the guard, which wraps whatever runs (the
