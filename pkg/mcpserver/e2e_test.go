@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
 )
 
 // binDir holds agentsh, agentjob and agentfs built once for all tests: the
@@ -489,6 +491,11 @@ func TestWaitProgress(t *testing.T) {
 		r, err := s.cs.CallTool(ctx, params)
 		done <- out{r, err}
 	}()
+	// The gate opens only once the wait has begun: its agentjob wait
+	// subprocess runs, so the server's progress watch, set up before it,
+	// has taken its starting point in the event log. A job that failed
+	// earlier would end the wait with no event after that point.
+	awaitDescendant(t, s.cmd.Process.Pid, "wait\x00--request\x00")
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -613,5 +620,28 @@ func TestLargeCommand(t *testing.T) {
 	}
 	if string(got) != body {
 		t.Fatalf("the file has %d bytes, want %d", len(got), len(body))
+	}
+}
+
+// awaitDescendant waits (bounded) until a descendant of pid has marker in
+// its /proc cmdline: a subprocess that has been exec'd, not merely forked.
+func awaitDescendant(t *testing.T, pid int, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		snap, err := proctree.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range proctree.Descendants(snap, pid) {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(d.PID) + "/cmdline")
+			if strings.Contains(string(b), marker) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no subprocess with %q below %d", marker, pid)
+		}
+		time.Sleep(5 * time.Millisecond) // polling /proc: an exec has no event to wait on
 	}
 }
