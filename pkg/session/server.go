@@ -260,10 +260,11 @@ func (s *server) awaitMarker(marker string, timeout time.Duration) (code int, cw
 		defer tm.Stop()
 		t = tm.C
 	}
-	return s.awaitMarkerUntil(marker, t, nil)
+	code, cwd, why := s.awaitMarkerWhy(marker, t, nil)
+	return code, cwd, why == gotMarker
 }
 
-// Why awaitMarkerUntil returned.
+// Why awaitMarkerWhy returned.
 const (
 	gotMarker = iota
 	gotEOF    // the shell's stdout ended: it exited
@@ -271,12 +272,8 @@ const (
 	gotStop
 )
 
-// awaitMarkerUntil is awaitMarker with explicit stop channels.
-func (s *server) awaitMarkerUntil(marker string, t <-chan time.Time, stop <-chan struct{}) (int, string, bool) {
-	code, cwd, why := s.awaitMarkerWhy(marker, t, stop)
-	return code, cwd, why == gotMarker
-}
-
+// awaitMarkerWhy is awaitMarker with explicit stop channels, saying why
+// it returned.
 func (s *server) awaitMarkerWhy(marker string, t <-chan time.Time, stop <-chan struct{}) (int, string, int) {
 	s.mu.Lock()
 	lines := s.lines

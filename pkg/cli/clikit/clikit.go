@@ -8,7 +8,6 @@ package clikit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -186,9 +185,6 @@ func Run(env *Env, args []string) int {
 	root := NewRoot(env)
 	root.SetArgs(args)
 	err := root.Execute()
-	if errors.Is(err, errHelpShown) {
-		return 0
-	}
 	if err == nil && env.outcome == nil {
 		// --help, --version or a help topic: human text was printed.
 		return 0
@@ -209,8 +205,6 @@ func Run(env *Env, args []string) int {
 	}
 	return env.outcome.Exit
 }
-
-var errHelpShown = errors.New("help shown")
 
 func (e *Env) fail(err error) int {
 	re := result.AsError(err)
