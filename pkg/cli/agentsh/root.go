@@ -114,11 +114,42 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return execguard.Main(args[1:])
 		}
 	}
-	return clikit.Main(Program(), args, stdin, stdout, stderr)
+	// The watchdog of a one-shot run starts now, beside the CLI's own
+	// start-up, so that its fork and exec are done by the time the command
+	// starts (they would otherwise delay it, holding the fork lock).
+	var early func() (*proctree.Guard, error)
+	if oneShot(args) {
+		early = startGuard()
+		defer func() {
+			if g, err := early(); err == nil {
+				g.Release() // not a run after all, or the run released it
+			}
+		}()
+	}
+	p := Program()
+	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early) }
+	return clikit.Main(p, args, stdin, stdout, stderr)
 }
 
-func build(root *cobra.Command, env *clikit.Env) {
-	opts := &RunOptions{}
+// oneShot guesses, from the first argument alone, whether args are a
+// one-shot run rather than a subcommand or a help request; a wrong guess
+// costs one watchdog started in vain, or one started later.
+func oneShot(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "session", "sandbox", "check", "audit", "mcp", "help", "completion", "--help", "-h", "--version":
+		return false
+	}
+	return true
+}
+
+func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil) }
+
+// buildWith is build with a watchdog already starting (nil: none yet).
+func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.Guard, error)) {
+	opts := &RunOptions{guard: watchdog}
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)

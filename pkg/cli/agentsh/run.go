@@ -31,6 +31,9 @@ const (
 
 // RunOptions are the flags of a one-shot run.
 type RunOptions struct {
+	// guard, when set, is the watchdog Main started early.
+	guard func() (*proctree.Guard, error)
+
 	Command     string
 	Cwd         string
 	Env         []string
@@ -240,7 +243,10 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// The watchdog that kills the command's tree should agentsh itself be
 	// SIGKILLed starts now, while the rest is prepared, and is released
 	// once the tree is dead.
-	guarded := startGuard()
+	guarded := o.guard
+	if guarded == nil {
+		guarded = startGuard()
+	}
 	var cleanups []func()
 	defer func() {
 		for _, c := range cleanups {
