@@ -437,18 +437,8 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		if err != nil {
 			return runResult{}, err
 		}
-		cmd.Path = exe
-		cmd.Args = sv.sandbox.Argv(argv)
-		cmd.Args[0] = "agentjob" // the helper is this program
-		env := cmd.Env
-		if env == nil {
-			env = os.Environ()
-		}
-		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
-		if sv.sandbox.SysProcAttr != nil {
-			a := *sv.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
-		}
+		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	g, err := sv.guard(cmd, sv.sandbox != nil)
 	if err != nil {

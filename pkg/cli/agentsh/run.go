@@ -342,12 +342,8 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		if err := viaFile(prep.TempDir); err != nil {
 			return startErr(err)
 		}
-		s.req.Path = exe
-		s.req.Argv = prep.Argv(s.req.Argv)
-		// The helper is agentsh itself; argv[0] names the program.
-		s.req.Argv[0] = "agentsh"
-		s.req.Env = append(s.req.Env, prep.Env...)
-		s.req.SysProcAttr = prep.SysProcAttr
+		w := prep.Wrap(exe, "agentsh", s.req.Argv, s.req.Env)
+		s.req.Path, s.req.Argv, s.req.Env, s.req.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	} else if err := viaFile(""); err != nil {
 		return startErr(err)
 	}
