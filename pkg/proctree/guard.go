@@ -2,7 +2,6 @@ package proctree
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,8 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -31,9 +28,10 @@ import (
 //     cgroup.kill kills every member at once, setsid, nohup and
 //     double-forked descendants included, and a fork loop cannot outrun it.
 //   - environ mode, where no writable cgroup v2 with cgroup.kill exists
-//     (an unprivileged user without a delegated cgroup): the command's
-//     environment carries a random token (EnvToken); the watchdog kills
-//     every process whose /proc/PID/environ holds it, and every member of
+//     (an unprivileged user without a delegated cgroup, and always on
+//     macOS): the command's environment carries a random token
+//     (EnvToken); the watchdog kills every process whose environment
+//     (/proc/PID/environ, kern.procargs2 on macOS) holds it, and every member of
 //     the command's Unix session, until a scan finds none. A descendant
 //     that clears its environment (env -i) and leaves the session escapes
 //     this mode; Mode reports which one is in force.
@@ -60,10 +58,6 @@ const (
 // separated by ':' (an agentsh inside agentsh adds its own).
 const EnvToken = "AGENTPLANE_GUARD"
 
-// cgroupPrefix names the cgroups guards create; Detach leaves every
-// cgroup so named.
-const cgroupPrefix = "agentplane-guard-"
-
 // StartGuard starts the watchdog as argv (a hidden entry point of the
 // caller's program that calls RunWatchdog) and prepares a cgroup when it
 // can. The caller must Release the guard once the tree is dead.
@@ -84,15 +78,7 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.dropCgroup()
 		return nil, err
 	}
-	args := append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)
-	cmd := exec.Command(argv[0], args...)
-	if g.mode == GuardCgroup {
-		if sh, err := exec.LookPath("/bin/sh"); err == nil {
-			// The cgroup needs only a trigger, and a shell starts in a
-			// fraction of the time (and CPU) of a Go program.
-			cmd = exec.Command(sh, "-c", shWatchdog, "agentplane-watchdog", g.cgDir)
-		}
-	}
+	cmd := g.watchdogCmd(argv)
 	cmd.Stdin = r
 	cmd.Dir = "/"
 	// Its own session: a killpg of the caller's group (an agent host
@@ -145,13 +131,6 @@ func (g *Guard) Env(env []string) []string {
 	return append(out, EnvToken+"="+val)
 }
 
-// Apply puts the process that attr starts into the guard's cgroup.
-func (g *Guard) Apply(attr *syscall.SysProcAttr) {
-	if g.mode == GuardCgroup {
-		applyCgroup(attr, g.cgFD)
-	}
-}
-
 // Watch tells the watchdog the identity of a process it started under the
 // guard (the shell, the command): in environ mode the members of its Unix
 // session are killed too.
@@ -164,47 +143,6 @@ func (g *Guard) Watch(id ID) {
 // IsWatchdog reports whether s is the guard's watchdog, which a cleanup of
 // the caller's descendants must spare until Release.
 func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pid }
-
-// Empty reports whether the guard's cgroup has no member left; it is
-// false in environ mode, where only a scan can tell.
-func (g *Guard) Empty() bool {
-	if g.mode != GuardCgroup {
-		return false
-	}
-	populated, err := cgroupPopulated(g.cgDir)
-	return err == nil && !populated
-}
-
-// Members returns the pids in the guard's cgroup (nil in environ mode).
-func (g *Guard) Members() []int {
-	if g.mode != GuardCgroup {
-		return nil
-	}
-	b, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, p)
-		}
-	}
-	return pids
-}
-
-// Kill kills every process under the guard (cgroup mode) and waits up to
-// timeout for the cgroup to empty; it reports whether it did. The dead
-// that were reparented to the caller (a subreaper) are left for it to
-// reap (ReapChildren). In environ
-// mode it does nothing and reports false: the caller kills its
-// descendants itself.
-func (g *Guard) Kill(timeout time.Duration) bool {
-	if g.mode != GuardCgroup {
-		return false
-	}
-	return killCgroup(g.cgDir, timeout)
-}
 
 // Release ends the guard: the watchdog is told that nothing needs killing
 // and exits on its own (it is not waited for), and the cgroup is removed
@@ -221,22 +159,6 @@ func (g *Guard) Release() {
 	}
 	g.dropCgroup()
 }
-
-func (g *Guard) dropCgroup() {
-	if g.cgFD >= 0 {
-		closeFD(g.cgFD)
-		g.cgFD = -1
-	}
-	if g.cgDir != "" {
-		rmdir(g.cgDir)
-	}
-}
-
-// shWatchdog is RunWatchdog's cgroup mode as a shell script: on end of
-// file without "done", kill the cgroup and remove it once it is empty.
-const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
-echo 1 > "$1/cgroup.kill" || exit 1
-i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
 
 // RunWatchdog is the watchdog's body; args are what StartGuard appended
 // (mode, token, cgroup) and in is the pipe. It returns the exit status.
@@ -258,11 +180,8 @@ func RunWatchdog(args []string, in io.Reader) int {
 		}
 	}
 	// End of file without "done": the guarded process died.
-	if mode == GuardCgroup {
-		if killCgroup(cg, 10*time.Second) {
-			rmdir(cg)
-			return 0
-		}
+	if mode == GuardCgroup && killGuardCgroup(cg) {
+		return 0
 	}
 	if killTokenBearers(token, watched, 10*time.Second) {
 		return 0
@@ -312,23 +231,6 @@ func inWatchedSession(s Stat, watched []ID) bool {
 	return false
 }
 
-func bearsToken(pid int, token string) bool {
-	b, err := processEnviron(pid)
-	if err != nil {
-		return false
-	}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte(EnvToken+"=")); ok {
-			for _, t := range bytes.Split(v, []byte(":")) {
-				if string(t) == token {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // Detach prepares cmd, a detached server that a command under a guard
 // starts on purpose, to outlive the guard: its environment loses the
 // guards' tokens and, when the caller runs in a guard's cgroup, it starts
@@ -342,5 +244,20 @@ func Detach(cmd *exec.Cmd) (done func(), err error) {
 		}
 	}
 	cmd.Env = env
-	return leaveGuardCgroups(cmd)
+	return leaveGuardCgroup(cmd)
+}
+
+// carriesToken reports whether the environment env holds token in
+// EnvToken's ':'-separated list.
+func carriesToken(env []string, token string) bool {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvToken+"="); ok {
+			for _, t := range strings.Split(v, ":") {
+				if t == token {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -1,50 +1,52 @@
 package proctree
 
 import (
-	"bytes"
-	"encoding/binary"
 	"errors"
-	"os"
 	"os/exec"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
-// macOS has no cgroups: a Guard there is always in environ mode.
-var errNoCgroup = errors.New("proctree: no cgroups on macOS")
+// macOS has no cgroups, so a Guard there is always in environ mode: the
+// watchdog kills, once the guarded process is gone, every process whose
+// environment (read through kern.procargs2) carries the guard's token and
+// every member of a watched session. What that mode lets escape is in the
+// Guard doc: a descendant that clears its environment and leaves the
+// session.
 
-func makeCgroup(string) (string, int, error)      { return "", -1, errNoCgroup }
-func cgroupPopulated(string) (bool, error)        { return false, errNoCgroup }
-func killCgroup(string, time.Duration) bool       { return false }
-func leaveGuardCgroups(*exec.Cmd) (func(), error) { return func() {}, nil }
-func applyCgroup(*syscall.SysProcAttr, int)       {}
-func closeFD(fd int)                              { _ = unix.Close(fd) }
-func rmdir(dir string)                            { _ = os.Remove(dir) }
+func makeCgroup(string) (string, int, error) {
+	return "", -1, errors.New("proctree: macOS has no cgroups")
+}
 
-// processEnviron returns the NUL-separated environment pid started with:
-// what follows the arguments in kern.procargs2.
-func processEnviron(pid int) ([]byte, error) {
-	b, err := unix.SysctlRaw("kern.procargs2", pid)
+func (g *Guard) dropCgroup() {}
+
+// Apply does nothing on macOS: there is no cgroup to start the process in.
+func (g *Guard) Apply(*syscall.SysProcAttr) {}
+
+// Empty is false: in environ mode only a scan can tell.
+func (g *Guard) Empty() bool { return false }
+
+// Members is nil: there is no cgroup to list.
+func (g *Guard) Members() []int { return nil }
+
+// Kill does nothing and reports false, as in environ mode on Linux: the
+// caller kills its descendants itself.
+func (g *Guard) Kill(time.Duration) bool { return false }
+
+func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+}
+
+func killGuardCgroup(string) bool { return false }
+
+func leaveGuardCgroup(*exec.Cmd) (func(), error) { return func() {}, nil }
+
+// bearsToken reports whether pid's environment carries token in EnvToken.
+// A process of another user, whose arguments macOS does not show, does not.
+func bearsToken(pid int, token string) bool {
+	_, _, env, err := procArgs(pid)
 	if err != nil {
-		return nil, err
+		return false
 	}
-	if len(b) < 4 {
-		return nil, errors.New("proctree: short kern.procargs2")
-	}
-	argc := int(binary.LittleEndian.Uint32(b))
-	b = b[4:]
-	// The executable path, its padding, then argc arguments.
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = bytes.TrimLeft(b[i:], "\x00")
-	}
-	for ; argc > 0 && len(b) > 0; argc-- {
-		i := bytes.IndexByte(b, 0)
-		if i < 0 {
-			return nil, nil
-		}
-		b = b[i+1:]
-	}
-	return b, nil
+	return carriesToken(env, token)
 }

@@ -14,9 +14,81 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// processEnviron returns the NUL-separated environment pid started with.
-func processEnviron(pid int) ([]byte, error) {
-	return os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+// cgroupPrefix names the cgroups guards create; Detach leaves every
+// cgroup so named.
+const cgroupPrefix = "agentplane-guard-"
+
+// Apply puts the process that attr starts into the guard's cgroup.
+func (g *Guard) Apply(attr *syscall.SysProcAttr) {
+	if g.mode == GuardCgroup {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = g.cgFD
+	}
+}
+
+// Empty reports whether the guard's cgroup has no member left; it is
+// false in environ mode, where only a scan can tell.
+func (g *Guard) Empty() bool {
+	if g.mode != GuardCgroup {
+		return false
+	}
+	populated, err := cgroupPopulated(g.cgDir)
+	return err == nil && !populated
+}
+
+// Members returns the pids in the guard's cgroup (nil in environ mode).
+func (g *Guard) Members() []int {
+	if g.mode != GuardCgroup {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// Kill kills every process under the guard (cgroup mode) and waits up to
+// timeout for the cgroup to empty; it reports whether it did. The dead
+// that were reparented to the caller (a subreaper) are left for it to
+// reap (ReapChildren). In environ
+// mode it does nothing and reports false: the caller kills its
+// descendants itself.
+func (g *Guard) Kill(timeout time.Duration) bool {
+	if g.mode != GuardCgroup {
+		return false
+	}
+	return killCgroup(g.cgDir, timeout)
+}
+
+func (g *Guard) dropCgroup() {
+	if g.cgFD >= 0 {
+		unix.Close(g.cgFD)
+		g.cgFD = -1
+	}
+	if g.cgDir != "" {
+		_ = unix.Rmdir(g.cgDir)
+	}
+}
+
+// shWatchdog is RunWatchdog's cgroup mode as a shell script: on end of
+// file without "done", kill the cgroup and remove it once it is empty.
+const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
+echo 1 > "$1/cgroup.kill" || exit 1
+i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
+
+func bearsToken(pid int, token string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	return carriesToken(strings.Split(string(b), "\x00"), token)
 }
 
 // cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
@@ -151,10 +223,32 @@ func killCgroup(dir string, timeout time.Duration) bool {
 	}
 }
 
-// leaveGuardCgroups makes cmd start in the nearest cgroup above every
-// guard's cgroup the caller is in, if it is in one.
-func leaveGuardCgroups(cmd *exec.Cmd) (func(), error) {
-	done := func() {}
+// watchdogCmd is the watchdog's command: argv with StartGuard's arguments
+// or, in cgroup mode, a shell.
+func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+	if g.mode == GuardCgroup {
+		if sh, err := exec.LookPath("/bin/sh"); err == nil {
+			// The cgroup needs only a trigger, and a shell starts in a
+			// fraction of the time (and CPU) of a Go program.
+			return exec.Command(sh, "-c", shWatchdog, "agentplane-watchdog", g.cgDir)
+		}
+	}
+	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+}
+
+// killGuardCgroup kills the cgroup of a dead guard's command and removes it.
+func killGuardCgroup(cg string) bool {
+	if killCgroup(cg, 10*time.Second) {
+		_ = unix.Rmdir(cg)
+		return true
+	}
+	return false
+}
+
+// leaveGuardCgroup makes cmd start in the nearest cgroup above every
+// guard's, when the caller runs in a guard's cgroup.
+func leaveGuardCgroup(cmd *exec.Cmd) (done func(), err error) {
+	done = func() {}
 	own, err := ownCgroup()
 	if err != nil {
 		return done, nil // no cgroup v2: no guard's cgroup to leave
@@ -181,13 +275,3 @@ func leaveGuardCgroups(cmd *exec.Cmd) (func(), error) {
 	cmd.SysProcAttr.CgroupFD = fd
 	return func() { unix.Close(fd) }, nil
 }
-
-// applyCgroup makes the process attr starts begin in the cgroup fd.
-func applyCgroup(attr *syscall.SysProcAttr, fd int) {
-	attr.UseCgroupFD = true
-	attr.CgroupFD = fd
-}
-
-func closeFD(fd int) { unix.Close(fd) }
-
-func rmdir(dir string) { _ = unix.Rmdir(dir) }

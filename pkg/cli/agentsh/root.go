@@ -159,6 +159,8 @@ func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.
 	root.Annotations = map[string]string{
 		clikit.AnnotManResult:      runResultDoc,
 		clikit.AnnotTool:           "agentsh_run",
+		clikit.AnnotToolDoc:        "Run one command and report it as JSON: exit_code, stdout and stderr (cleaned of ANSI escapes; the start and end kept when longer than max_output), timed_out, elapsed_ms. command is a shell command line, or an array: a program and its arguments, run without a shell. stdin is empty unless stdin is given; the command has no terminal and gets EOF if it waits for input. After timeout (default 2m) the whole process tree is stopped and the output so far kept. Every process the command started is gone when the call returns; use agentjob_start for servers and watchers. With session, the command runs in that persistent shell, whose cwd, exports and functions carry over between calls. A command that exits non-zero or times out is a normal result: success is false, and exit_code and status say why.",
+		clikit.AnnotHints:          clikit.Hints{Destructive: true, OpenWorld: true}.String(),
 		clikit.AnnotArgs:           "argv...",
 		clikit.AnnotArgs + ".argv": "the program and its arguments, run directly without a shell",
 	}
@@ -166,6 +168,7 @@ func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.
 	// Flags after the program name belong to the program: agentsh ls -la.
 	root.Flags().SetInterspersed(false)
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		env.StreamResult = opts.Stream
 		if opts.Session != "" {
 			return runInSession(cmd, env, opts, stateDir, args)
 		}
