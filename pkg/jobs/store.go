@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/slurm"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -48,9 +49,10 @@ type Store struct {
 }
 
 // SupervisorCommand is the hidden first argument by which a program that
-// embeds this package runs a supervisor. agentsh recognises it to leave
+// embeds this package runs a supervisor; it is declared in the table of
+// hidden entry points (pkg/reexec), where agentsh also finds it to leave
 // job supervisors alone when it cleans up after a command.
-const SupervisorCommand = "__supervise"
+const SupervisorCommand = reexec.JobSupervisor
 
 // NewStore returns the job store of d. supervisorArgv is the command that
 // re-executes the calling program as a supervisor; Start and Restart append

@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -278,7 +279,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		guard.Audit(env, stateDir, rec)
 	}()
 	s.req.ReapAll = true
-	s.req.Exempt = detachedServers(s.req.Env)
+	s.req.Exempt = reexec.DetachedServers(s.req.Env)
 	var st *streamer
 	if o.Stream {
 		env.Pretty = false
@@ -431,78 +432,6 @@ func selfExe() string {
 		return "/proc/self/exe"
 	}
 	return exe
-}
-
-// detachedServers returns the predicate that spares, in the final cleanup,
-// the agentjob supervisors and agentsh session servers (of any state
-// directory) that the command started: 'agentsh -c "agentjob start -- srv"'
-// must leave the job running. A process qualifies only if all of these
-// hold, so a command cannot escape the cleanup by renaming itself:
-//   - it leads its own session (both servers call setsid);
-//   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (proctree.Executable) is this agentsh,
-//     the agentjob beside it, or an agentjob on the command's PATH.
-//
-// The executables are looked up once, on the first candidate.
-// JobSupervisorCommand is agentjob's hidden supervisor subcommand
-// (jobs.SupervisorCommand, checked equal by a test in pkg/cli/agentjob).
-// It is spelled out here so that agentsh, which runs on every agent call,
-// does not link the jobs engine for one string.
-const JobSupervisorCommand = "__supervise"
-
-func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
-	var known []os.FileInfo
-	looked := false
-	return func(p proctree.Stat) bool {
-		if p.SID != p.PID {
-			return false
-		}
-		argv, err := proctree.Argv(p.PID)
-		if err != nil || len(argv) < 2 {
-			return false
-		}
-		prog := filepath.Base(argv[0])
-		if !(prog == "agentjob" && argv[1] == JobSupervisorCommand) && !(prog == "agentsh" && argv[1] == serveCommand) {
-			return false
-		}
-		if !looked {
-			looked, known = true, serverExecutables(cmdEnv)
-		}
-		fi, err := proctree.Executable(p.PID)
-		if err != nil {
-			return false
-		}
-		for _, k := range known {
-			if os.SameFile(fi, k) {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// serverExecutables are the files a legitimate detached server runs from.
-func serverExecutables(cmdEnv []string) []os.FileInfo {
-	var paths []string
-	if self, err := os.Executable(); err == nil {
-		paths = append(paths, self, filepath.Join(filepath.Dir(self), "agentjob"))
-	}
-	for _, kv := range cmdEnv {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			for _, dir := range filepath.SplitList(v) {
-				if filepath.IsAbs(dir) {
-					paths = append(paths, filepath.Join(dir, "agentjob"))
-				}
-			}
-		}
-	}
-	var out []os.FileInfo
-	for _, p := range paths {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			out = append(out, fi)
-		}
-	}
-	return out
 }
 
 // ExitStatus is agentsh's exit status for a finished run.
