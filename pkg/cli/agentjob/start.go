@@ -133,7 +133,7 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	s.Cwd = cwd
 	// A job gets the caller's environment with the non-interactive
 	// defaults: nothing a job runs may wait for a human either.
-	if s.Env, err = agentsh.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
+	if s.Env, err = run.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
 		return s, err
 	}
 	probe := jobs.Probe{Log: o.ReadyLog, HTTP: o.ReadyHTTP, TCP: o.ReadyTCP, Cmd: o.ReadyCmd, Timeout: o.ReadyTimeout}

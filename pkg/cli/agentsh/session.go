@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -123,7 +124,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 			cwd = filepath.Join(cwd, o.Cwd)
 		}
 	}
-	e, err := BuildEnv(env.Environ(), o.ClearEnv, o.Env)
+	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err
 	}
