@@ -20,6 +20,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -201,17 +202,15 @@ func (sv *supervisor) answer(err error) {
 	if sv.hs == nil {
 		return
 	}
-	hs := handshake{OK: err == nil}
-	if err != nil {
-		hs.Error = err.Error()
-		var ce *codedError
-		if errors.As(err, &ce) {
-			hs.Code = ce.code
-		}
+	var ce *codedError
+	var re *result.Error
+	switch {
+	case errors.As(err, &ce):
+		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
+	case err != nil && !errors.As(err, &re):
+		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
-	b, _ := json.Marshal(hs)
-	_, _ = sv.hs.Write(b)
-	_ = sv.hs.Close()
+	launch.Answer(sv.hs, err)
 	sv.hs = nil
 }
 

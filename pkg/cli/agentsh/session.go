@@ -14,6 +14,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -459,7 +460,7 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, reexec.Watchdog}); err != nil {
+	if err := session.Serve(d, argv[1], launch.Handshake(), []string{exe, reexec.Watchdog}); err != nil {
 		return ExitFailed
 	}
 	return 0
