@@ -153,7 +153,7 @@ func signalSession(sid int, sig syscall.Signal) {
 
 // Argv returns the command line of pid, from sysctl kern.procargs2.
 func Argv(pid int) ([]string, error) {
-	_, argv, err := procArgs(pid)
+	_, argv, _, err := procArgs(pid)
 	return argv, err
 }
 
@@ -161,7 +161,7 @@ func Argv(pid int) ([]string, error) {
 // records for the exec. Unlike Linux's /proc/PID/exe it is a path, not
 // the inode, so a file renamed over it since is what is returned.
 func Executable(pid int) (os.FileInfo, error) {
-	path, _, err := procArgs(pid)
+	path, _, _, err := procArgs(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -169,10 +169,10 @@ func Executable(pid int) (os.FileInfo, error) {
 }
 
 // procArgs reads kern.procargs2 for pid.
-func procArgs(pid int) (string, []string, error) {
+func procArgs(pid int) (string, []string, []string, error) {
 	b, err := unix.SysctlRaw("kern.procargs2", pid)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	return parseProcArgs(pid, b)
 }

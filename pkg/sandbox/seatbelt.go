@@ -1,8 +1,6 @@
 package sandbox
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -329,18 +327,13 @@ func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
 	}
 	sp.Rlimits = processRlimits(p, report)
 
-	enc, err := json.Marshal(sp)
+	argv, err := helperArgv(self, sp)
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+		return nil, err
 	}
-	arg := base64.RawURLEncoding.EncodeToString(enc)
 	policy := p
 	return &Prepared{
-		Argv: func(argv []string) []string {
-			out := make([]string, 0, len(argv)+4)
-			out = append(out, self, HelperCommand, arg, "--")
-			return append(out, argv...)
-		},
+		Argv:    argv,
 		Env:     []string{"TMPDIR=" + realTmp, "TMP=" + realTmp, "TEMP=" + realTmp},
 		Report:  report,
 		TempDir: realTmp,

@@ -100,9 +100,13 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 }
 
 // nonInteractive is the environment every command gets unless the caller
-// sets the variable itself with --env: nothing may wait for a human.
+// sets the variable itself (in its own environment or with --env): nothing
+// may wait for a human. An editor is a program that returns at once and
+// leaves the file unchanged ("true": tools exec $EDITOR directly as well as
+// through a shell, so ":" would fail where a shell is not involved).
 var nonInteractive = [][2]string{
 	{"PAGER", "cat"}, {"GIT_PAGER", "cat"}, {"MANPAGER", "cat"}, {"GIT_EDITOR", ":"},
+	{"EDITOR", "true"}, {"VISUAL", "true"}, {"GIT_SEQUENCE_EDITOR", "true"},
 	{"GIT_MERGE_AUTOEDIT", "no"}, {"GIT_TERMINAL_PROMPT", "0"}, {"PIP_NO_INPUT", "1"},
 	{"PYTHONUNBUFFERED", "1"}, {"DEBIAN_FRONTEND", "noninteractive"}, {"TERM", "dumb"}, {"NO_COLOR", "1"},
 }
