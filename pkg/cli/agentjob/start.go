@@ -256,7 +256,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		return &clikit.Outcome{Value: obj}, nil
 	}
 	obj := statusObject(result.New().Set("success", false), s)
-	obj.Set("error", result.ErrorObject(result.Errorf("not_ready", "job %s ended %s before it was ready", s.Handle, s.Status)))
+	obj.Set("error", result.ErrorObject(result.Errorf(result.CodeNotReady, "job %s ended %s before it was ready", s.Handle, s.Status)))
 	return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 }
 
