@@ -133,14 +133,8 @@ func (s *server) startShell(cwd string) error {
 		// The shell starts inside the sandbox helper (this executable),
 		// so every command of the session inherits the confinement.
 		exe, _ := os.Executable()
-		cmd.Path = exe
-		cmd.Args = s.sandbox.Argv(argv)
-		cmd.Args[0] = "agentsh"
-		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
-		if s.sandbox.SysProcAttr != nil {
-			a := *s.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
-		}
+		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
