@@ -29,6 +29,10 @@ type Capabilities struct {
 	CgroupV2            string
 	CgroupV2Controllers []string
 	Seccomp             bool // seccomp filters (SECCOMP_SET_MODE_FILTER)
+	PidNS               bool
+	IPCNS               bool
+	CgroupNS            bool
+	MountAPI            bool // open_tree, move_mount, mount_setattr (5.12)
 
 	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
 	// created below it.
@@ -47,6 +51,11 @@ func Probe() Capabilities {
 	c.MountNS = exists("/proc/self/ns/mnt")
 	c.UserNS = exists("/proc/self/ns/user") && userNSAllowed()
 	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+	c.PidNS = exists("/proc/self/ns/pid")
+	c.IPCNS = exists("/proc/self/ns/ipc")
+	c.CgroupNS = exists("/proc/self/ns/cgroup")
+	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
+	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
 
 	own := ownCgroups()
 	for _, m := range cgroupMounts() {
@@ -250,13 +259,23 @@ func writableParent(point, own string) (string, bool) {
 // container runtimes allow by default), and none that crosses a namespace
 // or mount boundary (SYS_ADMIN for setns and umount, DAC_READ_SEARCH for
 // open_by_handle_at, SYS_PTRACE, SYS_MODULE, NET_ADMIN, …).
-func keptCaps() []int {
-	return []int{
-		unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
-		unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE,
+//
+// In the filesystem modes (dropFile) CHOWN, FOWNER and FSETID go too: with
+// them root changes the owner, mode, times and extended attributes of
+// files it does not own, which Landlock does not mediate. Writes stay
+// possible where the mounts and Landlock allow them (DAC_OVERRIDE).
+func keptCaps(dropFile bool) []int {
+	caps := []int{unix.CAP_DAC_OVERRIDE, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE}
+	if !dropFile {
+		caps = append(caps, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID)
 	}
+	return caps
 }
 
-func keptCapNames() []string {
-	return []string{"chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service"}
+func keptCapNames(dropFile bool) []string {
+	names := []string{"dac_override", "kill", "setgid", "setuid", "net_bind_service"}
+	if !dropFile {
+		names = append(names, "chown", "fowner", "fsetid")
+	}
+	return names
 }

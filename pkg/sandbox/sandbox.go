@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,6 +111,23 @@ type Policy struct {
 	FileSize   int64 // largest file the command may write, bytes
 	Nofile     int   // open file descriptors
 	User       string
+	// Protect lists agentplane's own control files and directories (the
+	// state directory, the config file), which stay read-only to the
+	// command even inside a writable root; a path that does not exist is
+	// skipped. The workspace's .git/hooks and .git/config are added by
+	// Prepare. Hide lists those the command may not even read (the
+	// environment's secret key, session sockets): they are covered by an
+	// empty file or directory. Both are set by the program, never by a
+	// request.
+	Protect []string `json:",omitempty"`
+	Hide    []string `json:",omitempty"`
+	// CacheDir is the private, per-environment directory where toolchain
+	// caches go (GOCACHE, GOMODCACHE, npm, pip, cargo, XDG_CACHE_HOME) in the
+	// filesystem modes; "" leaves the caller's caches alone. UserCaches,
+	// an operator setting, makes the user's own cache directories writable
+	// instead.
+	CacheDir   string `json:",omitempty"`
+	UserCaches bool   `json:",omitempty"`
 }
 
 // Empty reports whether p asks for no confinement at all, in which case
@@ -151,25 +169,50 @@ type Prepared struct {
 	// sandbox_failed, command_not_found or command_not_executable) when it
 	// could not start the target, else nil. Call it before Cleanup.
 	Failure func() error
+	// ExitStatus turns the helper's exit status into the command's: the
+	// helper is PID 1 of the sandbox's PID namespace, which the kernel
+	// never lets die of a signal, so it exits 128+N for a target killed by
+	// signal N and records the signal, which ExitStatus restores. Call it
+	// before Classify and Cleanup.
+	ExitStatus func(exitCode int, signal string) (int, string)
+	// LimitsHit names the limits the kernel enforced during the run
+	// (memory_limit, pids_limit), whatever the exit status: a command
+	// can exit 0 after a fork or an allocation failed. Call it before
+	// Cleanup.
+	LimitsHit func() []string
+	// KeepFDs is how many descriptors after stderr the runner passes on
+	// purpose (ExtraFiles); set it before Argv. Every other descriptor the
+	// helper inherited is closed at exec.
+	KeepFDs int
 }
 
 // spec is what the parent hands to the helper, as base64 JSON in argv.
 type spec struct {
-	Status      string      `json:"status"` // file the helper writes its error to
-	LandlockABI int         `json:"landlock_abi,omitempty"`
-	Writable    []string    `json:"writable,omitempty"`
-	DenyDirs    []string    `json:"deny_dirs,omitempty"`
-	DenyFiles   []string    `json:"deny_files,omitempty"`
-	NetNone     bool        `json:"net_none,omitempty"`
-	Cgroups     []string    `json:"cgroups,omitempty"` // directories to join
-	Rlimits     []rlimitSet `json:"rlimits,omitempty"`
-	UID         int         `json:"uid"` // -1: keep
-	GID         int         `json:"gid"`
-	Groups      []int       `json:"groups,omitempty"`
-	DropCaps    bool        `json:"drop_caps,omitempty"`
+	Status      string   `json:"status"` // file the helper writes its error to
+	LandlockABI int      `json:"landlock_abi,omitempty"`
+	Writable    []string `json:"writable,omitempty"`
+	// ReadOnlyRoot: every mount read-only but the writable roots.
+	ReadOnlyRoot bool        `json:"read_only_root,omitempty"`
+	MinimalDev   bool        `json:"minimal_dev,omitempty"`
+	ReadOnly     []string    `json:"read_only,omitempty"` // bound read-only
+	HideDirs     []string    `json:"hide_dirs,omitempty"`
+	HideFiles    []string    `json:"hide_files,omitempty"`
+	NetNone      bool        `json:"net_none,omitempty"`
+	Cgroups      []string    `json:"cgroups,omitempty"` // directories to join
+	Rlimits      []rlimitSet `json:"rlimits,omitempty"`
+	UID          int         `json:"uid"` // -1: keep
+	GID          int         `json:"gid"`
+	Groups       []int       `json:"groups,omitempty"`
+	DropCaps     bool        `json:"drop_caps,omitempty"`
+	// DropFileCaps also drops CHOWN, FOWNER and FSETID, with which root
+	// changes the metadata of files it does not own.
+	DropFileCaps bool `json:"drop_file_caps,omitempty"`
 	// ClearAmbient: the helper got ambient capabilities in its user
 	// namespace that the target must not inherit.
 	ClearAmbient bool `json:"clear_ambient,omitempty"`
+	// KeepFDs is how many descriptors after stderr (3, 4, …) the caller
+	// passes on purpose; every other inherited one is closed at exec.
+	KeepFDs int `json:"keep_fds,omitempty"`
 }
 
 type rlimitSet struct {
@@ -180,8 +223,10 @@ type rlimitSet struct {
 
 // helperError is the status file's content.
 type helperError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Signal, without a code, is not a failure: the target died of it.
+	Signal int `json:"signal,omitempty"`
 }
 
 // Prepare validates p, checks that this machine can enforce it, and sets up
@@ -222,8 +267,10 @@ func passthrough() *Prepared {
 		Argv:     func(argv []string) []string { return argv },
 		Report:   map[string]any{"mode": ModeNone, "network": NetHost},
 		Cleanup:  func() {},
-		Classify: func(int, string) string { return "" },
-		Failure:  func() error { return nil },
+		Classify:   func(int, string) string { return "" },
+		Failure:    func() error { return nil },
+		ExitStatus: func(code int, sig string) (int, string) { return code, sig },
+		LimitsHit:  func() []string { return nil },
 	}
 }
 
@@ -371,8 +418,17 @@ func (b *builder) check() error {
 	if p.Net == NetNone && !(c.NetNS && nsOK) {
 		return unavailable("--net none needs network namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
-	if len(p.DenyRead) > 0 && !(c.MountNS && nsOK) {
-		return unavailable("--deny-read needs mount namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	// Every sandboxed run gets its own mount, PID, IPC and cgroup
+	// namespaces and a seccomp filter; a machine without them runs nothing
+	// sandboxed rather than something half confined.
+	if !(c.MountNS && c.PidNS && c.IPCNS && c.CgroupNS && nsOK) {
+		return unavailable("the sandbox needs mount, PID, IPC and cgroup namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	}
+	if !c.MountAPI {
+		return unavailable("the sandbox needs the mount API of Linux 5.12 (open_tree, move_mount, mount_setattr)")
+	}
+	if !c.Seccomp || !seccompArch {
+		return unavailable("the sandbox needs seccomp filters on this architecture")
 	}
 	if p.Pids > 0 && c.CgroupV1Pids == "" && c.Root {
 		return unavailable("--pids needs a writable cgroup v1 pids controller when running as root (RLIMIT_NPROC does not apply to root)")
@@ -408,7 +464,8 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	base, err := os.MkdirTemp(parent, "agentplane-sandbox-")
+	sweepStale(parent)
+	base, err := os.MkdirTemp(parent, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
@@ -418,21 +475,30 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Chmod(base, 0o711); err != nil {
 		return nil, result.Errorf(CodeFailed, "chmod %s: %v", base, unwrap(err))
 	}
+	if err := writeOwner(base); err != nil {
+		return nil, result.Errorf(CodeFailed, "cannot record the sandbox's owner: %v", unwrap(err))
+	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
 	// The helper creates the status file at its start, while it may still
-	// write here, and writes to it only if it fails.
+	// write here, and writes to it only if it fails or the target dies of
+	// a signal. The command sees /dev/null in its place.
 	status := filepath.Join(base, "status")
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
+	if err := os.WriteFile(status, nil, 0o600); err != nil {
+		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's status file: %v", unwrap(err))
+	}
+	b.sp.HideFiles = append(b.sp.HideFiles, status, filepath.Join(base, ownerFile))
 
 	if p.User != "" {
 		if err := b.user(tmp); err != nil {
 			return nil, err
 		}
 	}
+	var env []string
 	if p.Mode != ModeNone {
 		b.sp.LandlockABI = min(b.caps.LandlockABI, maxLandlockABI)
 		writable := []string{}
@@ -443,12 +509,25 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["allow_write"] = p.AllowWrite
 		}
 		writable = append(writable, tmp)
+		cacheRoots, cacheEnv, err := b.caches()
+		if err != nil {
+			return nil, err
+		}
+		writable = append(writable, cacheRoots...)
+		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
+		b.sp.ReadOnlyRoot = true
+		b.sp.DropFileCaps = b.caps.Root
 		b.report["filesystem"] = "landlock"
+		b.report["root"] = "read_only"
 		b.report["landlock_abi"] = b.sp.LandlockABI
 		b.report["writable"] = writable
 	} else {
 		b.report["filesystem"] = "host"
+	}
+	b.sp.MinimalDev = p.Mode != ModeNone || len(p.DenyRead) > 0
+	if b.sp.MinimalDev {
+		b.report["dev"] = "minimal"
 	}
 
 	if len(p.DenyRead) > 0 {
@@ -462,9 +541,9 @@ func (b *builder) build() (*Prepared, error) {
 				missing = append(missing, path)
 				continue
 			case st.IsDir():
-				b.sp.DenyDirs = append(b.sp.DenyDirs, path)
+				b.sp.HideDirs = append(b.sp.HideDirs, path)
 			default:
-				b.sp.DenyFiles = append(b.sp.DenyFiles, path)
+				b.sp.HideFiles = append(b.sp.HideFiles, path)
 			}
 			hidden = append(hidden, path)
 		}
@@ -473,19 +552,31 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["deny_read_missing"] = missing
 		}
 	}
+	b.control()
 
-	attr := &syscall.SysProcAttr{}
+	attr := &syscall.SysProcAttr{
+		// A new mount, PID and IPC namespace for every sandboxed run: the
+		// command sees only its own processes (no signals, prlimit or
+		// /proc/PID/root outside) and no host SysV IPC.
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC,
+		// The helper is PID 1 of the namespace: when it dies, the kernel
+		// kills everything inside, so the tree cannot outlive its runner.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
 	if p.Net == NetNone {
 		attr.Cloneflags |= syscall.CLONE_NEWNET
 		b.sp.NetNone = true
 		b.report["network"] = "namespace"
+		namespaces = append(namespaces, "net")
+		if socks := hostUnixSockets(); len(socks) > 0 {
+			b.sp.HideFiles = append(b.sp.HideFiles, socks...)
+			b.report["hidden_unix_sockets"] = len(socks)
+		}
 	} else {
 		b.report["network"] = NetHost
 	}
-	if len(b.sp.DenyDirs)+len(b.sp.DenyFiles) > 0 {
-		attr.Cloneflags |= syscall.CLONE_NEWNS
-	}
-	if attr.Cloneflags != 0 && !b.caps.Root {
+	if !b.caps.Root {
 		// An unprivileged caller gets the namespaces through a user
 		// namespace that maps only its own ids, so files keep their
 		// owners and nothing gains privilege outside.
@@ -501,26 +592,26 @@ func (b *builder) build() (*Prepared, error) {
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 		b.sp.ClearAmbient = true
 		b.report["user_namespace"] = true
+		namespaces = append(namespaces, "user")
 	}
+	b.report["namespaces"] = namespaces
+	b.report["proc"] = "private"
+	b.report["seccomp"] = SeccompRules()
 
 	if err := b.limits(); err != nil {
 		return nil, err
 	}
-	b.sp.DropCaps = b.isolating() && b.caps.Root
+	b.sp.DropCaps = b.caps.Root
 	if b.sp.DropCaps {
-		b.report["capabilities"] = keptCapNames()
+		b.report["capabilities"] = keptCapNames(b.sp.DropFileCaps)
 	}
 
-	enc, err := json.Marshal(b.sp)
-	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
-	}
-	arg := base64.RawURLEncoding.EncodeToString(enc)
-	self := b.self
 	statusPath := status
 	memCg, pidCg := b.memCgroup, b.pidCgroup
 	policy := p
 	cgroups := b.cgroups
+	sp := b.sp
+	self := b.self
 
 	var once sync.Once
 	cleanup := func() {
@@ -531,13 +622,8 @@ func (b *builder) build() (*Prepared, error) {
 			_ = os.RemoveAll(base)
 		})
 	}
-	return &Prepared{
-		Argv: func(argv []string) []string {
-			out := make([]string, 0, len(argv)+4)
-			out = append(out, self, HelperCommand, arg, "--")
-			return append(out, argv...)
-		},
-		Env:         []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp},
+	prep := &Prepared{
+		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
 		Report:      b.report,
 		TempDir:     tmp,
@@ -546,7 +632,105 @@ func (b *builder) build() (*Prepared, error) {
 			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
-	}, nil
+		ExitStatus: func(exitCode int, signal string) (int, string) {
+			return exitStatus(statusPath, exitCode, signal)
+		},
+		LimitsHit: func() []string { return limitsHit(memCg, pidCg) },
+	}
+	prep.Argv = func(argv []string) []string {
+		s := sp
+		s.KeepFDs = prep.KeepFDs
+		enc, _ := json.Marshal(s)
+		out := make([]string, 0, len(argv)+4)
+		out = append(out, self, HelperCommand, base64.RawURLEncoding.EncodeToString(enc), "--")
+		return append(out, argv...)
+	}
+	return prep, nil
+}
+
+// control adds agentplane's control files to the spec: read-only those
+// the caller named and the git metadata that would run code outside the
+// sandbox later (a workspace's .git/hooks and .git/config, the user's own
+// git config), hidden the secrets.
+func (b *builder) control() {
+	var protect []string
+	for _, w := range b.sp.Writable {
+		protect = append(protect, gitControl(w)...)
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		for _, f := range []string{".gitconfig", ".config/git"} {
+			path := filepath.Join(home, f)
+			if under(path, b.sp.Writable) {
+				protect = append(protect, path)
+			}
+		}
+	}
+	protect = append(protect, b.p.Protect...)
+	var ro []string
+	for _, path := range protect {
+		real, err := realPath(path)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
+			ro = append(ro, real)
+		}
+	}
+	b.sp.ReadOnly = ro
+	if len(ro) > 0 {
+		b.report["protected"] = ro
+	}
+	var hidden []string
+	for _, path := range b.p.Hide {
+		real, err := realPath(path)
+		if err != nil {
+			continue
+		}
+		st, err := os.Stat(real)
+		switch {
+		case err != nil:
+			continue
+		case st.IsDir():
+			b.sp.HideDirs = append(b.sp.HideDirs, real)
+		default:
+			b.sp.HideFiles = append(b.sp.HideFiles, real)
+		}
+		hidden = append(hidden, real)
+	}
+	if len(hidden) > 0 {
+		b.report["hidden"] = hidden
+	}
+}
+
+// gitControl returns the parts of a repository at root that make git run
+// code or change where it looks: hooks, config, and a .git file (a
+// worktree's or submodule's pointer to its git directory). A missing hooks
+// directory is created (empty, as git init would) so that it can be
+// protected; otherwise a command could create it and plant a hook.
+func gitControl(root string) []string {
+	dotgit := filepath.Join(root, ".git")
+	st, err := os.Lstat(dotgit)
+	switch {
+	case err != nil:
+		return nil
+	case !st.IsDir():
+		return []string{dotgit}
+	}
+	hooks := filepath.Join(dotgit, "hooks")
+	if _, err := os.Lstat(hooks); errors.Is(err, fs.ErrNotExist) {
+		_ = os.Mkdir(hooks, 0o755)
+	}
+	return []string{hooks, filepath.Join(dotgit, "config")}
+}
+
+// under reports whether path is one of roots or inside one.
+func under(path string, roots []string) bool {
+	for _, r := range roots {
+		if path == r || strings.HasPrefix(path, r+string(filepath.Separator)) || r == "/" {
+			return true
+		}
+	}
+	return false
 }
 
 // user resolves --user to ids and hands the private temp dir to that user.
@@ -655,9 +839,10 @@ func (b *builder) limits() error {
 // that hierarchy, so that limits set on the caller keep covering the
 // command.
 func (b *builder) newCgroup(mount, parent string) (string, error) {
-	var rnd [8]byte
+	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	dir := filepath.Join(mount, parent, "agentplane-"+hex.EncodeToString(rnd[:]))
+	sweepCgroups(filepath.Join(mount, parent))
+	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))
 	}
@@ -705,7 +890,7 @@ func removeCgroup(dir string) {
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
 func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string) string {
-	if e, _ := readHelperError(status); e != nil {
+	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
 	sig := signalOf(exitCode, signal)
@@ -787,6 +972,9 @@ func readHelperError(status string) (*helperError, error) {
 		return nil, err
 	}
 	var e helperError
+	if err := json.Unmarshal(data, &e); err == nil && e.Code == "" && e.Signal > 0 {
+		return &e, nil
+	}
 	if err := json.Unmarshal(data, &e); err != nil || e.Code == "" {
 		return &helperError{Code: CodeFailed, Message: "the sandbox helper failed: " + strings.TrimSpace(string(data))}, nil
 	}
@@ -795,7 +983,7 @@ func readHelperError(status string) (*helperError, error) {
 
 func readFailure(status string) error {
 	e, _ := readHelperError(status)
-	if e == nil {
+	if e == nil || e.Code == "" {
 		return nil
 	}
 	return result.Errorf(e.Code, "%s", e.Message)
@@ -812,4 +1000,119 @@ func decodeSpec(arg string) (spec, error) {
 		return sp, fmt.Errorf("bad sandbox spec: %v", err)
 	}
 	return sp, nil
+}
+
+// caches returns the writable roots and environment for toolchain caches
+// in a filesystem mode. By default every cache goes to a private directory
+// of the environment (one per uid), so that a build works without making
+// the user's own caches writable (a poisoned build cache or module cache
+// would run code in the user's next unsandboxed build). UserCaches makes
+// the user's cache directories writable instead, as they are.
+func (b *builder) caches() ([]string, []string, error) {
+	p := b.p
+	home, _ := os.UserHomeDir()
+	if p.UserCaches {
+		var roots []string
+		for _, d := range userCacheDirs(home) {
+			if real, err := realPath(d); err == nil {
+				if st, err := os.Stat(real); err == nil && st.IsDir() {
+					roots = append(roots, real)
+				}
+			}
+		}
+		b.report["caches"] = map[string]any{"kind": "user", "writable": roots}
+		return roots, nil, nil
+	}
+	if p.CacheDir == "" {
+		return nil, nil, nil
+	}
+	uid := os.Getuid()
+	if b.sp.UID >= 0 {
+		uid = b.sp.UID
+	}
+	dir := filepath.Join(p.CacheDir, "uid-"+strconv.Itoa(uid))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, result.Errorf(CodeFailed, "cannot create the toolchain cache %s: %v", dir, unwrap(err))
+	}
+	if b.sp.UID >= 0 {
+		if err := os.Chown(dir, b.sp.UID, b.sp.GID); err != nil {
+			return nil, nil, result.Errorf(CodeFailed, "chown %s: %v", dir, unwrap(err))
+		}
+	}
+	real, err := realPath(dir)
+	if err != nil {
+		return nil, nil, result.Errorf(CodeFailed, "toolchain cache %s: %v", dir, err)
+	}
+	env := []string{
+		"XDG_CACHE_HOME=" + filepath.Join(real, "xdg"),
+		"GOCACHE=" + filepath.Join(real, "go-build"),
+		"GOMODCACHE=" + filepath.Join(real, "go-mod"),
+		// Module files are read-only by default, which would keep the
+		// operator from removing the cache.
+		"GOFLAGS=-modcacherw",
+		"npm_config_cache=" + filepath.Join(real, "npm"),
+		"PIP_CACHE_DIR=" + filepath.Join(real, "pip"),
+		"CARGO_HOME=" + filepath.Join(real, "cargo"),
+	}
+	// Modules the user already downloaded are served read-only from the
+	// user's own module cache before the network is asked, so builds work
+	// offline (--net none) with the private cache.
+	if dl := filepath.Join(userModCache(home), "cache", "download"); dl != "" {
+		if st, err := os.Stat(dl); err == nil && st.IsDir() {
+			proxy := os.Getenv("GOPROXY")
+			if proxy == "" {
+				proxy = "https://proxy.golang.org,direct"
+			}
+			if proxy != "off" {
+				env = append(env, "GOPROXY=file://"+dl+","+proxy)
+			}
+		}
+	}
+	b.report["caches"] = map[string]any{"kind": "private", "dir": real}
+	return []string{real}, env, nil
+}
+
+func userModCache(home string) string {
+	if v := os.Getenv("GOMODCACHE"); v != "" {
+		return v
+	}
+	if v := os.Getenv("GOPATH"); v != "" {
+		return filepath.Join(filepath.SplitList(v)[0], "pkg", "mod")
+	}
+	return filepath.Join(home, "go", "pkg", "mod")
+}
+
+// userCacheDirs are the caches UserCaches makes writable.
+func userCacheDirs(home string) []string {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		cache = filepath.Join(home, ".cache")
+	}
+	dirs := []string{cache, userModCache(home), filepath.Join(home, ".npm"), filepath.Join(home, ".cargo", "registry"), filepath.Join(home, ".cargo", "git")}
+	if v := os.Getenv("GOCACHE"); v != "" {
+		dirs = append(dirs, v)
+	}
+	return dirs
+}
+
+// exitStatus restores a signal death that the helper recorded.
+func exitStatus(status string, exitCode int, signal string) (int, string) {
+	e, _ := readHelperError(status)
+	if e == nil || e.Code != "" || e.Signal <= 0 || signal != "" {
+		return exitCode, signal
+	}
+	return 128 + e.Signal, unix.SignalName(syscall.Signal(e.Signal))
+}
+
+// limitsHit reads the cgroup counters, which say whether the kernel
+// refused a fork or killed for memory whatever the exit status.
+func limitsHit(memCg, pidCg string) []string {
+	var hit []string
+	if memCg != "" && counter(filepath.Join(memCg, "memory.oom_control"), "oom_kill") > 0 {
+		hit = append(hit, CodeMemoryLimit)
+	}
+	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
+		hit = append(hit, CodePidsLimit)
+	}
+	return hit
 }

@@ -120,6 +120,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 	if err := prep.Failure(); err != nil {
 		t.Fatalf("sandbox helper failed: %v (stderr %q)", err, text(res.Stderr))
 	}
+	res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	return res, prep
 }
 
