@@ -575,10 +575,18 @@ wait:
 		return res, nil
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	code, sig := ws.ExitStatus(), ""
 	if ws.Signaled() {
-		res.signal = unix.SignalName(ws.Signal())
+		sig = unix.SignalName(ws.Signal())
+	}
+	if sv.sandbox != nil {
+		// The sandbox helper is PID 1 of the job's namespace and reports
+		// a signal death of the job through its status file.
+		code, sig = sv.sandbox.ExitStatus(code, sig)
+	}
+	if sig != "" {
+		res.signal = sig
 	} else {
-		code := ws.ExitStatus()
 		res.exitCode = &code
 	}
 	if res.status == "" {

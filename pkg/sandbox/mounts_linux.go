@@ -116,13 +116,15 @@ func setAttr(path string, recursive bool, set, clr uint64) error {
 	return unix.MountSetattr(unix.AT_FDCWD, path, flags, &unix.MountAttr{Attr_set: set, Attr_clr: clr})
 }
 
-// bindReadOnly makes path (a file or a directory, with what is mounted
-// below it) a read-only mount of itself.
+// bindReadOnly makes path (a file or a directory) a read-only mount of
+// itself. What is mounted below it keeps its flags: a writable root inside
+// a protected directory (the private cache in the state directory) stays
+// writable, and everything else below is read-only already.
 func bindReadOnly(path string) error {
 	if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return err
 	}
-	return setAttr(path, true, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+	return setAttr(path, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
 }
 
 // freshProc mounts a procfs of the new PID namespace over /proc and keeps

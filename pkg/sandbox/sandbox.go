@@ -672,6 +672,12 @@ func (b *builder) control() {
 		if err != nil {
 			continue
 		}
+		if _, err := os.Stat(real); errors.Is(err, fs.ErrNotExist) && under(real, b.sp.Writable) {
+			// The command could create it (a config file, a state
+			// directory with a forged key); an empty directory in its
+			// place is protected instead.
+			_ = os.MkdirAll(real, 0o700)
+		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
 			ro = append(ro, real)
 		}
@@ -1026,11 +1032,13 @@ func (b *builder) caches() ([]string, []string, error) {
 	if p.CacheDir == "" {
 		return nil, nil, nil
 	}
-	uid := os.Getuid()
+	dir := filepath.Join(p.CacheDir, "uid-"+strconv.Itoa(os.Getuid()))
+	kind := "private"
 	if b.sp.UID >= 0 {
-		uid = b.sp.UID
+		// The environment's directory is the caller's (0700); another
+		// user's tools get a cache for this run only, in its temp dir.
+		dir, kind = filepath.Join(b.base, "tmp", ".cache"), "run"
 	}
-	dir := filepath.Join(p.CacheDir, "uid-"+strconv.Itoa(uid))
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, result.Errorf(CodeFailed, "cannot create the toolchain cache %s: %v", dir, unwrap(err))
 	}
@@ -1068,7 +1076,10 @@ func (b *builder) caches() ([]string, []string, error) {
 			}
 		}
 	}
-	b.report["caches"] = map[string]any{"kind": "private", "dir": real}
+	b.report["caches"] = map[string]any{"kind": kind, "dir": real}
+	if kind == "run" {
+		return nil, env, nil
+	}
 	return []string{real}, env, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // CodeSandboxLocked refuses a call that asks for less protection than the
@@ -33,6 +34,12 @@ type SandboxOptions struct {
 	FileSize   int64
 	Nofile     int
 	User       string
+	// UserCaches (operator setting, never a request key) lets toolchains
+	// write the user's own caches instead of the environment's private one.
+	UserCaches bool
+	// StateDir is the --state-dir value (or ""), set by the command before
+	// Policy: the environment's files are protected from the command.
+	StateDir string
 }
 
 // AddSandboxFlags adds the sandbox flags to fs; every one may have an
@@ -50,20 +57,23 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.Var(clikit.SizeValue{N: &o.FileSize}, "file-size", "largest file the command may write, in `BYTES`")
 	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
 	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
-	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user")
+	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
+	_ = fs.SetAnnotation("user-caches", clikit.AnnotNoRequest, []string{"true"})
+	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
 // relative to where agentsh was invoked, like --cwd; the command's cwd is
 // the default workspace.
-func (o *SandboxOptions) Policy(cmdCwd string) sandbox.Policy {
+func (o *SandboxOptions) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	here, err := os.Getwd()
 	if err != nil {
 		here = cmdCwd
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
 		DenyRead: absAll(here, o.DenyRead), Net: o.Net, Memory: o.Memory, CPUTime: o.CPUTime,
-		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User}
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
+	o.control(env, &p)
 	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
 		p.Workspace = cmdCwd
 	}
@@ -71,6 +81,33 @@ func (o *SandboxOptions) Policy(cmdCwd string) sandbox.Policy {
 		p.Workspace = filepath.Join(here, p.Workspace)
 	}
 	return p
+}
+
+// control names agentplane's own files for the sandbox to protect: the
+// environment's state directory (job specs, the audit log) and the config
+// file stay read-only to the command, the secret key and the session
+// sockets are hidden, and toolchain caches go to the environment's private
+// cache directory. A default config file that does not exist yet is
+// protected through its directory, so that a command cannot create one.
+func (o *SandboxOptions) control(env *clikit.Env, p *sandbox.Policy) {
+	dir := o.StateDir
+	if dir == "" {
+		dir = state.DefaultDir(env.Getenv, env.Getenv("HOME"))
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+		p.Protect = append(p.Protect, dir)
+		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile), filepath.Join(dir, "sessions"))
+		p.CacheDir = filepath.Join(dir, "cache")
+	}
+	if cfg, explicit := env.ConfigPath(); cfg != "" {
+		if !explicit {
+			cfg = filepath.Dir(cfg)
+		}
+		if abs, err := filepath.Abs(cfg); err == nil {
+			p.Protect = append(p.Protect, abs)
+		}
+	}
 }
 
 func absAll(cwd string, paths []string) []string {

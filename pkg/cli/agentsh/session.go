@@ -84,6 +84,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		o.Sandbox.StateDir = m.Dir.Path()
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
@@ -135,7 +136,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 		args = []string{"--noprofile", "--norc"}
 	}
 	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}
-	if p := o.Sandbox.Policy(cwd); !p.Empty() {
+	if p := o.Sandbox.Policy(env, cwd); !p.Empty() {
 		spec.Sandbox = &p
 	}
 	return spec, nil
