@@ -264,9 +264,9 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 
 func passthrough() *Prepared {
 	return &Prepared{
-		Argv:     func(argv []string) []string { return argv },
-		Report:   map[string]any{"mode": ModeNone, "network": NetHost},
-		Cleanup:  func() {},
+		Argv:       func(argv []string) []string { return argv },
+		Report:     map[string]any{"mode": ModeNone, "network": NetHost},
+		Cleanup:    func() {},
 		Classify:   func(int, string) string { return "" },
 		Failure:    func() error { return nil },
 		ExitStatus: func(code int, sig string) (int, string) { return code, sig },
