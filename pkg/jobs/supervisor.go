@@ -497,17 +497,9 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	res := runResult{}
 	terminate := func(status string, sig syscall.Signal, grace time.Duration, reason string) {
 		res.status, res.reason = status, reason
-		_ = proctree.SignalGroup(pid, sig)
-		// Descendants that left the group (setsid) get the signal too.
-		_, _ = proctree.SignalDescendants(os.Getpid(), sig)
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-exited:
-		case <-t.C:
-			_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-			_, _ = proctree.SignalDescendants(os.Getpid(), syscall.SIGKILL)
-		}
+		// Descendants that left the group (setsid) are still below the
+		// supervisor, a subreaper.
+		proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: os.Getpid()}, sig, grace, exited)
 	}
 wait:
 	for {
@@ -577,7 +569,7 @@ wait:
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	code, sig := ws.ExitStatus(), ""
 	if ws.Signaled() {
-		sig = unix.SignalName(ws.Signal())
+		sig = proctree.SignalName(ws.Signal())
 	}
 	if sv.sandbox != nil {
 		// The sandbox helper is PID 1 of the job's namespace and reports

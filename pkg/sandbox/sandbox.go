@@ -45,6 +45,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -1112,7 +1113,7 @@ func exitStatus(status string, exitCode int, signal string) (int, string) {
 	if e == nil || e.Code != "" || e.Signal <= 0 || signal != "" {
 		return exitCode, signal
 	}
-	return 128 + e.Signal, unix.SignalName(syscall.Signal(e.Signal))
+	return 128 + e.Signal, proctree.SignalName(syscall.Signal(e.Signal))
 }
 
 // limitsHit reads the cgroup counters, which say whether the kernel
