@@ -59,6 +59,9 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+	// ctl reaches the sandbox helper of the current run, which runs the
+	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
+	ctl *sandbox.Control
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
@@ -392,6 +395,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	afterStart := func() {}
 	if sv.sandbox != nil {
 		// A program that does not exist must still fail the start, not
 		// become a job whose helper exits 127.
@@ -403,6 +407,15 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 			return runResult{}, err
 		}
 		cmd.Path = exe
+		ctl, started, err := sv.sandboxProbe(cmd)
+		if err != nil {
+			return runResult{}, err
+		}
+		sv.ctl, afterStart = ctl, started
+		defer started()
+		if ctl != nil {
+			defer ctl.Close()
+		}
 		cmd.Args = sv.sandbox.Argv(argv)
 		cmd.Args[0] = "agentjob" // the helper is this program
 		env := cmd.Env
@@ -433,6 +446,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
 	err = sv.startKnown(cmd)
+	afterStart()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -683,7 +697,11 @@ func indexNL(b []byte) int {
 func (sv *supervisor) probe(ctx context.Context, ready func()) {
 	p := sv.spec.Ready
 	client := &http.Client{Timeout: time.Second}
+	ctl := sv.ctl
 	try := func() bool {
+		if ctl != nil {
+			return sv.probeInSandbox(ctx, ctl)
+		}
 		switch {
 		case p.HTTP != "":
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTP, nil)

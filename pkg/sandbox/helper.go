@@ -165,11 +165,19 @@ func (h *helper) run(argv []string) int {
 	// Only stdin, stdout, stderr and what the runner passes on purpose
 	// reach the target: a descriptor the caller of agentplane left open
 	// (a secret file, a socket) is closed at exec.
+	// The control socket (fd 3 when there is one) is the helper's own.
+	first := 3
+	if sp.Control {
+		first = controlFD + 1
+	}
 	files := []uintptr{0, 1, 2}
 	for i := 0; i < sp.KeepFDs; i++ {
-		files = append(files, uintptr(3+i))
+		files = append(files, uintptr(first+i))
 	}
-	if err := closeOnExecFrom(3 + sp.KeepFDs); err != nil {
+	if sp.Control {
+		unix.CloseOnExec(controlFD)
+	}
+	if err := closeOnExecFrom(first + sp.KeepFDs); err != nil {
 		return h.fail(exitSetupFailed, CodeFailed, "cannot close inherited descriptors: %v", err)
 	}
 	// Last, so that the helper's own Go runtime is held to the command's
@@ -196,6 +204,9 @@ func (h *helper) run(argv []string) int {
 	if err != nil {
 		return h.fail(exitNotExecutable, CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
 	}
+	if sp.Control {
+		return h.serve(pid, os.NewFile(controlFD, "sandbox-control"))
+	}
 	return h.reap(pid)
 }
 
@@ -216,18 +227,23 @@ func (h *helper) reap(target int) int {
 		if pid != target || ws.Stopped() || ws.Continued() {
 			continue
 		}
-		if ws.Exited() {
-			return ws.ExitStatus()
-		}
-		sig := ws.Signal()
-		data, _ := json.Marshal(helperError{Signal: int(sig)})
-		_, _ = h.status.Write(data)
-		if os.Getpid() != 1 {
-			signal.Reset(sig)
-			_ = unix.Kill(os.Getpid(), sig)
-		}
-		return 128 + int(sig)
+		return h.exitOf(ws)
 	}
+}
+
+// exitOf is the helper's exit status for the target's wait status.
+func (h *helper) exitOf(ws syscall.WaitStatus) int {
+	if ws.Exited() {
+		return ws.ExitStatus()
+	}
+	sig := ws.Signal()
+	data, _ := json.Marshal(helperError{Signal: int(sig)})
+	_, _ = h.status.Write(data)
+	if os.Getpid() != 1 {
+		signal.Reset(sig)
+		_ = unix.Kill(os.Getpid(), sig)
+	}
+	return 128 + int(sig)
 }
 
 // closeOnExecFrom marks every descriptor from first on close-on-exec.

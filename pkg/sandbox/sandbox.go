@@ -185,6 +185,9 @@ type Prepared struct {
 	// purpose (ExtraFiles); set it before Argv. Every other descriptor the
 	// helper inherited is closed at exec.
 	KeepFDs int
+	// Control makes the helper serve readiness probes on a control
+	// socket, the first extra descriptor (NewControl); set it before Argv.
+	Control bool
 }
 
 // spec is what the parent hands to the helper, as base64 JSON in argv.
@@ -214,6 +217,8 @@ type spec struct {
 	// KeepFDs is how many descriptors after stderr (3, 4, …) the caller
 	// passes on purpose; every other inherited one is closed at exec.
 	KeepFDs int `json:"keep_fds,omitempty"`
+	// Control: fd 3 is a control socket for readiness probes (control.go).
+	Control bool `json:"control,omitempty"`
 }
 
 type rlimitSet struct {
@@ -640,7 +645,7 @@ func (b *builder) build() (*Prepared, error) {
 	}
 	prep.Argv = func(argv []string) []string {
 		s := sp
-		s.KeepFDs = prep.KeepFDs
+		s.KeepFDs, s.Control = prep.KeepFDs, prep.Control
 		enc, _ := json.Marshal(s)
 		out := make([]string, 0, len(argv)+4)
 		out = append(out, self, HelperCommand, base64.RawURLEncoding.EncodeToString(enc), "--")
