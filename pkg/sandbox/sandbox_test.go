@@ -517,7 +517,9 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 
 func TestPrepareRefuses(t *testing.T) {
 	_, ws, _ := dirs(t)
-	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: ""}
+	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: "",
+		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+	without := func(f func(*Capabilities)) Capabilities { c := full; f(&c); return c }
 	cases := []struct {
 		name string
 		p    Policy
@@ -530,6 +532,10 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no userns unprivileged", Policy{Net: NetNone}, Capabilities{NetNS: true, LandlockABI: 7}, CodeUnavailable},
 		{"deny-read no mountns", Policy{DenyRead: []string{ws}}, Capabilities{Root: true}, CodeUnavailable},
 		{"pids as root without cgroup", Policy{Pids: 10}, full, CodeUnavailable},
+		{"no pid namespace", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.PidNS = false }), CodeUnavailable},
+		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), CodeUnavailable},
+		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), CodeUnavailable},
+		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), CodeUnavailable},
 		{"user without root", Policy{User: "nobody"}, Capabilities{}, CodeUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},
