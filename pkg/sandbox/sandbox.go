@@ -1063,7 +1063,7 @@ func (b *builder) caches() ([]string, []string, error) {
 		"GOMODCACHE=" + filepath.Join(real, "go-mod"),
 		// Module files are read-only by default, which would keep the
 		// operator from removing the cache.
-		"GOFLAGS=-modcacherw",
+		"GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -modcacherw"),
 		"npm_config_cache=" + filepath.Join(real, "npm"),
 		"PIP_CACHE_DIR=" + filepath.Join(real, "pip"),
 		"CARGO_HOME=" + filepath.Join(real, "cargo"),

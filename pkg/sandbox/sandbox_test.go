@@ -110,7 +110,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 		Argv:        prep.Argv(argv),
 		Dir:         dir,
 		Env:         env,
-		Timeout:     60 * time.Second,
+		Timeout:     5 * time.Minute, // a cold toolchain cache on a loaded machine
 		KillAfter:   time.Second,
 		Drain:       200 * time.Millisecond,
 		MaxOutput:   64 << 10,
