@@ -402,11 +402,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		if cmd.Err != nil {
 			return runResult{}, startError(&sv.spec, cmd.Err)
 		}
-		exe, err := os.Executable()
-		if err != nil {
-			return runResult{}, err
-		}
-		cmd.Path = exe
+		cmd.Path = sv.sandbox.Path
 		ctl, started, err := sv.sandboxProbe(cmd)
 		if err != nil {
 			return runResult{}, err
@@ -417,7 +413,6 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 			defer ctl.Close()
 		}
 		cmd.Args = sv.sandbox.Argv(argv)
-		cmd.Args[0] = "agentjob" // the helper is this program
 		env := cmd.Env
 		if env == nil {
 			env = os.Environ()

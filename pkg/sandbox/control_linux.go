@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
-	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -125,14 +128,52 @@ func dialProbe(kind, addr string) bool {
 		c.Close()
 		return true
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, addr, nil)
+	return httpProbe(ctx, addr)
+}
+
+// httpProbe GETs an http:// URL and passes below status 500. It speaks
+// just enough HTTP/1.0 for that, so that the helper does not link net/http
+// (and TLS): the helper starts on every sandboxed call, and its start-up
+// time is the sandbox's overhead. An https:// URL passes when its port
+// accepts a connection.
+func httpProbe(ctx context.Context, raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return false
 	}
-	resp, err := http.DefaultClient.Do(req)
+	defer c.Close()
+	if u.Scheme == "https" {
+		return true
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	path := u.RequestURI()
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: agentplane-ready\r\nConnection: close\r\n\r\n", path, u.Host); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil {
 		return false
 	}
-	resp.Body.Close()
-	return resp.StatusCode < 500
+	// "HTTP/1.1 200 OK"
+	f := strings.Fields(line)
+	if len(f) < 2 || !strings.HasPrefix(f[0], "HTTP/") {
+		return false
+	}
+	code, err := strconv.Atoi(f[1])
+	return err == nil && code < 500
 }

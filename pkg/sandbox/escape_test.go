@@ -454,3 +454,54 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The helper's own program, installed beside the caller, is used instead
+// of the caller and enforces the same sandbox.
+func TestHelperProgram(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go is not installed: cannot build the helper program")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, HelperProgram), "github.com/agentplane/agentplane/cmd/agentplane-sandbox")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	_, ws, outside := dirs(t)
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, filepath.Join(bin, "agentsh"))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	if prep.Path != filepath.Join(bin, HelperProgram) {
+		t.Fatalf("helper path %s", prep.Path)
+	}
+	cmd := exec.Command(prep.Path)
+	cmd.Args = prep.Argv([]string{"sh", "-c", "echo x > " + outside + "/f 2>/dev/null || echo denied; echo in > inside && echo wrote; kill -TERM $$"})
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	b, _ := cmd.Output()
+	if string(b) != "denied\nwrote\n" {
+		t.Fatalf("output %q", b)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatal(err)
+	}
+	code, sig := prep.ExitStatus(cmd.ProcessState.ExitCode(), "")
+	if code != 143 || sig != "SIGTERM" {
+		t.Errorf("exit %d %q, want 143 SIGTERM", code, sig)
+	}
+}
+
+// A helper from another build refuses a spec it does not know rather than
+// enforcing less than was asked.
+func TestHelperRefusesOtherVersion(t *testing.T) {
+	status := filepath.Join(t.TempDir(), "status")
+	enc := base64RawURL(`{"v":1,"status":"` + status + `","uid":-1,"gid":-1}`)
+	cmd := exec.Command(self(t), HelperCommand, enc, "--", "true")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitSetupFailed {
+		t.Fatalf("run: %v", err)
+	}
+	if e := readFailure(status); e == nil || !strings.Contains(e.Error(), "another build") {
+		t.Fatalf("failure %v", e)
+	}
+}

@@ -58,6 +58,9 @@ func HelperMain(args []string) int {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
 	h := &helper{sp: sp, status: status}
+	if sp.V != specVersion {
+		return h.fail(exitSetupFailed, CodeFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, specVersion)
+	}
 	return h.run(args[2:])
 }
 

@@ -142,10 +142,13 @@ func (p Policy) Empty() bool {
 // Prepared is a policy made ready for one run. Cleanup must be called after
 // the run, and after Classify and Failure.
 type Prepared struct {
-	// Argv wraps the target argv in the helper invocation. The target's
-	// argv[0] is resolved by the helper against the PATH of its own
-	// environment, after the restrictions are in place.
+	// Argv wraps the target argv in the helper invocation; run it with
+	// Path. The target's argv[0] is resolved by the helper against the
+	// PATH of its own environment, after the restrictions are in place.
 	Argv func(argv []string) []string
+	// Path is the helper's executable: HelperProgram beside the caller,
+	// or the caller's own executable.
+	Path string
 	// Env holds the variables to add to the command's environment (after
 	// the caller's, so they win): TMPDIR, TMP and TEMP.
 	Env []string
@@ -190,8 +193,20 @@ type Prepared struct {
 	Control bool
 }
 
+// HelperProgram is the name of the helper's own small program. When it is
+// installed beside the calling executable it is run instead of the
+// caller itself: it links only this package, so it starts several times
+// faster than the full programs, and the helper's start-up is most of a
+// sandboxed call's overhead.
+const HelperProgram = "agentplane-sandbox"
+
+// specVersion changes whenever spec changes meaning: a helper from
+// another build refuses the spec rather than enforcing less than asked.
+const specVersion = 2
+
 // spec is what the parent hands to the helper, as base64 JSON in argv.
 type spec struct {
+	V           int      `json:"v"`
 	Status      string   `json:"status"` // file the helper writes its error to
 	LandlockABI int      `json:"landlock_abi,omitempty"`
 	Writable    []string `json:"writable,omitempty"`
@@ -256,7 +271,7 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	if !filepath.IsAbs(self) {
 		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
-	b := &builder{p: p, caps: caps, self: self, sp: spec{UID: -1, GID: -1}}
+	b := &builder{p: p, caps: caps, self: helperPath(self), sp: spec{V: specVersion, UID: -1, GID: -1}}
 	if err := b.check(); err != nil {
 		return nil, err
 	}
@@ -266,6 +281,16 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		return nil, err
 	}
 	return prep, nil
+}
+
+// helperPath returns the helper program beside self when there is one,
+// else self (which must route HelperCommand to HelperMain).
+func helperPath(self string) string {
+	p := filepath.Join(filepath.Dir(self), HelperProgram)
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p
+	}
+	return self
 }
 
 func passthrough() *Prepared {
@@ -629,6 +654,7 @@ func (b *builder) build() (*Prepared, error) {
 		})
 	}
 	prep := &Prepared{
+		Path:        self,
 		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
 		Report:      b.report,

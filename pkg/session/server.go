@@ -152,10 +152,8 @@ func (s *server) startShell(cwd string) error {
 	if s.sandbox != nil {
 		// The shell starts inside the sandbox helper (this executable),
 		// so every command of the session inherits the confinement.
-		exe, _ := os.Executable()
-		cmd.Path = exe
+		cmd.Path = s.sandbox.Path
 		cmd.Args = s.sandbox.Argv(argv)
-		cmd.Args[0] = "agentsh"
 		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
 		if s.sandbox.SysProcAttr != nil {
 			a := *s.sandbox.SysProcAttr

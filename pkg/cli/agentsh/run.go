@@ -317,10 +317,8 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			return startErr(err)
 		}
 		defer prep.Cleanup()
-		s.req.Path = exe
+		s.req.Path = prep.Path
 		s.req.Argv = prep.Argv(s.req.Argv)
-		// The helper is agentsh itself; argv[0] names the program.
-		s.req.Argv[0] = "agentsh"
 		s.req.Env = append(s.req.Env, prep.Env...)
 		s.req.SysProcAttr = prep.SysProcAttr
 	}
