@@ -103,7 +103,7 @@ func setupMounts(sp spec, beforeReadOnly func() error) error {
 			return fmt.Errorf("cannot protect %s: %v", p, err)
 		}
 	}
-	return hidePaths(sp.HideDirs, sp.HideFiles)
+	return hidePaths(sp.DenyDirs, sp.DenyFiles)
 }
 
 // setAttr changes mount attributes of path's mount (and below, when

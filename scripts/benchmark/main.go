@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 type bench struct {
@@ -85,18 +87,11 @@ func check(err error) {
 }
 
 func kernel() string {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return "Linux"
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return runtime.GOOS
 	}
-	var b []byte
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return "Linux " + string(b)
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }
 
 func (b *bench) build() error {
@@ -198,7 +193,8 @@ func allCases() []benchCase {
 			"the private toolchain cache of the environment) against unsandboxed, each cache warmed by one\n" +
 			"run first. Target: within 1.1x.", benchSandboxBuild},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
-			"1 MB of output through a session against the same through a one-shot call.", benchSession},
+			"1 MB of output through a session against the same through a one-shot call, and a call that starts\n" +
+			"a chatty background process (its output goes to the session's log) against one that starts a quiet one.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
 			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
 			"diffs; agentfs does all four). Each run edits the file back and forth, interleaved.", benchEditSmall},
@@ -452,6 +448,18 @@ func benchSession(b *bench) error {
 		return err
 	}
 	b.table(names, med, rss, 0)
-	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
+	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n\n", ratio(med[1], med[0]), b.runs/2)
+	// The background log: a call that starts a chatty & process (100 kB
+	// written after the call returns, into the session's log) against a
+	// call that starts a quiet one.
+	names = []string{"agentsh --session H -c 'sleep 0.2 &'", "agentsh --session H -c 'seq 1 20000 &'"}
+	argvs = [][]string{{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "sleep 0.2 >/dev/null &"},
+		{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "{ sleep 0.01; seq 1 20000; } &"}}
+	med, rss, err = interleave(b.runs/2, argvs)
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nchatty background process / quiet one: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -100,9 +100,13 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 }
 
 // nonInteractive is the environment every command gets unless the caller
-// sets the variable itself with --env: nothing may wait for a human.
+// sets the variable itself (in its own environment or with --env): nothing
+// may wait for a human. An editor is a program that returns at once and
+// leaves the file unchanged ("true": tools exec $EDITOR directly as well as
+// through a shell, so ":" would fail where a shell is not involved).
 var nonInteractive = [][2]string{
 	{"PAGER", "cat"}, {"GIT_PAGER", "cat"}, {"MANPAGER", "cat"}, {"GIT_EDITOR", ":"},
+	{"EDITOR", "true"}, {"VISUAL", "true"}, {"GIT_SEQUENCE_EDITOR", "true"},
 	{"GIT_MERGE_AUTOEDIT", "no"}, {"GIT_TERMINAL_PROMPT", "0"}, {"PIP_NO_INPUT", "1"},
 	{"PYTHONUNBUFFERED", "1"}, {"DEBIAN_FRONTEND", "noninteractive"}, {"TERM", "dumb"}, {"NO_COLOR", "1"},
 }
@@ -247,6 +251,18 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
+		return nil, err
+	}
+	// The watchdog that kills the command's tree should agentsh itself be
+	// SIGKILLed starts now, while the rest is prepared, and is released
+	// once the tree is dead.
+	guarded := startGuard()
+	defer func() {
+		if g, err := guarded(); err == nil {
+			g.Release()
+		}
+	}()
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -279,7 +295,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	} else {
 		argv = s.command.([]string)
 	}
-	decision, err := o.Guard.Decide(script, argv)
+	decision, err := o.Guard.DecideInput(script, argv, guard.StdinText(s.req.Stdin, s.req.StdinFile))
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err
@@ -322,9 +338,31 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		s.req.Env = append(s.req.Env, prep.Env...)
 		s.req.SysProcAttr = prep.SysProcAttr
 	}
+	// The policy also holds while the command runs: every exec in its
+	// tree is decided by the guard, which wraps whatever runs (the
+	// sandbox helper included).
+	var rt *execguard.Report
+	g, err := o.Guard.Runtime(selfExe())
+	if err != nil {
+		return nil, err
+	}
+	if g != nil {
+		defer g.Cleanup()
+		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
+	}
+	if s.req.Guard, err = guarded(); err != nil {
+		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
+	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
 		st.flush()
+	}
+	if g != nil {
+		rt = g.Report()
+		rec.PolicyRuntime = rt
+		if err == nil && rt.Error != nil {
+			err = rt.Err()
+		}
 	}
 	if err == nil && prep != nil {
 		err = prep.Failure()
@@ -345,7 +383,18 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
 	if decision != nil {
-		obj.Set("policy", guard.Object(decision))
+		obj.Set("policy", guard.Object(decision, rt))
+	}
+	if rerr := rt.Err(); rerr != nil {
+		// An exec the policy refused was killed before it ran, and the
+		// rest of the tree with it: the call failed.
+		re := result.AsError(rerr)
+		obj.Set("success", false).Set("status", run.StatusError).Set("exit_code", ExitFailed).
+			Set("error", result.ErrorObject(re))
+		if env.Description != "" {
+			obj.Set("description", env.Description)
+		}
+		return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
@@ -384,6 +433,16 @@ func refuseFileKeys(cmd *cobra.Command, env *clikit.Env) error {
 	return nil
 }
 
+// selfExe is this program's executable, for the hidden helpers it starts
+// (the sandbox helper, the policy guard).
+func selfExe() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "/proc/self/exe"
+	}
+	return exe
+}
+
 // detachedServers returns the predicate that spares, in the final cleanup,
 // the agentjob supervisors and agentsh session servers (of any state
 // directory) that the command started: 'agentsh -c "agentjob start -- srv"'
@@ -391,7 +450,7 @@ func refuseFileKeys(cmd *cobra.Command, env *clikit.Env) error {
 // hold, so a command cannot escape the cleanup by renaming itself:
 //   - it leads its own session (both servers call setsid);
 //   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (/proc/PID/exe, compared by inode) is this agentsh,
+//   - its executable (proctree.Executable) is this agentsh,
 //     the agentjob beside it, or an agentjob on the command's PATH.
 //
 // The executables are looked up once, on the first candidate.
@@ -408,12 +467,8 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if p.SID != p.PID {
 			return false
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-		if err != nil {
-			return false
-		}
-		argv := strings.Split(string(b), "\x00")
-		if len(argv) < 2 {
+		argv, err := proctree.Argv(p.PID)
+		if err != nil || len(argv) < 2 {
 			return false
 		}
 		prog := filepath.Base(argv[0])
@@ -423,7 +478,7 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if !looked {
 			looked, known = true, serverExecutables(cmdEnv)
 		}
-		fi, err := os.Stat("/proc/" + strconv.Itoa(p.PID) + "/exe")
+		fi, err := proctree.Executable(p.PID)
 		if err != nil {
 			return false
 		}

@@ -97,7 +97,12 @@ func (o *SandboxOptions) control(env *clikit.Env, p *sandbox.Policy) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 		p.Protect = append(p.Protect, dir)
-		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile), filepath.Join(dir, "sessions"))
+		// The session directories themselves stay visible (a sandboxed
+		// session's shell reads its call files there); their sockets and
+		// tokens are hidden, and the session servers authenticate callers
+		// besides.
+		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
+		p.Hide = append(p.Hide, sessionSecrets(dir)...)
 		p.CacheDir = filepath.Join(dir, "cache")
 	}
 	if cfg, explicit := env.ConfigPath(); cfg != "" {
@@ -108,6 +113,17 @@ func (o *SandboxOptions) control(env *clikit.Env, p *sandbox.Policy) {
 			p.Protect = append(p.Protect, abs)
 		}
 	}
+}
+
+// sessionSecrets lists the sockets and tokens of the environment's
+// sessions as they are now.
+func sessionSecrets(stateDir string) []string {
+	var out []string
+	for _, pat := range []string{"sock", "token"} {
+		m, _ := filepath.Glob(filepath.Join(stateDir, "sessions", "*", pat))
+		out = append(out, m...)
+	}
+	return out
 }
 
 func absAll(cwd string, paths []string) []string {
@@ -222,9 +238,18 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Report, as JSON, which sandbox mechanisms this machine can enforce",
-		Long: "Report which sandbox mechanisms this machine can enforce: Landlock and its ABI, user, " +
-			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check", clikit.AnnotManNotes: sandboxNotes},
+		Long: "Report which sandbox mechanisms this machine can enforce: on Linux, Landlock and its ABI, user, " +
+			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root; " +
+			"on macOS (\"platform\": \"darwin\"), whether Seatbelt (sandbox-exec) is there, how leftover processes are " +
+			"found without a subreaper, and which flags are refused there (--memory, --pids, --user).",
+		Annotations: map[string]string{
+			clikit.AnnotTool:     "agentsh_sandbox_check",
+			clikit.AnnotManNotes: sandboxNotes,
+			clikit.AnnotHints:    clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
+			clikit.AnnotToolDoc: "Report which sandbox mechanisms this machine can enforce: on Linux, Landlock and its ABI, " +
+				"user, network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs " +
+				"as root; on macOS, whether Seatbelt is there and which limits (memory, pids, user) it cannot enforce.",
+		},
 	}
 	check.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {

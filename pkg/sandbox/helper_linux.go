@@ -1,0 +1,348 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"unsafe"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+func (h *helper) run(argv []string) int {
+	sp := h.sp
+	for _, dir := range sp.Cgroups {
+		// "0" is this process; everything it starts stays inside.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
+		}
+	}
+	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
+	// shows no path above it. (Leaving it is stopped by the read-only
+	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
+	// only, which is the one that starts the target.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return h.fail(exitSetupFailed, CodeFailed, "cannot create a cgroup namespace: %v", err)
+	}
+	if sp.NetNone {
+		if err := loopbackUp(); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot bring up the loopback interface: %v", err)
+		}
+	}
+	cwd, cwdErr := os.Getwd()
+	reopen := func() error {
+		f, err := openDetached(sp.Status)
+		if err != nil {
+			return fmt.Errorf("cannot reopen the status file: %v", err)
+		}
+		h.status.Close()
+		h.status = f
+		return nil
+	}
+	if err := setupMounts(sp, reopen); err != nil {
+		return h.fail(exitSetupFailed, CodeFailed, "%v", err)
+	}
+	// The cwd still points into the mounts it was on before; entering it
+	// again by name lands on the writable bind (or the cover) on top.
+	if cwdErr == nil {
+		if err := os.Chdir(cwd); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
+		}
+	}
+	if sp.DropCaps {
+		if err := dropBoundingSet(sp.DropFileCaps); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+		}
+	}
+	if sp.ClearAmbient {
+		// A non-root target then starts with no capabilities at all, in
+		// its user namespace too, so it cannot undo the mounts.
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot clear ambient capabilities: %v", err)
+		}
+	}
+	if sp.UID >= 0 {
+		if err := switchUser(sp.UID, sp.GID, sp.Groups); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot switch to uid %d: %v", sp.UID, err)
+		}
+	}
+	if sp.DropCaps {
+		if err := limitCaps(sp.DropFileCaps); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+		}
+	}
+	// Set on every sandboxed run: a setuid or file-capability binary then
+	// runs without gaining anything.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return h.fail(exitSetupFailed, CodeFailed, "cannot set no_new_privs: %v", err)
+	}
+	if sp.LandlockABI > 0 {
+		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot apply the Landlock policy: %v", err)
+		}
+	}
+	if err := loadFilter(); err != nil {
+		return h.fail(exitSetupFailed, CodeFailed, "cannot load the seccomp filter: %v", err)
+	}
+	path, code, err := lookPath(argv[0])
+	if err != nil {
+		exit := exitNotExecutable
+		if code == CodeCommandNotFound {
+			exit = exitNotFound
+		}
+		return h.fail(exit, code, "%v", err)
+	}
+	// Only stdin, stdout, stderr and what the runner passes on purpose
+	// reach the target: a descriptor the caller of agentplane left open
+	// (a secret file, a socket) is closed at exec.
+	// The control socket (fd 3 when there is one) is the helper's own.
+	first := 3
+	if sp.Control {
+		first = controlFD + 1
+	}
+	files := []uintptr{0, 1, 2}
+	for i := 0; i < sp.KeepFDs; i++ {
+		files = append(files, uintptr(first+i))
+	}
+	if sp.Control {
+		unix.CloseOnExec(controlFD)
+	}
+	if err := closeOnExecFrom(first + sp.KeepFDs); err != nil {
+		return h.fail(exitSetupFailed, CodeFailed, "cannot close inherited descriptors: %v", err)
+	}
+	// Last, so that the helper's own Go runtime is held to the command's
+	// limits as briefly as possible (rlimits are per process; the helper
+	// only waits from here on).
+	for _, r := range sp.Rlimits {
+		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot set resource limit %d: %v", r.Resource, err)
+		}
+	}
+	// The target is a child of this thread, so it inherits the thread's
+	// credentials, Landlock domain and seccomp filter; it dies with the
+	// helper (and, the helper being PID 1, so does every process of the
+	// namespace).
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		return h.fail(exitNotFound, CodeCommandNotFound, "command not found: %s", argv[0])
+	}
+	if err != nil {
+		return h.fail(exitNotExecutable, CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+	}
+	if sp.Control {
+		return h.serve(pid, os.NewFile(controlFD, "sandbox-control"))
+	}
+	return h.reap(pid)
+}
+
+// reap waits for the target, reaping every orphan of the namespace on the
+// way (they are reparented to PID 1), and returns the target's exit
+// status. A signal death is recorded in the status file: PID 1 cannot die
+// of a signal itself.
+func (h *helper) reap(target int) int {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "wait for the command: %v", err)
+		}
+		if pid != target || ws.Stopped() || ws.Continued() {
+			continue
+		}
+		return h.exitOf(ws)
+	}
+}
+
+// exitOf is the helper's exit status for the target's wait status.
+func (h *helper) exitOf(ws syscall.WaitStatus) int {
+	if ws.Exited() {
+		return ws.ExitStatus()
+	}
+	sig := ws.Signal()
+	data, _ := json.Marshal(helperError{Signal: int(sig)})
+	_, _ = h.status.Write(data)
+	if os.Getpid() != 1 {
+		signal.Reset(sig)
+		_ = unix.Kill(os.Getpid(), sig)
+	}
+	return 128 + int(sig)
+}
+
+// closeOnExecFrom marks every descriptor from first on close-on-exec.
+func closeOnExecFrom(first int) error {
+	err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil || !(errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)) {
+		return err
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
+}
+
+// loopbackUp sets IFF_UP on lo, which a new network namespace starts
+// without, so that servers on 127.0.0.1 work.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// dropBoundingSet removes every capability but keptCaps from the bounding
+// set, which limits what any later execve can grant, root included.
+func dropBoundingSet(dropFile bool) error {
+	last := 63
+	if v, err := readTrim("/proc/sys/kernel/cap_last_cap"); err == nil {
+		if n, err := strconv.Atoi(v); err == nil {
+			last = n
+		}
+	}
+	keep := map[int]bool{}
+	for _, c := range keptCaps(dropFile) {
+		keep[c] = true
+	}
+	for c := 0; c <= last; c++ {
+		if keep[c] {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("capability %d: %v", c, err)
+		}
+	}
+	return unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+}
+
+// limitCaps reduces this thread's permitted and effective sets to keptCaps
+// and empties the inheritable set, which execve would otherwise add to a
+// root program's permitted set.
+func limitCaps(dropFile bool) error {
+	var mask [2]uint32
+	for _, c := range keptCaps(dropFile) {
+		mask[c/32] |= 1 << (c % 32)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	for i := range data {
+		data[i].Permitted &= mask[i]
+		data[i].Effective &= mask[i]
+		data[i].Inheritable = 0
+	}
+	return unix.Capset(&hdr, &data[0])
+}
+
+// switchUser drops to uid/gid. The raw syscalls act on this thread, which
+// is the one that execs.
+func switchUser(uid, gid int, groups []int) error {
+	gs := make([]uint32, len(groups))
+	for i, g := range groups {
+		gs[i] = uint32(g)
+	}
+	var gp *uint32
+	if len(gs) > 0 {
+		gp = &gs[0]
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(gs)), uintptr(unsafe.Pointer(gp)), 0); e != 0 {
+		return fmt.Errorf("setgroups: %v", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
+		return fmt.Errorf("setresgid: %v", e)
+	}
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
+		return fmt.Errorf("setresuid: %v", e)
+	}
+	return nil
+}
+
+// landlockConfig picks the go-landlock preset for an ABI, without network
+// rules: --net none is the namespace's job, and Landlock's TCP rules would
+// also cut the loopback the contract keeps working.
+func landlockConfig(abi int) (landlock.Config, error) {
+	var c landlock.Config
+	switch abi {
+	case 3:
+		c = landlock.V3
+	case 4:
+		c = landlock.V4
+	case 5:
+		c = landlock.V5
+	case 6:
+		c = landlock.V6
+	case 7:
+		c = landlock.V7
+	default:
+		return c, fmt.Errorf("unsupported Landlock ABI %d", abi)
+	}
+	c.HandledAccessNet = 0
+	return c, nil
+}
+
+// restrictFS enforces read and execute everywhere and writes only under
+// writable plus the harmless character devices. The config is strict (not
+// best effort): a kernel that cannot do it is an error, never a weaker run.
+// Since ABI 6 it also stops signals and abstract UNIX sockets from reaching
+// processes outside the sandbox.
+func restrictFS(abi int, writable, writeFiles []string) error {
+	cfg, err := landlockConfig(abi)
+	if err != nil {
+		return err
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs("/"),
+		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").IgnoreIfMissing(),
+		// The private /dev's POSIX shared memory and terminals.
+		landlock.RWDirs("/dev/shm", "/dev/pts").IgnoreIfMissing(),
+	}
+	if len(writable) > 0 {
+		// Refer lets tools move files between directories of the
+		// workspace (git, package managers), which RWDirs leaves out.
+		rules = append(rules, landlock.RWDirs(writable...).WithRefer())
+	}
+	if len(writeFiles) > 0 {
+		// Files only: no make_*, remove_* or refer rights beneath them.
+		rules = append(rules, landlock.RWFiles(writeFiles...))
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return err
+	}
+	if fd < 0 {
+		return errors.New("landlock produced no ruleset")
+	}
+	defer unix.Close(fd)
+	return llsyscall.LandlockRestrictSelf(fd, flags)
+}

@@ -1,0 +1,36 @@
+package sandbox
+
+import (
+	"os"
+	"sync"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// prepare checks p, already normalized and not empty, against what macOS
+// can enforce and builds the helper invocation: the helper sets the
+// rlimits and execs sandbox-exec with the generated profile, which execs
+// the command.
+func prepare(p Policy, self string, caps Capabilities) (*Prepared, error) {
+	if err := checkDarwin(p, caps); err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp("", "agentplane-sandbox-")
+	if err != nil {
+		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
+	}
+	var once sync.Once
+	cleanup := func() { once.Do(func() { _ = os.RemoveAll(base) }) }
+	prep, err := buildSeatbelt(p, self, base)
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	prep.Cleanup = cleanup
+	return prep, nil
+}
+
+// checkDarwin refuses what this Mac cannot enforce.
+func checkDarwin(p Policy, c Capabilities) error {
+	return seatbeltRefusal(p, c.SandboxExec != "")
+}
