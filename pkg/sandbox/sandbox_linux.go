@@ -229,17 +229,8 @@ func (b *builder) build() (*Prepared, error) {
 		Pdeathsig: syscall.SIGKILL,
 	}
 	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
-	if p.Net == NetNone {
-		attr.Cloneflags |= syscall.CLONE_NEWNET
-		b.sp.NetNone = true
-		b.report["network"] = "namespace"
+	if b.network(attr) {
 		namespaces = append(namespaces, "net")
-		if socks := hostUnixSockets(); len(socks) > 0 {
-			b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
-			b.report["hidden_unix_sockets"] = len(socks)
-		}
-	} else {
-		b.report["network"] = NetHost
 	}
 	if !b.caps.Root {
 		// An unprivileged caller gets the namespaces through a user
@@ -312,6 +303,26 @@ func (b *builder) build() (*Prepared, error) {
 		return append(out, argv...)
 	}
 	return prep, nil
+}
+
+// network sets up the network policy: under --net none a network
+// namespace of its own (only lo, brought up by the helper) and the host's
+// pathname Unix sockets covered, since neither the namespace nor Landlock
+// (before ABI 9) stops a connect() to one. It reports whether the run gets
+// a network namespace.
+func (b *builder) network(attr *syscall.SysProcAttr) bool {
+	if b.p.Net != NetNone {
+		b.report["network"] = NetHost
+		return false
+	}
+	attr.Cloneflags |= syscall.CLONE_NEWNET
+	b.sp.NetNone = true
+	b.report["network"] = "namespace"
+	if socks := hostUnixSockets(); len(socks) > 0 {
+		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
+		b.report["hidden_unix_sockets"] = len(socks)
+	}
+	return true
 }
 
 // control adds agentplane's control files to the spec: read-only those
