@@ -394,6 +394,12 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		own = *spec.Sandbox
 	}
 	own = normalPolicy(own)
+	if !own.Empty() {
+		// A request must not read a file past the session's sandbox.
+		if err := refuseFileKeys(cmd, env); err != nil {
+			return err
+		}
+	}
 	given := false
 	for _, name := range sandboxFlags {
 		if clikit.FlagChanged(cmd, name) && !fromConfig(cmd, env, name) {
