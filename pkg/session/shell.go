@@ -129,15 +129,11 @@ func (s *server) startShell(cwd string) error {
 	cmd.Env = s.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if s.sandbox != nil {
-		// The shell starts inside the sandbox helper, so every command
-		// of the session inherits the confinement.
-		cmd.Path = s.sandbox.Path
-		cmd.Args = s.sandbox.Argv(argv)
-		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
-		if s.sandbox.SysProcAttr != nil {
-			a := *s.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
-		}
+		// The shell starts inside the sandbox helper (its own program
+		// or this executable), so every command of the session inherits the confinement.
+		exe, _ := os.Executable()
+		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.

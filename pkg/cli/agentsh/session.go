@@ -14,14 +14,14 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
 )
-
-// serveCommand is the hidden first argument that runs a session server.
-const serveCommand = "__session-serve"
 
 // DefaultIdleTimeout stops a session nobody used for this long.
 const DefaultIdleTimeout = time.Hour
@@ -105,7 +105,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 				return nil, err
 			}
 		}
-		info, err := m.Start(spec, []string{"agentsh", serveCommand, m.Dir.Path()})
+		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 			cwd = filepath.Join(cwd, o.Cwd)
 		}
 	}
-	e, err := BuildEnv(env.Environ(), o.ClearEnv, o.Env)
+	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err
 	}
@@ -246,7 +246,7 @@ func newCmdSessionLogs(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "logs SESSION", Short: "Read what the session's background processes wrote after their call returned",
 		Long: "Read the session's background log: the output that processes left running by a call (cmd &) wrote " +
 			"after that call returned. The log is bounded (the oldest part is dropped); offsets are absolute.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotHints: clikit.Hints{ReadOnly: true}.String(), clikit.AnnotArgs: "session"}}
 	f := cmd.Flags()
 	f.BoolVar(&o.SinceLast, "since-last", false, "only what the previous 'session logs --since-last' did not return")
 	f.IntVar(&o.Tail, "tail", 0, "only the last `N` lines")
@@ -470,7 +470,7 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, watchdogCommand}); err != nil {
+	if err := session.Serve(d, argv[1], launch.Handshake(), []string{exe, reexec.Watchdog}); err != nil {
 		return ExitFailed
 	}
 	return 0
