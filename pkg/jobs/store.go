@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/slurm"
@@ -88,7 +89,8 @@ type handshake struct {
 // returns once the supervisor confirms the job runs. A job that cannot
 // start (missing program, missing cwd) is an error, and leaves no job
 // behind.
-func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
+func (st *Store) Start(ctx context.Context, spec Spec) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	if err := spec.Validate(); err != nil {
 		return Status{}, err
 	}
@@ -114,10 +116,12 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		return Status{}, err
 	}
 	dir := st.jobDir(id)
+	faultpoint.Hit("start.dir")
 	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
+	faultpoint.Hit("start.spec")
 	if spec.Backend == BackendSlurm {
 		err = st.submit(ctx, id, &spec)
 	} else {
@@ -127,6 +131,7 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
+	faultpoint.Hit("start.launched")
 	if spec.Name != "" {
 		if err := st.setName(spec.Name, id); err != nil {
 			return Status{}, err
@@ -143,7 +148,7 @@ func (st *Store) newJobDir() (string, error) {
 		return "", err
 	}
 	for {
-		n, err := st.dir.NextID("job")
+		n, err := st.dir.NextIDRepairing("job", st.highestJobID)
 		if err != nil {
 			return "", err
 		}
@@ -154,6 +159,25 @@ func (st *Store) newJobDir() (string, error) {
 		}
 		return id, err
 	}
+}
+
+// highestJobID is the highest job id still to be found, for repairing a
+// damaged id counter: the job directories and the handles in the event
+// log (which names every job that started, removed ones included).
+func (st *Store) highestJobID() uint64 {
+	var top uint64
+	if ids, err := st.ids(); err == nil && len(ids) > 0 {
+		top = ids[0]
+	}
+	evs, _ := st.dir.ReadEvents(0, nil)
+	for _, e := range evs {
+		if id, err := st.dir.Parse("job", e.Handle); err == nil {
+			if n, err := strconv.ParseUint(id, 10, 64); err == nil && n > top {
+				top = n
+			}
+		}
+	}
+	return top
 }
 
 // launch starts the supervisor of job id and waits for its confirmation on
@@ -206,6 +230,9 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("jobs: start supervisor: %w", err)
 	}
+	// The supervisor's identity, read while it is this process's child and
+	// cannot have been reaped: what killUnconfirmed kills is its session.
+	svStart, _ := proctree.StartTime(cmd.Process.Pid)
 	// Reap the supervisor if this process outlives it; a CLI exits first
 	// and the supervisor is adopted by init or the nearest subreaper.
 	exited := make(chan struct{})
@@ -221,36 +248,38 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if rerr == nil && json.Unmarshal(bytes.TrimSpace(msg), &hs) == nil && hs.OK {
 		return nil
 	}
-	if rerr != nil {
-		// No answer in time: do not leave a half-started job behind.
-		_ = cmd.Process.Kill()
-	}
+	// No confirmation: whatever the supervisor started must not outlive
+	// this answer, whichever step it died (or hangs) at.
+	st.killUnconfirmed(id, cmd.Process.Pid, svStart)
 	<-exited
-	if hs.Code != "" {
-		return jobErr(hs.Code, "%s", hs.Error)
+	if hs.Code != "" || hs.Error != "" {
+		code := hs.Code
+		if code == "" {
+			code = CodeStartFailed
+		}
+		return jobErr(code, "%s", hs.Error)
 	}
-	st.killUnconfirmed(id, cmd.Process.Pid)
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
 }
 
-// killUnconfirmed kills the job process that the supervisor svPID
-// recorded, if it is still alive: a supervisor that died between starting
-// the job and confirming it leaves a process no handle will reach.
-func (st *Store) killUnconfirmed(id string, svPID int) {
+// killUnconfirmed kills the supervisor svPID of job id, if it still runs,
+// and everything it started: a supervisor that died (or stalled) between
+// starting the job and confirming it leaves processes no handle will
+// reach. It returns once they are gone, so the caller's error is true.
+func (st *Store) killUnconfirmed(id string, svPID int, svStart uint64) {
+	r := remains{svPID: svPID, svStart: svStart}
 	var rec record
-	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil || rec.Final || rec.SupervisorPID != svPID {
-		return
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) == nil && rec.SupervisorPID == svPID {
+		r.main.PID, r.main.StartTime = rec.PID, rec.PIDStart
 	}
-	if rec.PID > 0 && proctree.Alive(rec.PID, rec.PIDStart) {
-		_, _ = proctree.SignalDescendants(rec.PID, syscall.SIGKILL)
-		_ = proctree.SignalGroup(rec.PID, syscall.SIGKILL)
-		// Return only once it is gone, so the caller's error is true.
-		ctx, cancel := context.WithTimeout(context.Background(), killWait)
-		defer cancel()
-		_ = waitProcess(ctx, rec.PID, rec.PIDStart)
+	if svStart != 0 {
+		_ = syscall.Kill(svPID, syscall.SIGKILL)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*killWait)
+	defer cancel()
+	_ = r.kill(ctx, syscall.SIGKILL, 0)
 }
 
 func tailBytes(b []byte, n int) []byte {
@@ -331,7 +360,8 @@ func (st *Store) dropName(name, id string) {
 
 // Status returns the status of the job ref (handle or name). It reads only
 // that job's files.
-func (st *Store) Status(ref string) (Status, error) {
+func (st *Store) Status(ref string) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -395,9 +425,10 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 	// Records first, statuses second: the slurm jobs among them are then
 	// resolved from one scheduler query instead of one each.
 	type item struct {
-		id     string
-		rec    record
-		queued *Spec // a slurm job without a record yet
+		id      string
+		rec     record
+		queued  bool  // no record yet
+		damaged error // the record does not parse
 	}
 	items := make([]item, 0, len(ids))
 	var sids []string
@@ -405,25 +436,29 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 		id := strconv.FormatUint(n, 10)
 		var sb unix.Stat_t
 		if unix.Fstatat(dirfd, id+"/"+statusFile, &sb, 0) != nil {
-			// Removed meanwhile, or its supervisor has not written yet;
-			// a slurm job may wait in the queue with no supervisor at all.
+			// Removed meanwhile, or its supervisor has not written yet
+			// (a start in progress, or the remains of one that was
+			// killed: listed, so that gc can see them); a slurm job may
+			// wait in the queue with no supervisor at all.
 			if spec, ok := st.queuedSpec(id); ok {
-				items = append(items, item{id: id, queued: spec})
 				sids = append(sids, spec.SlurmJobID)
 			}
+			items = append(items, item{id: id, queued: true})
 			continue
 		}
 		key := fileKey{Ino: sb.Ino, Mtime: sb.Mtim.Nano(), Size: sb.Size}
 		var rec record
 		if e, ok := cache[id]; ok && e.Key == key {
-			rec = e.Rec
+			rec = e.record()
 			fresh[id] = e
 		} else {
 			if err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec); err != nil {
+				// A damaged record: still listed (and stoppable).
+				items = append(items, item{id: id, damaged: err})
 				continue
 			}
 			if rec.Final {
-				fresh[id] = cacheEntry{Key: key, Rec: rec}
+				fresh[id] = newCacheEntry(key, rec)
 				dirty = true
 			}
 		}
@@ -436,12 +471,15 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 	out := make([]Status, 0, len(items))
 	for i := range items {
 		var s Status
-		if items[i].queued != nil {
+		switch {
+		case items[i].queued:
 			var err error
 			if s, err = st.noRecord(items[i].id); err != nil {
 				continue
 			}
-		} else {
+		case items[i].damaged != nil:
+			s = st.corruptStatus(items[i].id, items[i].damaged)
+		default:
 			s = st.fromRecord(items[i].id, &items[i].rec)
 		}
 		if len(statuses) == 0 || slices.Contains(statuses, s.Status) {
@@ -456,8 +494,10 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 
 // listCacheFile caches ended jobs' records for List. It is only a cache:
 // unreadable means empty, and every entry is checked against its file. It
-// is gob, not JSON, because decoding it is most of List's cost.
-const listCacheFile = ".list-cache.gob"
+// is gob, not JSON, because decoding it is most of List's cost. (v2: gob
+// does not transmit zero values, so a pointer to exit code 0 came back
+// nil from v1; entries now carry the exit code beside the record.)
+const listCacheFile = ".list-cache.v2.gob"
 
 type fileKey struct {
 	Ino   uint64 `json:"ino"`
@@ -466,8 +506,30 @@ type fileKey struct {
 }
 
 type cacheEntry struct {
-	Key fileKey `json:"key"`
-	Rec record  `json:"rec"`
+	Key fileKey
+	Rec record
+	// Exit is Rec.ExitCode, which gob would lose when it is 0.
+	Exit    int
+	HasExit bool
+}
+
+func newCacheEntry(key fileKey, rec record) cacheEntry {
+	e := cacheEntry{Key: key, Rec: rec}
+	if rec.ExitCode != nil {
+		e.Exit, e.HasExit = *rec.ExitCode, true
+	}
+	return e
+}
+
+// record is the cached record as it was written.
+func (e cacheEntry) record() record {
+	rec := e.Rec
+	rec.ExitCode = nil
+	if e.HasExit {
+		code := e.Exit
+		rec.ExitCode = &code
+	}
+	return rec
 }
 
 func (st *Store) loadListCache() map[string]cacheEntry {
@@ -504,12 +566,16 @@ func (st *Store) saveListCache(m map[string]cacheEntry) {
 // Remove deletes a job's files. Its handle then answers job_expired, since
 // ids are never reused. A job that still runs is refused with job_running
 // unless force, which stops it first.
-func (st *Store) Remove(ctx context.Context, ref string, force bool) (Status, error) {
+func (st *Store) Remove(ctx context.Context, ref string, force bool) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
 	}
 	s, err := st.statusOf(id)
+	if state.IsCorrupt(err) {
+		s, err = st.corruptStatus(id, err), nil
+	}
 	if err != nil {
 		return Status{}, err
 	}
@@ -540,7 +606,8 @@ func (st *Store) removeDir(id, name string) error {
 
 // GC removes jobs that ended (lost jobs with a live orphan excepted) more
 // than olderThan before now, and returns their statuses.
-func (st *Store) GC(olderThan time.Duration, now time.Time) ([]Status, error) {
+func (st *Store) GC(olderThan time.Duration, now time.Time) (_ []Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	all, err := st.List()
 	if err != nil {
 		return nil, err
@@ -585,10 +652,19 @@ type stopRequest struct {
 
 // Stop stops the job's whole process tree: sig to its process group and
 // every descendant, SIGKILL to what remains after grace (0: at once). It
-// returns once the job has ended. Stopping a job that
-// already ended is not an error (it returns the status). A lost job whose
-// process is still alive is killed directly.
-func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {
+// returns once the job has ended. Stopping a job that already ended is not
+// an error (it returns the status). A lost job whose processes still run
+// is killed directly.
+//
+// What it answers is true after it acted: it never returns success while
+// a process of the job runs, and never a running status for a job it
+// killed. When its supervisor does not finish the stop (SIGKILLed or
+// frozen meanwhile), Stop kills the supervisor and the job itself. On a
+// state directory where stop.json cannot be written (full, read-only) the
+// supervisor is asked with SIGTERM alone and Stop applies sig and grace to
+// the job itself.
+func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -600,71 +676,158 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if err == nil && s.Backend == BackendSlurm {
 		return st.stopSlurm(ctx, id, s, sig, grace)
 	}
-	if err != nil || (s.Ended() && s.OrphanPID == 0) {
-		return s, err
+	if err != nil {
+		return st.stopUnreadable(ctx, id, sig, grace, err)
 	}
-	if s.OrphanPID != 0 {
-		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
-		return st.statusOf(id)
+	if s.Ended() {
+		return st.stopRemains(ctx, id, s, sig, grace)
 	}
 	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
-	if err := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600); err != nil {
-		return s, err
+	werr := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
+	if werr != nil && state.Classify(werr) == nil {
+		return s, werr
 	}
+	faultpoint.Hit("stop.requested")
 	// Re-read after writing the request: if the supervisor is gone now,
 	// signalling its old PID could hit a stranger.
-	s, err = st.statusOf(id)
-	if err != nil || s.Ended() && s.OrphanPID == 0 {
+	if s, err = st.statusOf(id); err != nil {
 		return s, err
 	}
-	if s.OrphanPID != 0 {
-		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
-		return st.statusOf(id)
+	if s.Ended() {
+		return st.stopRemains(ctx, id, s, sig, grace)
 	}
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGTERM)
+	}
+	faultpoint.Hit("stop.signalled")
+	if werr != nil {
+		// The supervisor stops with SIGTERM and its default grace; the
+		// caller's signal and grace are applied here.
+		st.stopWithoutRequest(ctx, s, sig, grace)
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
 	defer cancel()
 	got, err := st.waitIDs(wctx, []string{id}, ForExit, false)
 	if err == nil && len(got) == 1 {
-		return got[0], nil
+		return st.stopRemains(ctx, id, got[0], sig, grace)
 	}
-	// The supervisor did not finish the stop: do it without it.
+	// The supervisor did not finish the stop (it is frozen, say): kill it
+	// and the job without it. Then nothing records an end, and the answer
+	// is lost, which is what the record can prove.
+	r := remainsOf(s, s.PID, st.pidStart(id))
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
+		kctx, cancel := context.WithTimeout(ctx, killWait)
+		_ = waitProcess(kctx, s.svPID, s.svStart)
+		cancel()
 	}
-	if s.PID > 0 {
-		_ = proctree.SignalGroup(s.PID, syscall.SIGKILL)
+	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
+}
+
+// stopRemains finishes a stop of a job that has ended: a job whose
+// supervisor died (lost) may have left processes running, the job's own
+// or anything else in the supervisor's session, and those are stopped
+// with sig and grace.
+func (st *Store) stopRemains(ctx context.Context, id string, s Status, sig syscall.Signal, grace time.Duration) (Status, error) {
+	if s.Status != StatusLost || s.LostReason == LostHostRestarted {
+		return s, nil
+	}
+	r := remainsOf(s, s.PID, st.pidStart(id))
+	if len(r.live()) == 0 {
+		return s, nil
+	}
+	return st.afterKill(id, r.kill(ctx, sig, grace))
+}
+
+// afterKill is the answer of a stop that killed the job's processes
+// itself: the status now, or an error if something survived.
+func (st *Store) afterKill(id string, kerr error) (Status, error) {
+	s, err := st.statusOf(id)
+	if err != nil {
+		return s, err
+	}
+	if kerr != nil {
+		return s, jobErr(CodeStopFailed, "job %s: %v", s.Handle, kerr).With("status", s.Status)
+	}
+	if !s.Ended() {
+		// Its supervisor is dead and every process is gone: whatever the
+		// record said last is no longer true.
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, nil
+}
+
+// stopWithoutRequest applies sig and grace to the job directly, for a stop
+// whose request could not be written: the supervisor was told with SIGTERM
+// (and stops with SIGTERM and the default grace); a different signal, or a
+// shorter grace, is the caller's to deliver.
+func (st *Store) stopWithoutRequest(ctx context.Context, s Status, sig syscall.Signal, grace time.Duration) {
+	main := remains{}
+	main.main.PID, main.main.StartTime = s.PID, st.pidStart(s.ID)
+	if main.main.PID <= 0 {
+		return
+	}
+	if sig != syscall.SIGTERM {
+		main.signal(sig)
+	}
+	if grace < DefaultKillGrace {
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		main.waitGone(gctx)
+		cancel()
+		main.signal(syscall.SIGKILL)
+	}
+}
+
+// stopUnreadable stops a job whose status.json cannot be read (damaged
+// outside agentplane): its supervisor is found by the run lock it holds
+// and the identity it keeps in that file, and asked to stop as usual. It
+// then rewrites status.json, which repairs it.
+func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Signal, grace time.Duration, rerr error) (Status, error) {
+	if !state.IsCorrupt(rerr) {
+		return Status{}, rerr
+	}
+	sv, ok := st.lockHolder(id)
+	if !ok {
+		// No supervisor runs: there is nothing of the job to stop but what
+		// may be left in a dead supervisor's session.
+		if sv.PID > 0 {
+			r := remains{svPID: sv.PID, svStart: sv.StartTime}
+			if err := r.kill(ctx, sig, grace); err != nil {
+				return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
+			}
+		}
+		return st.corruptStatus(id, rerr), rerr
+	}
+	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
+	_ = state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
+	_ = syscall.Kill(sv.PID, syscall.SIGTERM)
+	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	defer cancel()
+	if waitProcess(wctx, sv.PID, sv.StartTime) != nil {
+		_ = syscall.Kill(sv.PID, syscall.SIGKILL)
+	}
+	r := remains{svPID: sv.PID, svStart: sv.StartTime}
+	if err := r.kill(ctx, syscall.SIGKILL, 0); err != nil {
+		return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 	}
 	return st.statusOf(id)
 }
 
-// killOrphan kills a job process whose supervisor is gone, with its group
-// and descendants (those that left the group were adopted elsewhere and
-// are found only if they are still below it).
-func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
-	if !proctree.Alive(pid, start) {
-		return
+// pidStart is the recorded start time of job id's main process (0 when
+// unknown), which Status does not carry.
+func (st *Store) pidStart(id string) uint64 {
+	var rec record
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil {
+		return 0
 	}
-	_, _ = proctree.SignalDescendants(pid, sig)
-	_ = proctree.SignalGroup(pid, sig)
-	wctx, cancel := context.WithTimeout(ctx, grace)
-	defer cancel()
-	_ = waitProcess(wctx, pid, start)
-	if proctree.Alive(pid, start) {
-		_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
-		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_ = waitProcess(kctx, pid, start)
-	}
+	return rec.PIDStart
 }
 
 // Restart stops the job if it still runs and starts a new run of it under
 // the same handle, with a new supervisor; its restarts count goes up and a
 // restarted event is recorded. Logs continue at the same offsets.
-func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
+func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -687,6 +850,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 	if s.Backend == BackendSlurm {
 		return st.resubmit(ctx, id)
 	}
+	faultpoint.Hit("restart.stopped")
 	if err := st.launch(ctx, id); err != nil {
 		return Status{}, err
 	}

@@ -29,6 +29,7 @@ type LogsOptions struct {
 	MaxBytes  int64
 	Follow    bool
 	Grep      string
+	Raw       bool
 
 	offsetSet, tailSet, readerSet bool
 }
@@ -54,6 +55,7 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 	f.Var(clikit.SizeValue{N: &o.MaxBytes}, "max-bytes", "read at most `N` bytes of each stream")
 	f.BoolVar(&o.Follow, "follow", false, "stream new output as NDJSON until the job ends")
 	f.StringVar(&o.Grep, "grep", "", "return only the lines that match `REGEX`, with their offsets")
+	f.BoolVar(&o.Raw, "raw", false, "keep ANSI escapes and carriage returns in data (it is still valid UTF-8)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		ref, err := oneRef(env, cmd, args)
 		if err != nil {
@@ -99,6 +101,10 @@ func (o *LogsOptions) check() (*regexp.Regexp, error) {
 	return re, nil
 }
 
+func (o *LogsOptions) readOptions() jobs.ReadOptions {
+	return jobs.ReadOptions{MaxBytes: o.MaxBytes, Raw: o.Raw}
+}
+
 func (o *LogsOptions) streams() []string {
 	if o.Stream == "both" {
 		return []string{jobs.Stdout, jobs.Stderr}
@@ -140,11 +146,11 @@ func logsRun(o *LogsOptions) (*clikit.Outcome, error) {
 		var c jobs.LogChunk
 		switch {
 		case o.SinceLast:
-			c, err = st.ReadSince(o.Job, stream, o.Reader, o.MaxBytes)
+			c, err = st.ReadSince(o.Job, stream, o.Reader, o.readOptions())
 		case o.tailSet:
-			c, err = st.Tail(o.Job, stream, o.Tail, o.MaxBytes)
+			c, err = st.Tail(o.Job, stream, o.Tail, o.readOptions())
 		default:
-			c, err = st.ReadLog(o.Job, stream, o.Offset, o.MaxBytes)
+			c, err = st.ReadLog(o.Job, stream, o.Offset, o.readOptions())
 		}
 		if err != nil {
 			return nil, err
@@ -160,7 +166,7 @@ func logsResult(o *LogsOptions, s jobs.Status, parts map[string]*result.Object) 
 	obj := result.New().Set("success", true).Set("handle", s.Handle).Set("status", s.Status)
 	if o.Stream != "both" {
 		p := parts[o.Stream]
-		for _, k := range []string{"data", "matches", "offset", "next_offset", "eof", "dropped_bytes"} {
+		for _, k := range []string{"data", "matches", "offset", "next_offset", "eof", "dropped_bytes", "lossy", "cursor_reset"} {
 			if v, ok := p.Get(k); ok {
 				obj.Set(k, v)
 			}
@@ -174,6 +180,12 @@ func chunkObject(o *result.Object, c jobs.LogChunk) *result.Object {
 	o.Set("data", string(c.Data)).Set("offset", c.Offset).Set("next_offset", c.NextOffset).Set("eof", c.EOF)
 	if c.DroppedBytes > 0 {
 		o.Set("dropped_bytes", c.DroppedBytes)
+	}
+	if c.Lossy {
+		o.Set("lossy", true)
+	}
+	if c.CursorReset {
+		o.Set("cursor_reset", true)
 	}
 	return o
 }
@@ -203,7 +215,7 @@ func follow(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) (*clikit.Outcome,
 	for _, stream := range o.streams() {
 		f := &follower{env: env, stream: stream, pos: o.Offset}
 		if o.tailSet {
-			c, err := st.Tail(o.Job, stream, o.Tail, o.MaxBytes)
+			c, err := st.Tail(o.Job, stream, o.Tail, o.readOptions())
 			if err != nil {
 				return nil, err
 			}
@@ -257,9 +269,9 @@ func (f *follower) drain(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) erro
 		var c jobs.LogChunk
 		var err error
 		if o.SinceLast {
-			c, err = st.ReadSince(o.Job, f.stream, o.Reader, o.MaxBytes)
+			c, err = st.ReadSince(o.Job, f.stream, o.Reader, o.readOptions())
 		} else {
-			c, err = st.ReadLog(o.Job, f.stream, f.pos, o.MaxBytes)
+			c, err = st.ReadLog(o.Job, f.stream, f.pos, o.readOptions())
 		}
 		if err != nil {
 			return err

@@ -1,0 +1,440 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/state"
+	"golang.org/x/sys/unix"
+)
+
+// run is one run of the job: its process, the pipes of its output and the
+// goroutines that wait for and copy them.
+type run struct {
+	cmd        *exec.Cmd
+	pid        int
+	exited     chan struct{} // closed once cmd.Wait returned
+	copied     chan struct{} // closed once both streams hit EOF
+	outR, errR *os.File
+	gate       *os.File // the write end of the job's gate; nil once opened
+
+	logRE     *regexp.Regexp // the --ready-log pattern, or nil
+	readyCh   chan struct{}  // closed by markReady
+	markReady func()
+
+	stopProbes context.CancelFunc
+	probes     sync.WaitGroup
+}
+
+// runOnce starts the job once and supervises it until it ends and its whole
+// process tree is gone. An error means it could not be started.
+func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
+	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
+	cmd, err := sv.command()
+	if err != nil {
+		return runResult{}, err
+	}
+	r, err := sv.startJob(cmd, outSink, errSink)
+	if err != nil {
+		return runResult{}, err
+	}
+	if err := sv.recordRunning(r, first); err != nil {
+		r.terminate(syscall.SIGKILL, 0)
+		sv.drain(r)
+		return runResult{}, err
+	}
+	sv.startProbes(ctx, r)
+	res := sv.supervise(r, sigs, chld, deadline)
+	r.finishProbes()
+	sv.drain(r)
+	return r.outcome(res), nil
+}
+
+// command builds the job's command: its argv in its cwd with its
+// environment, wrapped in the sandbox helper when the job is confined, in
+// a process group of its own.
+func (sv *supervisor) command() (*exec.Cmd, error) {
+	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
+		return nil, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
+	}
+	argv := sv.spec.execArgv()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if sv.sandbox != nil {
+		// A program that does not exist must still fail the start, not
+		// become a job whose helper exits 127.
+		if cmd.Err != nil {
+			return nil, startError(&sv.spec, cmd.Err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		cmd.Path = exe
+		cmd.Args = sv.sandbox.Argv(argv)
+		cmd.Args[0] = "agentjob" // the helper is this program
+		env := cmd.Env
+		if env == nil {
+			env = os.Environ()
+		}
+		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
+		if sv.sandbox.SysProcAttr != nil {
+			a := *sv.sandbox.SysProcAttr
+			cmd.SysProcAttr = &a
+		}
+	}
+	// Its own group, but the supervisor's session: see remains.
+	cmd.SysProcAttr.Setpgid = true
+	if sv.sandbox == nil {
+		return gated(&sv.spec, cmd)
+	}
+	return cmd, nil
+}
+
+// gateScript is the gate through which a job starts: it waits for a line
+// on fd 3 (the supervisor writes it once status.json names the job's pid)
+// and only then executes the job, without fd 3. Should the supervisor die
+// before, the read meets EOF and the job never runs: nothing of it exists
+// that no record names. (A sandboxed job starts through the sandbox
+// helper instead, whose argv[0] must stay its own; see remains for what
+// finds its processes.)
+const gateScript = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
+
+// gatedShell is the shell of the gate: POSIX sh, small and fast to start.
+const gatedShell = "/bin/sh"
+
+// gated wraps cmd in the gate. What the gate's exec would fail at later,
+// a program that is missing or not executable, is checked first, so that
+// it still fails the start rather than becoming a job that exits 127.
+func gated(spec *Spec, cmd *exec.Cmd) (*exec.Cmd, error) {
+	if cmd.Err != nil {
+		return nil, startError(spec, cmd.Err)
+	}
+	path := cmd.Path
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(cmd.Dir, path)
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, startError(spec, err)
+	case fi.IsDir() || unix.Access(path, unix.X_OK) != nil:
+		return nil, startError(spec, fs.ErrPermission)
+	}
+	args := append([]string{"sh", "-c", gateScript, "agentjob"}, cmd.Path)
+	cmd.Path, cmd.Args = gatedShell, append(args, cmd.Args[1:]...)
+	return cmd, nil
+}
+
+// startJob starts cmd with its output piped to the sinks, and the
+// goroutines that wait for it and copy its output.
+func (sv *supervisor) startJob(cmd *exec.Cmd, outSink, errSink *logSink) (*run, error) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
+	var gateR, gateW *os.File
+	if cmd.Path == gatedShell && len(cmd.Args) > 2 && cmd.Args[2] == gateScript {
+		if gateR, gateW, err = os.Pipe(); err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		cmd.ExtraFiles = []*os.File{gateR}
+	}
+	err = sv.startKnown(cmd)
+	outW.Close()
+	errW.Close()
+	if gateR != nil {
+		gateR.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if gateW != nil {
+			gateW.Close()
+		}
+		return nil, startError(&sv.spec, err)
+	}
+	faultpoint.Hit("supervisor.forked")
+	r := &run{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{}),
+		outR: outR, errR: errR, gate: gateW, readyCh: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait() // the outcome is read from cmd.ProcessState
+		sv.forget(r.pid)
+		close(r.exited)
+	}()
+	var readyOnce sync.Once
+	r.markReady = func() { readyOnce.Do(func() { close(r.readyCh) }) }
+	if sv.spec.Ready.Log != "" {
+		r.logRE = regexp.MustCompile(sv.spec.Ready.Log) // validated by Start
+	}
+	var copiers sync.WaitGroup
+	copiers.Go(func() { copyLog(outR, outSink, r.logRE, r.markReady) })
+	copiers.Go(func() { copyLog(errR, errSink, r.logRE, r.markReady) })
+	go func() { copiers.Wait(); close(r.copied) }()
+	return r, nil
+}
+
+// recordRunning records the run in status.json, confirms the start to
+// Start's caller and appends the started (or restarted) event. A first
+// start whose record cannot be written is an error: Start's caller would
+// have no job to hand over.
+func (sv *supervisor) recordRunning(r *run, first bool) error {
+	st, _ := proctree.ReadStat(r.pid)
+	sv.rec.Status, sv.rec.Ready = StatusRunning, false
+	sv.rec.PID, sv.rec.PIDStart = r.pid, st.StartTime
+	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
+	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
+	if err := sv.save(); err != nil && sv.hs != nil {
+		r.closeGate(false)
+		return err
+	}
+	faultpoint.Hit("supervisor.recorded")
+	// The record names the job: let it run.
+	r.closeGate(true)
+	// Confirm before appending the event: the caller of Start waits only
+	// for the record, and the event's fsync need not delay it.
+	sv.answer(nil)
+	faultpoint.Hit("supervisor.confirmed")
+	sv.reserveSpace()
+	if first && sv.rec.Run == 1 {
+		sv.event("started")
+	} else {
+		sv.event("restarted")
+	}
+	return nil
+}
+
+// startProbes starts the readiness probe of the job, if it has one that is
+// not a log pattern (copyLog runs those).
+func (sv *supervisor) startProbes(ctx context.Context, r *run) {
+	pctx, stop := context.WithCancel(ctx)
+	r.stopProbes = stop
+	if sv.spec.Ready.Set() && r.logRE == nil {
+		r.probes.Go(func() { sv.probe(pctx, r.markReady) })
+	}
+}
+
+// closeGate lets the gated job run (open) or makes it exit unrun.
+func (r *run) closeGate(open bool) {
+	if r.gate == nil {
+		return
+	}
+	if open {
+		_, _ = r.gate.Write([]byte("\n"))
+	}
+	_ = r.gate.Close()
+	r.gate = nil
+}
+
+func (r *run) finishProbes() {
+	r.stopProbes()
+	r.probes.Wait()
+}
+
+// supervise waits for the run's main process to exit, meanwhile recording
+// readiness and enforcing the ready timeout, the job's timeout and stop
+// requests, and reaping adopted orphans.
+func (sv *supervisor) supervise(r *run, sigs, chld chan os.Signal, deadline <-chan time.Time) runResult {
+	var readyTimeout <-chan time.Time
+	if sv.spec.Ready.Set() {
+		rt := time.NewTimer(sv.spec.Ready.Timeout)
+		defer rt.Stop()
+		readyTimeout = rt.C
+	}
+	readyCh := r.readyCh
+	res := runResult{}
+	for {
+		select {
+		case <-r.exited:
+			return res
+		case <-readyCh:
+			readyCh, readyTimeout = nil, nil
+			sv.rec.Status, sv.rec.Ready = StatusReady, true
+			_ = sv.save()
+			sv.event(StatusReady)
+		case <-readyTimeout:
+			res.status, res.reason = StatusFailed, "ready_timeout"
+			r.terminate(syscall.SIGTERM, sv.spec.KillGrace)
+		case <-deadline:
+			res.status = StatusTimeout
+			r.terminate(syscall.SIGTERM, sv.spec.KillGrace)
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				continue // no terminal to lose; stay up
+			}
+			req, reason := sv.stopRequest()
+			res.status, res.reason = StatusStopped, reason
+			r.terminate(syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond)
+		case <-chld:
+			sv.reapOrphans()
+		}
+		if res.status != "" {
+			<-r.exited
+			return res
+		}
+	}
+}
+
+// stopRequest reads the request that came with a SIGTERM: stop.json as
+// Stop wrote it, or when there is none (Stop could not write on a full or
+// read-only state directory) SIGTERM with the default grace. A slurm job's
+// SIGTERM without a request is the scheduler's.
+func (sv *supervisor) stopRequest() (stopRequest, string) {
+	req := stopRequest{Signal: int(syscall.SIGTERM), GraceMS: DefaultKillGrace.Milliseconds()}
+	reason := ""
+	if state.ReadJSON(filepath.Join(sv.dir, stopFile), &req) != nil && sv.slurmJobID != "" {
+		reason = ReasonSchedulerSignal
+	}
+	if req.Signal <= 0 || req.Signal >= 65 {
+		req.Signal = int(syscall.SIGTERM)
+	}
+	return req, reason
+}
+
+// terminate signals the job's group and every descendant of the
+// supervisor (those that left the group too), and SIGKILLs them after
+// grace unless the main process exited first.
+func (r *run) terminate(sig syscall.Signal, grace time.Duration) {
+	_ = proctree.SignalGroup(r.pid, sig)
+	_, _ = proctree.SignalDescendants(os.Getpid(), sig)
+	faultpoint.Hit("supervisor.stop.signalled")
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-r.exited:
+	case <-t.C:
+		_ = proctree.SignalGroup(r.pid, syscall.SIGKILL)
+		_, _ = proctree.SignalDescendants(os.Getpid(), syscall.SIGKILL)
+	}
+}
+
+// drain runs once the main process is gone: it gives output still in
+// flight a moment, then kills everything the job left behind, so no
+// process and no pipe writer outlives the run.
+func (sv *supervisor) drain(r *run) {
+	dt := time.NewTimer(drainTime)
+	select {
+	case <-r.copied:
+	case <-dt.C:
+	}
+	dt.Stop()
+	proctree.KillAllDescendants(killWait)
+	ct := time.NewTimer(drainTime)
+	select {
+	case <-r.copied:
+	case <-ct.C:
+		// A writer escaped (it was never our descendant): stop reading.
+		r.outR.Close()
+		r.errR.Close()
+		<-r.copied
+	}
+	ct.Stop()
+	r.outR.Close()
+	r.errR.Close()
+}
+
+// outcome completes res, what supervise saw, with how the main process
+// ended.
+func (r *run) outcome(res runResult) runResult {
+	if r.cmd.ProcessState == nil {
+		// Waiting failed, so the exit status is unknown: say so rather
+		// than report a success.
+		if res.status == "" {
+			res.status, res.reason = StatusFailed, "exit_status_unknown"
+		}
+		return res
+	}
+	ws, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		res.signal = unix.SignalName(ws.Signal())
+	} else {
+		code := ws.ExitStatus()
+		res.exitCode = &code
+	}
+	if res.status == "" {
+		res.status = StatusFailed
+		if res.exitCode != nil && *res.exitCode == 0 {
+			res.status = StatusExited
+		}
+	}
+	return res
+}
+
+// startError classifies a failure to start the job.
+func startError(spec *Spec, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir"):
+		return &codedError{CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
+	case errors.As(err, &pe) && pe.Op == "chdir":
+		return &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
+	case errors.Is(err, fs.ErrPermission):
+		return &codedError{CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
+	}
+	return &codedError{CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
+}
+
+// startKnown starts cmd while holding the reaper lock, so the reaper never
+// mistakes the new child for an orphan before it is registered.
+func (sv *supervisor) startKnown(cmd *exec.Cmd) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	sv.known[cmd.Process.Pid] = true
+	return nil
+}
+
+func (sv *supervisor) forget(pid int) {
+	sv.mu.Lock()
+	delete(sv.known, pid)
+	sv.mu.Unlock()
+}
+
+// reapOrphans collects the zombies of adopted orphans while the job runs
+// (a subreaper inherits them), leaving alone the children exec.Cmd waits
+// for.
+func (sv *supervisor) reapOrphans() {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, s := range snap {
+		if s.PPID == self && s.Dead() && !sv.known[s.PID] {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(s.PID, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
