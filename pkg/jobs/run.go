@@ -212,6 +212,11 @@ func (sv *supervisor) recordRunning(r *run, first bool) error {
 	sv.rec.PID, sv.rec.PIDStart = r.pid, st.StartTime
 	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
 	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
+	if err := sv.reserveSpace(); err != nil && sv.hs != nil {
+		// Without room to record its end, a job could end as lost.
+		r.closeGate(false)
+		return err
+	}
 	if err := sv.save(); err != nil && sv.hs != nil {
 		r.closeGate(false)
 		return err
@@ -223,7 +228,6 @@ func (sv *supervisor) recordRunning(r *run, first bool) error {
 	// for the record, and the event's fsync need not delay it.
 	sv.answer(nil)
 	faultpoint.Hit("supervisor.confirmed")
-	sv.reserveSpace()
 	if first && sv.rec.Run == 1 {
 		sv.event("started")
 	} else {

@@ -265,21 +265,23 @@ func (sv *supervisor) event(typ string) {
 
 // reserveSize is how much space a supervisor sets aside for its last
 // records: an end that happens on a full disk must still be written, or a
-// job that ran to its end would read as lost.
-const reserveSize = 32 << 10
+// job that ran to its end would read as lost. A few pages: the status.json
+// temp file, the growth of the event log.
+const reserveSize = 16 << 10
 
-// reserveSpace writes the reserve file, once the start is confirmed (it is
-// not on Start's path). On a disk already too full for it there is none.
-func (sv *supervisor) reserveSpace() {
+// reserveSpace writes the reserve file before the job is confirmed: a
+// disk too full for it is too full to start a job on (no_space).
+func (sv *supervisor) reserveSpace() error {
 	if sv.reserve != "" {
-		return
+		return nil
 	}
 	path := filepath.Join(sv.dir, reserveFile)
 	if err := os.WriteFile(path, make([]byte, reserveSize), 0o600); err != nil {
 		_ = os.Remove(path)
-		return
+		return err
 	}
 	sv.reserve = path
+	return nil
 }
 
 // withSpace runs write and, if it fails for want of space, gives the
