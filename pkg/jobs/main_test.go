@@ -251,3 +251,20 @@ func startInProcess(t *testing.T, st *Store, shell string) (string, *exec.Cmd) {
 	}
 	return strings.TrimSpace(line), cmd
 }
+
+// waitLogBytes waits, on the job's watch, until stream holds n bytes.
+func waitLogBytes(t *testing.T, st *Store, h, stream string, n int64) {
+	t.Helper()
+	changed, err := st.Watch(ctxT(t, 30*time.Second), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if c, err := st.ReadLog(h, stream, 0, ReadOptions{Raw: true}); err == nil && c.NextOffset >= n {
+			return
+		}
+		if _, ok := <-changed; !ok {
+			t.Fatalf("%s never held %d bytes", stream, n)
+		}
+	}
+}

@@ -43,6 +43,7 @@ func TestManualRestart(t *testing.T) {
 	if l, _ := st.List(); len(l) != 1 || l[0].Status != StatusRunning {
 		t.Fatalf("list after restart %+v", l)
 	}
+	waitLogBytes(t, st, s.Handle, Stdout, 6)
 	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
 	if err != nil || f.Status != StatusStopped || f.StdoutBytes != 6 {
 		t.Fatalf("after restart %+v, %v", f, err)
