@@ -265,13 +265,19 @@ func follow(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) (*clikit.Outcome,
 
 // drain reads the stream from f.pos to its current end and emits it.
 func (f *follower) drain(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) error {
+	opt := o.readOptions()
+	if re != nil {
+		// Lines are matched, and their offsets counted, in the log's own
+		// bytes, as --grep without --follow does.
+		opt.Raw = true
+	}
 	for {
 		var c jobs.LogChunk
 		var err error
 		if o.SinceLast {
-			c, err = st.ReadSince(o.Job, f.stream, o.Reader, o.readOptions())
+			c, err = st.ReadSince(o.Job, f.stream, o.Reader, opt)
 		} else {
-			c, err = st.ReadLog(o.Job, f.stream, f.pos, o.readOptions())
+			c, err = st.ReadLog(o.Job, f.stream, f.pos, opt)
 		}
 		if err != nil {
 			return err
