@@ -6,6 +6,12 @@
 // a crash or SIGKILL at any moment leaves files that still parse: whole files
 // are replaced by rename, and the event log is appended one line per write(2)
 // with readers ignoring a torn last line.
+//
+// Faults get stable codes (Classify): a full filesystem is no_space, a
+// read-only one state_read_only, a file damaged from outside state_corrupt.
+// Readers need no write access (shared locks are taken on read-only
+// descriptors); the temp files of killed atomic writes are removed by the
+// next writer that holds the lock proving their writer dead (RemoveTemps).
 package state
 
 import (
@@ -113,7 +119,7 @@ func readKey(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) != keySize {
-		return nil, fmt.Errorf("state: secret key %s has %d bytes, want %d", path, len(b), keySize)
+		return nil, corrupt(path, fmt.Errorf("%d bytes, want %d", len(b), keySize))
 	}
 	return b, nil
 }
