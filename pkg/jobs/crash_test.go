@@ -47,8 +47,8 @@ func TestSupervisorKilled(t *testing.T) {
 		// Kill the job ourselves: lost now with nothing left alive.
 		_ = proctree.SignalGroup(rec.PID, syscall.SIGKILL)
 		_ = syscall.Kill(gc, syscall.SIGKILL)
-		_ = waitProcess(ctxT(t, 10*time.Second), rec.PID, rec.PIDStart)
-		_ = waitProcess(ctxT(t, 10*time.Second), gc, gcStat.StartTime)
+		_ = proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: rec.PID, Start: rec.PIDStart})
+		_ = proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: gc, Start: gcStat.StartTime})
 		got, _ = st.Status(s.Handle)
 		if got.Status != StatusLost || got.LostReason != LostSupervisorDied || got.OrphanPID != 0 {
 			t.Fatalf("status %+v", got)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -120,7 +121,7 @@ func TestFullDisk(t *testing.T) {
 	// Its supervisor gave its reserve back as it exited: fill that too,
 	// so that the stop request cannot be written.
 	sv, svStart := svOf(t, st, ends)
-	_ = waitProcess(ctxT(t, 20*time.Second), sv, svStart)
+	_ = proctree.Wait(ctxT(t, 20*time.Second), proctree.ID{PID: sv, Start: svStart})
 	fillDisk(t, dir)
 	f, err := st.Stop(ctxT(t, 30*time.Second), stops.Handle, syscall.SIGTERM, time.Second)
 	if err != nil || f.Status != StatusStopped {
@@ -135,7 +136,7 @@ func TestFullDisk(t *testing.T) {
 	// told, not swallowed. (The ended supervisors gave their reserves
 	// back as they exited: fill that too.)
 	sv, svStart = svOf(t, st, stops)
-	_ = waitProcess(ctxT(t, 20*time.Second), sv, svStart)
+	_ = proctree.Wait(ctxT(t, 20*time.Second), proctree.ID{PID: sv, Start: svStart})
 	fillDisk(t, dir)
 	if r, err := st.Restart(ctxT(t, 30*time.Second), stops.Handle); code(err) != result.CodeNoSpace {
 		out, _ := exec.Command("sh", "-c", "df -k "+dir+"; ls -la "+st.jobDir(stops.ID)+"; cat "+st.jobDir(stops.ID)+"/supervisor.log").CombinedOutput()

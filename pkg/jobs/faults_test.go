@@ -431,7 +431,7 @@ func TestDamagedState(t *testing.T) {
 		s := start(t, st, Spec{Argv: []string{"true"}})
 		waitFor(t, st, ForExit, s.Handle)
 		sv, svStart := svOf(t, st, s)
-		_ = waitProcess(ctxT(t, 10*time.Second), sv, svStart)
+		_ = proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: sv, Start: svStart})
 		if err := os.WriteFile(filepath.Join(st.jobDir(s.ID), statusFile), garbage, 0o600); err != nil {
 			t.Fatal(err)
 		}

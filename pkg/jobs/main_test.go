@@ -218,7 +218,7 @@ func killSupervisor(t *testing.T, st *Store, s Status) {
 	t.Helper()
 	pid, start := svOf(t, st, s)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if err := waitProcess(ctxT(t, 10*time.Second), pid, start); err != nil {
+	if err := proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: pid, Start: start}); err != nil {
 		t.Fatal(err)
 	}
 	// status.json must parse whatever moment the kill hit.

@@ -24,49 +24,57 @@ import (
 // and the first record no file names the job's pid, but its session id is
 // the supervisor's pid, which Start knows.
 type remains struct {
-	main    proctree.Stat // the job's main process, when recorded (PID 0 otherwise)
-	svPID   int
-	svStart uint64
+	main proctree.ID // the job's main process, when recorded (PID 0 otherwise)
+	sv   proctree.ID // the supervisor, whose session the job is in
 }
 
 // remainsOf is the remains of the job whose status is s.
 func remainsOf(s Status, pid int, pidStart uint64) remains {
-	r := remains{svPID: s.svPID, svStart: s.svStart}
-	r.main.PID, r.main.StartTime = pid, pidStart
-	return r
+	return remains{main: proctree.ID{PID: pid, Start: pidStart}, sv: proctree.ID{PID: s.svPID, Start: s.svStart}}
+}
+
+// tree is what proctree signals: the main process with its group and
+// descendants while it lives, and the supervisor's session.
+func (r remains) tree() proctree.Tree {
+	t := proctree.Tree{}
+	if r.sv.PID > 1 {
+		t.Session = r.sv
+	}
+	if r.main.PID > 0 && r.main.Alive() {
+		t.Main, t.Group, t.Root = r.main, r.main.PID, r.main.PID
+	}
+	return t
 }
 
 // live lists the live processes of r: the main process, its descendants
 // and the members of the supervisor's session (the supervisor included,
-// should it still run).
-func (r remains) live() []proctree.Stat {
+// should it still run), as Tree.Signal reaches them.
+func (r remains) live() []proctree.ID {
 	snap, err := proctree.Snapshot()
 	if err != nil {
 		return nil
 	}
 	seen := map[int]bool{}
-	var out []proctree.Stat
+	var out []proctree.ID
 	add := func(p proctree.Stat) {
 		if !seen[p.PID] && !p.Dead() {
 			seen[p.PID] = true
-			out = append(out, p)
+			out = append(out, proctree.ID{PID: p.PID, Start: p.StartTime})
 		}
 	}
 	if r.main.PID > 0 {
 		for _, p := range snap {
-			if p.PID == r.main.PID && p.StartTime == r.main.StartTime {
+			if p.PID == r.main.PID && p.StartTime == r.main.Start {
 				add(p)
-			}
-		}
-		if len(out) > 0 {
-			for _, p := range proctree.Descendants(snap, r.main.PID) {
-				add(p)
+				for _, d := range proctree.Descendants(snap, r.main.PID) {
+					add(d)
+				}
 			}
 		}
 	}
-	if r.svPID > 1 {
+	if r.sv.PID > 1 {
 		for _, p := range snap {
-			if p.SID == r.svPID && p.StartTime >= r.svStart {
+			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start {
 				add(p)
 			}
 		}
@@ -74,44 +82,30 @@ func (r remains) live() []proctree.Stat {
 	return out
 }
 
-// signal sends sig to every live process of r (and to the main process's
-// group) and returns what it signalled.
-func (r remains) signal(sig syscall.Signal) []proctree.Stat {
-	procs := r.live()
-	if r.main.PID > 0 && proctree.Alive(r.main.PID, r.main.StartTime) {
-		_ = proctree.SignalGroup(r.main.PID, sig)
-	}
-	for _, p := range procs {
-		if proctree.Alive(p.PID, p.StartTime) {
-			_ = syscall.Kill(p.PID, sig)
-		}
-	}
-	return procs
-}
-
 // errRemainsAlive says a kill left a process of the job running.
 var errRemainsAlive = errors.New("a process of the job is still running")
 
-// kill stops everything of r: sig, up to grace for it to go, then SIGKILL,
-// and returns only once nothing of r is alive (or ctx ended, with
+// kill stops everything of r with proctree's sequence (sig, up to grace
+// for the main process, SIGKILL), then SIGKILLs what is left of the
+// session, and returns only once nothing of r is alive (or ctx ended, with
 // errRemainsAlive). Only a caller that knows the supervisor is dead, or
 // means to kill it too, may call it.
 func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Duration) error {
-	if sig != syscall.SIGKILL && len(r.signal(sig)) > 0 {
-		gctx, cancel := context.WithTimeout(ctx, grace)
-		r.waitGone(gctx)
-		cancel()
+	if len(r.live()) == 0 {
+		return nil
 	}
+	proctree.Terminate(ctx, r.tree(), sig, grace, nil)
 	// New processes can appear until every parent is gone: a few rounds
 	// of SIGKILL and wait settle it.
 	for range 10 {
-		procs := r.signal(syscall.SIGKILL)
+		procs := r.live()
 		if len(procs) == 0 {
 			return nil
 		}
+		r.tree().Signal(syscall.SIGKILL)
 		kctx, cancel := context.WithTimeout(ctx, killWait)
 		for _, p := range procs {
-			_ = waitProcess(kctx, p.PID, p.StartTime)
+			_ = proctree.Wait(kctx, p)
 		}
 		cancel()
 		if ctx.Err() != nil {
@@ -124,26 +118,9 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 	return nil
 }
 
-// waitGone waits until r has no live process or ctx ends.
-func (r remains) waitGone(ctx context.Context) {
-	for ctx.Err() == nil {
-		procs := r.live()
-		if len(procs) == 0 {
-			return
-		}
-		for _, p := range procs {
-			if waitProcess(ctx, p.PID, p.StartTime) != nil {
-				return
-			}
-		}
-	}
-}
-
 // killOrphan kills a job process whose supervisor is gone, with its group
 // and descendants (those that left the group were adopted elsewhere and
 // are found only if they are still below it).
 func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
-	r := remains{}
-	r.main.PID, r.main.StartTime = pid, start
-	_ = r.kill(ctx, sig, grace)
+	_ = remains{main: proctree.ID{PID: pid, Start: start}}.kill(ctx, sig, grace)
 }

@@ -14,7 +14,11 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
 )
@@ -28,6 +32,7 @@ type run struct {
 	copied     chan struct{} // closed once both streams hit EOF
 	outR, errR *os.File
 	gate       *os.File // the write end of the job's gate; nil once opened
+	guard      *execguard.Guard
 
 	logRE     *regexp.Regexp // the --ready-log pattern, or nil
 	readyCh   chan struct{}  // closed by markReady
@@ -41,14 +46,18 @@ type run struct {
 // process tree is gone. An error means it could not be started.
 func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
 	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
-	cmd, err := sv.command()
+	cmd, g, err := sv.command()
 	if err != nil {
 		return runResult{}, err
+	}
+	if g != nil {
+		defer g.Cleanup()
 	}
 	r, err := sv.startJob(cmd, outSink, errSink)
 	if err != nil {
 		return runResult{}, err
 	}
+	r.guard = g
 	if err := sv.recordRunning(r, first); err != nil {
 		r.terminate(syscall.SIGKILL, 0)
 		sv.drain(r)
@@ -58,15 +67,16 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	res := sv.supervise(r, sigs, chld, deadline)
 	r.finishProbes()
 	sv.drain(r)
-	return r.outcome(res), nil
+	return sv.outcome(r, res)
 }
 
 // command builds the job's command: its argv in its cwd with its
-// environment, wrapped in the sandbox helper when the job is confined, in
-// a process group of its own.
-func (sv *supervisor) command() (*exec.Cmd, error) {
+// environment, wrapped in the sandbox helper when the job is confined and
+// in the runtime guard when it is policed (the guard is returned), in a
+// process group of its own.
+func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
-		return nil, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
+		return nil, nil, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
 	argv := sv.spec.execArgv()
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -76,11 +86,11 @@ func (sv *supervisor) command() (*exec.Cmd, error) {
 		// A program that does not exist must still fail the start, not
 		// become a job whose helper exits 127.
 		if cmd.Err != nil {
-			return nil, startError(&sv.spec, cmd.Err)
+			return nil, nil, startError(&sv.spec, cmd.Err)
 		}
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		cmd.Path = exe
 		cmd.Args = sv.sandbox.Argv(argv)
@@ -95,12 +105,16 @@ func (sv *supervisor) command() (*exec.Cmd, error) {
 			cmd.SysProcAttr = &a
 		}
 	}
+	g, err := sv.guard(cmd, sv.sandbox != nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	// Its own group, but the supervisor's session: see remains.
 	cmd.SysProcAttr.Setpgid = true
-	if sv.sandbox == nil {
-		return gated(&sv.spec, cmd)
+	if sv.sandbox == nil && g == nil {
+		cmd, err = gated(&sv.spec, cmd)
 	}
-	return cmd, nil
+	return cmd, g, err
 }
 
 // gateScript is the gate through which a job starts: it waits for a line
@@ -108,8 +122,9 @@ func (sv *supervisor) command() (*exec.Cmd, error) {
 // and only then executes the job, without fd 3. Should the supervisor die
 // before, the read meets EOF and the job never runs: nothing of it exists
 // that no record names. (A sandboxed job starts through the sandbox
-// helper instead, whose argv[0] must stay its own; see remains for what
-// finds its processes.)
+// helper, and a policed one through the runtime guard, instead: both are
+// this program, whose argv[0] must stay its own; see remains for what
+// finds their processes.)
 const gateScript = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec "$@"`
 
 // gatedShell is the shell of the gate: POSIX sh, small and fast to start.
@@ -324,20 +339,24 @@ func (sv *supervisor) stopRequest() (stopRequest, string) {
 }
 
 // terminate signals the job's group and every descendant of the
-// supervisor (those that left the group too), and SIGKILLs them after
-// grace unless the main process exited first.
+// supervisor (those that left the group (setsid) are still below the
+// supervisor, a subreaper), and SIGKILLs them after grace unless the main
+// process exited first. It is proctree.Terminate's sequence spelled out,
+// for the fault point inside the grace.
 func (r *run) terminate(sig syscall.Signal, grace time.Duration) {
-	_ = proctree.SignalGroup(r.pid, sig)
-	_, _ = proctree.SignalDescendants(os.Getpid(), sig)
+	tree := proctree.Tree{Group: r.pid, Root: os.Getpid()}
+	tree.Signal(sig)
 	faultpoint.Hit("supervisor.stop.signalled")
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-r.exited:
-	case <-t.C:
-		_ = proctree.SignalGroup(r.pid, syscall.SIGKILL)
-		_, _ = proctree.SignalDescendants(os.Getpid(), syscall.SIGKILL)
+	if sig != syscall.SIGKILL {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-r.exited:
+			return
+		case <-t.C:
+		}
 	}
+	tree.Signal(syscall.SIGKILL)
 }
 
 // drain runs once the main process is gone: it gives output still in
@@ -366,19 +385,31 @@ func (sv *supervisor) drain(r *run) {
 }
 
 // outcome completes res, what supervise saw, with how the main process
-// ended.
-func (r *run) outcome(res runResult) runResult {
+// ended and what the runtime guard refused.
+func (sv *supervisor) outcome(r *run, res runResult) (runResult, error) {
 	if r.cmd.ProcessState == nil {
 		// Waiting failed, so the exit status is unknown: say so rather
 		// than report a success.
 		if res.status == "" {
 			res.status, res.reason = StatusFailed, "exit_status_unknown"
 		}
-		return res
+		return res, nil
+	}
+	if r.guard != nil {
+		rep := r.guard.Report()
+		if rep.Error != nil {
+			return runResult{}, &codedError{rep.Error.Code, errors.New(rep.Error.Message)}
+		}
+		sv.auditRuntime(rep)
+		if rep.Killed != nil {
+			// The guard killed a program the policy refused, and the
+			// run with it.
+			res.status, res.reason = StatusFailed, result.AsError(rep.Err()).Code
+		}
 	}
 	ws, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		res.signal = unix.SignalName(ws.Signal())
+		res.signal = proctree.SignalName(ws.Signal())
 	} else {
 		code := ws.ExitStatus()
 		res.exitCode = &code
@@ -389,7 +420,52 @@ func (r *run) outcome(res runResult) runResult {
 			res.status = StatusExited
 		}
 	}
-	return res
+	return res, nil
+}
+
+// guard puts cmd under the job's runtime policy, when it has one: cmd then
+// runs this program as the guard, which runs and polices what cmd was.
+// sandboxed says cmd already starts the sandbox helper.
+func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, error) {
+	if sv.spec.Policy == nil {
+		return nil, nil
+	}
+	// A program that does not exist fails the start, as without a guard.
+	if cmd.Err != nil {
+		return nil, startError(&sv.spec, cmd.Err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, &codedError{policy.CodeUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
+	}
+	g, err := execguard.Prepare(sv.spec.Policy, sv.spec.PolicyApproved, exe)
+	if err != nil {
+		return nil, &codedError{policy.CodeUnavailable, err}
+	}
+	if sandboxed {
+		g.TrustFirst()
+	}
+	cmd.Args, cmd.Path = g.Argv(cmd.Path, cmd.Args), exe
+	return g, nil
+}
+
+// auditRuntime records in the environment's audit log what the runtime
+// guard refused or let run on approval during one run of the job.
+func (sv *supervisor) auditRuntime(rep *execguard.Report) {
+	if rep.Killed == nil && len(rep.Approved) == 0 {
+		return
+	}
+	var command any = sv.spec.Argv
+	if sv.spec.Shell != "" {
+		command = sv.spec.Shell
+	}
+	rec := audit.Record{Program: "agentjob", Operation: "run", Command: command, Cwd: sv.spec.Cwd,
+		Description: sv.spec.Description, Handle: sv.d.Mint("job", sv.id), Status: "completed",
+		PolicyRuntime: rep, Approved: sv.spec.PolicyApproved && len(rep.Approved) > 0}
+	if err := rep.Err(); err != nil {
+		rec.Status, rec.ErrorCode = "refused", result.AsError(err).Code
+	}
+	_ = (&audit.Log{Path: sv.d.Join(audit.FileName)}).Append(rec)
 }
 
 // startError classifies a failure to start the job.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
-	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func TestStopKillsTreeIncludingSetsidGrandchild(t *testing.T) {
@@ -55,18 +54,5 @@ func TestExitKillsLeftoverDescendants(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(c.Data)))
 	if s, err := proctree.ReadStat(pid); err == nil && !s.Dead() && s.SID == pid {
 		t.Fatalf("background process %d outlived its job", pid)
-	}
-}
-
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "int": syscall.SIGINT, "9": syscall.SIGKILL, "sighup": syscall.SIGHUP} {
-		if got, err := ParseSignal(in); err != nil || got != want {
-			t.Errorf("ParseSignal(%q) = %v, %v", in, got, err)
-		}
-	}
-	for _, bad := range []string{"", "NOPE", "0", "99"} {
-		if _, err := ParseSignal(bad); code(err) != result.CodeInvalidRequest {
-			t.Errorf("ParseSignal(%q): %v", bad, err)
-		}
 	}
 }

@@ -269,10 +269,10 @@ func (st *Store) launch(ctx context.Context, id string) error {
 // starting the job and confirming it leaves processes no handle will
 // reach. It returns once they are gone, so the caller's error is true.
 func (st *Store) killUnconfirmed(id string, svPID int, svStart uint64) {
-	r := remains{svPID: svPID, svStart: svStart}
+	r := remains{sv: proctree.ID{PID: svPID, Start: svStart}}
 	var rec record
 	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) == nil && rec.SupervisorPID == svPID {
-		r.main.PID, r.main.StartTime = rec.PID, rec.PIDStart
+		r.main = proctree.ID{PID: rec.PID, Start: rec.PIDStart}
 	}
 	if svStart != 0 {
 		_ = syscall.Kill(svPID, syscall.SIGKILL)
@@ -718,7 +718,7 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
 		kctx, cancel := context.WithTimeout(ctx, killWait)
-		_ = waitProcess(kctx, s.svPID, s.svStart)
+		_ = proctree.Wait(kctx, proctree.ID{PID: s.svPID, Start: s.svStart})
 		cancel()
 	}
 	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
@@ -762,19 +762,20 @@ func (st *Store) afterKill(id string, kerr error) (Status, error) {
 // (and stops with SIGTERM and the default grace); a different signal, or a
 // shorter grace, is the caller's to deliver.
 func (st *Store) stopWithoutRequest(ctx context.Context, s Status, sig syscall.Signal, grace time.Duration) {
-	main := remains{}
-	main.main.PID, main.main.StartTime = s.PID, st.pidStart(s.ID)
-	if main.main.PID <= 0 {
+	job := proctree.ID{PID: s.PID, Start: st.pidStart(s.ID)}
+	if job.PID <= 0 || !job.Alive() {
 		return
 	}
+	tree := proctree.Tree{Main: job, Group: job.PID, Root: job.PID}
 	if sig != syscall.SIGTERM {
-		main.signal(sig)
+		tree.Signal(sig)
 	}
 	if grace < DefaultKillGrace {
 		gctx, cancel := context.WithTimeout(ctx, grace)
-		main.waitGone(gctx)
+		if proctree.Wait(gctx, job) != nil {
+			tree.Signal(syscall.SIGKILL)
+		}
 		cancel()
-		main.signal(syscall.SIGKILL)
 	}
 }
 
@@ -791,7 +792,7 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 		// No supervisor runs: there is nothing of the job to stop but what
 		// may be left in a dead supervisor's session.
 		if sv.PID > 0 {
-			r := remains{svPID: sv.PID, svStart: sv.StartTime}
+			r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
 			if err := r.kill(ctx, sig, grace); err != nil {
 				return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 			}
@@ -803,10 +804,10 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 	_ = syscall.Kill(sv.PID, syscall.SIGTERM)
 	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
 	defer cancel()
-	if waitProcess(wctx, sv.PID, sv.StartTime) != nil {
+	if proctree.Wait(wctx, proctree.ID{PID: sv.PID, Start: sv.StartTime}) != nil {
 		_ = syscall.Kill(sv.PID, syscall.SIGKILL)
 	}
-	r := remains{svPID: sv.PID, svStart: sv.StartTime}
+	r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
 	if err := r.kill(ctx, syscall.SIGKILL, 0); err != nil {
 		return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 	}
@@ -844,7 +845,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 	// supervisor launched now would refuse to run.
 	if s.svPID > 0 && s.svLocal {
 		wctx, cancel := context.WithTimeout(ctx, killWait+5*time.Second)
-		_ = waitProcess(wctx, s.svPID, s.svStart)
+		_ = proctree.Wait(wctx, proctree.ID{PID: s.svPID, Start: s.svStart})
 		cancel()
 	}
 	if s.Backend == BackendSlurm {

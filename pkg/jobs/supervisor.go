@@ -502,10 +502,18 @@ func (sv *supervisor) probe(ctx context.Context, ready func()) {
 			}
 			cmd := exec.CommandContext(ctx, shell, "-c", p.Cmd)
 			cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+			// The readiness command is held to the job's policy.
+			g, err := sv.guard(cmd, false)
+			if err != nil {
+				return false
+			}
+			if g != nil {
+				defer g.Cleanup()
+			}
 			if sv.startKnown(cmd) != nil {
 				return false
 			}
-			err := cmd.Wait()
+			err = cmd.Wait()
 			sv.forget(cmd.Process.Pid)
 			return err == nil
 		}
