@@ -42,7 +42,12 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 		Short: "Read a job's output by absolute byte offsets",
 		Long: "Read a job's stdout and stderr by absolute byte offsets: from --offset (next_offset of the last " +
 			"read), what a named reader has not read yet (--since-last), or the last lines (--tail). --grep " +
-			"returns matching lines with their offsets; --follow streams NDJSON until the job ends.",
+			"returns matching lines with their offsets; --follow streams NDJSON until the job ends. data never " +
+			"ends inside a UTF-8 character (next_offset says where the next read begins; lossy says invalid bytes " +
+			"were replaced) and is cleaned like agentsh's output (ANSI escapes removed, carriage-return redraws " +
+			"collapsed, per read) unless --raw. A damaged --since-last cursor starts again from the oldest byte " +
+			"kept (cursor_reset). Reading needs no write access to the state directory, except --since-last, " +
+			"which moves its cursor.",
 		Annotations: jobAnnotations("agentjob_logs", "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}

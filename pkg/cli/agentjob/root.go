@@ -37,7 +37,7 @@ func Program() *clikit.Program {
 		Build:    build,
 		ExitStatus: [][2]string{
 			{"0", "the operation succeeded; for wait, what it waited for happened and went well (exited 0, or ready)"},
-			{"1", "the operation failed and the JSON says why (invalid_handle, job_expired, command_not_found, cwd_not_found, job_running, …); for wait, a job ended otherwise (failed, stopped, timeout, lost)"},
+			{"1", "the operation failed and the JSON says why (invalid_handle, job_expired, command_not_found, cwd_not_found, job_running, stop_failed, no_space for a full state disk, state_read_only for a read-only state directory, state_corrupt for a damaged state file, …); for wait, a job ended otherwise (failed, stopped, timeout, lost)"},
 			{"2", "usage error or invalid request"},
 			{"124", "a wait whose --timeout passed first; the result is the current status"},
 		},
