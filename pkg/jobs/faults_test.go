@@ -560,3 +560,34 @@ func TestLogsCleaned(t *testing.T) {
 		t.Fatalf("offsets differ: %d, %d", c.NextOffset, r.NextOffset)
 	}
 }
+
+// TestStopLostJobKillsItsSession: a process the job moved into a group of
+// its own, orphaned when its supervisor was SIGKILLed, is neither the
+// job's descendant nor in its group any more; stop finds it by the
+// supervisor's session and the mark in its environment, and kills it.
+func TestStopLostJobKillsItsSession(t *testing.T) {
+	st := newStore(t)
+	m := marker(t)
+	spec := Spec{Shell: "set -m; (sleep 300 &); exec sleep 301", Env: append(os.Environ(), markEnv+"="+m)}
+	s := start(t, st, spec)
+	waitMarked(t, m, 2)
+	killSupervisor(t, st, s)
+	got, _ := st.Status(s.Handle)
+	if got.Status != StatusLost || got.OrphanPID == 0 {
+		t.Fatalf("status %+v", got)
+	}
+	var stray proctree.Stat
+	for _, p := range markedLive(m) {
+		if p.PGID != got.OrphanPID {
+			stray = p
+		}
+	}
+	if stray.PID == 0 {
+		t.Fatalf("no process outside the job's group: %+v", markedLive(m))
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	noneLive(t, m, "after stop")
+}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"time"
 
@@ -11,18 +12,15 @@ import (
 
 // remains names what of a job can outlive its supervisor, so that whoever
 // finds the supervisor dead can find the job too, whatever moment it died
-// at. The job's main process is known once the supervisor recorded it; its
-// session is known before the job exists: the supervisor leads a session of
-// its own (Start launches it with setsid) and the job, in a process group of
-// its own, stays in that session, as does everything it starts that does
-// not call setsid itself. Linux does not reuse a pid while it names a live
-// session or group, so after the supervisor's death the processes whose
-// session id is its pid, started no earlier than it, are the job's even
-// when they were reparented to init before anything recorded them.
-//
-// This is the kill the issue "start leaks the job" needed: between the fork
-// and the first record no file names the job's pid, but its session id is
-// the supervisor's pid, which Start knows.
+// at. The job's main process is known once the supervisor recorded it (a
+// plain job does not even run before: see gateScript), with its group and
+// descendants. The rest is found by session and environment: the
+// supervisor leads a session of its own (Start launches it with setsid),
+// the job stays in it, in a process group of its own, as does everything
+// it starts that does not call setsid itself, and every one of them
+// inherits sessionMarkEnv, which names the supervisor. Linux does not reuse
+// a pid while it names a live session, but a session id alone could, long
+// after, belong to a stranger's session; the mark cannot.
 type remains struct {
 	main proctree.ID // the job's main process, when recorded (PID 0 otherwise)
 	sv   proctree.ID // the supervisor, whose session the job is in
@@ -34,12 +32,10 @@ func remainsOf(s Status, pid int, pidStart uint64) remains {
 }
 
 // tree is what proctree signals: the main process with its group and
-// descendants while it lives, and the supervisor's session.
+// descendants while it lives. (The session members are signalled one by
+// one, once their mark is checked: see live.)
 func (r remains) tree() proctree.Tree {
 	t := proctree.Tree{}
-	if r.sv.PID > 1 {
-		t.Session = r.sv
-	}
 	if r.main.PID > 0 && r.main.Alive() {
 		t.Main, t.Group, t.Root = r.main, r.main.PID, r.main.PID
 	}
@@ -73,13 +69,33 @@ func (r remains) live() []proctree.ID {
 		}
 	}
 	if r.sv.PID > 1 {
+		mark := sessionMark(r.sv)
 		for _, p := range snap {
-			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start {
+			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start && !seen[p.PID] && hasEnv(p.PID, mark) {
 				add(p)
 			}
 		}
 	}
 	return out
+}
+
+// sessionMarkEnv is set in the environment of every job process: the
+// supervisor's pid and start time, which remains looks for.
+const sessionMarkEnv = "AGENTJOB_SUPERVISOR"
+
+// sessionMark is the sessionMarkEnv entry of the jobs of supervisor sv.
+func sessionMark(sv proctree.ID) string {
+	return fmt.Sprintf("%s=%d.%d", sessionMarkEnv, sv.PID, sv.Start)
+}
+
+// signalMarked sends sig to each live process of r, checked by pid and
+// start time just before.
+func (r remains) signalMarked(sig syscall.Signal) {
+	for _, p := range r.live() {
+		if p.Alive() {
+			_ = syscall.Kill(p.PID, sig)
+		}
+	}
 }
 
 // errRemainsAlive says a kill left a process of the job running.
@@ -91,18 +107,24 @@ var errRemainsAlive = errors.New("a process of the job is still running")
 // errRemainsAlive). Only a caller that knows the supervisor is dead, or
 // means to kill it too, may call it.
 func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Duration) error {
-	if len(r.live()) == 0 {
+	// What is found now is waited for at the end, even once it no longer
+	// counts as r's (a setsid'd descendant whose parent died meanwhile).
+	found := r.live()
+	if len(found) == 0 {
 		return nil
 	}
+	r.signalMarked(sig)
 	proctree.Terminate(ctx, r.tree(), sig, grace, nil)
 	// New processes can appear until every parent is gone: a few rounds
 	// of SIGKILL and wait settle it.
 	for range 10 {
 		procs := r.live()
 		if len(procs) == 0 {
-			return nil
+			break
 		}
+		found = append(found, procs...)
 		r.tree().Signal(syscall.SIGKILL)
+		r.signalMarked(syscall.SIGKILL)
 		kctx, cancel := context.WithTimeout(ctx, killWait)
 		for _, p := range procs {
 			_ = proctree.Wait(kctx, p)
@@ -110,6 +132,16 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 		cancel()
 		if ctx.Err() != nil {
 			break
+		}
+	}
+	kctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	for _, p := range found {
+		if p.Alive() {
+			_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		}
+		if proctree.Wait(kctx, p) != nil {
+			return errRemainsAlive
 		}
 	}
 	if len(r.live()) > 0 {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -81,6 +82,13 @@ func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
 	argv := sv.spec.execArgv()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	// The mark by which the job's processes are found should this
+	// supervisor die (see remains).
+	self := proctree.ID{PID: sv.rec.SupervisorPID, Start: sv.rec.SupervisorStart}
+	cmd.Env = append(slices.Clone(cmd.Env), sessionMark(self))
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if sv.sandbox != nil {
 		// A program that does not exist must still fail the start, not
@@ -95,11 +103,7 @@ func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
 		cmd.Path = exe
 		cmd.Args = sv.sandbox.Argv(argv)
 		cmd.Args[0] = "agentjob" // the helper is this program
-		env := cmd.Env
-		if env == nil {
-			env = os.Environ()
-		}
-		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
+		cmd.Env = append(cmd.Env, sv.sandbox.Env...)
 		if sv.sandbox.SysProcAttr != nil {
 			a := *sv.sandbox.SysProcAttr
 			cmd.SysProcAttr = &a
