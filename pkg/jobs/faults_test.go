@@ -591,3 +591,34 @@ func TestStopLostJobKillsItsSession(t *testing.T) {
 	}
 	noneLive(t, m, "after stop")
 }
+
+// TestKilledWritesLeaveNoTemps kills a caller of Stop in the middle of
+// its atomic write of stop.json: the next stop, which takes the lock every
+// writer of it holds, removes the leftover and stops the job.
+func TestKilledWritesLeaveNoTemps(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
+	if _, killed := callProcess(t, st, "state.temp.written", "stop", s.Handle); !killed {
+		t.Fatal("caller not killed while writing stop.json")
+	}
+	temps := func() []string {
+		var out []string
+		ents, _ := os.ReadDir(st.jobDir(s.ID))
+		for _, e := range ents {
+			if strings.Contains(e.Name(), ".tmp") {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	if len(temps()) == 0 {
+		t.Fatal("the kill left no temp file: it came too late to test anything")
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusStopped {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	if left := temps(); len(left) != 0 {
+		t.Fatalf("temp files left: %v", left)
+	}
+}

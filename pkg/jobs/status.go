@@ -18,6 +18,7 @@ const (
 	specFile      = "spec.json"
 	statusFile    = "status.json"
 	stopFile      = "stop.json"
+	stopLockFile  = "stop.lock"
 	lostMarker    = "lost"
 	logLockFile   = "logs.lock"
 	svLogFile     = "supervisor.log"

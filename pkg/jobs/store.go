@@ -547,12 +547,26 @@ func (st *Store) loadListCache() map[string]cacheEntry {
 
 // saveListCache replaces the cache by rename, without fsync: losing it in
 // a crash only costs the next List some reads.
+//
+// Savers take turns on a lock, without waiting: a List that finds another
+// saving leaves the cache to it. Holding the lock proves that any temp
+// file of the cache is a killed saver's, and it is removed.
 func (st *Store) saveListCache(m map[string]cacheEntry) {
 	var b bytes.Buffer
 	if gob.NewEncoder(&b).Encode(m) != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(st.dir.Join("jobs"), listCacheFile+".tmp*")
+	jobsDir := st.dir.Join("jobs")
+	lock, err := os.OpenFile(filepath.Join(jobsDir, listCacheFile+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return
+	}
+	state.RemoveTemps(jobsDir, listCacheFile)
+	tmp, err := os.CreateTemp(jobsDir, state.TempPrefix(listCacheFile)+"*")
 	if err != nil {
 		return
 	}
@@ -682,8 +696,7 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if s.Ended() {
 		return st.stopRemains(ctx, id, s, sig, grace)
 	}
-	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
-	werr := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
+	werr := st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()})
 	if werr != nil && state.Classify(werr) == nil {
 		return s, werr
 	}
@@ -722,6 +735,18 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 		cancel()
 	}
 	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
+}
+
+// writeStopRequest writes stop.json under the stop lock, which every
+// writer of it holds, so that the temp files of killed writers can go.
+func (st *Store) writeStopRequest(id string, req stopRequest) error {
+	unlock, err := state.Lock(filepath.Join(st.jobDir(id), stopLockFile))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	state.RemoveTemps(st.jobDir(id), stopFile)
+	return state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
 }
 
 // stopRemains finishes a stop of a job that has ended: a job whose
@@ -799,8 +824,7 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 		}
 		return st.corruptStatus(id, rerr), rerr
 	}
-	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
-	_ = state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
+	_ = st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()})
 	_ = syscall.Kill(sv.PID, syscall.SIGTERM)
 	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
 	defer cancel()

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/internal/faultpoint"
 )
 
 // WriteFileAtomic replaces path with data so that a reader, or the file after
@@ -76,6 +78,7 @@ func writeTemp(dir, base string, data []byte, perm os.FileMode) (string, error) 
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
 	}
+	faultpoint.Hit("state.temp.written")
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
