@@ -48,9 +48,13 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 			"collapsed, per read) unless --raw. A damaged --since-last cursor starts again from the oldest byte " +
 			"kept (cursor_reset). Reading needs no write access to the state directory, except --since-last, " +
 			"which moves its cursor.",
-		Annotations: jobAnnotations("agentjob_logs", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_logs", clikit.Hints{ReadOnly: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
+	cmd.Annotations[clikit.AnnotToolDoc] = "Read a job's stdout and stderr by absolute byte offsets: from offset (the next_offset " +
+		"of the last read), what a named reader has not read yet (since_last), or the last tail lines; grep returns the " +
+		"matching lines with their offsets. data never splits a UTF-8 character and is cleaned of terminal escapes and " +
+		"carriage-return redraws unless raw. The result always carries the job's status."
 	f := cmd.Flags()
 	f.Var(clikit.EnumValue{S: &o.Stream, Allowed: []string{jobs.Stdout, jobs.Stderr, "both"}}, "stream", "which stream: stdout, stderr or both")
 	f.Int64Var(&o.Offset, "offset", 0, "read from absolute byte `N` of each stream")

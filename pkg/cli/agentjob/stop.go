@@ -33,7 +33,7 @@ func NewCmdStop(env *clikit.Env, stateDir *string, runF func(*StopOptions) (*cli
 			"(stop_failed), nor running for a job it killed. It works on a full or read-only state directory " +
 			"(the supervisor is then asked with SIGTERM and its default grace; --signal and a shorter --grace " +
 			"are applied to the job directly) and on a job whose status.json is damaged.",
-		Annotations: jobAnnotations("agentjob_stop", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_stop", clikit.Hints{Destructive: true, Idempotent: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	f := cmd.Flags()
