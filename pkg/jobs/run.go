@@ -20,13 +20,14 @@ import (
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
 )
 
-// run is one run of the job: its process, the pipes of its output and the
+// jobRun is one run of the job: its process, the pipes of its output and the
 // goroutines that wait for and copy them.
-type run struct {
+type jobRun struct {
 	cmd        *exec.Cmd
 	pid        int
 	exited     chan struct{} // closed once cmd.Wait returned
@@ -47,18 +48,15 @@ type run struct {
 // process tree is gone. An error means it could not be started.
 func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
 	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
-	cmd, g, err := sv.command()
+	cmd, jc, err := sv.command()
 	if err != nil {
 		return runResult{}, err
 	}
-	if g != nil {
-		defer g.Cleanup()
-	}
-	r, err := sv.startJob(cmd, outSink, errSink)
+	defer jc.close()
+	r, err := sv.startJob(cmd, jc, outSink, errSink)
 	if err != nil {
 		return runResult{}, err
 	}
-	r.guard = g
 	if err := sv.recordRunning(r, first); err != nil {
 		r.terminate(syscall.SIGKILL, 0)
 		sv.drain(r)
@@ -71,15 +69,37 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	return sv.outcome(r, res)
 }
 
+// jobCmd is what a run's command comes with: the runtime guard of a
+// policed job, and the control socket to the sandbox helper of a
+// sandboxed job with a probe (see ready_sandbox.go).
+type jobCmd struct {
+	guard   *execguard.Guard
+	ctl     *sandbox.Control
+	started func() // called once the command has started
+}
+
+func (jc *jobCmd) close() {
+	jc.started()
+	if jc.ctl != nil {
+		jc.ctl.Close()
+	}
+	if jc.guard != nil {
+		jc.guard.Cleanup()
+	}
+}
+
 // command builds the job's command: its argv in its cwd with its
 // environment, wrapped in the sandbox helper when the job is confined and
 // in the runtime guard when it is policed (the guard is returned), in a
 // process group of its own.
-func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
+func (sv *supervisor) command() (*exec.Cmd, *jobCmd, error) {
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
 		return nil, nil, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
-	argv := sv.spec.execArgv()
+	argv, err := sv.execArgv()
+	if err != nil {
+		return nil, nil, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	if cmd.Env == nil {
@@ -90,6 +110,7 @@ func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
 	self := proctree.ID{PID: sv.rec.SupervisorPID, Start: sv.rec.SupervisorStart}
 	cmd.Env = append(slices.Clone(cmd.Env), sessionMark(self))
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	jc := &jobCmd{started: func() {}}
 	if sv.sandbox != nil {
 		// A program that does not exist must still fail the start, not
 		// become a job whose helper exits 127.
@@ -100,25 +121,32 @@ func (sv *supervisor) command() (*exec.Cmd, *execguard.Guard, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		cmd.Path = exe
-		cmd.Args = sv.sandbox.Argv(argv)
-		cmd.Args[0] = "agentjob" // the helper is this program
-		cmd.Env = append(cmd.Env, sv.sandbox.Env...)
-		if sv.sandbox.SysProcAttr != nil {
-			a := *sv.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
+		ctl, started, err := sv.sandboxProbe(cmd)
+		if err != nil {
+			return nil, nil, err
+		}
+		sv.ctl, jc.ctl, jc.started = ctl, ctl, started
+		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
 		}
 	}
 	g, err := sv.guard(cmd, sv.sandbox != nil)
 	if err != nil {
+		jc.close()
 		return nil, nil, err
 	}
+	jc.guard = g
 	// Its own group, but the supervisor's session: see remains.
 	cmd.SysProcAttr.Setpgid = true
 	if sv.sandbox == nil && g == nil {
-		cmd, err = gated(&sv.spec, cmd)
+		if cmd, err = gated(&sv.spec, cmd); err != nil {
+			jc.close()
+			return nil, nil, err
+		}
 	}
-	return cmd, g, err
+	return cmd, jc, nil
 }
 
 // gateScript is the gate through which a job starts: it waits for a line
@@ -159,7 +187,7 @@ func gated(spec *Spec, cmd *exec.Cmd) (*exec.Cmd, error) {
 
 // startJob starts cmd with its output piped to the sinks, and the
 // goroutines that wait for it and copy its output.
-func (sv *supervisor) startJob(cmd *exec.Cmd, outSink, errSink *logSink) (*run, error) {
+func (sv *supervisor) startJob(cmd *exec.Cmd, jc *jobCmd, outSink, errSink *logSink) (*jobRun, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -188,6 +216,8 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, outSink, errSink *logSink) (*run, 
 		cmd.ExtraFiles = []*os.File{gateR}
 	}
 	err = sv.startKnown(cmd)
+	jc.started()
+	jc.started = func() {}
 	outW.Close()
 	errW.Close()
 	if gateR != nil {
@@ -202,8 +232,8 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, outSink, errSink *logSink) (*run, 
 		return nil, startError(&sv.spec, err)
 	}
 	faultpoint.Hit("supervisor.forked")
-	r := &run{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{}),
-		outR: outR, errR: errR, gate: gateW, readyCh: make(chan struct{})}
+	r := &jobRun{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{}),
+		outR: outR, errR: errR, gate: gateW, guard: jc.guard, readyCh: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait() // the outcome is read from cmd.ProcessState
 		sv.forget(r.pid)
@@ -225,7 +255,7 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, outSink, errSink *logSink) (*run, 
 // Start's caller and appends the started (or restarted) event. A first
 // start whose record cannot be written is an error: Start's caller would
 // have no job to hand over.
-func (sv *supervisor) recordRunning(r *run, first bool) error {
+func (sv *supervisor) recordRunning(r *jobRun, first bool) error {
 	st, _ := proctree.ReadStat(r.pid)
 	sv.rec.Status, sv.rec.Ready = StatusRunning, false
 	sv.rec.PID, sv.rec.PIDStart = r.pid, st.StartTime
@@ -257,7 +287,7 @@ func (sv *supervisor) recordRunning(r *run, first bool) error {
 
 // startProbes starts the readiness probe of the job, if it has one that is
 // not a log pattern (copyLog runs those).
-func (sv *supervisor) startProbes(ctx context.Context, r *run) {
+func (sv *supervisor) startProbes(ctx context.Context, r *jobRun) {
 	pctx, stop := context.WithCancel(ctx)
 	r.stopProbes = stop
 	if sv.spec.Ready.Set() && r.logRE == nil {
@@ -266,7 +296,7 @@ func (sv *supervisor) startProbes(ctx context.Context, r *run) {
 }
 
 // closeGate lets the gated job run (open) or makes it exit unrun.
-func (r *run) closeGate(open bool) {
+func (r *jobRun) closeGate(open bool) {
 	if r.gate == nil {
 		return
 	}
@@ -277,7 +307,7 @@ func (r *run) closeGate(open bool) {
 	r.gate = nil
 }
 
-func (r *run) finishProbes() {
+func (r *jobRun) finishProbes() {
 	r.stopProbes()
 	r.probes.Wait()
 }
@@ -285,7 +315,7 @@ func (r *run) finishProbes() {
 // supervise waits for the run's main process to exit, meanwhile recording
 // readiness and enforcing the ready timeout, the job's timeout and stop
 // requests, and reaping adopted orphans.
-func (sv *supervisor) supervise(r *run, sigs, chld chan os.Signal, deadline <-chan time.Time) runResult {
+func (sv *supervisor) supervise(r *jobRun, sigs, chld chan os.Signal, deadline <-chan time.Time) runResult {
 	var readyTimeout <-chan time.Time
 	if sv.spec.Ready.Set() {
 		rt := time.NewTimer(sv.spec.Ready.Timeout)
@@ -347,7 +377,7 @@ func (sv *supervisor) stopRequest() (stopRequest, string) {
 // supervisor, a subreaper), and SIGKILLs them after grace unless the main
 // process exited first. It is proctree.Terminate's sequence spelled out,
 // for the fault point inside the grace.
-func (r *run) terminate(sig syscall.Signal, grace time.Duration) {
+func (r *jobRun) terminate(sig syscall.Signal, grace time.Duration) {
 	tree := proctree.Tree{Group: r.pid, Root: os.Getpid()}
 	tree.Signal(sig)
 	faultpoint.Hit("supervisor.stop.signalled")
@@ -366,7 +396,7 @@ func (r *run) terminate(sig syscall.Signal, grace time.Duration) {
 // drain runs once the main process is gone: it gives output still in
 // flight a moment, then kills everything the job left behind, so no
 // process and no pipe writer outlives the run.
-func (sv *supervisor) drain(r *run) {
+func (sv *supervisor) drain(r *jobRun) {
 	dt := time.NewTimer(drainTime)
 	select {
 	case <-r.copied:
@@ -390,7 +420,7 @@ func (sv *supervisor) drain(r *run) {
 
 // outcome completes res, what supervise saw, with how the main process
 // ended and what the runtime guard refused.
-func (sv *supervisor) outcome(r *run, res runResult) (runResult, error) {
+func (sv *supervisor) outcome(r *jobRun, res runResult) (runResult, error) {
 	if r.cmd.ProcessState == nil {
 		// Waiting failed, so the exit status is unknown: say so rather
 		// than report a success.
@@ -412,10 +442,18 @@ func (sv *supervisor) outcome(r *run, res runResult) (runResult, error) {
 		}
 	}
 	ws, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	code, sig := ws.ExitStatus(), ""
 	if ws.Signaled() {
-		res.signal = proctree.SignalName(ws.Signal())
+		sig = proctree.SignalName(ws.Signal())
+	}
+	if sv.sandbox != nil {
+		// The sandbox helper is PID 1 of the job's namespace and reports
+		// a signal death of the job through its status file.
+		code, sig = sv.sandbox.ExitStatus(code, sig)
+	}
+	if sig != "" {
+		res.signal = sig
 	} else {
-		code := ws.ExitStatus()
 		res.exitCode = &code
 	}
 	if res.status == "" {

@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/gob"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -22,7 +20,9 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/slurm"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -49,9 +49,10 @@ type Store struct {
 }
 
 // SupervisorCommand is the hidden first argument by which a program that
-// embeds this package runs a supervisor. agentsh recognises it to leave
+// embeds this package runs a supervisor; it is declared in the table of
+// hidden entry points (pkg/reexec), where agentsh also finds it to leave
 // job supervisors alone when it cleans up after a command.
-const SupervisorCommand = "__supervise"
+const SupervisorCommand = reexec.JobSupervisor
 
 // NewStore returns the job store of d. supervisorArgv is the command that
 // re-executes the calling program as a supervisor; Start and Restart append
@@ -78,12 +79,6 @@ func (st *Store) SetExecutable(path string) { st.exe = path }
 func (st *Store) Dir() *state.Dir { return st.dir }
 
 // handshake is what a supervisor writes on its confirmation pipe.
-type handshake struct {
-	OK    bool   `json:"ok"`
-	Code  string `json:"code,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
 // Start records spec as a new job, launches its supervisor detached from
 // the caller (new session, no terminal, stdin and stdout on /dev/null) and
 // returns once the supervisor confirms the job runs. A job that cannot
@@ -187,14 +182,8 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if len(st.supervisorArgv) == 0 {
 		return errors.New("jobs: no supervisor command configured")
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer pr.Close()
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		pw.Close()
 		return err
 	}
 	defer devnull.Close()
@@ -202,7 +191,6 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// job directory: detached like /dev/null, but not lost.
 	svlog, err := os.OpenFile(filepath.Join(st.jobDir(id), svLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		pw.Close()
 		return err
 	}
 	defer svlog.Close()
@@ -221,51 +209,26 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// or deleted under it) for the job's whole life.
 	cmd.Dir = st.dir.Path()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, svlog
-	cmd.ExtraFiles = []*os.File{pw}
-	// A new session: no controlling terminal, and outside the caller's
-	// process group, so neither a hangup nor a group kill reaches it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// Outside the guard of an agentsh command that starts it, too.
-	cmd.Env = os.Environ()
-	detached, err := proctree.Detach(cmd)
-	if err != nil {
-		pw.Close()
-		return fmt.Errorf("jobs: detach the supervisor: %w", err)
-	}
-	err = cmd.Start()
-	detached()
-	pw.Close()
-	if err != nil {
-		return fmt.Errorf("jobs: start supervisor: %w", err)
-	}
-	// The supervisor's identity, read while it is this process's child and
-	// cannot have been reaped: what killUnconfirmed kills is its session.
-	svStart, _ := proctree.StartTime(cmd.Process.Pid)
-	// Reap the supervisor if this process outlives it; a CLI exits first
-	// and the supervisor is adopted by init or the nearest subreaper.
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-
-	deadline := time.Now().Add(handshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = pr.SetReadDeadline(deadline)
-	msg, rerr := io.ReadAll(io.LimitReader(pr, 64<<10))
-	var hs handshake
-	if rerr == nil && json.Unmarshal(bytes.TrimSpace(msg), &hs) == nil && hs.OK {
+	// Detached (launch.Start): a session of its own, so neither a hangup
+	// nor a kill of the caller's group reaches it, and outside the guard of
+	// an agentsh command that starts it.
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	p, exited, rerr := launch.Start(hctx, cmd)
+	if rerr == nil {
 		return nil
 	}
+	if p == nil {
+		return fmt.Errorf("jobs: start supervisor: %w", rerr)
+	}
 	// No confirmation: whatever the supervisor started must not outlive
-	// this answer, whichever step it died (or hangs) at.
-	st.killUnconfirmed(id, cmd.Process.Pid, svStart)
+	// this answer, whichever step it died (or hung, and launch killed it)
+	// at; a refusal too, for a supervisor refused after it forked.
 	<-exited
-	if hs.Code != "" || hs.Error != "" {
-		code := hs.Code
-		if code == "" {
-			code = CodeStartFailed
-		}
-		return jobErr(code, "%s", hs.Error)
+	st.killUnconfirmed(id, p.Pid)
+	var refused *result.Error
+	if errors.As(rerr, &refused) {
+		return refused
 	}
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
@@ -276,14 +239,20 @@ func (st *Store) launch(ctx context.Context, id string) error {
 // and everything it started: a supervisor that died (or stalled) between
 // starting the job and confirming it leaves processes no handle will
 // reach. It returns once they are gone, so the caller's error is true.
-func (st *Store) killUnconfirmed(id string, svPID int, svStart uint64) {
-	r := remains{sv: proctree.ID{PID: svPID, Start: svStart}}
+//
+// The supervisor is dead by now (launch killed one that did not answer);
+// its start time, which names its session's mark, is in its run lock,
+// written before it starts anything. No identity there means it died
+// before it could start anything.
+func (st *Store) killUnconfirmed(id string, svPID int) {
+	sv, _ := st.lockHolder(id)
+	if sv.PID != svPID {
+		return
+	}
+	r := remains{sv: proctree.ID{PID: svPID, Start: sv.StartTime}}
 	var rec record
 	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) == nil && rec.SupervisorPID == svPID {
 		r.main = proctree.ID{PID: rec.PID, Start: rec.PIDStart}
-	}
-	if svStart != 0 {
-		_ = syscall.Kill(svPID, syscall.SIGKILL)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*killWait)
 	defer cancel()

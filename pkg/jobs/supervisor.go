@@ -18,7 +18,10 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -61,6 +64,9 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+	// ctl reaches the sandbox helper of the current run, which runs the
+	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
+	ctl *sandbox.Control
 
 	// prevTotals are the stream totals the previous run's end recorded,
 	// from which a damaged log sidecar is rebuilt.
@@ -68,6 +74,33 @@ type supervisor struct {
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
+
+	// argv is the command's argv once computed (execArgv).
+	argv []string
+}
+
+// execArgv is the argv that runs the job's command. A shell string too long
+// for one argument reaches the shell through a file, written once per
+// supervisor in the job's directory (the sandbox's temp dir when sandboxed)
+// and shared by the restarts.
+func (sv *supervisor) execArgv() ([]string, error) {
+	if sv.argv != nil {
+		return sv.argv, nil
+	}
+	if sv.spec.Shell == "" {
+		sv.argv = sv.spec.execArgv()
+		return sv.argv, nil
+	}
+	dir := sv.dir
+	if sv.sandbox != nil {
+		dir = sv.sandbox.TempDir
+	}
+	argv, _, err := run.ScriptArgv(sv.spec.ShellProgram, sv.spec.Shell, dir)
+	if err != nil {
+		return nil, err
+	}
+	sv.argv = argv
+	return argv, nil
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -173,19 +206,17 @@ func (sv *supervisor) answer(err error) {
 	if sv.hs == nil {
 		return
 	}
-	hs := handshake{OK: err == nil}
-	if err != nil {
-		hs.Error = err.Error()
-		var ce *codedError
-		if errors.As(err, &ce) {
-			hs.Code = ce.code
-		} else if re := state.Classify(err); re != nil {
-			hs.Code = re.Code // a full or read-only disk, told as such
-		}
+	var ce *codedError
+	var re *result.Error
+	switch {
+	case errors.As(err, &ce):
+		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
+	case err != nil && state.Classify(err) != nil:
+		err = state.Classify(err) // a full or read-only disk, told as such
+	case err != nil && !errors.As(err, &re):
+		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
-	b, _ := json.Marshal(hs)
-	_, _ = sv.hs.Write(b)
-	_ = sv.hs.Close()
+	launch.Answer(sv.hs, err)
 	sv.hs = nil
 }
 
@@ -472,7 +503,11 @@ func indexNL(b []byte) int {
 func (sv *supervisor) probe(ctx context.Context, ready func()) {
 	p := sv.spec.Ready
 	client := &http.Client{Timeout: time.Second}
+	ctl := sv.ctl
 	try := func() bool {
+		if ctl != nil {
+			return sv.probeInSandbox(ctx, ctl)
+		}
 		switch {
 		case p.HTTP != "":
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTP, nil)
