@@ -25,6 +25,8 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -60,7 +62,8 @@ type server struct {
 	reason   string
 	seq      int
 	sandbox  *sandbox.Prepared
-	before   map[int]uint64 // the shell's descendants when the last call ended
+	guard    *execguard.Session // the shell's runtime policy guard, with Spec.Guard
+	before   map[int]uint64     // the shell's descendants when the last call ended
 	calls    string         // where each call's script, stdin and FIFOs live
 	// settled is closed when the last call's bookkeeping is done; a call
 	// that arrives meanwhile waits for it rather than finding the session
@@ -162,6 +165,26 @@ func (s *server) startShell(cwd string) error {
 			cmd.SysProcAttr = &a
 		}
 	}
+	// Under a policy the shell runs traced by the guard (this executable
+	// again), which decides each exec with the policy of the call.
+	var guardFiles []*os.File
+	if s.spec.Guard {
+		exe, _ := os.Executable()
+		g, files, err := execguard.PrepareSession(exe)
+		if err != nil {
+			return err
+		}
+		if s.guard != nil {
+			s.guard.Close()
+		}
+		s.guard, guardFiles = g, files
+		if s.sandbox != nil {
+			g.Guard().TrustFirst()
+		}
+		cmd.Args = g.Guard().Argv(cmd.Path, cmd.Args)
+		cmd.Path = exe
+		cmd.ExtraFiles = files
+	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
 	cmd.SysProcAttr.Setsid = true
@@ -178,7 +201,11 @@ func (s *server) startShell(cwd string) error {
 		cmd.Stderr = errLog
 		defer errLog.Close()
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	for _, f := range guardFiles {
+		f.Close()
+	}
+	if err != nil {
 		return result.Errorf(CodeStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
 	lines := make(chan string, 16)
@@ -551,6 +578,18 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	n := s.seq
 	s.mu.Unlock()
 
+	if req.Policy != nil && s.guard == nil {
+		s.release()
+		return nil, false, result.Errorf(policy.CodeUnavailable,
+			"this session was started without runtime policy enforcement, so the call's policy cannot hold while it runs").
+			With("hint", "start the session with the policy in force, or use --policy-enforce static")
+	}
+	if s.guard != nil {
+		if err := s.guard.Call(n, req.Policy, req.PolicyApproved); err != nil {
+			s.release()
+			return nil, false, err
+		}
+	}
 	c, err := s.prepareCall(n, req, enc)
 	if err != nil {
 		s.release()
@@ -558,6 +597,10 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	}
 	defer c.cleanup()
 	res, cwd, reset, ended := s.execute(c, req, cancel)
+	var rt *execguard.Report
+	if s.guard != nil && req.Policy != nil {
+		rt = s.guard.CallReport(n)
+	}
 
 	s.mu.Lock()
 	s.lastUsed = time.Now()
@@ -583,6 +626,13 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	}
 	if s.sandbox != nil {
 		obj.Set("sandbox", s.sandbox.Report)
+	}
+	if rt != nil {
+		obj.Set("policy", result.New().Set("enforce", execguard.EnforceRuntime).Set("runtime", rt))
+		if err := rt.Err(); err != nil {
+			// The refused exec was killed before it ran; the call failed.
+			obj.Set("success", false).Set("error", result.ErrorObject(result.AsError(err)))
+		}
 	}
 	if req.Description != "" {
 		obj.Set("description", req.Description)
@@ -938,6 +988,9 @@ func (s *server) finish(reason string) {
 	// Background jobs that left the shell's group are still ours: the
 	// server is a subreaper and owns nothing else.
 	proctree.KillAllDescendants(5 * time.Second)
+	if s.guard != nil {
+		s.guard.Close()
+	}
 	if s.sandbox != nil {
 		s.sandbox.Cleanup()
 	}

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -62,6 +63,10 @@ type Spec struct {
 	// Sandbox, when not empty, confines the shell and everything it runs;
 	// the server prepares it and releases it when the session ends.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+	// Guard traces the shell with the runtime policy guard for its whole
+	// life: every exec any call makes is decided under that call's policy
+	// (CallRequest.Policy).
+	Guard bool `json:"guard,omitempty"`
 }
 
 // Record is status.json, written only by the session's server.
@@ -97,6 +102,10 @@ type CallRequest struct {
 	BusyTimeout time.Duration `json:"busy_timeout"`
 	Stream      bool          `json:"stream"`
 	Description string        `json:"description,omitempty"`
+	// Policy, when set, is enforced at run time on every exec of this
+	// call; PolicyApproved lets its prompt-level execs run.
+	Policy         *policy.Policy `json:"policy,omitempty"`
+	PolicyApproved bool           `json:"policy_approved,omitempty"`
 }
 
 // wire messages between client and server, one JSON object per line.
