@@ -22,11 +22,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
-	"github.com/agentplane/agentplane/pkg/execguard"
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -64,7 +64,7 @@ type server struct {
 	sandbox  *sandbox.Prepared
 	guard    *execguard.Session // the shell's runtime policy guard, with Spec.Guard
 	before   map[int]uint64     // the shell's descendants when the last call ended
-	calls    string         // where each call's script, stdin and FIFOs live
+	calls    string             // where each call's script, stdin and FIFOs live
 	// settled is closed when the last call's bookkeeping is done; a call
 	// that arrives meanwhile waits for it rather than finding the session
 	// busy, since the previous caller already has its answer.
