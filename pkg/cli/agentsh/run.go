@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -217,9 +216,9 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 		s.req.Stdin = []byte(o.Stdin)
 	}
 	s.req.StdinFile = o.StdinFile
-	sig, err := run.ParseSignal(o.Signal)
+	sig, err := proctree.ParseSignal(o.Signal)
 	if err != nil {
-		return nil, result.Errorf(result.CodeUsage, "--signal: %v", err)
+		return nil, result.Errorf(result.CodeUsage, "--signal: %s", result.AsError(err).Message)
 	}
 	s.req.Signal = sig
 	s.req.Timeout, s.req.KillAfter, s.req.Drain = o.Timeout, o.KillAfter, o.Drain
@@ -410,7 +409,7 @@ func selfExe() string {
 // hold, so a command cannot escape the cleanup by renaming itself:
 //   - it leads its own session (both servers call setsid);
 //   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (/proc/PID/exe, compared by inode) is this agentsh,
+//   - its executable (proctree.Executable) is this agentsh,
 //     the agentjob beside it, or an agentjob on the command's PATH.
 //
 // The executables are looked up once, on the first candidate.
@@ -427,12 +426,8 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if p.SID != p.PID {
 			return false
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-		if err != nil {
-			return false
-		}
-		argv := strings.Split(string(b), "\x00")
-		if len(argv) < 2 {
+		argv, err := proctree.Argv(p.PID)
+		if err != nil || len(argv) < 2 {
 			return false
 		}
 		prog := filepath.Base(argv[0])
@@ -442,7 +437,7 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if !looked {
 			looked, known = true, serverExecutables(cmdEnv)
 		}
-		fi, err := os.Stat("/proc/" + strconv.Itoa(p.PID) + "/exe")
+		fi, err := proctree.Executable(p.PID)
 		if err != nil {
 			return false
 		}
