@@ -36,6 +36,10 @@ type Session struct {
 	ack  *os.File // from the guard
 	r    *bufio.Reader
 	dead bool
+	ev   *os.File // the guard's refusals, as they happen
+
+	dmu    sync.Mutex
+	denied map[int]chan struct{} // closed when call N had an exec refused
 }
 
 // PrepareSession makes a session-mode guard. Files are the descriptors the
@@ -61,8 +65,63 @@ func PrepareSession(self string) (*Session, []*os.File, error) {
 		ctlW.Close()
 		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's pipes: %v", err)
 	}
+	evR, evW, err := os.Pipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		for _, f := range []*os.File{ctlR, ctlW, ackR, ackW} {
+			f.Close()
+		}
+		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's pipes: %v", err)
+	}
 	g := &Guard{dir: dir, self: self, sp: spec{Rules: []policy.Rule{}, Session: true}}
-	return &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR)}, []*os.File{ctlR, ackW}, nil
+	s := &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR), ev: evR, denied: map[int]chan struct{}{}}
+	go s.events()
+	return s, []*os.File{ctlR, ackW, evW}, nil
+}
+
+// Denied returns a channel that is closed as soon as an exec of call n is
+// refused, so the controller can stop the rest of the call.
+func (s *Session) Denied(n int) <-chan struct{} {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	return s.deniedLocked(n)
+}
+
+func (s *Session) deniedLocked(n int) chan struct{} {
+	c := s.denied[n]
+	if c == nil {
+		c = make(chan struct{})
+		s.denied[n] = c
+	}
+	return c
+}
+
+// events reads the guard's refusals until its pipe closes.
+func (s *Session) events() {
+	r := bufio.NewReader(s.ev)
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			return
+		}
+		var e struct{ Denied int }
+		if json.Unmarshal(line, &e) != nil {
+			continue
+		}
+		s.dmu.Lock()
+		c := s.deniedLocked(e.Denied)
+		select {
+		case <-c:
+		default:
+			close(c)
+		}
+		for k := range s.denied {
+			if k < e.Denied-1 {
+				delete(s.denied, k)
+			}
+		}
+		s.dmu.Unlock()
+	}
 }
 
 // Guard is the session's guard, for Argv and TrustFirst.
@@ -114,6 +173,7 @@ func (s *Session) Close() {
 	s.mu.Unlock()
 	s.ctl.Close()
 	s.ack.Close()
+	s.ev.Close()
 	s.g.Cleanup()
 }
 
@@ -126,6 +186,13 @@ type sessionState struct {
 	pol      *policy.Policy
 	approved bool
 	reports  map[int]*Report
+	events   *os.File // refusals, to the controller
+}
+
+// refused tells the controller that call n had an exec refused.
+func (st *sessionState) refused(n int) {
+	b, _ := json.Marshal(map[string]int{"denied": n})
+	_, _ = st.events.Write(append(b, '\n'))
 }
 
 func (st *sessionState) current() (int, *policy.Policy, bool) {

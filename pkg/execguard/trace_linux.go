@@ -71,9 +71,10 @@ func Main(args []string) int {
 		}
 	}
 	if sp.Session {
-		t.session = &sessionState{reports: map[int]*Report{}}
+		t.session = &sessionState{reports: map[int]*Report{}, events: os.NewFile(5, "guard-events")}
 		unix.CloseOnExec(3)
 		unix.CloseOnExec(4)
+		unix.CloseOnExec(5)
 		go t.session.serve(os.NewFile(3, "guard-control"), os.NewFile(4, "guard-answers"))
 	}
 	// Nothing the command runs may open the guard's descriptors or read
@@ -263,6 +264,11 @@ func (t *tracer) decide(pid int) bool {
 		}
 		var r Report
 		rep = &r
+		defer func() {
+			if r.Killed != nil {
+				t.session.refused(call)
+			}
+		}()
 		defer t.session.record(call, func(cr *Report) {
 			cr.Execs += r.Execs
 			cr.Approved = append(cr.Approved, r.Approved...)

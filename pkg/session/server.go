@@ -596,7 +596,25 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 		return nil, false, err
 	}
 	defer c.cleanup()
-	res, cwd, reset, ended := s.execute(c, req, cancel)
+	callCancel := cancel
+	if s.guard != nil && req.Policy != nil {
+		// An exec refused at run time stops the rest of the call, as a
+		// cancellation does.
+		merged, stop := make(chan struct{}), make(chan struct{})
+		denied := s.guard.Denied(n)
+		go func() {
+			select {
+			case <-cancel:
+			case <-denied:
+			case <-stop:
+				return
+			}
+			close(merged)
+		}()
+		defer close(stop)
+		callCancel = merged
+	}
+	res, cwd, reset, ended := s.execute(c, req, callCancel)
 	var rt *execguard.Report
 	if s.guard != nil && req.Policy != nil {
 		rt = s.guard.CallReport(n)
@@ -630,8 +648,9 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	if rt != nil {
 		obj.Set("policy", result.New().Set("enforce", execguard.EnforceRuntime).Set("runtime", rt))
 		if err := rt.Err(); err != nil {
-			// The refused exec was killed before it ran; the call failed.
-			obj.Set("success", false).Set("error", result.ErrorObject(result.AsError(err)))
+			// The refused exec was killed before it ran, and the rest of
+			// the call was stopped: the call failed.
+			obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.AsError(err)))
 		}
 	}
 	if req.Description != "" {
