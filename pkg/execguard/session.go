@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -77,6 +78,39 @@ func PrepareSession(self string) (*Session, []*os.File, error) {
 	s := &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR), ev: evR, denied: map[int]chan struct{}{}}
 	go s.events()
 	return s, []*os.File{ctlR, ackW, evW}, nil
+}
+
+// Started waits for the guard to start the shell and returns the shell's
+// pid (the guard's child, which the controller signals and inspects).
+func (s *Session) Started(timeout time.Duration) (int, error) {
+	type answer struct {
+		pid int
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		line, err := s.r.ReadBytes('\n')
+		var m struct{ PID int }
+		if err == nil {
+			err = json.Unmarshal(line, &m)
+		}
+		got <- answer{m.PID, err}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case a := <-got:
+		if a.err != nil || a.pid <= 0 {
+			s.mu.Lock()
+			s.dead = true
+			s.mu.Unlock()
+			return 0, result.Errorf(policy.CodeUnavailable, "the policy guard did not start the shell")
+		}
+		return a.pid, nil
+	case <-t.C:
+		s.Close()
+		return 0, result.Errorf(policy.CodeUnavailable, "the policy guard did not start the shell in %s", timeout)
+	}
 }
 
 // Denied returns a channel that is closed as soon as an exec of call n is
@@ -187,6 +221,7 @@ type sessionState struct {
 	approved bool
 	reports  map[int]*Report
 	events   *os.File // refusals, to the controller
+	ctl, ack *os.File // requests from the controller, answers to it
 }
 
 // refused tells the controller that call n had an exec refused.
@@ -213,8 +248,9 @@ func (st *sessionState) record(call int, f func(*Report)) {
 }
 
 // serve answers the controller until its pipe closes.
-func (st *sessionState) serve(ctl, ack *os.File) {
-	r := bufio.NewReader(ctl)
+func (st *sessionState) serve() {
+	ack := st.ack
+	r := bufio.NewReader(st.ctl)
 	enc := json.NewEncoder(ack)
 	for {
 		line, err := r.ReadBytes('\n')

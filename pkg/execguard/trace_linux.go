@@ -71,11 +71,11 @@ func Main(args []string) int {
 		}
 	}
 	if sp.Session {
-		t.session = &sessionState{reports: map[int]*Report{}, events: os.NewFile(5, "guard-events")}
+		t.session = &sessionState{reports: map[int]*Report{}, events: os.NewFile(5, "guard-events"),
+			ctl: os.NewFile(3, "guard-control"), ack: os.NewFile(4, "guard-answers")}
 		unix.CloseOnExec(3)
 		unix.CloseOnExec(4)
 		unix.CloseOnExec(5)
-		go t.session.serve(os.NewFile(3, "guard-control"), os.NewFile(4, "guard-answers"))
 	}
 	// Nothing the command runs may open the guard's descriptors or read
 	// its memory through /proc (same user, no root).
@@ -138,9 +138,17 @@ func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
 		Sys: &syscall.SysProcAttr{Ptrace: true}}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
+		if t.session != nil {
+			t.session.ack.Close() // the controller learns it from the report
+		}
 		return 0, t.startFailure(path, argv, err)
 	}
 	t.main = pid
+	if t.session != nil {
+		// The controller signals and inspects the shell itself.
+		_, _ = fmt.Fprintf(t.session.ack, "{\"pid\":%d}\n", pid)
+		go t.session.serve()
+	}
 	var ws unix.WaitStatus
 	// The first image stops with SIGTRAP before its first instruction.
 	if _, err := wait(pid, &ws, unix.WALL); err != nil || !ws.Stopped() {

@@ -17,11 +17,10 @@
 package session
 
 import (
-	"encoding/json"
+	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/policy"
-	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -31,6 +30,12 @@ const (
 	CodeSessionBusy  = "session_busy"
 	CodeSessionEnded = "session_ended"
 	CodeStartFailed  = "session_start_failed"
+	// CodeUnreachable: the session's server runs but its socket is gone
+	// or refuses; "session stop" still ends it.
+	CodeUnreachable = "session_unreachable"
+	// CodeRefused: the server did not accept the caller (a sandboxed
+	// process, another user, a wrong session secret).
+	CodeRefused = "session_refused"
 )
 
 // Session states.
@@ -63,10 +68,10 @@ type Spec struct {
 	// Sandbox, when not empty, confines the shell and everything it runs;
 	// the server prepares it and releases it when the session ends.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
-	// Guard traces the shell with the runtime policy guard for its whole
-	// life: every exec any call makes is decided under that call's policy
-	// (CallRequest.Policy).
-	Guard bool `json:"guard,omitempty"`
+	// PolicyGuard traces the shell with the runtime policy guard for its
+	// whole life: every exec any call makes is decided under that call's
+	// policy (CallRequest.Policy).
+	PolicyGuard bool `json:"policy_guard,omitempty"`
 }
 
 // Record is status.json, written only by the session's server.
@@ -85,6 +90,10 @@ type Record struct {
 	ExitCode    *int   `json:"exit_code,omitempty"`
 	Calls       int    `json:"calls"`
 	Resets      int    `json:"resets"`
+	// Sandbox is what the sandbox enforces (its report), if there is one.
+	Sandbox map[string]any `json:"sandbox,omitempty"`
+	// Background lists the processes calls left running (cmd &).
+	Background []BackgroundProc `json:"background,omitempty"`
 }
 
 // CallRequest is one command to run in a session.
@@ -102,36 +111,14 @@ type CallRequest struct {
 	BusyTimeout time.Duration `json:"busy_timeout"`
 	Stream      bool          `json:"stream"`
 	Description string        `json:"description,omitempty"`
+	// CancelSignal, when set, names the signal that cancelled the
+	// caller: a cancelled call exits 128 + it (default SIGINT, the
+	// signal the session interrupts a call with).
+	CancelSignal func() syscall.Signal `json:"-"`
 	// Policy, when set, is enforced at run time on every exec of this
 	// call; PolicyApproved lets its prompt-level execs run.
 	Policy         *policy.Policy `json:"policy,omitempty"`
 	PolicyApproved bool           `json:"policy_approved,omitempty"`
-}
-
-// wire messages between client and server, one JSON object per line.
-type message struct {
-	Op      string          `json:"op,omitempty"` // client: run, cancel, stop
-	Call    *CallRequest    `json:"call,omitempty"`
-	Type    string          `json:"type,omitempty"` // server: stdout, stderr, output, result, error, stopped
-	Data    string          `json:"data,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *wireError      `json:"error,omitempty"`
-	Started *int            `json:"started,omitempty"` // pid of the shell, when the call begins
-}
-
-type wireError struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
-func toWire(err error) *wireError {
-	e := result.AsError(err)
-	return &wireError{Code: e.Code, Message: e.Message, Details: e.Details}
-}
-
-func (w *wireError) err() *result.Error {
-	return &result.Error{Code: w.Code, Message: w.Message, Details: w.Details}
 }
 
 // Manager starts, drives, inspects and stops the sessions of one
