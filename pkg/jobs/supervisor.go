@@ -20,9 +20,11 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -63,9 +65,39 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+	// ctl reaches the sandbox helper of the current run, which runs the
+	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
+	ctl *sandbox.Control
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
+
+	// argv is the command's argv once computed (execArgv).
+	argv []string
+}
+
+// execArgv is the argv that runs the job's command. A shell string too long
+// for one argument reaches the shell through a file, written once per
+// supervisor in the job's directory (the sandbox's temp dir when sandboxed)
+// and shared by the restarts.
+func (sv *supervisor) execArgv() ([]string, error) {
+	if sv.argv != nil {
+		return sv.argv, nil
+	}
+	if sv.spec.Shell == "" {
+		sv.argv = sv.spec.execArgv()
+		return sv.argv, nil
+	}
+	dir := sv.dir
+	if sv.sandbox != nil {
+		dir = sv.sandbox.TempDir
+	}
+	argv, _, err := run.ScriptArgv(sv.spec.ShellProgram, sv.spec.Shell, dir)
+	if err != nil {
+		return nil, err
+	}
+	sv.argv = argv
+	return argv, nil
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -173,17 +205,15 @@ func (sv *supervisor) answer(err error) {
 	if sv.hs == nil {
 		return
 	}
-	hs := handshake{OK: err == nil}
-	if err != nil {
-		hs.Error = err.Error()
-		var ce *codedError
-		if errors.As(err, &ce) {
-			hs.Code = ce.code
-		}
+	var ce *codedError
+	var re *result.Error
+	switch {
+	case errors.As(err, &ce):
+		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
+	case err != nil && !errors.As(err, &re):
+		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
-	b, _ := json.Marshal(hs)
-	_, _ = sv.hs.Write(b)
-	_ = sv.hs.Close()
+	launch.Answer(sv.hs, err)
 	sv.hs = nil
 }
 
@@ -392,10 +422,14 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
 		return runResult{}, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
-	argv := sv.spec.execArgv()
+	argv, err := sv.execArgv()
+	if err != nil {
+		return runResult{}, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	afterStart := func() {}
 	if sv.sandbox != nil {
 		// A program that does not exist must still fail the start, not
 		// become a job whose helper exits 127.
@@ -406,18 +440,17 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		if err != nil {
 			return runResult{}, err
 		}
-		cmd.Path = exe
-		cmd.Args = sv.sandbox.Argv(argv)
-		cmd.Args[0] = "agentjob" // the helper is this program
-		env := cmd.Env
-		if env == nil {
-			env = os.Environ()
+		ctl, started, err := sv.sandboxProbe(cmd)
+		if err != nil {
+			return runResult{}, err
 		}
-		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
-		if sv.sandbox.SysProcAttr != nil {
-			a := *sv.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
+		sv.ctl, afterStart = ctl, started
+		defer started()
+		if ctl != nil {
+			defer ctl.Close()
 		}
+		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	g, err := sv.guard(cmd, sv.sandbox != nil)
 	if err != nil {
@@ -444,6 +477,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
 	err = sv.startKnown(cmd)
+	afterStart()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -590,10 +624,18 @@ wait:
 		}
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	code, sig := ws.ExitStatus(), ""
 	if ws.Signaled() {
-		res.signal = proctree.SignalName(ws.Signal())
+		sig = proctree.SignalName(ws.Signal())
+	}
+	if sv.sandbox != nil {
+		// The sandbox helper is PID 1 of the job's namespace and reports
+		// a signal death of the job through its status file.
+		code, sig = sv.sandbox.ExitStatus(code, sig)
+	}
+	if sig != "" {
+		res.signal = sig
 	} else {
-		code := ws.ExitStatus()
 		res.exitCode = &code
 	}
 	if res.status == "" {
@@ -743,7 +785,11 @@ func indexNL(b []byte) int {
 func (sv *supervisor) probe(ctx context.Context, ready func()) {
 	p := sv.spec.Ready
 	client := &http.Client{Timeout: time.Second}
+	ctl := sv.ctl
 	try := func() bool {
+		if ctl != nil {
+			return sv.probeInSandbox(ctx, ctl)
+		}
 		switch {
 		case p.HTTP != "":
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTP, nil)

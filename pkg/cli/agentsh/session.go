@@ -14,15 +14,15 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/policy"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
 )
-
-// serveCommand is the hidden first argument that runs a session server.
-const serveCommand = "__session-serve"
 
 // DefaultIdleTimeout stops a session nobody used for this long.
 const DefaultIdleTimeout = time.Hour
@@ -96,6 +96,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		o.Sandbox.StateDir = m.Dir.Path()
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
@@ -112,7 +113,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 				return nil, err
 			}
 		}
-		info, err := m.Start(spec, []string{"agentsh", serveCommand, m.Dir.Path()})
+		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +134,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 			cwd = filepath.Join(cwd, o.Cwd)
 		}
 	}
-	e, err := BuildEnv(env.Environ(), o.ClearEnv, o.Env)
+	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err
 	}
@@ -154,7 +155,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 		args = []string{"--noprofile", "--norc"}
 	}
 	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}
-	if p := o.Sandbox.Policy(cwd); !p.Empty() {
+	if p := o.Sandbox.Policy(env, cwd); !p.Empty() {
 		spec.Sandbox = &p
 	}
 	return spec, nil
@@ -253,7 +254,7 @@ func newCmdSessionLogs(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "logs SESSION", Short: "Read what the session's background processes wrote after their call returned",
 		Long: "Read the session's background log: the output that processes left running by a call (cmd &) wrote " +
 			"after that call returned. The log is bounded (the oldest part is dropped); offsets are absolute.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotHints: clikit.Hints{ReadOnly: true}.String(), clikit.AnnotArgs: "session"}}
 	f := cmd.Flags()
 	f.BoolVar(&o.SinceLast, "since-last", false, "only what the previous 'session logs --since-last' did not return")
 	f.IntVar(&o.Tail, "tail", 0, "only the last `N` lines")
@@ -420,6 +421,12 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		own = *spec.Sandbox
 	}
 	own = normalPolicy(own)
+	if !own.Empty() {
+		// A request must not read a file past the session's sandbox.
+		if err := refuseFileKeys(cmd, env); err != nil {
+			return err
+		}
+	}
 	given := false
 	for _, name := range sandboxFlags {
 		if clikit.FlagChanged(cmd, name) && !fromConfig(cmd, env, name) {
@@ -427,13 +434,14 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		}
 	}
 	if given {
-		if got := normalPolicy(o.Sandbox.Policy(spec.Cwd)); !reflect.DeepEqual(got, own) {
+		if got := normalPolicy(o.Sandbox.Policy(env, spec.Cwd)); !reflect.DeepEqual(got, own) {
 			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
 	so := SandboxOptions{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
-		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User}
+		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User,
+		UserCaches: own.UserCaches}
 	return CheckFloor(cmd, env, &so)
 }
 
@@ -469,7 +477,9 @@ func normalPolicy(p sandbox.Policy) sandbox.Policy {
 	if len(p.DenyRead) == 0 {
 		p.DenyRead = nil
 	}
-	p.WriteFiles = nil
+	// What the program adds (call files, control files, caches) is not
+	// the caller's to match.
+	p.WriteFiles, p.Protect, p.Hide, p.CacheDir = nil, nil, nil, ""
 	return p
 }
 
@@ -487,7 +497,7 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, watchdogCommand}); err != nil {
+	if err := session.Serve(d, argv[1], launch.Handshake(), []string{exe, reexec.Watchdog}); err != nil {
 		return ExitFailed
 	}
 	return 0

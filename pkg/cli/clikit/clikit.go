@@ -8,7 +8,6 @@ package clikit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -100,6 +99,8 @@ type Env struct {
 	// Request holds the keys of --request that were not flags, for
 	// commands that read structured values (the "command" of agentsh).
 	Request map[string]any
+	// fromRequest marks the flags the request set.
+	fromRequest map[string]bool
 
 	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
 	ExitZero bool
@@ -199,9 +200,6 @@ func Run(env *Env, args []string) int {
 	root := NewRoot(env)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
-	if errors.Is(err, errHelpShown) {
-		return 0
-	}
 	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
 		return env.failOnStderr(err)
 	}
@@ -225,8 +223,6 @@ func Run(env *Env, args []string) int {
 	}
 	return env.outcome.Exit
 }
-
-var errHelpShown = errors.New("help shown")
 
 // failOnStderr reports a failure of a command whose stdout is a protocol
 // channel (an MCP server): a JSON object there would be a malformed
