@@ -69,6 +69,21 @@ const (
 	CodeInvalidHandle  = "invalid_handle"
 )
 
+// State directory conditions a caller can act on, whichever program and
+// operation met them.
+const (
+	// CodeNoSpace: the filesystem holding the state (or the file) is full
+	// (ENOSPC, or a quota: EDQUOT); free space and retry.
+	CodeNoSpace = "no_space"
+	// CodeStateReadOnly: the state directory is on a read-only mount, so
+	// an operation that records something cannot run; reads still work.
+	CodeStateReadOnly = "state_read_only"
+	// CodeStateCorrupt: a state file does not parse (it was damaged
+	// outside agentplane); the error names the file, and only what
+	// depends on that file is affected.
+	CodeStateCorrupt = "state_corrupt"
+)
+
 // Outcome codes report how the work the caller asked for ended, not a
 // failure to do it: the call did what was asked and its result says how
 // that went. Hosts that tell the two apart (MCP's isError) ask IsOutcome.
