@@ -288,6 +288,11 @@ func seatbeltRefusal(p Policy, haveSeatbelt bool) error {
 	if p.User != "" {
 		return unavailable("--user is not supported on macOS")
 	}
+	if p.Net != NetHost && p.Net != NetNone {
+		// Any network policy Seatbelt was not taught (a proxy allowlist)
+		// is refused, never run with the host's network.
+		return unavailable("--net %s is not supported on macOS (host and none are)", p.Net)
+	}
 	if seatbeltNeeded(p) && !haveSeatbelt {
 		return unavailable("--sandbox, --net none and --deny-read need %s (Seatbelt), which this machine lacks", SeatbeltExec)
 	}

@@ -609,6 +609,7 @@ func TestSeatbeltRefusal(t *testing.T) {
 		{"read-only without sandbox-exec", Policy{Mode: ModeReadOnly, Net: NetHost}, false, true},
 		{"net none without sandbox-exec", Policy{Mode: ModeNone, Net: NetNone}, false, true},
 		{"deny-read without sandbox-exec", Policy{Mode: ModeNone, Net: NetHost, DenyRead: []string{"/x"}}, false, true},
+		{"a network policy Seatbelt does not know", Policy{Mode: ModeNone, Net: "proxy"}, true, true},
 		{"workspace-write", Policy{Mode: ModeWorkspaceWrite, Net: NetNone, Workspace: "/w"}, true, false},
 		{"rlimits alone need no Seatbelt", Policy{Mode: ModeNone, Net: NetHost, CPUTime: 1e9, FileSize: 1, Nofile: 8}, false, false},
 	}
