@@ -31,6 +31,9 @@ const (
 const (
 	LostHostRestarted  = "host_restarted"
 	LostSupervisorDied = "supervisor_died"
+	// LostStateCorrupt: the job's status.json is damaged and no
+	// supervisor of it runs, so nothing can say how it ended.
+	LostStateCorrupt = "state_corrupt"
 	// LostNodeFailed: the scheduler reports the job's node failed.
 	LostNodeFailed = "node_failed"
 	// LostUnknownToScheduler: the scheduler no longer knows the job, its
@@ -55,6 +58,10 @@ const (
 	CodeStartFailed          = "start_failed"
 	// CodeSubmitFailed: the scheduler refused the job (sbatch failed).
 	CodeSubmitFailed = "submit_failed"
+	// CodeStopFailed: a process of the job still ran after stop had
+	// SIGKILLed it and waited (one the kernel does not let die, or a stop
+	// interrupted by the caller); the job is not stopped.
+	CodeStopFailed = "stop_failed"
 )
 
 // Restart policies.

@@ -702,6 +702,12 @@ func TestJobLogsStreamArgument(t *testing.T) {
 	if res.IsError || m["success"] != false || m["timed_out"] != true {
 		t.Fatalf("a wait that timed out: isError=%v %v", res.IsError, m)
 	}
+	// A job that ran and failed before it was ready is reported like a
+	// command that failed: its handle and status, not a tool error.
+	res, m = s.call(ctx, "agentjob_start", map[string]any{"command": "echo no; exit 3", "cwd": dir, "ready_log": "never", "wait_ready": true})
+	if e, _ := m["error"].(map[string]any); res.IsError || m["status"] != "failed" || m["handle"] == nil || e["code"] != "not_ready" {
+		t.Fatalf("a job that failed before ready: isError=%v %v", res.IsError, m)
+	}
 	for {
 		res, m = s.call(ctx, "agentjob_logs", map[string]any{"job": h, "stream": "stderr"})
 		if res.IsError {

@@ -38,7 +38,7 @@ import (
 // mode back before the user's text runs. The exit status and the fact that
 // the call is over reach the server through the prompt the shell prints
 // after the line, so no command (printf, echo, builtin) is involved; the
-// working directory is read from /proc/PID/cwd, so $PWD cannot lie to it.
+// working directory is read from the kernel (proctree.Cwd), so $PWD cannot lie to it.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
@@ -117,6 +117,7 @@ type shell struct {
 	exited chan struct{} // closed once the process is reaped
 	status *os.ProcessState
 	marker string
+	closed bool // the control channel closed during an interrupt
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -129,8 +130,8 @@ func (s *server) startShell(cwd string) error {
 	cmd.Env = s.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if s.sandbox != nil {
-		// The shell starts inside the sandbox helper (this executable),
-		// so every command of the session inherits the confinement.
+		// The shell starts inside the sandbox helper (its own program
+		// or this executable), so every command of the session inherits the confinement.
 		exe, _ := os.Executable()
 		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
 		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
@@ -265,11 +266,11 @@ func (sh *shell) gone() bool {
 
 // cwd is the shell's real working directory, whatever $PWD says.
 func (sh *shell) cwd() string {
-	p, err := os.Readlink("/proc/" + strconv.Itoa(sh.id.PID) + "/cwd")
+	p, err := proctree.Cwd(sh.id.PID)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSuffix(p, " (deleted)")
+	return p
 }
 
 // interrupt brings a shell that is running a call back to its prompt, as
@@ -297,7 +298,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	if sh.probe(recoverWait) {
 		return killed, true
 	}
-	if !treeAlive(tree) {
+	if sh.closed || !treeAlive(tree) {
 		return killed, false // nothing of the call holds it: the shell is stuck
 	}
 	// Something the call started meanwhile still holds the shell: kill it
@@ -308,7 +309,9 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	return killed, sh.probe(recoverWait)
 }
 
-// probe sends probe lines until one is answered, within limit.
+// probe sends probe lines until one is answered, within limit. It fails
+// at once when the control channel closes (the shell exited, or exec
+// replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
@@ -323,7 +326,10 @@ func (sh *shell) probe(limit time.Duration) bool {
 		switch why {
 		case gotMarker:
 			return true
-		case gotEOF, gotStop:
+		case gotEOF:
+			sh.closed = true
+			return false
+		case gotStop:
 			return false
 		}
 	}

@@ -210,7 +210,8 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	}
 	spec.PolicyApproved = o.Guard.Approved
 	var report map[string]any
-	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
+	o.Sandbox.StateDir = o.StateDir
+	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {
 		if o.cmd != nil {
 			if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
 				return nil, err
@@ -256,7 +257,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		return &clikit.Outcome{Value: obj}, nil
 	}
 	obj := statusObject(result.New().Set("success", false), s)
-	obj.Set("error", result.ErrorObject(result.Errorf("not_ready", "job %s ended %s before it was ready", s.Handle, s.Status)))
+	obj.Set("error", result.ErrorObject(result.Errorf(result.CodeNotReady, "job %s ended %s before it was ready", s.Handle, s.Status)))
 	return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 }
 
