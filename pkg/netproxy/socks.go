@@ -230,4 +230,3 @@ func relay(client *peekedConn, up net.Conn) {
 	}()
 	wg.Wait()
 }
-
