@@ -35,6 +35,10 @@ import (
 	"github.com/elazarl/goproxy"
 )
 
+// CodeDenied is the error code of a connection the allowlist refused, as
+// audit records carry it.
+const CodeDenied = "network_denied"
+
 // Protocols a Denial names.
 const (
 	ProtoHTTP    = "http"    // a plain HTTP request through the proxy
@@ -94,13 +98,21 @@ type Proxy struct {
 	conns  map[net.Conn]bool
 	denied []DeniedHost
 	index  map[string]int
+	onDeny func(Denial)
 	wg     sync.WaitGroup
+}
+
+// SetOnDeny replaces Config.OnDeny.
+func (p *Proxy) SetOnDeny(fn func(Denial)) {
+	p.mu.Lock()
+	p.onDeny = fn
+	p.mu.Unlock()
 }
 
 // New returns a proxy that does nothing until Serve.
 func New(cfg Config) *Proxy {
 	p := &Proxy{cfg: cfg, checker: &Checker{Rules: cfg.Rules, Resolver: cfg.Resolver},
-		lns: map[net.Listener]bool{}, conns: map[net.Conn]bool{}, index: map[string]int{}}
+		lns: map[net.Listener]bool{}, conns: map[net.Conn]bool{}, index: map[string]int{}, onDeny: cfg.OnDeny}
 	if p.cfg.Dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout}
 		p.cfg.Dial = d.DialContext
@@ -227,9 +239,10 @@ func (p *Proxy) deny(host string, port int, proto, reason string) {
 		p.index[key] = len(p.denied)
 		p.denied = append(p.denied, DeniedHost{Host: host, Port: port, Count: 1})
 	}
+	onDeny := p.onDeny
 	p.mu.Unlock()
-	if p.cfg.OnDeny != nil {
-		p.cfg.OnDeny(Denial{Host: host, Port: port, Protocol: proto, Reason: reason})
+	if onDeny != nil {
+		onDeny(Denial{Host: host, Port: port, Protocol: proto, Reason: reason})
 	}
 }
 

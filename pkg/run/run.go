@@ -97,6 +97,9 @@ type Request struct {
 
 	// SysProcAttr is applied to the child; Setsid is always forced on.
 	SysProcAttr *syscall.SysProcAttr
+	// ExtraFiles are the child's descriptors 3 on (the sandbox's
+	// Prepared.Launch); the runner closes them once the child started.
+	ExtraFiles []*os.File
 }
 
 // Result is what happened.
@@ -239,6 +242,12 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	attr.Setsid = true
 	attr.Setpgid = false
 	cmd.SysProcAttr = attr
+	cmd.ExtraFiles = req.ExtraFiles
+	defer func() {
+		for _, f := range req.ExtraFiles {
+			f.Close()
+		}
+	}()
 
 	stdin, err := r.openStdin()
 	if err != nil {

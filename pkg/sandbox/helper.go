@@ -81,6 +81,11 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, CodeFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
+	if sp.ProxyPort > 0 {
+		if err := handOverProxyListener(proxyFD, sp.ProxyPort); err != nil {
+			return h.fail(exitSetupFailed, CodeFailed, "cannot set up the network proxy: %v", err)
+		}
+	}
 	if len(sp.DenyDirs)+len(sp.DenyFiles) > 0 {
 		if err := hidePaths(sp.DenyDirs, sp.DenyFiles); err != nil {
 			return h.fail(exitSetupFailed, CodeFailed, "%v", err)

@@ -44,6 +44,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -56,8 +57,9 @@ const (
 
 // Network policies.
 const (
-	NetHost = "host"
-	NetNone = "none"
+	NetHost  = "host"
+	NetNone  = "none"
+	NetProxy = "proxy" // a network namespace whose only way out is the allowlist proxy
 )
 
 // Error codes of this package. The last two are the same codes pkg/run
@@ -103,7 +105,10 @@ type Policy struct {
 	Workspace  string   // writable in workspace-write mode
 	AllowWrite []string // more writable directories (workspace-write)
 	DenyRead   []string // files and directories hidden from the command
-	Net        string   // host (or ""), none
+	Net        string   // host (or ""), none, proxy
+	// AllowHosts are the allowlist's patterns (netproxy.ParseRule) for
+	// --net proxy; given with Net "" or host, they imply proxy.
+	AllowHosts []string `json:",omitempty"`
 	Memory     int64    // bytes; 0 means no limit
 	CPUTime    time.Duration
 	Pids       int   // processes and threads of the whole tree
@@ -116,7 +121,7 @@ type Policy struct {
 // the command can run without the helper.
 func (p Policy) Empty() bool {
 	return (p.Mode == "" || p.Mode == ModeNone) && (p.Net == "" || p.Net == NetHost) &&
-		len(p.DenyRead) == 0 && p.Memory == 0 && p.CPUTime == 0 && p.Pids == 0 &&
+		len(p.AllowHosts) == 0 && len(p.DenyRead) == 0 && p.Memory == 0 && p.CPUTime == 0 && p.Pids == 0 &&
 		p.FileSize == 0 && p.Nofile == 0 && p.User == ""
 }
 
@@ -147,6 +152,18 @@ type Prepared struct {
 	// (not timed out or cancelled), before Cleanup: a SIGKILL under a CPU
 	// limit is taken for the CPU hard limit.
 	Classify func(exitCode int, signal string) string
+	// Launch is called before each start of the command (a job's restart
+	// is a new start): the files it returns must be the command's first
+	// extra files (fd 3 on), and started must be called once the start
+	// returned, whether it succeeded or not. Without --net proxy it
+	// returns no files and a started that does nothing.
+	Launch func() (extraFiles []*os.File, started func(), err error)
+	// Network reports the allowlist and its refusals so far, with --net
+	// proxy; nil otherwise.
+	Network func() *netproxy.Report
+	// OnDeny, when set before the first Launch, is called for each
+	// connection the allowlist refused (for the audit log).
+	OnDeny func(netproxy.Denial)
 	// Failure returns the helper's error (a *result.Error with code
 	// sandbox_failed, command_not_found or command_not_executable) when it
 	// could not start the target, else nil. Call it before Cleanup.
@@ -161,6 +178,9 @@ type spec struct {
 	DenyDirs    []string    `json:"deny_dirs,omitempty"`
 	DenyFiles   []string    `json:"deny_files,omitempty"`
 	NetNone     bool        `json:"net_none,omitempty"`
+	// ProxyPort, with --net proxy: listen there inside the namespace and
+	// hand the listener over fd 3.
+	ProxyPort int `json:"proxy_port,omitempty"`
 	Cgroups     []string    `json:"cgroups,omitempty"` // directories to join
 	Rlimits     []rlimitSet `json:"rlimits,omitempty"`
 	UID         int         `json:"uid"` // -1: keep
@@ -217,9 +237,13 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	return prep, nil
 }
 
+func noLaunch() ([]*os.File, func(), error) { return nil, func() {}, nil }
+
 func passthrough() *Prepared {
 	return &Prepared{
 		Argv:     func(argv []string) []string { return argv },
+		Launch:   noLaunch,
+		Network:  func() *netproxy.Report { return nil },
 		Report:   map[string]any{"mode": ModeNone, "network": NetHost},
 		Cleanup:  func() {},
 		Classify: func(int, string) string { return "" },
@@ -249,9 +273,22 @@ func normalize(p Policy) (Policy, error) {
 	switch p.Net {
 	case "":
 		p.Net = NetHost
-	case NetHost, NetNone:
+	case NetHost, NetNone, NetProxy:
 	default:
-		return p, invalid("unknown network policy %q (want host or none)", p.Net)
+		return p, invalid("unknown network policy %q (want host, none or proxy)", p.Net)
+	}
+	if len(p.AllowHosts) > 0 {
+		if _, err := netproxy.ParseRules(p.AllowHosts); err != nil {
+			return p, invalid("--allow-host: %v", err)
+		}
+		switch p.Net {
+		case NetHost:
+			p.Net = NetProxy // --allow-host alone implies --net proxy
+		case NetNone:
+			// None is stricter than any allowlist, so a request or flag
+			// asking for it wins over configured hosts.
+			p.AllowHosts = nil
+		}
 	}
 	if p.Memory < 0 || p.CPUTime < 0 || p.Pids < 0 || p.FileSize < 0 || p.Nofile < 0 {
 		return p, invalid("sandbox limits must not be negative")
@@ -356,7 +393,7 @@ type builder struct {
 // capabilities could cross (setns, umount, open_by_handle_at), in which case
 // the helper shrinks the capability bounding set.
 func (b *builder) isolating() bool {
-	return b.p.Mode != ModeNone || b.p.Net == NetNone || len(b.p.DenyRead) > 0 || b.p.User != ""
+	return b.p.Mode != ModeNone || b.p.Net == NetNone || b.p.Net == NetProxy || len(b.p.DenyRead) > 0 || b.p.User != ""
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -368,8 +405,8 @@ func (b *builder) check() error {
 		}
 	}
 	nsOK := c.Root || c.UserNS
-	if p.Net == NetNone && !(c.NetNS && nsOK) {
-		return unavailable("--net none needs network namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	if (p.Net == NetNone || p.Net == NetProxy) && !(c.NetNS && nsOK) {
+		return unavailable("--net %s needs network namespaces%s", p.Net, ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
 	if len(p.DenyRead) > 0 && !(c.MountNS && nsOK) {
 		return unavailable("--deny-read needs mount namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
@@ -475,11 +512,27 @@ func (b *builder) build() (*Prepared, error) {
 	}
 
 	attr := &syscall.SysProcAttr{}
-	if p.Net == NetNone {
+	var np *netProxy
+	var env []string
+	switch p.Net {
+	case NetNone:
 		attr.Cloneflags |= syscall.CLONE_NEWNET
 		b.sp.NetNone = true
 		b.report["network"] = "namespace"
-	} else {
+	case NetProxy:
+		rules, err := netproxy.ParseRules(p.AllowHosts)
+		if err != nil {
+			return nil, invalid("--allow-host: %v", err)
+		}
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+		b.sp.NetNone = true
+		b.sp.ProxyPort = ProxyPort
+		np = newNetProxy(rules)
+		env = proxyEnv(rules)
+		b.report["network"] = NetProxy
+		b.report["proxy"] = ProxyAddr
+		b.report["allow_hosts"] = rules.Patterns()
+	default:
 		b.report["network"] = NetHost
 	}
 	if len(b.sp.DenyDirs)+len(b.sp.DenyFiles) > 0 {
@@ -525,19 +578,22 @@ func (b *builder) build() (*Prepared, error) {
 	var once sync.Once
 	cleanup := func() {
 		once.Do(func() {
+			if np != nil {
+				np.close()
+			}
 			for i := len(cgroups) - 1; i >= 0; i-- {
 				removeCgroup(cgroups[i])
 			}
 			_ = os.RemoveAll(base)
 		})
 	}
-	return &Prepared{
+	prep := &Prepared{
 		Argv: func(argv []string) []string {
 			out := make([]string, 0, len(argv)+4)
 			out = append(out, self, HelperCommand, arg, "--")
 			return append(out, argv...)
 		},
-		Env:         []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp},
+		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
 		Report:      b.report,
 		TempDir:     tmp,
@@ -546,7 +602,22 @@ func (b *builder) build() (*Prepared, error) {
 			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
-	}, nil
+		Launch:  noLaunch,
+		Network: func() *netproxy.Report { return nil },
+	}
+	if np != nil {
+		prep.Launch = func() ([]*os.File, func(), error) {
+			if prep.OnDeny != nil {
+				np.proxy.SetOnDeny(prep.OnDeny)
+			}
+			return np.launch()
+		}
+		prep.Network = func() *netproxy.Report {
+			r := np.proxy.Report()
+			return &r
+		}
+	}
+	return prep, nil
 }
 
 // user resolves --user to ids and hands the private temp dir to that user.

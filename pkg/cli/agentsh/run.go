@@ -319,6 +319,13 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		s.req.Argv[0] = "agentsh"
 		s.req.Env = append(s.req.Env, prep.Env...)
 		s.req.SysProcAttr = prep.SysProcAttr
+		prep.OnDeny = networkAuditor(env, stateDir, &rec)
+		files, started, err := prep.Launch()
+		if err != nil {
+			return startErr(err)
+		}
+		defer started()
+		s.req.ExtraFiles = files
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
@@ -346,6 +353,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
+		if n := prep.Network(); n != nil {
+			obj.Set("network", n)
+		}
 		if res.Status == run.StatusCompleted && res.ExitCode != 0 {
 			if code := prep.Classify(res.ExitCode, res.Signal); code != "" {
 				obj.Set("success", false)
