@@ -172,21 +172,21 @@ type Prepared struct {
 
 // spec is what the parent hands to the helper, as base64 JSON in argv.
 type spec struct {
-	Status      string      `json:"status"` // file the helper writes its error to
-	LandlockABI int         `json:"landlock_abi,omitempty"`
-	Writable    []string    `json:"writable,omitempty"`
-	DenyDirs    []string    `json:"deny_dirs,omitempty"`
-	DenyFiles   []string    `json:"deny_files,omitempty"`
-	NetNone     bool        `json:"net_none,omitempty"`
+	Status      string   `json:"status"` // file the helper writes its error to
+	LandlockABI int      `json:"landlock_abi,omitempty"`
+	Writable    []string `json:"writable,omitempty"`
+	DenyDirs    []string `json:"deny_dirs,omitempty"`
+	DenyFiles   []string `json:"deny_files,omitempty"`
+	NetNone     bool     `json:"net_none,omitempty"`
 	// ProxyPort, with --net proxy: listen there inside the namespace and
 	// hand the listener over fd 3.
-	ProxyPort int `json:"proxy_port,omitempty"`
-	Cgroups     []string    `json:"cgroups,omitempty"` // directories to join
-	Rlimits     []rlimitSet `json:"rlimits,omitempty"`
-	UID         int         `json:"uid"` // -1: keep
-	GID         int         `json:"gid"`
-	Groups      []int       `json:"groups,omitempty"`
-	DropCaps    bool        `json:"drop_caps,omitempty"`
+	ProxyPort int         `json:"proxy_port,omitempty"`
+	Cgroups   []string    `json:"cgroups,omitempty"` // directories to join
+	Rlimits   []rlimitSet `json:"rlimits,omitempty"`
+	UID       int         `json:"uid"` // -1: keep
+	GID       int         `json:"gid"`
+	Groups    []int       `json:"groups,omitempty"`
+	DropCaps  bool        `json:"drop_caps,omitempty"`
 	// ClearAmbient: the helper got ambient capabilities in its user
 	// namespace that the target must not inherit.
 	ClearAmbient bool `json:"clear_ambient,omitempty"`
