@@ -35,6 +35,9 @@ func ParseRule(s string) (Rule, error) {
 	if s == "" {
 		return Rule{}, errors.New("empty host pattern")
 	}
+	if strings.ContainsAny(s, "/@?# ") {
+		return Rule{}, fmt.Errorf("host pattern %q: give a host, *.domain or address with an optional :port (github.com, *.example.org, 127.0.0.1:8080), not a URL", orig)
+	}
 	host, port := s, 0
 	if a, err := netip.ParseAddr(s); err == nil {
 		// A bare IPv6 address holds colons but no port.
