@@ -25,6 +25,8 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -112,6 +114,10 @@ func (s *server) start() error {
 			return err
 		}
 		s.sandbox = prep
+		// Each connection the network allowlist refuses is an audit
+		// record of this session.
+		prep.OnDeny = netproxy.Auditor(&audit.Log{Path: s.dir.Join(audit.FileName)},
+			audit.Record{Program: "agentsh", Operation: "session", Session: s.handle, Cwd: s.spec.Cwd, Description: s.spec.Description}, nil)
 		// The shell opens each call's FIFOs for writing, which a sandbox
 		// allows only in its private temp dir, in every mode; a --user
 		// shell must also be able to reach and open them.
@@ -177,6 +183,14 @@ func (s *server) startShell(cwd string) error {
 	if err == nil {
 		cmd.Stderr = errLog
 		defer errLog.Close()
+	}
+	if s.sandbox != nil {
+		files, started, err := s.sandbox.Launch()
+		if err != nil {
+			return err
+		}
+		defer started()
+		cmd.ExtraFiles = files
 	}
 	if err := cmd.Start(); err != nil {
 		return result.Errorf(CodeStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
@@ -583,6 +597,10 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, enc *lineWri
 	}
 	if s.sandbox != nil {
 		obj.Set("sandbox", s.sandbox.Report)
+		// The session's allowlist and every refusal since it started.
+		if n := s.sandbox.Network(); n != nil {
+			obj.Set("network", n)
+		}
 	}
 	if req.Description != "" {
 		obj.Set("description", req.Description)
