@@ -21,12 +21,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
-	"github.com/agentplane/agentplane/pkg/audit"
-	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
