@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"github.com/agentplane/agentplane/pkg/netproxy"
+
 	"errors"
 	"io/fs"
 	"os"
@@ -57,6 +59,9 @@ type record struct {
 	Backend    string `json:"backend,omitempty"`
 	SlurmJobID string `json:"slurm_job_id,omitempty"`
 	Host       string `json:"host,omitempty"`
+	// Proxy: the job runs under --net proxy, and networkFile reports
+	// its network.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // Status is a job's status as CONTRACT §3 reports it.
@@ -95,6 +100,9 @@ type Status struct {
 	// SchedulerError says why the scheduler could not be consulted; the
 	// status is then what the supervisor's record proves.
 	SchedulerError string `json:"scheduler_error,omitempty"`
+	// Network is the allowlist and the connections it refused, for a job
+	// under --net proxy (since its supervisor started).
+	Network *netproxy.Report `json:"network,omitempty"`
 
 	// ID is the job's id inside the state directory, for the engine's
 	// callers that need to address files; it is not shown to users.
@@ -151,6 +159,9 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
 		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
 		Backend: BackendLocal, svLocal: true,
+	}
+	if rec.Proxy {
+		s.Network = readNetwork(dir)
 	}
 	if rec.Signal != "" {
 		sig := rec.Signal

@@ -152,6 +152,11 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h h
 			return err
 		}
 		defer sv.sandbox.Cleanup()
+		if nr := sv.recordNetwork(sv.sandbox); nr != nil {
+			sv.rec.Proxy = true
+			// Before Cleanup (deferred earlier, so run later) closes the proxy.
+			defer nr.close()
+		}
 	}
 	if sv.hooks.afterBegin != nil {
 		sv.hooks.afterBegin()
@@ -432,6 +437,19 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		return runResult{}, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
+	if sv.sandbox != nil {
+		// Each run hands over the proxy listener of its own namespace.
+		files, started, err := sv.sandbox.Launch()
+		if err != nil {
+			outR.Close()
+			errR.Close()
+			outW.Close()
+			errW.Close()
+			return runResult{}, err
+		}
+		defer started()
+		cmd.ExtraFiles = files
+	}
 	err = sv.startKnown(cmd)
 	outW.Close()
 	errW.Close()

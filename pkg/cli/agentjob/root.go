@@ -4,6 +4,8 @@
 package agentjob
 
 import (
+	"github.com/agentplane/agentplane/pkg/netproxy"
+
 	"context"
 	"io"
 	"os"
@@ -162,6 +164,9 @@ func statusObject(o *result.Object, s jobs.Status) *result.Object {
 	if s.SchedulerError != "" {
 		o.Set("scheduler_error", s.SchedulerError)
 	}
+	if s.Network != nil {
+		o.Set("network", s.Network)
+	}
 	return o
 }
 
@@ -207,6 +212,8 @@ type statusView struct {
 	// SchedulerState and SchedulerError are a slurm job's scheduler view.
 	SchedulerState string `json:"scheduler_state,omitempty"`
 	SchedulerError string `json:"scheduler_error,omitempty"`
+	// Network is a --net proxy job's allowlist and refusals.
+	Network *netproxy.Report `json:"network,omitempty"`
 }
 
 func viewOf(s jobs.Status) statusView {
@@ -222,6 +229,7 @@ func viewOf(s jobs.Status) statusView {
 		Ready: s.Ready, Restarts: s.Restarts, StdoutBytes: s.StdoutBytes, StderrBytes: s.StderrBytes,
 		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
 		Backend: ptr(s.Backend), SlurmJobID: s.SlurmJobID, SchedulerState: s.SchedulerState, SchedulerError: s.SchedulerError,
+		Network: s.Network,
 	}
 }
 
