@@ -359,8 +359,8 @@ func TestSupervisorKilled(t *testing.T) {
 		// Kill the job ourselves: lost now with nothing left alive.
 		_ = proctree.SignalGroup(rec.PID, syscall.SIGKILL)
 		_ = syscall.Kill(gc, syscall.SIGKILL)
-		_ = waitProcess(ctxT(t, 10*time.Second), rec.PID, rec.PIDStart)
-		_ = waitProcess(ctxT(t, 10*time.Second), gc, gcStat.StartTime)
+		_ = proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: rec.PID, Start: rec.PIDStart})
+		_ = proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: gc, Start: gcStat.StartTime})
 		got, _ = st.Status(s.Handle)
 		if got.Status != StatusLost || got.LostReason != LostSupervisorDied || got.OrphanPID != 0 {
 			t.Fatalf("status %+v", got)
@@ -411,7 +411,7 @@ func killSupervisor(t *testing.T, st *Store, s Status) {
 	t.Helper()
 	pid, start := svOf(t, st, s)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if err := waitProcess(ctxT(t, 10*time.Second), pid, start); err != nil {
+	if err := proctree.Wait(ctxT(t, 10*time.Second), proctree.ID{PID: pid, Start: start}); err != nil {
 		t.Fatal(err)
 	}
 	// status.json must parse whatever moment the kill hit.
@@ -969,19 +969,6 @@ func TestSecondSupervisorRefused(t *testing.T) {
 	}
 	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {
 		t.Fatalf("first run disturbed: %+v", got)
-	}
-}
-
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "SIGKILL": syscall.SIGKILL, "int": syscall.SIGINT, "9": syscall.SIGKILL, "sighup": syscall.SIGHUP} {
-		if got, err := ParseSignal(in); err != nil || got != want {
-			t.Errorf("ParseSignal(%q) = %v, %v", in, got, err)
-		}
-	}
-	for _, bad := range []string{"", "NOPE", "0", "99"} {
-		if _, err := ParseSignal(bad); code(err) != result.CodeInvalidRequest {
-			t.Errorf("ParseSignal(%q): %v", bad, err)
-		}
 	}
 }
 

@@ -4,14 +4,11 @@ import (
 	"net"
 	"net/url"
 	"regexp"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
-	"golang.org/x/sys/unix"
 )
 
 // Job statuses (CONTRACT §3).
@@ -251,23 +248,4 @@ func (s *Spec) applyDefaults() {
 
 func jobErr(code, format string, args ...any) *result.Error {
 	return result.Errorf(code, format, args...)
-}
-
-// ParseSignal accepts a signal as a name with or without SIG (any case) or
-// as a number: "TERM", "SIGKILL", "int", "9".
-func ParseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, invalid("signal number %d is out of range", n)
-		}
-		return syscall.Signal(n), nil
-	}
-	name := strings.ToUpper(s)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if sig := unix.SignalNum(name); sig != 0 {
-		return sig, nil
-	}
-	return 0, invalid("unknown signal %q", s)
 }

@@ -179,11 +179,12 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		return s
 	}
 	s.StdoutBytes, s.StderrBytes = logTotal(dir, "stdout"), logTotal(dir, "stderr")
-	switch {
-	case st.bootID != "" && rec.BootID != st.bootID:
+	owner := proctree.Owner{PID: rec.SupervisorPID, Start: rec.SupervisorStart, Boot: rec.BootID}
+	switch verdict := owner.CheckOn(st.bootID); {
+	case verdict == proctree.OwnerHostRestarted:
 		// PIDs and start times from another boot mean nothing now.
 		st.lose(&s, LostHostRestarted)
-	case proctree.Alive(rec.SupervisorPID, rec.SupervisorStart):
+	case verdict == proctree.OwnerAlive:
 	case st.finalNow(id, rec):
 		// The supervisor recorded the end and exited between our read and
 		// the liveness check: that end is the answer, not lost.

@@ -243,13 +243,12 @@ func (st *Store) killUnconfirmed(id string, svPID int) {
 	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil || rec.Final || rec.SupervisorPID != svPID {
 		return
 	}
-	if rec.PID > 0 && proctree.Alive(rec.PID, rec.PIDStart) {
-		_, _ = proctree.SignalDescendants(rec.PID, syscall.SIGKILL)
-		_ = proctree.SignalGroup(rec.PID, syscall.SIGKILL)
+	job := proctree.ID{PID: rec.PID, Start: rec.PIDStart}
+	if rec.PID > 0 && job.Alive() {
 		// Return only once it is gone, so the caller's error is true.
 		ctx, cancel := context.WithTimeout(context.Background(), killWait)
 		defer cancel()
-		_ = waitProcess(ctx, rec.PID, rec.PIDStart)
+		proctree.Terminate(ctx, proctree.Tree{Main: job, Group: job.PID, Root: job.PID}, syscall.SIGKILL, 0, nil)
 	}
 }
 
@@ -644,21 +643,13 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 // and descendants (those that left the group were adopted elsewhere and
 // are found only if they are still below it).
 func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
-	if !proctree.Alive(pid, start) {
+	job := proctree.ID{PID: pid, Start: start}
+	if !job.Alive() {
 		return
 	}
-	_, _ = proctree.SignalDescendants(pid, sig)
-	_ = proctree.SignalGroup(pid, sig)
-	wctx, cancel := context.WithTimeout(ctx, grace)
+	kctx, cancel := context.WithTimeout(ctx, grace+5*time.Second)
 	defer cancel()
-	_ = waitProcess(wctx, pid, start)
-	if proctree.Alive(pid, start) {
-		_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
-		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_ = waitProcess(kctx, pid, start)
-	}
+	proctree.Terminate(kctx, proctree.Tree{Main: job, Group: pid, Root: pid}, sig, grace, nil)
 }
 
 // Restart stops the job if it still runs and starts a new run of it under
@@ -681,7 +672,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 	// supervisor launched now would refuse to run.
 	if s.svPID > 0 && s.svLocal {
 		wctx, cancel := context.WithTimeout(ctx, killWait+5*time.Second)
-		_ = waitProcess(wctx, s.svPID, s.svStart)
+		_ = proctree.Wait(wctx, proctree.ID{PID: s.svPID, Start: s.svStart})
 		cancel()
 	}
 	if s.Backend == BackendSlurm {

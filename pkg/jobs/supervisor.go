@@ -515,17 +515,9 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	res := runResult{}
 	terminate := func(status string, sig syscall.Signal, grace time.Duration, reason string) {
 		res.status, res.reason = status, reason
-		_ = proctree.SignalGroup(pid, sig)
-		// Descendants that left the group (setsid) get the signal too.
-		_, _ = proctree.SignalDescendants(os.Getpid(), sig)
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-exited:
-		case <-t.C:
-			_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-			_, _ = proctree.SignalDescendants(os.Getpid(), syscall.SIGKILL)
-		}
+		// Descendants that left the group (setsid) are still below the
+		// supervisor, a subreaper.
+		proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: os.Getpid()}, sig, grace, exited)
 	}
 wait:
 	for {
@@ -594,7 +586,7 @@ wait:
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		res.signal = unix.SignalName(ws.Signal())
+		res.signal = proctree.SignalName(ws.Signal())
 	} else {
 		code := ws.ExitStatus()
 		res.exitCode = &code

@@ -3,12 +3,10 @@ package jobs
 import (
 	"context"
 	"errors"
-	"os"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/state"
-	"golang.org/x/sys/unix"
 )
 
 // What Wait waits for.
@@ -82,7 +80,7 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 			if s.svPID > 0 && s.svLocal && !watched[key] {
 				watched[key] = true
 				go func() {
-					if waitProcess(wctx, s.svPID, s.svStart) == nil {
+					if proctree.Wait(wctx, proctree.ID{PID: s.svPID, Start: s.svStart}) == nil {
 						select {
 						case died <- struct{}{}:
 						default:
@@ -113,51 +111,6 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 	}
 }
 
-// waitProcess blocks until the process (pid, start) is gone, returning nil,
-// or ctx ends. It uses a pidfd, which becomes readable when the process
-// exits; the start time is checked after opening it, so the pidfd cannot
-// belong to a recycled PID.
-func waitProcess(ctx context.Context, pid int, start uint64) error {
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil // already gone
-	}
-	defer unix.Close(fd)
-	if !proctree.Alive(pid, start) {
-		return nil
-	}
-	// A pipe whose write end is closed when ctx ends wakes the poll.
-	r, w, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	stop := context.AfterFunc(ctx, func() { w.Close() })
-	defer func() {
-		if stop() {
-			w.Close()
-		}
-	}()
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(r.Fd()), Events: unix.POLLIN}}
-	for {
-		_, err := unix.Poll(fds, -1)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if fds[0].Revents != 0 {
-			// Readable means exited, but a zombie still has its stat, so
-			// Alive is what callers will see: it says dead for zombies.
-			return nil
-		}
-		if fds[1].Revents != 0 {
-			return ctx.Err()
-		}
-	}
-}
-
 // Watch returns a channel signalled when job ref's status or logs change,
 // or its supervisor dies; it is closed when ctx ends. Arm it before reading,
 // then read again after each signal, and no change is missed: this is what
@@ -179,7 +132,7 @@ func (st *Store) Watch(ctx context.Context, ref string) (<-chan struct{}, error)
 	died := make(chan struct{})
 	if s.svPID > 0 && s.svLocal {
 		go func() {
-			if waitProcess(ctx, s.svPID, s.svStart) == nil {
+			if proctree.Wait(ctx, proctree.ID{PID: s.svPID, Start: s.svStart}) == nil {
 				close(died)
 			}
 		}()

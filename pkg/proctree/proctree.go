@@ -1,4 +1,9 @@
-// Package proctree finds and kills process trees on Linux through /proc.
+// Package proctree is the one home of process control for agentsh, its
+// session servers and the job supervisor: process identity (ID, Identify),
+// the verdict on a recorded owner (Owner.Check: pid, start time and boot
+// id), waiting for any process without polling (Wait, through a pidfd), the
+// kill sequence with grace (Terminate over a Tree) and signal names
+// (SignalName, ParseSignal). It finds process trees on Linux through /proc.
 //
 // A process is identified by its PID and its start time (field 22 of
 // /proc/PID/stat), because PIDs are recycled: a PID alone never proves that

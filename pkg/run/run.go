@@ -20,7 +20,6 @@ package run
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -218,7 +217,6 @@ type runner struct {
 	req Request
 	res *Result
 
-	closers []io.Closer // parent's ends, closed at the end
 	readers sync.WaitGroup
 }
 
@@ -257,13 +255,11 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 
 	streams, err := r.openStreams(cmd)
 	if err != nil {
-		r.closeAll()
 		return nil, err
 	}
 
 	r.res.StartedAt = time.Now()
 	if err := cmd.Start(); err != nil {
-		r.closeAll()
 		for _, s := range streams {
 			s.r.Close()
 		}
@@ -347,38 +343,19 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 			s.file.Close()
 		}
 	}
-	r.closeAll()
 	return r.res, nil
 }
 
-// terminate sends the first signal to the process group, waits up to the
-// grace for the main process, then SIGKILLs the group and every descendant.
+// terminate is proctree's kill sequence on the command: the first signal
+// to its group and its descendants, the grace, SIGKILL to the rest.
 func (r *runner) terminate(pid int, waited <-chan error) error {
-	sig := r.req.Signal
-	if sig == 0 {
-		sig = syscall.SIGTERM
-	}
-	_ = proctree.SignalGroup(pid, sig)
-	// Descendants that left the group get the same first signal.
-	_, _ = proctree.SignalDescendants(pid, sig)
-	var grace <-chan time.Time
-	if r.req.KillAfter > 0 {
-		t := time.NewTimer(r.req.KillAfter)
-		defer t.Stop()
-		grace = t.C
-	} else {
-		c := make(chan time.Time)
-		close(c)
-		grace = c
-	}
-	select {
-	case err := <-waited:
-		return err
-	case <-grace:
-	}
-	_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
-	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-	return <-waited
+	var err error
+	exited := make(chan struct{})
+	go func() { err = <-waited; close(exited) }()
+	tree := proctree.Tree{Group: pid, Root: pid}
+	proctree.Terminate(context.Background(), tree, r.req.Signal, r.req.KillAfter, exited)
+	<-exited
+	return err
 }
 
 // killRest kills whatever the command left behind.
@@ -406,7 +383,7 @@ func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
 	case ws.Exited():
 		r.res.ExitCode = ws.ExitStatus()
 	case ws.Signaled():
-		r.res.Signal = SignalName(ws.Signal())
+		r.res.Signal = proctree.SignalName(ws.Signal())
 		r.res.ExitCode = 128 + int(ws.Signal())
 	}
 }
@@ -537,13 +514,6 @@ func (r *runner) pump(s *stream) {
 	}
 }
 
-func (r *runner) closeAll() {
-	for _, c := range r.closers {
-		c.Close()
-	}
-	r.closers = nil
-}
-
 func startError(name string, err error) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -564,63 +534,4 @@ func unwrapPathErr(err error) error {
 		return pe.Err
 	}
 	return err
-}
-
-// ExitCodeFor maps a start error code to the coreutils-style exit status.
-func ExitCodeFor(code string) int {
-	switch code {
-	case CodeCommandNotFound:
-		return 127
-	case CodeCommandNotExecutable:
-		return 126
-	}
-	return 125
-}
-
-// SignalName returns "SIGTERM" for syscall.SIGTERM.
-func SignalName(s syscall.Signal) string {
-	for name, sig := range signals {
-		if sig == s {
-			return name
-		}
-	}
-	return fmt.Sprintf("SIG%d", int(s))
-}
-
-// ParseSignal accepts "TERM", "SIGTERM", "sigterm" or a number.
-func ParseSignal(s string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("signal number %d out of range", n)
-		}
-		return syscall.Signal(n), nil
-	}
-	up := []byte(s)
-	for i, c := range up {
-		if 'a' <= c && c <= 'z' {
-			up[i] = c - 'a' + 'A'
-		}
-	}
-	name := string(up)
-	if len(name) < 3 || name[:3] != "SIG" {
-		name = "SIG" + name
-	}
-	if sig, ok := signals[name]; ok {
-		return sig, nil
-	}
-	return 0, fmt.Errorf("unknown signal %q", s)
-}
-
-var signals = map[string]syscall.Signal{
-	"SIGHUP": syscall.SIGHUP, "SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT,
-	"SIGILL": syscall.SIGILL, "SIGTRAP": syscall.SIGTRAP, "SIGABRT": syscall.SIGABRT,
-	"SIGBUS": syscall.SIGBUS, "SIGFPE": syscall.SIGFPE, "SIGKILL": syscall.SIGKILL,
-	"SIGUSR1": syscall.SIGUSR1, "SIGSEGV": syscall.SIGSEGV, "SIGUSR2": syscall.SIGUSR2,
-	"SIGPIPE": syscall.SIGPIPE, "SIGALRM": syscall.SIGALRM, "SIGTERM": syscall.SIGTERM,
-	"SIGSTKFLT": syscall.SIGSTKFLT, "SIGCHLD": syscall.SIGCHLD, "SIGCONT": syscall.SIGCONT,
-	"SIGSTOP": syscall.SIGSTOP, "SIGTSTP": syscall.SIGTSTP, "SIGTTIN": syscall.SIGTTIN,
-	"SIGTTOU": syscall.SIGTTOU, "SIGURG": syscall.SIGURG, "SIGXCPU": syscall.SIGXCPU,
-	"SIGXFSZ": syscall.SIGXFSZ, "SIGVTALRM": syscall.SIGVTALRM, "SIGPROF": syscall.SIGPROF,
-	"SIGWINCH": syscall.SIGWINCH, "SIGIO": syscall.SIGIO, "SIGPWR": syscall.SIGPWR,
-	"SIGSYS": syscall.SIGSYS,
 }

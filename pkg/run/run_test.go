@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -117,21 +116,5 @@ func TestBoundedCapture(t *testing.T) {
 	snap := res.Stdout.Snapshot()
 	if snap.Total != 588895 || !snap.Truncated() || !strings.HasSuffix(string(snap.Tail), "100000\n") || len(snap.Head)+len(snap.Tail) != 100 {
 		t.Fatalf("total %d truncated %v head %d tail %q", snap.Total, snap.Truncated(), len(snap.Head), snap.Tail)
-	}
-}
-
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]syscall.Signal{"TERM": syscall.SIGTERM, "sigint": syscall.SIGINT, "SIGKILL": syscall.SIGKILL, "9": syscall.SIGKILL} {
-		if got, err := ParseSignal(in); err != nil || got != want {
-			t.Errorf("ParseSignal(%q) = %v, %v", in, got, err)
-		}
-	}
-	for _, bad := range []string{"", "NOPE", "0", "99", "-1"} {
-		if _, err := ParseSignal(bad); err == nil {
-			t.Errorf("ParseSignal(%q) accepted", bad)
-		}
-	}
-	if SignalName(syscall.SIGSEGV) != "SIGSEGV" {
-		t.Error(SignalName(syscall.SIGSEGV))
 	}
 }

@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -178,13 +176,10 @@ func (m *Manager) info(id string) (*Info, error) {
 // deadReason returns why a session whose record says running is in fact
 // over, or "" if its server lives.
 func deadReason(rec Record) string {
-	if rec.ServerPID == 0 {
-		return EndedServerDied
-	}
-	if boot, err := proctree.BootID(); err == nil && rec.BootID != "" && boot != rec.BootID {
+	switch (proctree.Owner{PID: rec.ServerPID, Start: rec.ServerStart, Boot: rec.BootID}).Check() {
+	case proctree.OwnerHostRestarted:
 		return EndedHostRestarted
-	}
-	if !proctree.Alive(rec.ServerPID, rec.ServerStart) {
+	case proctree.OwnerDied:
 		return EndedServerDied
 	}
 	return ""
@@ -272,7 +267,9 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		// caller who sees session_ended finds everything already dead.
 		var rec Record
 		if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded {
-			waitExit(rec.ServerPID, rec.ServerStart, 30*time.Second)
+			wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = proctree.Wait(wctx, proctree.ID{PID: rec.ServerPID, Start: rec.ServerStart})
+			cancel()
 		}
 		info, ierr := m.info(id)
 		reason := EndedServerDied
@@ -330,35 +327,10 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 // exited and they were reparented away). A PID is not reused while it
 // names a live session, so members started after the shell are ours.
 func killSession(shellPID int, shellStart uint64) {
-	if proctree.Alive(shellPID, shellStart) {
-		_, _ = proctree.SignalDescendants(shellPID, syscall.SIGKILL)
-		_ = syscall.Kill(shellPID, syscall.SIGKILL)
+	shell := proctree.ID{PID: shellPID, Start: shellStart}
+	tree := proctree.Tree{Main: shell, Session: shell}
+	if shell.Alive() {
+		tree.Root = shellPID
 	}
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return
-	}
-	for _, p := range snap {
-		if p.SID == shellPID && p.StartTime >= shellStart && !p.Dead() && p.PID != shellPID {
-			_ = syscall.Kill(p.PID, syscall.SIGKILL)
-		}
-	}
-}
-
-// waitExit blocks until the process (pid, start) has exited, or timeout,
-// without polling: a pidfd becomes readable when the process ends.
-func waitExit(pid int, start uint64, timeout time.Duration) {
-	if pid <= 0 {
-		return
-	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return // already gone
-	}
-	defer unix.Close(fd)
-	if !proctree.Alive(pid, start) {
-		return // the pid was recycled, or it is a zombie
-	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	_, _ = unix.Poll(fds, int(timeout.Milliseconds()))
+	tree.Signal(syscall.SIGKILL)
 }

@@ -798,7 +798,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		sig := syscall.SIGINT
 		signalNew(shellPID, before, sig)
-		res.Signal = run.SignalName(sig)
+		res.Signal = proctree.SignalName(sig)
 		var ok bool
 		code, newCwd, ok = s.awaitMarker(marker, max(req.KillAfter, time.Millisecond))
 		if !ok && !s.shellGone() {
@@ -842,7 +842,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		if ws, ok := st.Sys().(syscall.WaitStatus); ok {
 			if ws.Signaled() {
-				res.Signal = run.SignalName(ws.Signal())
+				res.Signal = proctree.SignalName(ws.Signal())
 				res.ExitCode = 128 + int(ws.Signal())
 			} else if res.Status == run.StatusCompleted {
 				res.ExitCode = ws.ExitStatus()
@@ -850,7 +850,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 	} else if res.Status == run.StatusCompleted && res.ExitCode > 128 && res.ExitCode <= 128+64 {
 		// The shell reports a death by signal N as 128+N.
-		res.Signal = run.SignalName(syscall.Signal(res.ExitCode - 128))
+		res.Signal = proctree.SignalName(syscall.Signal(res.ExitCode - 128))
 	}
 
 	// The shell has closed its ends; ours go now, then background
@@ -901,19 +901,8 @@ func descendants(pid int) map[int]uint64 {
 // signalNew signals the shell's descendants that were not there before the
 // call: the command's processes, not background jobs of earlier calls.
 func signalNew(shellPID int, before map[int]uint64, sig syscall.Signal) {
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return
-	}
-	for _, d := range proctree.Descendants(snap, shellPID) {
-		if st, ok := before[d.PID]; ok && st == d.StartTime {
-			continue
-		}
-		if d.Dead() {
-			continue
-		}
-		_ = syscall.Kill(d.PID, sig)
-	}
+	old := func(p proctree.Stat) bool { st, ok := before[p.PID]; return ok && st == p.StartTime }
+	proctree.Tree{Root: shellPID, Spare: old}.Signal(sig)
 }
 
 // killShell kills the current shell and everything below it.
@@ -925,8 +914,9 @@ func (s *server) killShell() {
 		return
 	}
 	pid := cmd.Process.Pid
-	_, _ = proctree.SignalDescendants(pid, syscall.SIGKILL)
-	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+	// The shell is a child not yet reaped until exited closes, so its pid
+	// is current; it leads its own session and group (Setsid).
+	proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: pid}, syscall.SIGKILL, 0, exited)
 	_ = cmd.Process.Kill()
 	<-exited
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -49,7 +50,7 @@ func NewCmdStop(env *clikit.Env, stateDir *string, runF func(*StopOptions) (*cli
 }
 
 func stopRun(o *StopOptions) (*clikit.Outcome, error) {
-	sig, err := jobs.ParseSignal(o.Signal)
+	sig, err := proctree.ParseSignal(o.Signal)
 	if err != nil {
 		return nil, result.Errorf(result.CodeUsage, "--signal: %v", result.AsError(err).Message)
 	}

@@ -216,9 +216,9 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 		s.req.Stdin = []byte(o.Stdin)
 	}
 	s.req.StdinFile = o.StdinFile
-	sig, err := run.ParseSignal(o.Signal)
+	sig, err := proctree.ParseSignal(o.Signal)
 	if err != nil {
-		return nil, result.Errorf(result.CodeUsage, "--signal: %v", err)
+		return nil, result.Errorf(result.CodeUsage, "--signal: %s", result.AsError(err).Message)
 	}
 	s.req.Signal = sig
 	s.req.Timeout, s.req.KillAfter, s.req.Drain = o.Timeout, o.KillAfter, o.Drain

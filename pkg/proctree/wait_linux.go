@@ -1,0 +1,71 @@
+package proctree
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// Wait blocks until the process id is gone (exited: a zombie counts as
+// gone) and returns nil, or until ctx ends and returns ctx.Err(). It does
+// not reap and does not poll: a pidfd becomes readable when the process
+// exits, and the start time is checked after the pidfd is open, so the
+// pidfd cannot belong to a recycled pid. It works for any process, not
+// only children of the caller.
+func Wait(ctx context.Context, id ID) error {
+	if id.PID <= 0 {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(id.PID, 0)
+	if err != nil {
+		return nil // no such process: already gone
+	}
+	defer unix.Close(fd)
+	if !id.Alive() {
+		return nil
+	}
+	if ctx.Done() == nil {
+		return pollForever(fd)
+	}
+	// A pipe whose write end is closed when ctx ends wakes the poll.
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	stop := context.AfterFunc(ctx, func() { w.Close() })
+	defer func() {
+		if stop() {
+			w.Close()
+		}
+	}()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(r.Fd()), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fds[0].Revents != 0 {
+			return nil
+		}
+		if fds[1].Revents != 0 {
+			return ctx.Err()
+		}
+	}
+}
+
+func pollForever(fd int) error {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err
+	}
+}
