@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 			os.Exit(HelperMain(os.Args[2:]))
 		case netProbeCommand:
 			os.Exit(netProbe())
+		case proxyProbeCommand:
+			os.Exit(proxyProbe(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
