@@ -46,6 +46,11 @@ const (
 	ProtoSOCKS5  = "socks5"
 )
 
+// MaxConns bounds the connections one proxy carries at once, so that a
+// command opening connections in a loop exhausts its own share, not the
+// descriptors of the program serving the proxy.
+const MaxConns = 1024
+
 // dialTimeout bounds one connection attempt to an allowed host.
 const dialTimeout = 30 * time.Second
 
@@ -159,7 +164,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 		if !p.track(c) {
 			_ = c.Close()
-			return net.ErrClosed
+			if p.isClosed() {
+				return net.ErrClosed
+			}
+			continue // over MaxConns: this one is refused
 		}
 		p.wg.Add(1)
 		go func() {
@@ -193,11 +201,17 @@ func (p *Proxy) Close() error {
 func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || len(p.conns) >= MaxConns {
 		return false
 	}
 	p.conns[c] = true
 	return true
+}
+
+func (p *Proxy) isClosed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 func (p *Proxy) untrack(c net.Conn) {

@@ -103,6 +103,7 @@ func Check() map[string]any {
 			ModeReadOnly:       c.LandlockABI >= minLandlockABI,
 			ModeWorkspaceWrite: c.LandlockABI >= minLandlockABI,
 			"net_none":         c.NetNS && nsOK,
+			"net_proxy":        c.NetNS && nsOK,
 			"deny_read":        c.MountNS && nsOK,
 			"memory":           memory,
 			"pids":             pids,

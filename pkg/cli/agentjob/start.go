@@ -190,12 +190,13 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		return nil, err
 	}
 	var report map[string]any
-	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
-		if o.cmd != nil {
-			if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
-				return nil, err
-			}
+	// The floor holds also for a call that asks for no sandbox at all.
+	if o.cmd != nil {
+		if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
+			return nil, err
 		}
+	}
+	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
 		// Refuse here what the machine cannot enforce, and learn what
 		// will be enforced; the supervisor prepares its own for the job.
 		exe, err := os.Executable()

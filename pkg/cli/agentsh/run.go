@@ -299,12 +299,14 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := run.CheckDir(s.cwd); err != nil {
 		return startErr(err)
 	}
+	// The floor is checked also when the call asks for no sandbox at all:
+	// that is the loosest request.
+	if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+		return nil, err
+	}
 	policy := o.Sandbox.Policy(s.cwd)
 	var prep *sandbox.Prepared
 	if !policy.Empty() {
-		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
-			return nil, err
-		}
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)

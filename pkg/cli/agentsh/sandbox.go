@@ -144,6 +144,17 @@ func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *SandboxOptions) error {
 			}
 		}
 	}
+	if v, ok := env.Configured(cmd, "allow-host"); ok {
+		allowed := map[string]bool{}
+		for _, a := range v {
+			allowed[a] = true
+		}
+		for _, a := range o.AllowHost {
+			if !allowed[a] {
+				return locked("allow-host", strings.Join(v, ","), a)
+			}
+		}
+	}
 	if v, ok := env.Configured(cmd, "deny-read"); ok {
 		have := map[string]bool{}
 		for _, d := range o.DenyRead {

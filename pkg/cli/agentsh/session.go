@@ -88,10 +88,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		if spec.Sandbox != nil {
-			if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
-				return nil, err
-			}
+		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", serveCommand, m.Dir.Path()})
 		if err != nil {
