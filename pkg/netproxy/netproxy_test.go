@@ -335,3 +335,64 @@ func (zeros) Read(b []byte) (int, error) {
 	clear(b)
 	return len(b), nil
 }
+
+// A command opening connections without end holds at most MaxConns; the
+// proxy keeps serving once they close.
+func TestMaxConns(t *testing.T) {
+	h := newHarness(t)
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := 0; i < MaxConns; i++ {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	// Wait until the proxy tracks them all.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.p.mu.Lock()
+		n := len(h.p.conns)
+		h.p.mu.Unlock()
+		if n == MaxConns {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tracking %d connections", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	extra, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = extra.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("connection over the bound was not closed: %v", err)
+	}
+	extra.Close()
+	for _, c := range held {
+		c.Close()
+	}
+	held = nil
+	c := h.httpClient(nil)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		resp, err := c.Get(h.allowed.URL)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy did not recover: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -193,6 +193,9 @@ func allCases() []benchCase {
 			"through a pipe to `cat >/dev/null`. Target: within 1.3x of the pipe, with bounded memory.", benchCapture},
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
 			"helper, Landlock, a network and a mount namespace, against the unsandboxed call.", benchSandbox},
+		{"network proxy", "A 100 MiB download from 127.0.0.1 with curl through the --net proxy allowlist proxy (plain\n" +
+			"HTTP, a CONNECT tunnel, SOCKS5) against the same download with the host's network, and the\n" +
+			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
 			"1 MB of output through a session against the same through a one-shot call.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
