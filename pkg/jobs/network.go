@@ -22,6 +22,10 @@ const networkFile = "network.json"
 type networkRecorder struct {
 	path   string
 	report func() *netproxy.Report
+	// before holds the refusals of the job's earlier supervisors (a
+	// manual restart starts a new one, with a new proxy), so that status
+	// counts over the job's whole life.
+	before []netproxy.DeniedHost
 	kick   chan struct{}
 	done   chan struct{}
 }
@@ -34,6 +38,11 @@ func (sv *supervisor) recordNetwork(prep *sandbox.Prepared) *networkRecorder {
 	}
 	nr := &networkRecorder{path: filepath.Join(sv.dir, networkFile), report: prep.Network,
 		kick: make(chan struct{}, 1), done: make(chan struct{})}
+	if sv.rec.Run > 1 {
+		if prev := readNetwork(sv.dir); prev != nil {
+			nr.before = prev.Denied
+		}
+	}
 	audited := netproxy.Auditor(&audit.Log{Path: sv.d.Join(audit.FileName)},
 		audit.Record{Program: "agentjob", Operation: "job", Command: commandOf(sv.spec.Shell, sv.spec.Argv),
 			Cwd: sv.spec.Cwd, Handle: sv.d.Mint("job", sv.id), Description: sv.spec.Description}, nil)
@@ -57,7 +66,9 @@ func (nr *networkRecorder) loop() {
 }
 
 func (nr *networkRecorder) write() {
-	b, err := json.Marshal(nr.report())
+	r := nr.report()
+	r.Denied = mergeDenied(nr.before, r.Denied)
+	b, err := json.Marshal(r)
 	if err == nil {
 		_ = state.WriteFileAtomic(nr.path, append(b, '\n'), 0o600)
 	}
@@ -83,4 +94,25 @@ func readNetwork(dir string) *netproxy.Report {
 		r.Denied = []netproxy.DeniedHost{}
 	}
 	return &r
+}
+
+// mergeDenied adds the counts of now to those of before, host by host, in
+// the order first refused.
+func mergeDenied(before, now []netproxy.DeniedHost) []netproxy.DeniedHost {
+	if len(before) == 0 {
+		return now
+	}
+	out := append([]netproxy.DeniedHost(nil), before...)
+	at := map[netproxy.DeniedHost]int{}
+	for i, d := range out {
+		at[netproxy.DeniedHost{Host: d.Host, Port: d.Port}] = i
+	}
+	for _, d := range now {
+		if i, ok := at[netproxy.DeniedHost{Host: d.Host, Port: d.Port}]; ok {
+			out[i].Count += d.Count
+			continue
+		}
+		out = append(out, d)
+	}
+	return out
 }
