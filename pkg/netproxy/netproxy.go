@@ -303,8 +303,13 @@ func (p *Proxy) newHTTP() *goproxy.ProxyHttpServer {
 	gp := goproxy.NewProxyHttpServer()
 	gp.Logger = log.New(io.Discard, "", 0)
 	gp.Verbose = false
+	// Pass the client's Accept-Encoding on, so that compressed responses
+	// stay compressed end to end, as without a proxy.
+	gp.KeepAcceptEncoding = true
 	tr := &http.Transport{
-		// Never the environment's proxy: this proxy is the way out.
+		// Never the environment's proxy: this proxy is the way out. The
+		// TLS config is the default one (goproxy's own skips
+		// verification), for an https:// URL asked of the proxy in plain.
 		Proxy:                 nil,
 		ForceAttemptHTTP2:     false,
 		MaxIdleConnsPerHost:   8,

@@ -396,3 +396,39 @@ func TestMaxConns(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// An https:// URL asked of the proxy in plain is fetched with certificate
+// verification (goproxy's own transport skips it), and the client's
+// Accept-Encoding reaches the upstream.
+func TestPlainHTTPSVerifiesAndKeepsEncoding(t *testing.T) {
+	var gotEncoding string
+	enc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotEncoding = r.Header.Get("Accept-Encoding")
+	}))
+	defer enc.Close()
+	h := newHarness(t, enc.Listener.Addr().String())
+	req, _ := http.NewRequest("GET", enc.URL, nil)
+	req.Header.Set("Accept-Encoding", "br")
+	resp, err := h.httpClient(nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if gotEncoding != "br" {
+		t.Errorf("upstream saw Accept-Encoding %q", gotEncoding)
+	}
+	conn, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET %s/ HTTP/1.1\r\nHost: %s\r\n\r\n", h.tls.URL, h.tls.Listener.Addr())
+	r, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode == 200 || strings.Contains(string(b), "hello from tls") || !strings.Contains(string(b), "certificate") {
+		t.Fatalf("plain https to a self-signed server: %d %q", r.StatusCode, b)
+	}
+}
