@@ -31,3 +31,9 @@ func handOverProxyListener(fd, port int) error {
 	}
 	return nil
 }
+
+// handoverPair is the socket pair over which the helper passes the
+// listener: SEQPACKET, so that the one message arrives whole.
+func handoverPair() ([2]int, error) {
+	return unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+}

@@ -72,7 +72,7 @@ func newNetProxy(rules netproxy.Rules) *netProxy {
 // started (or failed to), so that a helper that dies before sending ends
 // the receive instead of leaving it waiting.
 func (n *netProxy) launch() ([]*os.File, func(), error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	fds, err := handoverPair()
 	if err != nil {
 		return nil, nil, result.Errorf(CodeFailed, "cannot create the proxy's socket pair: %v", err)
 	}
