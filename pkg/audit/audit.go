@@ -73,6 +73,9 @@ type Record struct {
 	Decision string `json:"decision"`
 	// Approved is set when a prompt decision was overridden by --approved.
 	Approved bool `json:"approved,omitempty"`
+	// PolicyRuntime is what the runtime policy guard decided while the
+	// command ran (execguard.Report), when it was enforced.
+	PolicyRuntime any `json:"policy_runtime,omitempty"`
 	// Sandbox describes the sandbox the command ran in, if any.
 	Sandbox any `json:"sandbox,omitempty"`
 	// Status is the run's status: completed, timeout, cancelled, error,

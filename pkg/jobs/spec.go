@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -105,6 +106,13 @@ type Spec struct {
 	// supervisor prepares it once and starts the job inside the sandbox
 	// helper (its own executable), releasing it when the job is over.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+	// Policy, when set, is enforced while the job runs: every program any
+	// run of the job (restarts included) or its readiness command executes
+	// is decided by the runtime guard, and a refused one ends the run.
+	// PolicyApproved lets prompt-level programs run (a human approved the
+	// start); forbidden ones never do.
+	Policy         *policy.Policy `json:"policy,omitempty"`
+	PolicyApproved bool           `json:"policy_approved,omitempty"`
 
 	// Backend is where the supervisor runs: local (the default, a process
 	// on this host) or slurm (a batch job placed by Slurm).

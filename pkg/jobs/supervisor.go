@@ -18,7 +18,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -420,6 +424,13 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 			cmd.SysProcAttr = &a
 		}
 	}
+	g, err := sv.guard(cmd, sv.sandbox != nil)
+	if err != nil {
+		return runResult{}, err
+	}
+	if g != nil {
+		defer g.Cleanup()
+	}
 	cmd.SysProcAttr.Setpgid = true
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -584,6 +595,18 @@ wait:
 		}
 		return res, nil
 	}
+	if g != nil {
+		rep := g.Report()
+		if rep.Error != nil {
+			return runResult{}, &codedError{rep.Error.Code, errors.New(rep.Error.Message)}
+		}
+		sv.auditRuntime(rep)
+		if rep.Killed != nil {
+			// The guard killed a program the policy refused, and the
+			// run with it.
+			res.status, res.reason = StatusFailed, result.AsError(rep.Err()).Code
+		}
+	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
 		res.signal = proctree.SignalName(ws.Signal())
@@ -598,6 +621,51 @@ wait:
 		}
 	}
 	return res, nil
+}
+
+// guard puts cmd under the job's runtime policy, when it has one: cmd then
+// runs this program as the guard, which runs and polices what cmd was.
+// sandboxed says cmd already starts the sandbox helper.
+func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, error) {
+	if sv.spec.Policy == nil {
+		return nil, nil
+	}
+	// A program that does not exist fails the start, as without a guard.
+	if cmd.Err != nil {
+		return nil, startError(&sv.spec, cmd.Err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, &codedError{policy.CodeUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
+	}
+	g, err := execguard.Prepare(sv.spec.Policy, sv.spec.PolicyApproved, exe)
+	if err != nil {
+		return nil, &codedError{policy.CodeUnavailable, err}
+	}
+	if sandboxed {
+		g.TrustFirst()
+	}
+	cmd.Args, cmd.Path = g.Argv(cmd.Path, cmd.Args), exe
+	return g, nil
+}
+
+// auditRuntime records in the environment's audit log what the runtime
+// guard refused or let run on approval during one run of the job.
+func (sv *supervisor) auditRuntime(rep *execguard.Report) {
+	if rep.Killed == nil && len(rep.Approved) == 0 {
+		return
+	}
+	var command any = sv.spec.Argv
+	if sv.spec.Shell != "" {
+		command = sv.spec.Shell
+	}
+	rec := audit.Record{Program: "agentjob", Operation: "run", Command: command, Cwd: sv.spec.Cwd,
+		Description: sv.spec.Description, Handle: sv.d.Mint("job", sv.id), Status: "completed",
+		PolicyRuntime: rep, Approved: sv.spec.PolicyApproved && len(rep.Approved) > 0}
+	if err := rep.Err(); err != nil {
+		rec.Status, rec.ErrorCode = "refused", result.AsError(err).Code
+	}
+	_ = (&audit.Log{Path: sv.d.Join(audit.FileName)}).Append(rec)
 }
 
 // startKnown starts cmd while holding the reaper lock, so the reaper never
@@ -723,10 +791,18 @@ func (sv *supervisor) probe(ctx context.Context, ready func()) {
 			}
 			cmd := exec.CommandContext(ctx, shell, "-c", p.Cmd)
 			cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+			// The readiness command is held to the job's policy.
+			g, err := sv.guard(cmd, false)
+			if err != nil {
+				return false
+			}
+			if g != nil {
+				defer g.Cleanup()
+			}
 			if sv.startKnown(cmd) != nil {
 				return false
 			}
-			err := cmd.Wait()
+			err = cmd.Wait()
 			sv.forget(cmd.Process.Pid)
 			return err == nil
 		}

@@ -20,6 +20,10 @@ const (
 	CodeDenied = "policy_denied"
 	// CodeApprovalRequired: a command was decided prompt and was not approved.
 	CodeApprovalRequired = "approval_required"
+	// CodeUnavailable: the policy cannot be enforced while the command runs
+	// (the kernel refused to trace it), and static-only enforcement was not
+	// chosen.
+	CodeUnavailable = "policy_unavailable"
 )
 
 // Limits that keep extraction bounded whatever the input: a hostile string
@@ -51,13 +55,37 @@ type Command struct {
 	// Text is the source text the command came from; for a command found
 	// through a wrapper it is the text of the outer command.
 	Text string `json:"text"`
+
+	// wild marks the arguments whose value is known only at run time;
+	// from open on, any number of unknown arguments may follow (an
+	// unquoted expansion, a glob, what xargs appends). open is len(Argv)
+	// or more when the argv is complete.
+	wild []bool
+	open int
 }
+
+// Kinds of unresolved items.
+const (
+	// KindUnknown: what runs cannot be known before the call; the
+	// decision is at least prompt.
+	KindUnknown = ""
+	// KindCouldMatch: something known only at run time could make a
+	// command match a prompt or forbidden rule; the decision is prompt
+	// when the policy has such a rule (or such a default).
+	KindCouldMatch = "could_match"
+	// KindRefused: the string is beyond what the policy examines (too
+	// long, too deep, too many commands, not parseable as the shell would
+	// parse it); the decision is the strictest the policy can make, so a
+	// limit never turns forbidden into prompt.
+	KindRefused = "refused"
+)
 
 // Unresolved is something in a script that cannot be known without running
 // it, such as a command name taken from a variable.
 type Unresolved struct {
 	Text   string `json:"text"`
 	Reason string `json:"reason"`
+	Kind   string `json:"kind,omitempty"`
 }
 
 // Extract returns every simple command script would run and what cannot be
@@ -87,12 +115,40 @@ func Extract(script string) ([]Command, []Unresolved, error) {
 	return x.cmds, x.unres, nil
 }
 
+// ExtractStdin is Extract for a call that feeds stdin to the command: a
+// shell in the string that reads its script from the call's standard input
+// (bash, sh -s, sudo -s, . /dev/stdin) has stdin parsed as that script.
+func ExtractStdin(script, stdin string) ([]Command, []Unresolved, error) {
+	if len(script) > MaxScriptBytes {
+		return Extract(script)
+	}
+	if d := nesting(script); d > maxNesting {
+		return Extract(script)
+	}
+	f, err := parse(script)
+	if err != nil {
+		return Extract(script)
+	}
+	x := &extractor{placeholders: maxPlaceholderBytes, stdin: &stdin}
+	x.file(f, script, 0)
+	return x.cmds, x.unres, nil
+}
+
 // ExtractArgv is Extract for an argv that is run without a shell: its tokens
 // are literal, but wrappers (sudo, env, bash -c, ...) are still looked into.
 func ExtractArgv(argv []string) ([]Command, []Unresolved) {
-	x := &extractor{placeholders: maxPlaceholderBytes}
+	return extractArgv(argv, nil)
+}
+
+// ExtractArgvStdin is ExtractArgv for a call that feeds stdin to the argv.
+func ExtractArgvStdin(argv []string, stdin string) ([]Command, []Unresolved) {
+	return extractArgv(argv, &stdin)
+}
+
+func extractArgv(argv []string, stdin *string) ([]Command, []Unresolved) {
+	x := &extractor{placeholders: maxPlaceholderBytes, stdin: stdin}
 	u := &unit{x: x, src: strings.Join(argv, " ")}
-	x.argv(literalTokens(argv), nil, u, u.src, 0)
+	x.argv(literalTokens(argv), nil, u, u.src, 0, false)
 	return x.cmds, x.unres
 }
 
@@ -111,6 +167,12 @@ type extractor struct {
 	// placeholders is how many more bytes of expansion text may be copied
 	// into arguments; past it an expansion is shown as "$…".
 	placeholders int
+	// stdin is the call's standard input, when the caller gives it.
+	stdin *string
+	// cur is the statement being examined, for where its stdin comes from.
+	cur *syntax.Stmt
+	// inherit is what the next nested script's shell reads as stdin.
+	inherit inherited
 }
 
 // unit is one parsed script: the top-level string or a nested one. Offsets
@@ -120,6 +182,17 @@ type unit struct {
 	src   string
 	funcs map[string]bool // functions the script defines
 	depth int
+	// pipes are the source ranges that read a pipe as standard input
+	// (the right-hand sides of | and |&).
+	pipes [][2]int
+	// safeVars are the variables the script only ever sets to numbers,
+	// whose value arithmetic can evaluate without running code.
+	safeVars map[string]bool
+	// flagged records the data-to-code reports already made, once each.
+	flagged map[string]bool
+	// pipedIn: the shell running this script reads a pipe as stdin;
+	// stdinUsed: a heredoc or here-string, not the call's stdin, feeds it.
+	pipedIn, stdinUsed bool
 }
 
 // room reports whether another item may be added; the first refusal is
@@ -130,7 +203,7 @@ func (x *extractor) room() bool {
 	}
 	if len(x.cmds)+len(x.unres) >= maxItems {
 		x.full = true
-		x.unres = append(x.unres, Unresolved{Text: "", Reason: "more commands than the policy examines"})
+		x.unres = append(x.unres, Unresolved{Text: "", Reason: "more commands than the policy examines", Kind: KindRefused})
 		return false
 	}
 	return true
@@ -138,31 +211,90 @@ func (x *extractor) room() bool {
 
 func (x *extractor) add(argv []string, text string) {
 	if x.room() {
-		x.cmds = append(x.cmds, Command{Argv: argv, Text: text})
+		x.cmds = append(x.cmds, Command{Argv: argv, Text: text, open: len(argv)})
 	}
 }
 
+// addTokens reports a command whose arguments may be known only at run
+// time; appended says that more arguments are added after them.
+func (x *extractor) addTokens(toks []token, text string, appended bool) {
+	if !x.room() {
+		return
+	}
+	c := Command{Argv: tokenTexts(toks), Text: text, open: len(toks)}
+	if appended {
+		c.open = len(toks)
+		c.wild = make([]bool, len(toks))
+	}
+	for i, t := range toks {
+		if t.wild {
+			if c.wild == nil {
+				c.wild = make([]bool, len(toks))
+			}
+			c.wild[i] = true
+		}
+		if t.split && i < c.open {
+			c.open = i
+		}
+	}
+	if appended || c.open < len(toks) {
+		c.wild = append(c.wild, true) // what follows is unknown
+	}
+	x.cmds = append(x.cmds, c)
+}
+
 func (x *extractor) unresolved(text, reason string) {
+	x.unresolvedKind(text, reason, KindUnknown)
+}
+
+func (x *extractor) unresolvedKind(text, reason, kind string) {
 	if x.room() {
-		x.unres = append(x.unres, Unresolved{Text: text, Reason: reason})
+		x.unres = append(x.unres, Unresolved{Text: text, Reason: reason, Kind: kind})
 	}
 }
 
 // file extracts the commands of one parsed script.
 func (x *extractor) file(f *syntax.File, src string, depth int) {
-	u := &unit{x: x, src: src, depth: depth, funcs: map[string]bool{}}
+	u := &unit{x: x, src: src, depth: depth, funcs: map[string]bool{}, flagged: map[string]bool{},
+		pipedIn: x.inherit.pipedIn, stdinUsed: x.inherit.stdinUsed}
+	x.inherit = inherited{}
 	inspect(f, func(n syntax.Node) bool {
-		if fd, ok := n.(*syntax.FuncDecl); ok {
-			if fd.Name != nil {
-				u.funcs[fd.Name.Value] = true
+		switch n := n.(type) {
+		case *syntax.FuncDecl:
+			if n.Name != nil {
+				u.funcs[n.Name.Value] = true
 			}
-			for _, name := range fd.Names {
+			for _, name := range n.Names {
 				u.funcs[name.Value] = true
+			}
+		case *syntax.BinaryCmd:
+			if (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) && n.Y != nil {
+				u.pipes = append(u.pipes, [2]int{int(n.Y.Pos().Offset()), int(n.Y.End().Offset())})
 			}
 		}
 		return true
 	})
+	u.safeVars = numericVars(f)
 	x.walk(f, u)
+}
+
+type inherited struct{ pipedIn, stdinUsed bool }
+
+// readsPipe reports whether the statement reads a pipe as stdin.
+func (u *unit) readsPipe(st *syntax.Stmt) bool {
+	if u.pipedIn {
+		return true
+	}
+	if st == nil {
+		return false
+	}
+	off := int(st.Pos().Offset())
+	for _, r := range u.pipes {
+		if r[0] <= off && off < r[1] {
+			return true
+		}
+	}
+	return false
 }
 
 // walk visits every statement under node, including those inside words
@@ -172,8 +304,15 @@ func (x *extractor) walk(node syntax.Node, u *unit) {
 		if x.full {
 			return false
 		}
-		if st, ok := n.(*syntax.Stmt); ok {
-			x.stmt(st, u)
+		switch n := n.(type) {
+		case *syntax.Stmt:
+			x.stmt(n, u)
+		case *syntax.Redirect:
+			if (n.Op == syntax.Hdoc || n.Op == syntax.DashHdoc) && n.Hdoc != nil {
+				x.heredocEnd(n, u)
+			}
+		default:
+			x.dataToCode(n, u)
 		}
 		return true
 	})
@@ -248,14 +387,16 @@ func isChain(n syntax.Node) bool {
 // stmt reports the command of one statement when it is a simple command or
 // one of the keywords that behave like one.
 func (x *extractor) stmt(st *syntax.Stmt, u *unit) {
+	x.cur = st
 	switch c := st.Cmd.(type) {
 	case *syntax.CallExpr:
+		x.assignments(c, u)
 		if len(c.Args) > 0 {
-			toks := make([]token, len(c.Args))
-			for i, w := range c.Args {
-				toks[i] = u.word(w)
+			toks := make([]token, 0, len(c.Args))
+			for _, w := range c.Args {
+				toks = append(toks, u.words(w)...)
 			}
-			x.argv(toks, st.Redirs, u, u.source(c), 0)
+			x.argv(toks, st.Redirs, u, u.source(c), 0, false)
 		}
 	case *syntax.TimeClause:
 		// The keyword form; the timed statement is visited on its own.
@@ -277,6 +418,7 @@ func (x *extractor) stmt(st *syntax.Stmt, u *unit) {
 			argv = append(argv, u.assign(a))
 		}
 		x.add(argv, u.source(c))
+		x.declaration(c, u)
 	case *syntax.LetClause:
 		argv := []string{"let"}
 		for _, e := range c.Exprs {
@@ -314,12 +456,13 @@ func (u *unit) assign(a *syntax.Assign) string {
 
 // argv handles one resolved simple command: it is reported, and if it runs
 // another command or script, that is examined too.
-func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text string, wraps int) {
+// appended says the wrapper that runs it adds arguments at run time.
+func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text string, wraps int, appended bool) {
 	if len(toks) == 0 || !x.room() {
 		return
 	}
 	if wraps > maxWrappers {
-		x.unresolved(text, "wrappers nested deeper than the policy examines")
+		x.unresolvedKind(text, "wrappers nested deeper than the policy examines", KindRefused)
 		return
 	}
 	name := toks[0]
@@ -333,8 +476,7 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		x.unresolved(text, "function defined in the script")
 		return
 	}
-	args := tokenTexts(toks)
-	x.add(args, text)
+	x.addTokens(toks, text, appended)
 
 	switch base := baseName(name.text); base {
 	case "bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "rbash":
@@ -348,6 +490,10 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		if len(toks) > 1 {
 			if reason := toks[1].nameProblem(); reason != "" {
 				x.unresolved(text, "source of a path computed at run time")
+			} else if isStdinPath(toks[1].text) {
+				x.stdinScript(redirs, u, text)
+			} else if isFDPath(toks[1].text) {
+				x.unresolved(text, "source of a file descriptor")
 			}
 		}
 	case "alias":
@@ -370,14 +516,38 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		}
 	case "find":
 		x.findExec(toks, u, text, wraps)
+	case "xargs":
+		x.xargs(toks, redirs, u, text, wraps)
 	default:
-		inner, stdinShell := unwrap(base, toks)
+		if x.runner(base, toks, redirs, u, text, wraps) {
+			return
+		}
+		inner, stdinShell, problem := unwrap(base, toks)
+		if problem != "" {
+			x.unresolved(text, problem)
+		}
 		if inner != nil {
-			x.argv(inner, redirs, u, text, wraps+1)
+			x.argv(inner, redirs, u, text, wraps+1, false)
 		} else if stdinShell {
 			x.stdinScript(redirs, u, text)
 		}
 	}
+}
+
+// isStdinPath reports the names of standard input.
+func isStdinPath(p string) bool {
+	switch p {
+	case "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "/proc/thread-self/fd/0", "-":
+		return true
+	}
+	return false
+}
+
+// isFDPath reports paths that name an open file descriptor or a FIFO-like
+// special file, whose contents are not on disk.
+func isFDPath(p string) bool {
+	return strings.HasPrefix(p, "/dev/fd/") || strings.HasPrefix(p, "/proc/") && strings.Contains(p, "/fd/") ||
+		p == "/dev/tty" || strings.HasPrefix(p, "/dev/pts/")
 }
 
 func baseName(s string) string {
@@ -442,7 +612,17 @@ options:
 			x.nested(toks[i], u, text, "shell -c")
 		}
 	case i < len(toks) && !stdinMode:
-		// A script file: its contents are not the policy's to read.
+		switch op := toks[i]; {
+		case op.nameProblem() != "":
+			// bash <(curl ...), bash "$f": a script known at run time.
+			x.unresolved(text, "the shell runs a script whose name is computed at run time")
+		case isStdinPath(op.text):
+			x.stdinScript(redirs, u, text)
+		case isFDPath(op.text):
+			x.unresolved(text, "the shell reads its script from a file descriptor")
+		}
+		// Otherwise a script file: its contents are not the policy's to
+		// read (the runtime guard decides what it executes).
 	default:
 		x.stdinScript(redirs, u, text)
 	}
@@ -462,8 +642,16 @@ func (x *extractor) stdinScript(redirs []*syntax.Redirect, u *unit, text string)
 		}
 	}
 	switch {
+	case in == nil && u.readsPipe(x.cur):
+		x.unresolved(text, "the shell reads its script from a pipe on standard input")
+	case in == nil && x.stdin != nil && !u.stdinUsed:
+		x.nested(token{text: *x.stdin}, u, text, "standard input")
 	case in == nil:
 		x.unresolved(text, "the shell reads its script from standard input")
+	case in.Op == syntax.RdrIn && in.Word != nil && u.word(in.Word).nameProblem() != "":
+		x.unresolved(text, "the shell reads its script from a file computed at run time")
+	case in.Op == syntax.RdrIn && in.Word != nil && isFDPath(u.word(in.Word).text):
+		x.unresolved(text, "the shell reads its script from a file descriptor")
 	case in.Op == syntax.Hdoc || in.Op == syntax.DashHdoc:
 		if in.Hdoc != nil {
 			x.nested(u.heredoc(in), u, text, "heredoc")
@@ -523,19 +711,24 @@ func (x *extractor) nested(t token, u *unit, text, what string) {
 		x.unresolved(text, what+" script contains expansions resolved at run time")
 	}
 	if u.depth+1 > maxDepth {
-		x.unresolved(text, what+" script nested deeper than the policy examines")
+		x.unresolvedKind(text, what+" script nested deeper than the policy examines", KindRefused)
 		return
 	}
 	if len(t.text) > MaxScriptBytes || nesting(t.text) > maxNesting {
-		x.unresolved(text, what+" script nested deeper than the policy examines")
+		x.unresolvedKind(text, what+" script nested deeper than the policy examines", KindRefused)
 		return
 	}
 	f, err := parse(t.text)
 	if err != nil {
-		x.unresolved(text, what+" script does not parse: "+err.Error())
+		// The shell runs what comes before its syntax error.
+		x.unresolvedKind(text, what+" script does not parse: "+err.Error(), KindRefused)
 		return
 	}
+	cur := x.cur
+	x.inherit = inherited{pipedIn: u.readsPipe(cur),
+		stdinUsed: u.stdinUsed || what == "heredoc" || what == "here-string" || what == "standard input"}
 	x.file(f, t.text, u.depth+1)
+	x.cur = cur
 }
 
 // findExec extracts the commands of find's -exec, -execdir, -ok and -okdir
@@ -551,7 +744,21 @@ func (x *extractor) findExec(toks []token, u *unit, text string, wraps int) {
 		for j < len(toks) && toks[j].text != ";" && toks[j].text != "+" {
 			j++
 		}
-		x.argv(toks[i+1:j], nil, u, text, wraps+1)
+		// {} becomes a file name: any word, and with + any number.
+		inner := append([]token(nil), toks[i+1:j]...)
+		plus := j < len(toks) && toks[j].text == "+"
+		for k := range inner {
+			if strings.Contains(inner[k].text, "{}") {
+				inner[k].wild = true
+				if inner[k].dynamic == "" {
+					inner[k].dynamic = "find substitutes file names for {}"
+				}
+				if plus {
+					inner[k].split = true
+				}
+			}
+		}
+		x.argv(inner, nil, u, text, wraps+1, false)
 		i = j
 	}
 }

@@ -69,7 +69,7 @@ func extractCases() []extractCase {
 		{"braced variable as name", `${X} foo`, nil, []string{"parameter expansion"}, Prompt},
 		{"quoted variable as name", `"$@"`, nil, []string{"parameter expansion"}, Prompt},
 		{"glob as name", `/bin/r? -rf /`, nil, []string{"glob"}, Prompt},
-		{"brace expansion as name", `{rm,-rf,/}`, nil, []string{"brace"}, Prompt},
+		{"brace expansion as name", `{rm,-rf,/}`, cmds("rm -rf /"), nil, Forbidden},
 		{"arithmetic as name", `$((1+1)) x`, nil, []string{"arithmetic"}, Prompt},
 		{"eval literal", `eval "rm -rf /"`, [][]string{{"eval", "rm -rf /"}, argv("rm -rf /")}, []string{"eval"}, Forbidden},
 		{"eval variable", `eval "$CMD"`, cmds("eval $CMD"), []string{"eval", "expansions", "parameter expansion"}, Prompt},
@@ -114,7 +114,7 @@ func extractCases() []extractCase {
 		{"dash with options", `/bin/dash -e -o pipefail -c 'rm x'`, [][]string{{"/bin/dash", "-e", "-o", "pipefail", "-c", "rm x"}, {"rm", "x"}}, nil, Forbidden},
 		{"nested -c", `bash -c 'sh -c "rm -rf /"'`, [][]string{{"bash", "-c", `sh -c "rm -rf /"`}, {"sh", "-c", "rm -rf /"}, {"rm", "-rf", "/"}}, nil, Forbidden},
 		{"-c with variable", `bash -c "rm -rf $DIR"`, [][]string{{"bash", "-c", "rm -rf $DIR"}, {"rm", "-rf", "$DIR"}}, []string{"expansions"}, Forbidden},
-		{"-c that does not parse", `sh -c 'if'`, [][]string{{"sh", "-c", "if"}}, []string{"does not parse"}, Prompt},
+		{"-c that does not parse", `sh -c 'if'`, [][]string{{"sh", "-c", "if"}}, []string{"does not parse"}, Forbidden},
 		{"script file", `bash ./build.sh --fast`, cmds("bash ./build.sh --fast"), nil, Allow},
 		{"heredoc to bash", "bash <<EOF\nrm -rf /\nEOF\n", cmds("bash", "rm -rf /"), nil, Forbidden},
 		{"quoted heredoc to bash", "bash <<'EOF'\ngit reset --hard\nEOF\n", cmds("bash", "git reset --hard"), nil, Forbidden},
@@ -127,7 +127,7 @@ func extractCases() []extractCase {
 		{"find -exec +", `find . -type f -execdir chmod 644 {} + -print`, cmds("find . -type f -execdir chmod 644 {} + -print", "chmod 644 {}"), nil, Allow},
 		{"xargs", `xargs rm`, cmds("xargs rm", "rm"), nil, Forbidden},
 		{"xargs with options", `find . -print0 | xargs -0 -n 1 -P4 rm -f`, cmds("find . -print0", "xargs -0 -n 1 -P4 rm -f", "rm -f"), nil, Forbidden},
-		{"xargs -I sh -c", `xargs -I{} sh -c 'echo {}'`, [][]string{{"xargs", "-I{}", "sh", "-c", "echo {}"}, {"sh", "-c", "echo {}"}, {"echo", "{}"}}, nil, Allow},
+		{"xargs -I sh -c", `xargs -I{} sh -c 'echo {}'`, [][]string{{"xargs", "-I{}", "sh", "-c", "echo {}"}, {"sh", "-c", "echo {}"}, {"echo", "{}"}}, []string{"expansions"}, Prompt},
 		{"xargs alone", `ls | xargs`, cmds("ls", "xargs"), nil, Allow},
 		{"env", `env -i FOO=1 rm x`, cmds("env -i FOO=1 rm x", "rm x"), nil, Forbidden},
 		{"env assignments", `env FOO=bar BAZ=1 make test`, cmds("env FOO=bar BAZ=1 make test", "make test"), nil, Allow},
@@ -237,8 +237,13 @@ func TestExtractText(t *testing.T) {
 		{Argv: argv("sudo rm x"), Text: `sudo "r"m x`},
 		{Argv: argv("rm x"), Text: `sudo "r"m x`},
 	}
-	if !reflect.DeepEqual(got, want) {
+	if len(got) != len(want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	for i := range got {
+		if !reflect.DeepEqual(got[i].Argv, want[i].Argv) || got[i].Text != want[i].Text {
+			t.Fatalf("got %+v\nwant %+v", got, want)
+		}
 	}
 }
 

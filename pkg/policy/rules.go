@@ -284,12 +284,16 @@ func exampleArgv(v starlark.Value) ([]string, error) {
 // argv[0] is a path, its base name is tried as well, so a rule for rm also
 // covers /bin/rm.
 func (r *Rule) Matches(argv []string) bool {
-	if r.matchesExactly(argv) {
-		return true
-	}
-	if len(argv) > 0 && strings.Contains(argv[0], "/") {
-		alt := append([]string{baseName(argv[0])}, argv[1:]...)
-		return r.matchesExactly(alt)
+	for _, f := range forms(argv) {
+		if r.matchesExactly(f) {
+			return true
+		}
+		if len(f) > 0 && strings.Contains(f[0], "/") {
+			alt := append([]string{baseName(f[0])}, f[1:]...)
+			if r.matchesExactly(alt) {
+				return true
+			}
+		}
 	}
 	return false
 }
@@ -301,7 +305,39 @@ func (r *Rule) matchesExactly(argv []string) bool {
 	for i, alts := range r.Pattern {
 		ok := false
 		for _, a := range alts {
-			if argv[i] == a {
+			if tokenMatches(argv[i], a, r.Decision != Allow) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// couldMatch reports whether the rule would match c once the words known
+// only at run time are known: each of the rule's positions is either a
+// wild word, past c.open (unknown words may follow), or matches.
+func (r *Rule) couldMatch(c Command) bool {
+	argv := c.Argv
+	if len(argv) > 0 && strings.Contains(argv[0], "/") {
+		argv = append([]string{baseName(argv[0])}, argv[1:]...)
+	}
+	for i, alts := range r.Pattern {
+		if i >= c.open {
+			return true
+		}
+		if i >= len(argv) {
+			return false
+		}
+		if i < len(c.wild) && c.wild[i] {
+			continue
+		}
+		ok := false
+		for _, a := range alts {
+			if tokenMatches(argv[i], a, r.Decision != Allow) {
 				ok = true
 				break
 			}

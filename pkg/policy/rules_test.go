@@ -211,8 +211,13 @@ prefix_rule(pattern=["git"], decision="allow")
 	if d := p.CheckArgv([]string{"sudo", "rm", "-rf", "/"}); d.Decision != Forbidden {
 		t.Errorf("CheckArgv(sudo rm -rf /) = %+v", d)
 	}
-	if d := p.Check(`echo "unterminated`); d.Decision != Prompt || len(d.Unresolved) != 1 {
-		t.Errorf("unparseable script: %+v, want prompt with the parse error", d)
+	// The shell runs what precedes a syntax error: refused with the
+	// strictest decision the policy has, not merely prompted.
+	if d := p.Check(`echo "unterminated`); d.Decision != Forbidden || len(d.Unresolved) != 1 || d.Unresolved[0].Kind != KindRefused {
+		t.Errorf("unparseable script: %+v, want forbidden with the parse error", d)
+	}
+	if d := New().Check(`echo "unterminated`); d.Decision != Prompt {
+		t.Errorf("unparseable script under an allow-only policy: %+v, want prompt", d)
 	}
 }
 

@@ -15,6 +15,10 @@ type token struct {
 	text    string
 	dynamic string // the value depends on an expansion
 	pattern string // the value is subject to globbing or brace expansion
+	// wild: the word's value is only known at run time, so it could be
+	// any word; split: it could also become several words or none (an
+	// unquoted expansion, a glob, arguments a wrapper adds).
+	wild, split bool
 }
 
 // nameProblem says why the token cannot be trusted as a command name, or "".
@@ -70,6 +74,10 @@ func (u *unit) part(part syntax.WordPart, b *strings.Builder, t *token, quoted b
 		if t.dynamic == "" {
 			t.dynamic = reason
 		}
+		t.wild = true
+		if !quoted {
+			t.split = true
+		}
 		u.placeholder(part, b)
 	}
 	switch p := part.(type) {
@@ -86,9 +94,15 @@ func (u *unit) part(part syntax.WordPart, b *strings.Builder, t *token, quoted b
 		if t.pattern == "" && brace {
 			t.pattern = reasonBrace
 		}
+		if glob || brace {
+			// A glob becomes the names of whatever files match.
+			t.wild, t.split = true, true
+		}
 	case *syntax.SglQuoted:
 		if p.Dollar {
-			b.WriteString(unescapeANSI(p.Value))
+			// bash ends the string at a NUL byte: $'git\0' is git.
+			v, _, _ := strings.Cut(unescapeANSI(p.Value), "\x00")
+			b.WriteString(v)
 		} else {
 			b.WriteString(p.Value)
 		}
@@ -108,10 +122,17 @@ func (u *unit) part(part syntax.WordPart, b *strings.Builder, t *token, quoted b
 		if t.pattern == "" {
 			t.pattern = reasonGlob
 		}
+		t.wild, t.split = true, true
+		u.placeholder(part, b)
+	case *syntax.BraceExp:
+		// Left unexpanded only past maxBraceWords.
+		if t.pattern == "" {
+			t.pattern = reasonBrace
+		}
+		t.wild, t.split = true, true
 		u.placeholder(part, b)
 	default:
-		// BraceExp only appears after syntax.SplitBraces, which is not used;
-		// anything new in the parser is treated as unknown rather than dropped.
+		// Anything new in the parser is treated as unknown rather than dropped.
 		setDynamic("command name contains an expansion the policy does not understand")
 	}
 }
@@ -162,8 +183,14 @@ func unescapeBare(s string) (out string, glob, brace bool) {
 				b.WriteByte(s[i])
 			}
 			continue
-		case c == '*' || c == '?' || c == '[':
+		case c == '*' || c == '?':
 			glob = true
+		case c == '[':
+			// A bracket is a pattern only with a closing bracket after
+			// it: [ alone (the test command) is an ordinary word.
+			if j := strings.IndexByte(s[i+1:], ']'); j > 0 || j == 0 && strings.IndexByte(s[i+2:], ']') >= 0 {
+				glob = true
+			}
 		case c == '{':
 			open = true
 		case c == '}' && open:

@@ -6,7 +6,7 @@ import "os"
 // different process once the first one is gone and reaped.
 type ID struct {
 	PID   int
-	Start uint64 // clock ticks since boot, field 22 of /proc/PID/stat
+	Start uint64 // Linux: clock ticks since boot (/proc/PID/stat field 22); macOS: µs since the epoch (p_starttime)
 }
 
 // Identify returns the identity of the process that has pid now.

@@ -1,30 +1,38 @@
 // Package proctree is the one home of process control for agentsh, its
 // session servers and the job supervisor: process identity (ID, Identify),
 // the verdict on a recorded owner (Owner.Check: pid, start time and boot
-// id), waiting for any process without polling (Wait, through a pidfd), the
-// kill sequence with grace (Terminate over a Tree) and signal names
-// (SignalName, ParseSignal). It finds process trees on Linux through /proc.
+// id), waiting for any process without polling (Wait: a pidfd on Linux, a
+// kqueue on macOS), the kill sequence with grace (Terminate over a Tree)
+// and signal names (SignalName, ParseSignal). It finds process trees
+// through the kernel's process table: /proc on Linux, sysctl kern.proc on
+// macOS.
 //
 // A process is identified by its PID and its start time (field 22 of
-// /proc/PID/stat), because PIDs are recycled: a PID alone never proves that
-// the process we started is still the one running. Descendants are found by
-// walking parent links in one snapshot of /proc, which also sees processes
-// that called setsid or double-forked, provided the caller is a child
-// subreaper (SetSubreaper) so that orphans are reparented to it instead of to
-// PID 1.
+// /proc/PID/stat on Linux, p_starttime of kinfo_proc on macOS), because PIDs
+// are recycled: a PID alone never proves that the process we started is
+// still the one running. Descendants are found by walking parent links in
+// one snapshot of the process table.
+//
+// On Linux that walk also sees processes that called setsid or
+// double-forked, provided the caller is a child subreaper (SetSubreaper) so
+// that orphans are reparented to it instead of to PID 1.
+//
+// macOS has no subreaper: an orphan is reparented to launchd (PID 1) and
+// drops out of the parent walk. What still holds it there is its process
+// group and its session, which it keeps across the reparenting: the
+// commands are started as session leaders, so on macOS SignalGroup(pid)
+// reaches the command's group and also every process still in the session
+// pid leads (Tree.Session). A descendant that double-forked and called
+// setsid itself leaves both, is reparented to launchd and is found by no
+// walk: on macOS such a process can outlive the call.
 package proctree
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Stat is the part of /proc/PID/stat this package needs.
@@ -34,45 +42,13 @@ type Stat struct {
 	PGID      int
 	SID       int
 	State     byte   // R, S, D, Z, T, X, …
-	StartTime uint64 // clock ticks since boot
+	StartTime uint64 // Linux: clock ticks since boot; macOS: µs since the epoch
 }
 
 // Dead reports whether the process has exited and only its zombie remains.
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' }
 
-// ReadStat parses /proc/PID/stat. The command name may contain spaces and
-// parentheses, so the fields are counted from the last ')'.
-func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return Stat{}, err
-	}
-	return parseStat(pid, b)
-}
-
-func parseStat(pid int, b []byte) (Stat, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return Stat{}, fmt.Errorf("proctree: malformed stat for pid %d", pid)
-	}
-	f := strings.Fields(string(b[i+2:]))
-	// f[0] is field 3 (state); field N is f[N-3].
-	if len(f) < 20 {
-		return Stat{}, fmt.Errorf("proctree: short stat for pid %d", pid)
-	}
-	s := Stat{PID: pid, State: f[0][0]}
-	var errs [4]error
-	s.PPID, errs[0] = strconv.Atoi(f[1])
-	s.PGID, errs[1] = strconv.Atoi(f[2])
-	s.SID, errs[2] = strconv.Atoi(f[3])
-	s.StartTime, errs[3] = strconv.ParseUint(f[19], 10, 64)
-	if err := errors.Join(errs[:]...); err != nil {
-		return Stat{}, fmt.Errorf("proctree: stat for pid %d: %w", pid, err)
-	}
-	return s, nil
-}
-
-// StartTime returns the start time of pid in clock ticks since boot.
+// StartTime returns the start time of pid (units as in Stat.StartTime).
 func StartTime(pid int) (uint64, error) {
 	s, err := ReadStat(pid)
 	if err != nil {
@@ -93,42 +69,6 @@ func Alive(pid int, startTime uint64) bool {
 		return false
 	}
 	return s.StartTime == startTime && !s.Dead()
-}
-
-// BootID returns the kernel's random boot id, which changes on every boot.
-func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// Snapshot reads the stat of every process in /proc. Processes that vanish
-// while it reads are skipped.
-func Snapshot() ([]Stat, error) {
-	d, err := os.Open("/proc")
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Stat, 0, len(names))
-	for _, n := range names {
-		pid, err := strconv.Atoi(n)
-		if err != nil {
-			continue
-		}
-		s, err := ReadStat(pid)
-		if err != nil {
-			continue
-		}
-		out = append(out, s)
-	}
-	return out, nil
 }
 
 // Descendants returns every process below root in the snapshot, children
@@ -165,23 +105,20 @@ func DescendantsExcept(snap []Stat, root int, exempt func(Stat) bool) []Stat {
 	return out
 }
 
-// SetSubreaper makes the calling process a child subreaper: orphaned
-// descendants are reparented to it rather than to PID 1, so they stay
-// findable through Descendants and can be killed.
-func SetSubreaper() error {
-	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-}
-
 // SignalGroup sends sig to the process group pgid. A group that no longer
-// exists is not an error.
+// exists is not an error. On macOS it also signals every process of the
+// session pgid leads, if there is one (see the package doc).
 func SignalGroup(pgid int, sig syscall.Signal) error {
 	if pgid <= 1 {
 		return fmt.Errorf("proctree: refusing to signal process group %d", pgid)
 	}
 	err := syscall.Kill(-pgid, sig)
 	if errors.Is(err, syscall.ESRCH) {
-		return nil
+		err = nil
 	}
+	// Where no subreaper keeps orphans findable, the session the group's
+	// leader started holds the members that moved to another group.
+	signalSession(pgid, sig)
 	return err
 }
 
@@ -270,14 +207,6 @@ func KillAllDescendantsExcept(timeout time.Duration, exempt func(Stat) bool) []i
 			backoff *= 2
 		}
 	}
-}
-
-// hasChildren reports whether the calling process has any child, live or
-// zombie, without reaping it.
-func hasChildren() bool {
-	var info unix.Siginfo
-	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
-	return !errors.Is(err, unix.ECHILD)
 }
 
 // reap collects the exit status of a zombie child so that it disappears.

@@ -273,11 +273,11 @@ func LiveProcesses(pattern string) []string {
 		if s.Dead() || s.PID == os.Getpid() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID), "cmdline"))
+		argv, err := proctree.Argv(s.PID)
 		if err != nil {
 			continue
 		}
-		cmdline := string(bytes.ReplaceAll(bytes.TrimRight(b, "\x00"), []byte{0}, []byte{' '}))
+		cmdline := strings.Join(argv, " ")
 		if strings.Contains(cmdline, pattern) {
 			// Re-check: it may have died between the snapshot and now.
 			if st, err := proctree.ReadStat(s.PID); err == nil && !st.Dead() {

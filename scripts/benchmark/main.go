@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 type bench struct {
@@ -85,18 +87,11 @@ func check(err error) {
 }
 
 func kernel() string {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return "Linux"
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return runtime.GOOS
 	}
-	var b []byte
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		b = append(b, byte(c))
-	}
-	return "Linux " + string(b)
+	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }
 
 func (b *bench) build() error {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -63,6 +64,10 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// A sandboxed job starts inside this program as the sandbox helper.
 	if len(args) > 0 && args[0] == sandbox.HelperCommand {
 		return sandbox.HelperMain(args[1:])
+	}
+	// A policed job runs under the runtime policy guard, also this program.
+	if len(args) > 0 && args[0] == execguard.Command {
+		return execguard.Main(args[1:])
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -154,6 +155,14 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.cmd != nil {
+		err = o.Guard.CheckSurface(o.Env, o.cmd, "", "env")
+	} else {
+		err = o.Guard.CheckEnv(o.Vars, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
 	// Every start, and every refusal, leaves one line in the audit log.
 	var command any = spec.Argv
 	if spec.Shell != "" {
@@ -185,10 +194,20 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	}()
 	// The command policy decides before anything starts, as in agentsh.
 	decision, err := o.Guard.Decide(spec.Shell, spec.Argv)
+	if err == nil && decision != nil && spec.Ready.Cmd != "" {
+		// The readiness command runs too: it is decided like the job's.
+		var ready *policy.Decision
+		ready, err = o.Guard.Decide(spec.Ready.Cmd, nil)
+		decision = policy.Merge(decision, ready)
+	}
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err
 	}
+	if spec.Policy, err = o.Guard.RuntimePolicy(); err != nil {
+		return nil, err
+	}
+	spec.PolicyApproved = o.Guard.Approved
 	var report map[string]any
 	// The floor holds also for a call that asks for no sandbox at all.
 	if o.cmd != nil {
@@ -221,7 +240,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	}
 	if !o.WaitReady {
 		obj := statusResult(s)
-		addGuardFields(obj, decision, report)
+		addGuardFields(obj, decision, spec.Policy != nil, report)
 		return &clikit.Outcome{Value: obj}, nil
 	}
 	// The supervisor fails the job when --ready-timeout passes, so this
@@ -233,7 +252,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	s = got[0]
 	if s.Ready && !s.Ended() {
 		obj := statusResult(s)
-		addGuardFields(obj, decision, report)
+		addGuardFields(obj, decision, spec.Policy != nil, report)
 		return &clikit.Outcome{Value: obj}, nil
 	}
 	obj := statusObject(result.New().Set("success", false), s)
@@ -242,9 +261,13 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 }
 
 // addGuardFields reports the policy decision and the sandbox, when any.
-func addGuardFields(o *result.Object, d *policy.Decision, report map[string]any) {
+func addGuardFields(o *result.Object, d *policy.Decision, enforced bool, report map[string]any) {
 	if d != nil {
-		o.Set("policy", guard.Object(d))
+		obj := guard.Object(d, nil)
+		if enforced {
+			obj.Set("enforce", execguard.EnforceRuntime)
+		}
+		o.Set("policy", obj)
 	}
 	if report != nil {
 		o.Set("sandbox", report)

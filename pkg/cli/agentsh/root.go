@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -91,6 +92,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return serveMain(args[1:])
 		case sandbox.HelperCommand:
 			return sandbox.HelperMain(args[1:])
+		case execguard.Command:
+			return execguard.Main(args[1:])
 		}
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -247,6 +247,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err != nil {
 		return nil, err
 	}
+	if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
+		return nil, err
+	}
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -279,7 +282,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	} else {
 		argv = s.command.([]string)
 	}
-	decision, err := o.Guard.Decide(script, argv)
+	decision, err := o.Guard.DecideInput(script, argv, guard.StdinText(s.req.Stdin, s.req.StdinFile))
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		return nil, err
@@ -329,9 +332,28 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		defer started()
 		s.req.ExtraFiles = files
 	}
+	// The policy also holds while the command runs: every exec in its
+	// tree is decided by the guard, which wraps whatever runs (the
+	// sandbox helper included).
+	var rt *execguard.Report
+	g, err := o.Guard.Runtime(selfExe())
+	if err != nil {
+		return nil, err
+	}
+	if g != nil {
+		defer g.Cleanup()
+		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
+	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
 		st.flush()
+	}
+	if g != nil {
+		rt = g.Report()
+		rec.PolicyRuntime = rt
+		if err == nil && rt.Error != nil {
+			err = rt.Err()
+		}
 	}
 	if err == nil && prep != nil {
 		err = prep.Failure()
@@ -351,7 +373,18 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	obj := run.Render(res, s.render)
 	obj.Set("cwd", s.cwd).Set("command", s.command).Set("pid", res.PID)
 	if decision != nil {
-		obj.Set("policy", guard.Object(decision))
+		obj.Set("policy", guard.Object(decision, rt))
+	}
+	if rerr := rt.Err(); rerr != nil {
+		// An exec the policy refused was killed before it ran, and the
+		// rest of the tree with it: the call failed.
+		re := result.AsError(rerr)
+		obj.Set("success", false).Set("status", run.StatusError).Set("exit_code", ExitFailed).
+			Set("error", result.ErrorObject(re))
+		if env.Description != "" {
+			obj.Set("description", env.Description)
+		}
+		return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
@@ -371,6 +404,16 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	return &clikit.Outcome{Value: obj, Exit: ExitStatus(res)}, nil
 }
 
+// selfExe is this program's executable, for the hidden helpers it starts
+// (the sandbox helper, the policy guard).
+func selfExe() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "/proc/self/exe"
+	}
+	return exe
+}
+
 // detachedServers returns the predicate that spares, in the final cleanup,
 // the agentjob supervisors and agentsh session servers (of any state
 // directory) that the command started: 'agentsh -c "agentjob start -- srv"'
@@ -378,7 +421,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 // hold, so a command cannot escape the cleanup by renaming itself:
 //   - it leads its own session (both servers call setsid);
 //   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (/proc/PID/exe, compared by inode) is this agentsh,
+//   - its executable (proctree.Executable) is this agentsh,
 //     the agentjob beside it, or an agentjob on the command's PATH.
 //
 // The executables are looked up once, on the first candidate.
@@ -395,12 +438,8 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if p.SID != p.PID {
 			return false
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-		if err != nil {
-			return false
-		}
-		argv := strings.Split(string(b), "\x00")
-		if len(argv) < 2 {
+		argv, err := proctree.Argv(p.PID)
+		if err != nil || len(argv) < 2 {
 			return false
 		}
 		prog := filepath.Base(argv[0])
@@ -410,7 +449,7 @@ func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
 		if !looked {
 			looked, known = true, serverExecutables(cmdEnv)
 		}
-		fi, err := os.Stat("/proc/" + strconv.Itoa(p.PID) + "/exe")
+		fi, err := proctree.Executable(p.PID)
 		if err != nil {
 			return false
 		}

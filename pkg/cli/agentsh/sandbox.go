@@ -203,8 +203,10 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 	check := &cobra.Command{
 		Use:   "check",
 		Short: "Report, as JSON, which sandbox mechanisms this machine can enforce",
-		Long: "Report which sandbox mechanisms this machine can enforce: Landlock and its ABI, user, " +
-			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root.",
+		Long: "Report which sandbox mechanisms this machine can enforce: on Linux, Landlock and its ABI, user, " +
+			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root; " +
+			"on macOS (\"platform\": \"darwin\"), whether Seatbelt (sandbox-exec) is there, how leftover processes are " +
+			"found without a subreaper, and which flags are refused there (--memory, --pids, --user).",
 		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check"},
 	}
 	check.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {

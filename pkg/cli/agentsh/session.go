@@ -32,6 +32,7 @@ type SessionStartOptions struct {
 	IdleTimeout time.Duration
 	Name        string
 	Sandbox     SandboxOptions
+	Guard       guard.Options
 }
 
 func manager(env *clikit.Env, stateDir string) (*session.Manager, error) {
@@ -75,9 +76,15 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 	f.StringVar(&o.Name, "name", "", "a `NAME` usable instead of the handle")
 	AddSandboxFlags(f, &o.Sandbox)
 	AddSandboxLockFlag(f)
+	guard.AddPolicyFlags(f, &o.Guard)
 	config(f, "shell", "idle-timeout", "clear-env")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
+			return nil, err
+		}
+		// Under a policy the session's shell and environment are the
+		// operator's: calls are decided as that shell runs them.
+		if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
 			return nil, err
 		}
 		m, err := manager(env, *stateDir)
@@ -259,7 +266,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
 	// The caller's policy decides before the command reaches the session.
-	decision, err := o.Guard.Decide(o.Command, nil)
+	decision, err := o.Guard.DecideInput(o.Command, nil, req.Stdin)
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		guard.Audit(env, stateDir, rec)

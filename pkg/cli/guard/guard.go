@@ -5,10 +5,16 @@
 package guard
 
 import (
+	"io"
+	"os"
+	"slices"
+	"strings"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -18,19 +24,32 @@ type Options struct {
 	Files    []string
 	Default  string
 	Approved bool
+	// Enforce is runtime (the default with a policy) or static.
+	Enforce string
+
+	loaded *policy.Policy // the policy read by the first Load
 }
 
 // AddFlags adds the policy flags. The policy files and default come from
 // the operator (flags, AGENTPLANE_POLICY, the user config), never from a
 // request: a model's tool call cannot choose its own rules or approve itself.
 func AddFlags(fs *pflag.FlagSet, o *Options) {
+	AddPolicyFlags(fs, o)
+	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
+	_ = fs.SetAnnotation("approved", clikit.AnnotNoRequest, []string{"true"})
+}
+
+// AddPolicyFlags adds the flags that choose the policy, without
+// --approved: for operations that run nothing by themselves (session start).
+func AddPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.StringArrayVar(&o.Files, "policy", nil, "decide commands with the prefix rules in `FILE` (repeatable)")
 	fs.Var(clikit.EnumValue{S: &o.Default, Allowed: []string{"", policy.Allow, policy.Prompt, policy.Forbidden}}, "policy-default", "decision for commands no rule matches: allow (default), prompt or forbidden")
-	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
-	for _, n := range []string{"policy", "policy-default"} {
+	fs.Var(clikit.EnumValue{S: &o.Enforce, Allowed: []string{"", execguard.EnforceRuntime, execguard.EnforceStatic}}, "policy-enforce",
+		"runtime (default with a policy): also decide every program the command executes while it runs; static: decide the command string before the call only")
+	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
 	}
-	for _, n := range []string{"policy", "policy-default", "approved"} {
+	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
 		_ = fs.SetAnnotation(n, clikit.AnnotNoRequest, []string{"true"})
 	}
 }
@@ -40,6 +59,9 @@ func (o *Options) Load() (*policy.Policy, error) {
 	if len(o.Files) == 0 && o.Default == "" {
 		return nil, nil
 	}
+	if o.loaded != nil {
+		return o.loaded, nil
+	}
 	p, err := policy.Load(o.Files...)
 	if err != nil {
 		return nil, err
@@ -47,7 +69,50 @@ func (o *Options) Load() (*policy.Policy, error) {
 	if o.Default != "" {
 		p.SetDefault(o.Default)
 	}
+	o.loaded = p
 	return p, nil
+}
+
+// Active reports whether a policy is in force.
+func (o *Options) Active() bool { return len(o.Files) > 0 || o.Default != "" }
+
+// Runtime prepares the runtime guard for one run of a command, or returns
+// nil when no policy is in force or the operator chose static enforcement.
+// self is the program's executable, which routes execguard.Command.
+// Where the kernel cannot trace, the error is policy_unavailable.
+func (o *Options) Runtime(self string) (*execguard.Guard, error) {
+	if o.Enforce == execguard.EnforceStatic {
+		return nil, nil
+	}
+	p, err := o.Load()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return execguard.Prepare(p, o.Approved, self)
+}
+
+// RuntimePolicy returns the policy to enforce at run time, or nil when no
+// policy is in force or enforcement is static; for a job, whose supervisor
+// prepares the guard of each run itself.
+func (o *Options) RuntimePolicy() (*policy.Policy, error) {
+	if o.Enforce == execguard.EnforceStatic {
+		return nil, nil
+	}
+	p, err := o.Load()
+	if err != nil || p == nil {
+		return nil, err
+	}
+	return p, execguard.Available()
+}
+
+// Wrap puts argv (run as path, "" to look argv[0] up) under the runtime
+// guard g, returning what the runner executes: self with the guard's argv.
+// sandboxed says argv starts the program's own sandbox helper.
+func Wrap(g *execguard.Guard, self, path string, argv []string, sandboxed bool) (string, []string) {
+	if sandboxed {
+		g.TrustFirst()
+	}
+	return self, g.Argv(path, argv)
 }
 
 // Decide checks a shell string (script != "") or an argv against the
@@ -55,14 +120,26 @@ func (o *Options) Load() (*policy.Policy, error) {
 // may not run, the error to report: policy_denied for forbidden (never
 // overridable), approval_required for prompt without --approved.
 func (o *Options) Decide(script string, argv []string) (*policy.Decision, error) {
+	return o.DecideInput(script, argv, nil)
+}
+
+// DecideInput is Decide for a call that feeds stdin (nil: none) to the
+// command: a shell that reads its script from standard input has stdin
+// decided as that script.
+func (o *Options) DecideInput(script string, argv []string, stdin *string) (*policy.Decision, error) {
 	p, err := o.Load()
 	if err != nil || p == nil {
 		return nil, err
 	}
 	var d policy.Decision
-	if script != "" {
+	switch {
+	case script != "" && stdin != nil:
+		d = p.CheckStdin(script, *stdin)
+	case script != "":
 		d = p.Check(script)
-	} else {
+	case stdin != nil:
+		d = p.CheckArgvStdin(argv, *stdin)
+	default:
 		d = p.CheckArgv(argv)
 	}
 	switch d.Decision {
@@ -81,6 +158,31 @@ func (o *Options) Decide(script string, argv []string) (*policy.Decision, error)
 		}
 	}
 	return &d, err
+}
+
+// StdinText returns what a call feeds the command on stdin, for the
+// policy: the --stdin string, or the --stdin-file contents up to the size
+// the policy reads (nil when there is none, or it cannot be read, in
+// which case a shell reading it stays unresolved).
+func StdinText(stdin []byte, file string) *string {
+	switch {
+	case stdin != nil:
+		s := string(stdin)
+		return &s
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, policy.MaxScriptBytes+1))
+		if err != nil || len(b) > policy.MaxScriptBytes {
+			return nil
+		}
+		s := string(b)
+		return &s
+	}
+	return nil
 }
 
 // NewCmdCheck builds `PROGRAM check -c STRING | -- ARGV`: the decision,
@@ -160,10 +262,17 @@ func Report(obj *result.Object, d *policy.Decision) {
 	obj.Set("decision", d.Decision).Set("commands", cmds).Set("unresolved", unres)
 }
 
-// Object renders a decision as the value of a result's "policy" field.
-func Object(d *policy.Decision) *result.Object {
+// Object renders a decision as the value of a result's "policy" field,
+// with what the runtime guard decided (rt, nil when it was not enforced)
+// as "runtime" and the enforcement as "enforce".
+func Object(d *policy.Decision, rt *execguard.Report) *result.Object {
 	obj := result.New()
 	Report(obj, d)
+	if rt != nil {
+		obj.Set("enforce", execguard.EnforceRuntime).Set("runtime", rt)
+	} else {
+		obj.Set("enforce", execguard.EnforceStatic)
+	}
 	return obj
 }
 
@@ -182,3 +291,86 @@ The command string is parsed with a real shell parser (mvdan.cc/sh) and every si
 
 LIMITS
 What cannot be known without running the command needs approval (prompt, with the reason in unresolved): a command name that comes from a variable or a substitution, eval, source of a computed path, functions defined in the string, curl ... | sh. The policy does not look inside scripts run from files, the code passed to python -c or perl -e, remote ssh commands or git aliases. It is a screen for honest mistakes and approval prompts, not a sandbox: combine it with --sandbox for containment.`
+
+// injecting names the environment variables that make a program run code
+// the policy never sees as a command: a shell's startup file, shell
+// functions, a preloaded library, an interpreter's startup options, git
+// configuration (which can name programs to run), the lookup path of
+// command names, and the configuration directories programs read.
+var injecting = struct {
+	names    map[string]bool
+	prefixes []string
+}{
+	names: map[string]bool{
+		"BASH_ENV": true, "ENV": true, "SHELLOPTS": true, "BASHOPTS": true, "PS4": true, "PS0": true,
+		"PROMPT_COMMAND": true, "IFS": true, "PATH": true, "HOME": true, "XDG_CONFIG_HOME": true,
+		"ZDOTDIR": true, "SHELL": true, "EDITOR": true, "VISUAL": true, "PAGER": true, "MANPAGER": true,
+		"LESSOPEN": true, "LESSCLOSE": true, "GCONV_PATH": true, "PYTHONSTARTUP": true, "PYTHONPATH": true,
+		"PYTHONHOME": true, "PYTHONINSPECT": true, "NODE_OPTIONS": true, "NODE_PATH": true, "PERL5OPT": true,
+		"PERL5LIB": true, "PERLLIB": true, "PERL5DB": true, "RUBYOPT": true, "RUBYLIB": true,
+		"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "MAKEFLAGS": true,
+		"MFLAGS": true, "GNUMAKEFLAGS": true, "RUSTC_WRAPPER": true, "SSH_ASKPASS": true, "SUDO_ASKPASS": true,
+		"GIT_EXEC_PATH": true, "GIT_SSH": true, "GIT_SSH_COMMAND": true, "GIT_PROXY_COMMAND": true,
+		"GIT_ASKPASS": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true, "GIT_PAGER": true,
+		"GIT_EXTERNAL_DIFF": true, "GIT_DIR": true, "GIT_TEMPLATE_DIR": true,
+	},
+	prefixes: []string{"BASH_FUNC_", "LD_", "GIT_CONFIG", "NPM_CONFIG_", "npm_config_", "DYLD_"},
+}
+
+// InjectsCode reports whether setting the environment variable key can make
+// a command run code that no policy check sees.
+func InjectsCode(key string) bool {
+	if injecting.names[key] {
+		return true
+	}
+	for _, p := range injecting.prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// CheckSurface refuses, while a policy is in force, the settings of a call
+// that change what runs behind the policy's back: the shell program (flag
+// shellFlag) and code-injecting environment variables (flag envFlag). They
+// stay operator settings: a value the environment or config file gives the
+// flag is accepted, one that a request, a tool call or the command line
+// adds is invalid_request. Pass "" for a flag the command does not have.
+func (o *Options) CheckSurface(env *clikit.Env, cmd *cobra.Command, shellFlag, envFlag string) error {
+	if !o.Active() {
+		return nil
+	}
+	if f := cmd.Flags().Lookup(shellFlag); shellFlag != "" && f != nil && f.Changed {
+		vals, ok := env.Configured(cmd, shellFlag)
+		if !ok || len(vals) == 0 || vals[len(vals)-1] != f.Value.String() {
+			return result.Errorf(result.CodeInvalidRequest,
+				"%q is an operator setting while a command policy is in force: the policy decides the command as the default shell runs it", strings.ReplaceAll(shellFlag, "-", "_")).
+				With("key", strings.ReplaceAll(shellFlag, "-", "_"))
+		}
+	}
+	if envFlag == "" || cmd.Flags().Lookup(envFlag) == nil {
+		return nil
+	}
+	vals, _ := cmd.Flags().GetStringArray(envFlag)
+	configured, _ := env.Configured(cmd, envFlag)
+	return o.CheckEnv(vals, configured)
+}
+
+// CheckEnv refuses, while a policy is in force, K=V settings in vals whose
+// variable injects code (InjectsCode), unless the operator configured that
+// exact setting (configured).
+func (o *Options) CheckEnv(vals, configured []string) error {
+	if !o.Active() {
+		return nil
+	}
+	for _, kv := range vals {
+		k, _, _ := strings.Cut(kv, "=")
+		if InjectsCode(k) && !slices.Contains(configured, kv) {
+			return result.Errorf(result.CodeInvalidRequest,
+				"the environment variable %s is an operator setting while a command policy is in force: it can make a command run code the policy never sees", k).
+				With("key", "env").With("variable", k)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,414 @@
+//go:build linux
+
+package execguard
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/policy"
+	"github.com/agentplane/agentplane/pkg/run"
+)
+
+// Available reports whether runtime enforcement can work on this platform
+// (policy_unavailable when it cannot).
+func Available() error { return nil }
+
+// traceOptions follow the whole tree and kill it if the guard dies.
+const traceOptions = unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEFORK | unix.PTRACE_O_TRACEVFORK |
+	unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_EXITKILL
+
+// Main is the guard: args are what follows Command on the command line,
+// DIR PATH -- ARGV... It returns the command's exit status (or dies of the
+// command's signal), after writing its report into DIR.
+func Main(args []string) int {
+	// Every ptrace request must come from the thread that attached, and
+	// the child started with Ptrace set is attached to this thread.
+	runtime.LockOSThread()
+	if len(args) < 3 || args[2] != "--" || len(args) < 4 {
+		fmt.Fprintln(os.Stderr, "usage: "+Command+" DIR PATH -- PROGRAM [ARG...]")
+		return exitRefused
+	}
+	dir, path, argv := args[0], args[1], args[3:]
+	rep := &Report{Enforced: EnforceRuntime, Approved: []Exec{}}
+	fail := func(code, format string, a ...any) int {
+		rep.Error = &Failure{Code: code, Message: fmt.Sprintf(format, a...)}
+		writeReport(dir, rep)
+		return exitRefused
+	}
+	sp, err := readSpec(dir)
+	if err != nil {
+		return fail(policy.CodeUnavailable, "the guard cannot read its spec: %v", err)
+	}
+	t := &tracer{
+		pol:    &policy.Policy{Rules: sp.Rules, Default: sp.Default},
+		sp:     sp,
+		rep:    rep,
+		self:   os.Getpid(),
+		byFile: map[fileID]string{},
+	}
+	if path == "" {
+		if path, err = exec.LookPath(argv[0]); err != nil {
+			if errors.Is(err, exec.ErrNotFound) {
+				return fail(run.CodeCommandNotFound, "command not found: %s", argv[0])
+			}
+			return fail(run.CodeCommandNotExecutable, "command cannot be executed: %s: %v", argv[0], err)
+		}
+	}
+	t.learnPrograms()
+	// Termination signals reach the whole process group, the command
+	// included; the guard stays until the command is gone (and if it is
+	// killed itself, EXITKILL takes the command with it).
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
+		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
+	go func() {
+		for range sigs {
+		}
+	}()
+	ws, code := t.run(path, argv)
+	writeReport(dir, rep)
+	if code >= 0 {
+		return code
+	}
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		dieBy(ws.Signal())
+		return 128 + int(ws.Signal())
+	}
+	return exitRefused
+}
+
+// fileID identifies an executable file.
+type fileID struct{ dev, ino uint64 }
+
+type tracer struct {
+	pol  *policy.Policy
+	sp   spec
+	rep  *Report
+	self int
+	main int
+	// byFile maps the files of the programs the rules name to that name,
+	// so a hard link or a renamed copy is decided as the program it is.
+	byFile map[fileID]string
+	bySize map[int64][]program
+}
+
+type program struct {
+	name, path string
+	sum        []byte // computed on first use
+}
+
+// run starts the command and traces its tree until its main process ends.
+// It returns that process's wait status, or code >= 0 when the guard itself
+// ends the run (a refusal, a failure to start).
+func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
+	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Ptrace: true}}
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return 0, t.startFailure(path, argv, err)
+	}
+	t.main = pid
+	var ws unix.WaitStatus
+	// The first image stops with SIGTRAP before its first instruction.
+	if _, err := wait(pid, &ws, unix.WALL); err != nil || !ws.Stopped() {
+		return syscall.WaitStatus(ws), -1
+	}
+	if !t.sp.TrustFirst && !t.decide(pid) {
+		return 0, exitRefused
+	}
+	// TRACEME gives the legacy ptrace semantics, in which a group stop
+	// cannot be told from a signal and job control breaks. Hand the
+	// stopped image over to PTRACE_SEIZE: detach with SIGSTOP pending, so
+	// it stops again before it runs, and seize it there.
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(pid), 0, uintptr(unix.SIGSTOP), 0, 0); e != 0 {
+		unix.Kill(pid, unix.SIGKILL)
+		return 0, t.unavailable("cannot hand the command over to PTRACE_SEIZE: %v", e)
+	}
+	for {
+		if _, err := wait(pid, &ws, unix.WUNTRACED); err != nil {
+			return syscall.WaitStatus(ws), -1
+		}
+		if !ws.Stopped() {
+			return syscall.WaitStatus(ws), -1
+		}
+		if ws.StopSignal() == unix.SIGSTOP {
+			break
+		}
+	}
+	if _, _, e := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_SEIZE, uintptr(pid), 0, traceOptions, 0, 0); e != 0 {
+		unix.Kill(pid, unix.SIGKILL)
+		return 0, t.unavailable("PTRACE_SEIZE failed: %v", e)
+	}
+	// Seizing a stopped process traps it (PTRACE_EVENT_STOP); from there
+	// it is resumed as if the stop had never been.
+	if _, err := wait(pid, &ws, unix.WALL); err == nil && ws.Stopped() {
+		_ = unix.PtraceCont(pid, 0)
+	}
+	_ = unix.Kill(pid, unix.SIGCONT)
+	return t.loop()
+}
+
+func wait(pid int, ws *unix.WaitStatus, opts int) (int, error) {
+	for {
+		wpid, err := unix.Wait4(pid, ws, opts, nil)
+		if err != unix.EINTR {
+			return wpid, err
+		}
+	}
+}
+
+func (t *tracer) loop() (syscall.WaitStatus, int) {
+	var ws unix.WaitStatus
+	for {
+		pid, err := wait(-1, &ws, unix.WALL)
+		if err != nil {
+			// No tracee and no child left: the main process is gone
+			// without a status we saw.
+			return syscall.WaitStatus(ws), exitRefused
+		}
+		if ws.Exited() || ws.Signaled() {
+			if pid == t.main {
+				return syscall.WaitStatus(ws), -1
+			}
+			continue
+		}
+		if !ws.Stopped() {
+			continue
+		}
+		sig := ws.StopSignal()
+		event := int(uint32(ws)>>16) & 0xff
+		switch {
+		case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
+			if !t.decide(pid) {
+				return 0, exitRefused
+			}
+			_ = unix.PtraceCont(pid, 0)
+		case event == unix.PTRACE_EVENT_STOP:
+			switch sig {
+			case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+				// A group stop: stay stopped until SIGCONT, as an
+				// untraced process would.
+				_, _, _ = unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_LISTEN, uintptr(pid), 0, 0, 0, 0)
+			default:
+				// A new child's first stop, or the end of a group stop.
+				_ = unix.PtraceCont(pid, 0)
+			}
+		case event != 0:
+			// Fork, vfork and clone events: the new task is traced
+			// already and reports its own first stop.
+			_ = unix.PtraceCont(pid, 0)
+		default:
+			// A signal on its way to the tracee: deliver it.
+			_ = unix.PtraceCont(pid, int(sig))
+		}
+	}
+}
+
+// decide judges the image pid has just executed. It returns false after
+// killing a refused image and recording why.
+func (t *tracer) decide(pid int) bool {
+	argv := cmdline(pid)
+	exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if len(argv) == 0 {
+		argv = []string{exe}
+	}
+	d := t.pol.DecideExec(argv)
+	names := []string{}
+	if exe != "" && filepath.Base(exe) != filepath.Base(argv[0]) {
+		names = append(names, exe)
+	}
+	if name := t.identify(pid); name != "" && name != filepath.Base(argv[0]) {
+		names = append(names, name)
+	}
+	for _, n := range names {
+		alt := append([]string{n}, argv[1:]...)
+		if d2 := t.pol.DecideExec(alt); policy.Stricter(d2.Decision, d.Decision) {
+			d = d2
+			d.Argv = argv
+		}
+	}
+	t.rep.Execs++
+	if d.Decision == policy.Allow {
+		return true
+	}
+	x := Exec{PID: pid, Argv: argv, Exe: exe, Chain: t.chain(pid), Decision: d.Decision,
+		Rule: d.Rule, Justification: d.Justification, Source: d.Source, Action: ActionRan}
+	if d.Decision == policy.Prompt && t.sp.Approved {
+		if len(t.rep.Approved) < maxApproved {
+			t.rep.Approved = append(t.rep.Approved, x)
+		}
+		return true
+	}
+	// Still stopped at the exec: SIGKILL ends it before its first
+	// instruction.
+	_ = unix.Kill(pid, unix.SIGKILL)
+	x.Action = ActionKilled
+	t.rep.Killed = &x
+	return false
+}
+
+// chain returns the argv of pid's parents up to the guard.
+func (t *tracer) chain(pid int) [][]string {
+	out := [][]string{}
+	for i := 0; i < 32; i++ {
+		ppid := parentOf(pid)
+		if ppid <= 1 || ppid == t.self {
+			break
+		}
+		out = append(out, cmdline(ppid))
+		pid = ppid
+	}
+	return out
+}
+
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
+
+func cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	b = bytes.TrimSuffix(b, []byte{0})
+	return strings.Split(string(b), "\x00")
+}
+
+// learnPrograms finds, on PATH, the file of every program a non-allow rule
+// names, so that a copy of it under another name is still that program.
+func (t *tracer) learnPrograms() {
+	t.bySize = map[int64][]program{}
+	seen := map[string]bool{}
+	for _, r := range t.pol.Rules {
+		if r.Decision == policy.Allow || len(r.Pattern) == 0 {
+			continue
+		}
+		for _, name := range r.Pattern[0] {
+			if seen[name] || strings.Contains(name, "/") {
+				continue
+			}
+			seen[name] = true
+			p, err := exec.LookPath(name)
+			if err != nil {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Stat(p, &st) != nil {
+				continue
+			}
+			t.byFile[fileID{uint64(st.Dev), st.Ino}] = name
+			t.bySize[st.Size] = append(t.bySize[st.Size], program{name: name, path: p})
+		}
+	}
+}
+
+// identify names the program whose file pid executes, when it is one the
+// rules name under another name: a hard link, or a byte-for-byte copy.
+func (t *tracer) identify(pid int) string {
+	if len(t.byFile) == 0 {
+		return ""
+	}
+	var st unix.Stat_t
+	exe := "/proc/" + strconv.Itoa(pid) + "/exe"
+	if unix.Stat(exe, &st) != nil {
+		return ""
+	}
+	if name, ok := t.byFile[fileID{uint64(st.Dev), st.Ino}]; ok {
+		return name
+	}
+	cands := t.bySize[st.Size]
+	if len(cands) == 0 {
+		return ""
+	}
+	sum := fileSum(exe)
+	if sum == nil {
+		return ""
+	}
+	for i := range cands {
+		c := &t.bySize[st.Size][i]
+		if c.sum == nil {
+			c.sum = fileSum(c.path)
+		}
+		if bytes.Equal(c.sum, sum) {
+			return c.name
+		}
+	}
+	return ""
+}
+
+func fileSum(path string) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil
+	}
+	return h.Sum(nil)
+}
+
+func (t *tracer) startFailure(path string, argv []string, err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		t.rep.Error = &Failure{Code: run.CodeCommandNotFound, Message: "command not found: " + argv[0]}
+	case errors.Is(err, syscall.EPERM):
+		// PTRACE_TRACEME is refused when the process is traced already
+		// (strace -f, gdb) or the kernel forbids tracing (Yama, seccomp).
+		return t.unavailable("the kernel refused to trace the command (%v): is agentplane itself traced, or ptrace forbidden here?", err)
+	default:
+		t.rep.Error = &Failure{Code: run.CodeCommandNotExecutable, Message: fmt.Sprintf("command cannot be executed: %s: %v", path, err)}
+	}
+	return exitRefused
+}
+
+func (t *tracer) unavailable(format string, a ...any) int {
+	t.rep.Error = &Failure{Code: policy.CodeUnavailable, Message: fmt.Sprintf(format, a...) +
+		"; use --policy-enforce static to rely on the check before the call only"}
+	return exitRefused
+}
+
+// dieBy ends the guard with the signal that ended the command, so the
+// runner sees the same wait status. The Go runtime handles some signals
+// itself; their default action is restored first.
+func dieBy(sig syscall.Signal) {
+	signal.Reset(sig)
+	var act [4]uint64 // struct sigaction with SIG_DFL, no flags, empty mask
+	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&act)), 0, 8, 0, 0)
+	var set [1]uint64
+	set[0] = 1 << (uint(sig) - 1)
+	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_UNBLOCK, uintptr(unsafe.Pointer(&set)), 0, 8, 0, 0)
+	_ = unix.Tgkill(os.Getpid(), unix.Gettid(), sig)
+}

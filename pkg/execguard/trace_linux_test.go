@@ -1,0 +1,255 @@
+//go:build linux
+
+package execguard
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/agentplane/agentplane/pkg/policy"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// The tests run this test binary as the guard, as agentsh and agentjob run
+// themselves.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == Command {
+		os.Exit(Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+const rules = `
+prefix_rule(pattern=["git", "push"], decision="forbidden", justification="no pushing")
+prefix_rule(pattern=["touch"], decision="forbidden")
+prefix_rule(pattern=["curl"], decision="prompt")
+`
+
+func loadRules(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	p, err := policy.LoadSource("rules.star", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// guarded runs argv under the guard in dir and returns the report, the exit
+// status and the combined output.
+func guarded(t *testing.T, p *policy.Policy, approved bool, dir string, argv ...string) (*Report, int, string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := Prepare(p, approved, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Cleanup()
+	args := g.Argv("", argv)
+	cmd := exec.Command(self, args[1:]...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return g.Report(), code, out.String()
+}
+
+func need(t *testing.T, progs ...string) {
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Skipf("%s is not installed", p)
+		}
+	}
+}
+
+// realPython is the interpreter itself, not a pyenv shim script.
+func realPython(t *testing.T) string {
+	need(t, "python3")
+	out, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Skip("python3 does not run")
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestForbiddenDeepInTheTreeNeverActs runs a forbidden touch through every
+// route that hides it from a string check and proves it never ran: the file
+// it would create does not exist.
+func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
+	need(t, "bash", "xargs", "find", "make")
+	py := realPython(t)
+	p := loadRules(t, rules)
+	cases := map[string]string{
+		"xargs":          `echo MARK | xargs touch`,
+		"find -exec":     `mkdir d && find d -maxdepth 0 -exec touch MARK \;`,
+		"make":           `printf 'all:\n\ttouch MARK\n' > Makefile && make -s`,
+		"python system":  py + ` -c 'import os; os.system("touch MARK")'`,
+		"script written": `printf '#!/bin/sh\ntouch MARK\n' > s.sh && chmod +x s.sh && ./s.sh`,
+		"variable name":  `c=tou; c=${c}ch; $c MARK`,
+		"eval":           `eval "$(printf 'to%sch MARK' u)"`,
+		"background":     `(sleep 0.05; touch MARK) & wait`,
+		"exec -a":        `exec -a ls touch MARK`,
+		"symlink":        `ln -s "$(command -v touch)" harmless && ./harmless MARK`,
+		"renamed copy":   `cp "$(command -v touch)" harmless && ./harmless MARK`,
+		"deep nesting":   `bash -c "sh -c 'echo MARK | env nice xargs touch'"`,
+	}
+	for name, script := range cases {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			rep, code, out := guarded(t, p, false, dir, "bash", "-c", script+"; echo AFTER")
+			if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil {
+				t.Fatalf("the forbidden touch ran (exit %d): %s", code, out)
+			}
+			if rep.Killed == nil || filepath.Base(rep.Killed.Argv[0]) == "" {
+				t.Fatalf("no exec was killed: %+v, exit %d, %s", rep, code, out)
+			}
+			if rep.Killed.Decision != policy.Forbidden || rep.Killed.Rule == "" || rep.Killed.Exe == "" {
+				t.Fatalf("the report does not say what and why: %+v", rep.Killed)
+			}
+			if name == "xargs" && (len(rep.Killed.Chain) < 2 || rep.Killed.Chain[0][0] != "xargs") {
+				t.Fatalf("the parent chain is not reported: %v", rep.Killed.Chain)
+			}
+			if strings.Contains(out, "AFTER") {
+				t.Fatalf("the script went on after the refusal: %s", out)
+			}
+			if code != exitRefused {
+				t.Fatalf("exit %d, want %d", code, exitRefused)
+			}
+			if re := result.AsError(rep.Err()); re.Code != policy.CodeDenied {
+				t.Fatalf("error %v, want %s", re, policy.CodeDenied)
+			}
+		})
+	}
+}
+
+// TestPushNeverReachesTheRemote pushes to a local bare repository through
+// routes a string check cannot follow; the remote must stay empty.
+func TestPushNeverReachesTheRemote(t *testing.T) {
+	need(t, "git", "bash", "xargs")
+	base := t.TempDir()
+	remote := filepath.Join(base, "remote.git")
+	work := filepath.Join(base, "work")
+	gitenv := append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t",
+		"GIT_COMMITTER_EMAIL=t@t", "HOME="+base, "GIT_CONFIG_NOSYSTEM=1")
+	for _, c := range [][]string{
+		{"git", "init", "-q", "--bare", remote},
+		{"git", "init", "-q", work},
+		{"git", "-C", work, "commit", "-q", "--allow-empty", "-m", "x"},
+		{"git", "-C", work, "remote", "add", "origin", remote},
+	} {
+		cmd := exec.Command(c[0], c[1:]...)
+		cmd.Env = gitenv
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v %s", c, err, out)
+		}
+	}
+	t.Setenv("HOME", base)
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	p := loadRules(t, rules)
+	for _, script := range []string{
+		`echo push | xargs git`,
+		`git -C . push origin HEAD:refs/heads/main`,
+		`git -c x.y=z push origin HEAD:refs/heads/main`,
+		`cp "$(command -v git)" g && ./g push origin HEAD:refs/heads/main`,
+		`$'git\0' push origin HEAD:refs/heads/main`,
+		`g=git; $g push origin HEAD:refs/heads/main`,
+	} {
+		rep, code, out := guarded(t, p, false, work, "bash", "-c", script)
+		refs, _ := exec.Command("git", "-C", remote, "for-each-ref").Output()
+		if len(refs) > 0 {
+			t.Fatalf("%s: the push reached the remote (exit %d): %s", script, code, out)
+		}
+		if rep.Killed == nil && !strings.Contains(script, "-C .") && !strings.Contains(script, "-c x.y") {
+			t.Fatalf("%s: nothing was killed (exit %d): %s", script, code, out)
+		}
+	}
+}
+
+// TestPromptNeedsApproval: a prompt-level exec is killed in a call that
+// was not approved, and runs (and is reported) in one that was.
+func TestPromptNeedsApproval(t *testing.T) {
+	need(t, "bash", "curl")
+	p := loadRules(t, rules)
+	rep, code, _ := guarded(t, p, false, t.TempDir(), "bash", "-c", "x=curl; $x --version >/dev/null")
+	if rep.Killed == nil || rep.Killed.Decision != policy.Prompt || code != exitRefused {
+		t.Fatalf("unapproved prompt exec was not stopped: %+v exit %d", rep, code)
+	}
+	if re := result.AsError(rep.Err()); re.Code != policy.CodeApprovalRequired {
+		t.Fatalf("error %v, want approval_required", re)
+	}
+	rep, code, out := guarded(t, p, true, t.TempDir(), "bash", "-c", "x=curl; $x --version >/dev/null")
+	if rep.Killed != nil || code != 0 || len(rep.Approved) != 1 || rep.Approved[0].Argv[0] != "curl" {
+		t.Fatalf("approved prompt exec: %+v exit %d %s", rep, code, out)
+	}
+}
+
+// TestOrdinaryWorkBehaves: exit statuses, signals, stops and continues,
+// threads, vfork and signal handlers behave as without the guard.
+func TestOrdinaryWorkBehaves(t *testing.T) {
+	need(t, "bash", "ps")
+	py := realPython(t)
+	p := loadRules(t, rules)
+	cases := []struct {
+		script string
+		code   int
+		out    string
+	}{
+		{`exit 7`, 7, ""},
+		{`kill -TERM $$`, 128 + 15, ""},
+		{`kill -SEGV $$`, 128 + 11, ""},
+		{`sleep 5 & p=$!; kill -STOP $p; sleep 0.2; s1=$(ps -o stat= -p $p); kill -CONT $p; sleep 0.2; s2=$(ps -o stat= -p $p); kill $p; wait $p; echo "$s1 $s2 $?"`, 0, "t S 143\n"},
+		{`trap 'echo trapped' USR1; kill -USR1 $$; echo done`, 0, "trapped\ndone\n"},
+		{py + ` -c 'import threading,subprocess; ts=[threading.Thread(target=lambda: subprocess.run(["true"])) for _ in range(16)]; [t.start() for t in ts]; [t.join() for t in ts]; print("ok")'`, 0, "ok\n"},
+		{py + ` -c 'import os; pid=os.fork(); os._exit(3) if pid==0 else print(os.waitstatus_to_exitcode(os.waitpid(pid,0)[1]))'`, 0, "3\n"},
+		{py + ` -c 'import os; pid=os.posix_spawn("/bin/true",["true"],os.environ); print(os.waitpid(pid,0)[1])'`, 0, "0\n"},
+		{`for i in $(seq 50); do /bin/true; done; echo fine`, 0, "fine\n"},
+	}
+	for _, c := range cases {
+		rep, code, out := guarded(t, p, false, t.TempDir(), "bash", "-c", c.script)
+		if code != c.code || (c.out != "" && out != c.out) || rep.Killed != nil {
+			t.Errorf("%s: exit %d output %q report %+v; want exit %d output %q", c.script, code, out, rep, c.code, c.out)
+		}
+	}
+}
+
+// TestTracedAlreadyIsUnavailable: under strace -f the command cannot be
+// traced a second time, and the guard says so instead of running it.
+func TestTracedAlreadyIsUnavailable(t *testing.T) {
+	need(t, "strace")
+	self, _ := os.Executable()
+	p := loadRules(t, rules)
+	g, err := Prepare(p, false, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Cleanup()
+	dir := t.TempDir()
+	args := g.Argv("", []string{"sh", "-c", "echo ran > " + filepath.Join(dir, "ran")})
+	cmd := exec.Command("strace", append([]string{"-f", "-o", "/dev/null", self}, args[1:]...)...)
+	out, _ := cmd.CombinedOutput()
+	rep := g.Report()
+	if rep.Error == nil || rep.Error.Code != policy.CodeUnavailable {
+		t.Fatalf("report %+v, output %s", rep, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
+		t.Fatal("the command ran untraced")
+	}
+}

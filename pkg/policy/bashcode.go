@@ -1,0 +1,327 @@
+package policy
+
+import (
+	"regexp"
+	"strings"
+
+	"mvdan.cc/sh/v3/expand"
+	"mvdan.cc/sh/v3/syntax"
+)
+
+// This file holds what bash does with data that makes it code, and where
+// bash reads a string differently from the parser: brace expansion (done
+// here exactly), heredoc ends, prompt and arithmetic expansion, variables
+// that bash itself runs.
+
+// maxBraceWords bounds the words one brace expansion may produce before it
+// is treated as unknown instead.
+const maxBraceWords = 256
+
+// words resolves a word into the words brace expansion makes of it.
+//
+// Brace expansion is static: {push,pull} is two words, decided as such
+// rather than guessed at. The parser's tree is left as it is (its walker
+// does not know brace nodes): a copy of the word is split.
+func (u *unit) words(w *syntax.Word) []token {
+	if !hasBraceLit(w) {
+		return []token{u.word(w)}
+	}
+	w = &syntax.Word{Parts: append([]syntax.WordPart(nil), w.Parts...)}
+	if !syntax.SplitBraces(w) {
+		return []token{u.word(w)}
+	}
+	var out []token
+	n := 0
+	for ew, err := range expand.BracesSeq(nil, w) {
+		if err != nil || n >= maxBraceWords {
+			t := u.word(w)
+			t.wild, t.split = true, true
+			if t.pattern == "" {
+				t.pattern = reasonBrace
+			}
+			return []token{t}
+		}
+		n++
+		out = append(out, u.word(ew))
+	}
+	return out
+}
+
+func hasBraceLit(w *syntax.Word) bool {
+	for _, p := range w.Parts {
+		if l, ok := p.(*syntax.Lit); ok && strings.Contains(l.Value, "{") {
+			return true
+		}
+	}
+	return false
+}
+
+// codeVars are variables whose value bash itself runs or expands as code.
+var codeVars = map[string]string{
+	"PS0": "is expanded as a prompt", "PS1": "is expanded as a prompt", "PS2": "is expanded as a prompt",
+	"PS3": "is expanded as a prompt", "PS4": "is expanded before each traced command (set -x)",
+	"PROMPT_COMMAND": "runs before each prompt", "BASH_ENV": "names a script every bash started later runs",
+	"ENV": "names a script a POSIX shell runs", "SHELLOPTS": "sets options of every bash started later",
+}
+
+// assignments examines the assignments of a simple command (FOO=bar cmd,
+// or bare FOO=bar).
+func (x *extractor) assignments(c *syntax.CallExpr, u *unit) {
+	for _, a := range c.Assigns {
+		x.assignment(a, u, u.source(c))
+	}
+}
+
+// declaration examines declare, export, local, readonly and typeset.
+func (x *extractor) declaration(c *syntax.DeclClause, u *unit) {
+	for _, a := range c.Args {
+		if a.Name == nil && a.Value != nil {
+			// declare "$x": a name, value or subscript computed at run time.
+			if t := u.word(a.Value); t.wild || strings.ContainsAny(t.text, "[") {
+				x.couldMatch(u, "declare:"+t.text, u.source(c), "a name given to "+c.Variant.Value+" at run time can hold a subscript, which runs commands")
+			}
+			continue
+		}
+		x.assignment(a, u, u.source(c))
+	}
+}
+
+func (x *extractor) assignment(a *syntax.Assign, u *unit, text string) {
+	if a.Name == nil {
+		return
+	}
+	name := a.Name.Value
+	why, ok := codeVars[name]
+	if !ok || why == "" {
+		return
+	}
+	if a.Value != nil && name != "SHELLOPTS" {
+		// The value is code: parse it as the shell will run it.
+		x.nested(u.word(a.Value), u, text, name)
+	}
+	x.couldMatch(u, "var:"+name, text, name+" "+why)
+}
+
+// couldMatch records a could-match item once per key and script.
+func (x *extractor) couldMatch(u *unit, key, text, reason string) {
+	if u.flagged[key] {
+		return
+	}
+	u.flagged[key] = true
+	x.unresolvedKind(text, reason, KindCouldMatch)
+}
+
+// dataToCode looks at one node for bash turning data into code.
+func (x *extractor) dataToCode(n syntax.Node, u *unit) {
+	switch n := n.(type) {
+	case *syntax.ParamExp:
+		if n.Exp != nil && n.Exp.Op == syntax.OtherParamOps && n.Exp.Word != nil && strings.Contains(n.Exp.Word.Lit(), "P") {
+			x.couldMatch(u, "prompt:"+u.source(n), u.source(n), "${X@P} expands a value as a prompt, which runs the commands in it")
+		}
+		if n.Index != nil {
+			x.arithmetic(n.Index, u)
+		}
+		if n.Slice != nil {
+			if n.Slice.Offset != nil {
+				x.arithmetic(n.Slice.Offset, u)
+			}
+			if n.Slice.Length != nil {
+				x.arithmetic(n.Slice.Length, u)
+			}
+		}
+	case *syntax.ArithmExp:
+		x.arithmetic(n.X, u)
+	case *syntax.ArithmCmd:
+		x.arithmetic(n.X, u)
+	case *syntax.LetClause:
+		for _, e := range n.Exprs {
+			x.arithmetic(e, u)
+		}
+	case *syntax.Assign:
+		if n.Index != nil {
+			x.arithmetic(n.Index, u)
+		}
+	case *syntax.BinaryTest:
+		switch n.Op {
+		case syntax.TsEql, syntax.TsNeq, syntax.TsLeq, syntax.TsGeq, syntax.TsLss, syntax.TsGtr:
+			x.arithmetic(n.X, u)
+			x.arithmetic(n.Y, u)
+		}
+	case *syntax.UnaryTest:
+		if n.Op == syntax.TsVarSet {
+			x.arithmetic(n.X, u)
+		}
+	}
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// arithmetic reports an arithmetic context that evaluates the value of a
+// variable the script does not only set to numbers: bash evaluates such a
+// value as an expression, and a[$(cmd)] in it runs cmd.
+func (x *extractor) arithmetic(e syntax.Node, u *unit) {
+	if e == nil {
+		return
+	}
+	inspect(e, func(n syntax.Node) bool {
+		var name string
+		switch n := n.(type) {
+		case *syntax.Lit:
+			if identRE.MatchString(n.Value) {
+				name = n.Value
+			}
+		case *syntax.ParamExp:
+			if n.Length || n.Param == nil {
+				return true
+			}
+			name = n.Param.Value
+		case *syntax.CmdSubst:
+			return false // its commands are extracted on their own
+		}
+		if name != "" && !u.safeVars[name] && !specialNumeric[name] {
+			x.couldMatch(u, "arith:"+name, u.src, "arithmetic evaluates the value of "+name+", which runs the commands a subscript in it holds")
+		}
+		return true
+	})
+}
+
+// specialNumeric are parameters whose value is always a number.
+var specialNumeric = map[string]bool{
+	"#": true, "?": true, "$": true, "!": true, "RANDOM": true, "LINENO": true, "SECONDS": true,
+	"BASHPID": true, "PPID": true, "UID": true, "EUID": true, "OPTIND": true, "SRANDOM": true,
+	"EPOCHSECONDS": true, "SHLVL": true,
+}
+
+var numberRE = regexp.MustCompile(`^[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)$`)
+
+// numericVars returns the variables a script only ever sets to numbers
+// (literal numbers, arithmetic results, arithmetic assignments).
+func numericVars(f *syntax.File) map[string]bool {
+	state := map[string]int{} // 1 numeric so far, -1 not numeric
+	mark := func(name string, numeric bool) {
+		if !numeric {
+			state[name] = -1
+		} else if state[name] == 0 {
+			state[name] = 1
+		}
+	}
+	numericWord := func(w *syntax.Word) bool {
+		if w == nil {
+			return false
+		}
+		if len(w.Parts) == 1 {
+			switch p := w.Parts[0].(type) {
+			case *syntax.Lit:
+				return numberRE.MatchString(p.Value)
+			case *syntax.ArithmExp:
+				return true
+			}
+		}
+		return false
+	}
+	inspect(f, func(n syntax.Node) bool {
+		switch n := n.(type) {
+		case *syntax.Assign:
+			if n.Name == nil || (n.Value == nil && n.Array == nil) {
+				return true
+			}
+			mark(n.Name.Value, n.Array == nil && n.Index == nil && !n.Append && numericWord(n.Value))
+		case *syntax.BinaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && n.Op >= syntax.Assgn {
+				mark(w.Lit(), true)
+			}
+		case *syntax.UnaryArithm:
+			if w, ok := n.X.(*syntax.Word); ok && (n.Op == syntax.Inc || n.Op == syntax.Dec) {
+				mark(w.Lit(), true)
+			}
+		case *syntax.WordIter:
+			numeric := true
+			for _, it := range n.Items {
+				numeric = numeric && numericWord(it)
+			}
+			mark(n.Name.Value, numeric && len(n.Items) > 0)
+		case *syntax.CallExpr:
+			// read, mapfile, printf -v, getopts set variables from data.
+			if len(n.Args) > 0 {
+				switch n.Args[0].Lit() {
+				case "read", "mapfile", "readarray", "printf", "getopts", "select":
+					for _, a := range n.Args[1:] {
+						if l := a.Lit(); identRE.MatchString(l) {
+							mark(l, false)
+						}
+					}
+				}
+			}
+		}
+		return true
+	})
+	out := map[string]bool{}
+	for k, v := range state {
+		if v == 1 {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// heredocEnd refuses to guess when bash would end a heredoc before the
+// parser did: a line of the body that bash takes for the delimiter (after
+// joining backslash-newlines in an unquoted heredoc, or followed by ) or `
+// inside a command substitution) means bash runs text the parser read as
+// data.
+func (x *extractor) heredocEnd(r *syntax.Redirect, u *unit) {
+	if r.Word == nil {
+		return
+	}
+	delim := u.word(r.Word).text
+	quoted := false
+	for _, p := range r.Word.Parts {
+		switch p := p.(type) {
+		case *syntax.SglQuoted, *syntax.DblQuoted:
+			quoted = true
+		case *syntax.Lit:
+			if strings.Contains(p.Value, "\\") {
+				quoted = true
+			}
+		}
+	}
+	body := u.source(r.Hdoc)
+	check := func(line string) bool {
+		if r.Op == syntax.DashHdoc {
+			line = strings.TrimLeft(line, "\t")
+		}
+		if line == delim {
+			return true
+		}
+		rest, ok := strings.CutPrefix(line, delim)
+		return ok && rest != "" && (rest[0] == ')' || rest[0] == '`')
+	}
+	lines := strings.Split(body, "\n")
+	if last := lines[len(lines)-1]; check(last) {
+		lines = lines[:len(lines)-1] // the parser's own end
+	}
+	logical := ""
+	for _, line := range lines {
+		if !quoted {
+			n := len(line) - len(strings.TrimRight(line, "\\"))
+			if n%2 == 1 {
+				logical += line[:len(line)-1]
+				continue
+			}
+		}
+		logical += line
+		if check(logical) || check(line) {
+			x.unresolvedKind(u.source(r), "a heredoc that bash ends earlier than the parser (at a line "+
+				quoteLine(logical)+"): the policy will not guess which text runs", KindRefused)
+			return
+		}
+		logical = ""
+	}
+}
+
+func quoteLine(s string) string {
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return "\"" + s + "\""
+}

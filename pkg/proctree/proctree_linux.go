@@ -1,0 +1,115 @@
+package proctree
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ReadStat parses /proc/PID/stat. The command name may contain spaces and
+// parentheses, so the fields are counted from the last ')'.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Stat{}, err
+	}
+	return parseStat(pid, b)
+}
+
+func parseStat(pid int, b []byte) (Stat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return Stat{}, fmt.Errorf("proctree: malformed stat for pid %d", pid)
+	}
+	f := strings.Fields(string(b[i+2:]))
+	// f[0] is field 3 (state); field N is f[N-3].
+	if len(f) < 20 {
+		return Stat{}, fmt.Errorf("proctree: short stat for pid %d", pid)
+	}
+	s := Stat{PID: pid, State: f[0][0]}
+	var errs [4]error
+	s.PPID, errs[0] = strconv.Atoi(f[1])
+	s.PGID, errs[1] = strconv.Atoi(f[2])
+	s.SID, errs[2] = strconv.Atoi(f[3])
+	s.StartTime, errs[3] = strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(errs[:]...); err != nil {
+		return Stat{}, fmt.Errorf("proctree: stat for pid %d: %w", pid, err)
+	}
+	return s, nil
+}
+
+// BootID returns the kernel's random boot id, which changes on every boot.
+func BootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Snapshot reads the stat of every process in /proc. Processes that vanish
+// while it reads are skipped.
+func Snapshot() ([]Stat, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Stat, 0, len(names))
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		s, err := ReadStat(pid)
+		if err != nil {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// SetSubreaper makes the calling process a child subreaper: orphaned
+// descendants are reparented to it rather than to PID 1, so they stay
+// findable through Descendants and can be killed.
+func SetSubreaper() error {
+	return unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+}
+
+// hasChildren reports whether the calling process has any child, live or
+// zombie, without reaping it.
+func hasChildren() bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return !errors.Is(err, unix.ECHILD)
+}
+
+// signalSession does nothing on Linux: a subreaper finds the members of a
+// session by their parent links, so the group and the tree walks suffice.
+func signalSession(int, syscall.Signal) {}
+
+// Argv returns the command line of pid (/proc/PID/cmdline).
+func Argv(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+}
+
+// Executable returns the file pid runs (/proc/PID/exe, which names the
+// inode even when the file was renamed), for os.SameFile.
+func Executable(pid int) (os.FileInfo, error) {
+	return os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
+}
