@@ -46,10 +46,11 @@ const (
 	ProtoSOCKS5  = "socks5"
 )
 
-// MaxConns bounds the connections one proxy carries at once, so that a
-// command opening connections in a loop exhausts its own share, not the
-// descriptors of the program serving the proxy.
-const MaxConns = 1024
+// DefaultMaxConns bounds the connections one proxy carries at once unless
+// Config.MaxConns says otherwise, so that a command opening connections in
+// a loop exhausts its own share, not the descriptors of the program
+// serving the proxy.
+const DefaultMaxConns = 1024
 
 // dialTimeout bounds one connection attempt to an allowed host.
 const dialTimeout = 30 * time.Second
@@ -86,6 +87,9 @@ type Config struct {
 	// OnDeny is called once per refused attempt, on the connection's
 	// goroutine, after the attempt is counted.
 	OnDeny func(Denial)
+	// MaxConns bounds the connections carried at once; 0 means
+	// DefaultMaxConns. One over the bound is closed at once.
+	MaxConns int
 }
 
 // Proxy is one allowlist proxy; Serve may be called for several listeners
@@ -118,6 +122,9 @@ func (p *Proxy) SetOnDeny(fn func(Denial)) {
 func New(cfg Config) *Proxy {
 	p := &Proxy{cfg: cfg, checker: &Checker{Rules: cfg.Rules, Resolver: cfg.Resolver},
 		lns: map[net.Listener]bool{}, conns: map[net.Conn]bool{}, index: map[string]int{}, onDeny: cfg.OnDeny}
+	if p.cfg.MaxConns <= 0 {
+		p.cfg.MaxConns = DefaultMaxConns
+	}
 	if p.cfg.Dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout}
 		p.cfg.Dial = d.DialContext
@@ -167,7 +174,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			if p.isClosed() {
 				return net.ErrClosed
 			}
-			continue // over MaxConns: this one is refused
+			continue // over the bound: this one is refused
 		}
 		p.wg.Add(1)
 		go func() {
@@ -201,7 +208,7 @@ func (p *Proxy) Close() error {
 func (p *Proxy) track(c net.Conn) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || len(p.conns) >= MaxConns {
+	if p.closed || len(p.conns) >= p.cfg.MaxConns {
 		return false
 	}
 	p.conns[c] = true

@@ -34,6 +34,10 @@ func hello(name string) http.Handler {
 }
 
 func newHarness(t *testing.T, extra ...string) *harness {
+	return newHarnessMax(t, 0, extra...)
+}
+
+func newHarnessMax(t *testing.T, maxConns int, extra ...string) *harness {
 	t.Helper()
 	h := &harness{allowed: httptest.NewServer(hello("allowed")), tls: httptest.NewTLSServer(hello("tls")),
 		denied: httptest.NewServer(hello("denied"))}
@@ -49,7 +53,7 @@ func newHarness(t *testing.T, extra ...string) *harness {
 		"allowed.test": {"127.0.0.1"},
 		"rebind.test":  {"127.0.0.1"},
 	}
-	h.p = New(Config{Rules: rules, Resolver: res, OnDeny: func(d Denial) {
+	h.p = New(Config{Rules: rules, Resolver: res, MaxConns: maxConns, OnDeny: func(d Denial) {
 		h.mu.Lock()
 		h.denials = append(h.denials, d)
 		h.mu.Unlock()
@@ -339,7 +343,8 @@ func (zeros) Read(b []byte) (int, error) {
 // A command opening connections without end holds at most MaxConns; the
 // proxy keeps serving once they close.
 func TestMaxConns(t *testing.T) {
-	h := newHarness(t)
+	const MaxConns = 16
+	h := newHarnessMax(t, MaxConns)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
