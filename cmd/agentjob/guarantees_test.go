@@ -138,7 +138,7 @@ func checkStateParses(t *testing.T, dir string) {
 // the program that called agentjob start leaves the job running.
 func TestJobSurvivesCallerGroupKill(t *testing.T) {
 	dir := t.TempDir()
-	caller := exec.Command("sh", "-c", `"$0" --state-dir "$1" start -- sleep 6601 && exec sleep 6602`, os.Args[0], dir)
+	caller := exec.Command("sh", "-c", `"$0" --state-dir "$1" start -- sleep 8601 && exec sleep 8602`, os.Args[0], dir)
 	caller.Env = append(os.Environ(), "AGENTJOB_TEST_MAIN=1")
 	caller.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := caller.StdoutPipe()
@@ -158,7 +158,7 @@ func TestJobSurvivesCallerGroupKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = caller.Wait()
-	if got := testkit.LiveProcesses("sleep 6602"); len(got) != 0 {
+	if got := testkit.LiveProcesses("sleep 8602"); len(got) != 0 {
 		t.Fatalf("the caller's group survived: %v", got)
 	}
 	out, _ := runAgentjob(t, dir, "status", h)

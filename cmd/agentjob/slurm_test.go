@@ -114,7 +114,7 @@ func scontrol(t *testing.T, args ...string) {
 func TestSlurmNodeFailure(t *testing.T) {
 	requireSlurm(t)
 	dir := t.TempDir()
-	out, code := runSlurmAgentjob(t, dir, "start", "--ready-log", "^up", "-c", "echo up; exec sleep 6301")
+	out, code := runSlurmAgentjob(t, dir, "start", "--ready-log", "^up", "-c", "echo up; exec sleep 8351")
 	if code != 0 {
 		t.Fatalf("start: %s", out)
 	}
@@ -151,7 +151,7 @@ func TestSlurmNodeFailure(t *testing.T) {
 	if n := strings.Count(out, `"type":"lost"`); n != 1 {
 		t.Fatalf("%d lost events, want 1:\n%s", n, out)
 	}
-	if live := testkit.LiveProcesses("sleep 6301"); len(live) > 0 {
+	if live := testkit.LiveProcesses("sleep 8351"); len(live) > 0 {
 		t.Fatalf("the job's process survived: %v", live)
 	}
 }

@@ -123,13 +123,19 @@ export class AgentplaneEnvironment {
     };
   }
 
-  /** The file's bytes; a missing file rejects with code 'file_not_found'. */
+  /**
+   * The file's bytes, exactly as on disk (a UTF-8 byte-order mark
+   * included); a missing file rejects with code 'file_not_found'.
+   */
   async readFile(filePath) {
     this.#assertInitialized();
     const file = this.#resolve(filePath);
     const { result } = await this.#call('agentfs', ['read'], { path: file });
     if (!result.success) throw new AgentplaneError(result);
-    if (!result.binary) return new TextEncoder().encode(result.content);
+    if (!result.binary) {
+      // agentfs gives the text without its byte-order mark and says so.
+      return new TextEncoder().encode((result.bom ? '\uFEFF' : '') + result.content);
+    }
     // agentfs reads text; raw bytes come through agentsh as base64.
     const raw = await this.#call('agentsh', [], {
       command: ['cat', '--', file], binary: 'base64', max_output: result.size + 1,
@@ -138,7 +144,10 @@ export class AgentplaneEnvironment {
     return new Uint8Array(Buffer.from(raw.result.stdout, 'base64'));
   }
 
-  /** Write atomically, creating parent directories. */
+  /**
+   * Write atomically, creating parent directories. Bytes are written as
+   * given: a leading byte-order mark stays (TextDecoder would drop it).
+   */
   async writeFile(filePath, content) {
     this.#assertInitialized();
     const request = { path: this.#resolve(filePath), output: 'none' };
@@ -147,7 +156,7 @@ export class AgentplaneEnvironment {
       request.content = content;
     } else {
       try {
-        request.content = new TextDecoder('utf-8', { fatal: true }).decode(content);
+        request.content = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(content);
       } catch {
         // Not text: hand agentfs the bytes in a file, it still writes atomically.
         scratch = await mkdtemp(path.join(tmpdir(), 'agentplane-write-'));

@@ -62,6 +62,19 @@ describe('AgentplaneEnvironment', () => {
     assert.deepEqual(await env.readFile('b.bin'), bytes);
   });
 
+  test('a UTF-8 byte-order mark survives writeFile and readFile', async () => {
+    const withBOM = new Uint8Array([0xef, 0xbb, 0xbf, 0x68, 0x69, 0x0a]); // BOM "hi\n"
+    await env.writeFile('bom.txt', withBOM);
+    assert.deepEqual(new Uint8Array(await readFile(path.join(env.workingDir, 'bom.txt'))), withBOM);
+    assert.deepEqual(await env.readFile('bom.txt'), withBOM);
+    // A string that starts with U+FEFF is written with the mark too.
+    await env.writeFile('bom2.txt', '\uFEFFhi\n');
+    assert.deepEqual(await env.readFile('bom2.txt'), withBOM);
+    // And a file without one gains none.
+    await env.writeFile('plain.txt', 'hi\n');
+    assert.deepEqual(await env.readFile('plain.txt'), new TextEncoder().encode('hi\n'));
+  });
+
   test('readFile of a missing file rejects with its code', async () => {
     await assert.rejects(env.readFile('missing.txt'), { code: 'file_not_found' });
   });

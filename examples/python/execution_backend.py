@@ -155,6 +155,19 @@ class AgentplaneBackend:
         return {"success": True, "path": r["path"], "original_file": r["original_file"],
                 "new_file": r["new_file"], "diff": r["diff"]}
 
+    def read_file(self, path: str) -> Dict[str, Any]:
+        """The file's text as it is on disk: a UTF-8 byte-order mark, which
+        agentfs reports as bom rather than in content, is put back, so that
+        read_file then write_file leaves the file's bytes as they were."""
+        r = self._call("agentfs", ["read"], {"path": os.path.join(self.cwd, path)})
+        if not r.get("success"):
+            return {"success": False, "path": path, "error": r["error"]["message"],
+                    "error_code": r["error"]["code"]}
+        if r.get("binary"):
+            return {"success": False, "path": path, "error": "not a text file", "error_code": "binary_file"}
+        return {"success": True, "path": path, "sha256": r["sha256"],
+                "content": ("\ufeff" if r.get("bom") else "") + r["content"]}
+
     def write_file(self, path: str, content: str, *, mode: str = "w") -> Dict[str, Any]:
         if mode not in ("w", "a"):
             raise ValueError(f"mode must be 'w' or 'a', not {mode!r}")

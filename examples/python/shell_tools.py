@@ -57,10 +57,11 @@ class ShellTools:
 
     def schemas(self) -> List[Dict[str, Any]]:
         """OpenAI function definitions whose argument descriptions are the programs' own."""
+        # The plain JSON Schema dialect: optional keys stay optional (the
+        # openai dialect is strict, every key required and nullable).
         def params(program_name: str, tool: str) -> Dict[str, Any]:
-            out = self._call(program_name, ["schema", "--format", "openai"])
-            return next(t["function"]["parameters"]["properties"]
-                        for t in out["tools"] if t["function"]["name"] == tool)
+            out = self._call(program_name, ["schema", "--format", "jsonschema"])
+            return next(t["properties"] for t in out["tools"] if t["title"] == tool)
 
         run, logs = params("agentsh", "agentsh_run"), params("agentjob", "agentjob_logs")
         task_id = {"type": "string", "description": "the task_id run_shell returned; " + logs["job"]["description"]}
@@ -74,7 +75,8 @@ class ShellTools:
                      "Run a shell command in a persistent session: cwd, exported variables and "
                      "functions persist between calls. Set run_in_background for servers and "
                      "watchers, then read them with shell_task_output.",
-                     {"command": {**run["command"], "type": "string"},
+                     # agentsh's command is a string or an argv; a session takes the string.
+                     {"command": {"type": "string", "description": run["command"]["anyOf"][0]["description"]},
                       "description": run["description"],
                       "timeout": run["timeout"],
                       "run_in_background": {"type": "boolean", "description":

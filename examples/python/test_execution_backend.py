@@ -17,6 +17,23 @@ class ExecutionBackendTest(unittest.IsolatedAsyncioTestCase):
         os.mkdir(self.work)
         self.backend = AgentplaneBackend(self.work, state_dir=os.path.join(tmp.name, "state"))
 
+    def test_byte_order_mark_round_trips(self):
+        # A BOM file read and written back keeps its bytes; an edit keeps it.
+        path = os.path.join(self.work, "bom.txt")
+        with open(path, "wb") as f:
+            f.write(b"\xef\xbb\xbfhello\n")
+        r = self.backend.read_file("bom.txt")
+        self.assertTrue(r["success"], r)
+        self.assertEqual(r["content"], "\ufeffhello\n")
+        self.assertTrue(self.backend.write_file("bom.txt", r["content"])["success"])
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"\xef\xbb\xbfhello\n")
+        self.assertTrue(self.backend.edit_file("bom.txt", [{"old_string": "hello", "new_string": "bye"}])["success"])
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"\xef\xbb\xbfbye\n")
+        self.assertTrue(self.backend.write_file("plain.txt", "x\n")["success"])
+        self.assertEqual(self.backend.read_file("plain.txt")["content"], "x\n")
+
     async def test_run_command_completed(self):
         r = await self.backend.run_command("echo out; echo err >&2", timeout=30)
         self.assertEqual(r["status"], "completed")

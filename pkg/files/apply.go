@@ -111,7 +111,8 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		}
 	}
 
-	if !opt.DryRun {
+	dryRun := opt.DryRun || f.DryRun
+	if !dryRun {
 		dirs, err := s.prepareDirs(creating, false)
 		if err != nil {
 			s.removeDirs(dirs)
@@ -193,7 +194,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		}
 		reports[i].Action = c.Action
 	}
-	if opt.DryRun {
+	if dryRun {
 		return reports, nil
 	}
 	if err := s.commit(plans, true); err != nil {

@@ -86,7 +86,10 @@ func applyEdit(path string, body []byte, eol string, e EditSpec, fuzzy bool) ([]
 	}
 	if len(spans) == 0 && fuzzy {
 		rep.Match = MatchWhitespace
-		spans = findWhitespace(body, e.Old, e.New, eol)
+		var err error
+		if spans, err = findWhitespace(path, body, e.Old, e.New, eol); err != nil {
+			return nil, rep, err
+		}
 	}
 	if len(spans) == 0 {
 		return nil, rep, notFound(path, body, e.Old)
@@ -215,8 +218,8 @@ func leadingWS(s string) string { return s[:len(s)-len(strings.TrimLeft(s, " \t"
 
 // findWhitespace matches old line by line with whitespace normalised. A match
 // covers whole lines; its replacement is new re-indented by the difference
-// between the file's indentation and old_string's.
-func findWhitespace(body []byte, old, new, eol string) []span {
+// between the file's indentation and old_string's, in the file's style.
+func findWhitespace(path string, body []byte, old, new, eol string) ([]span, error) {
 	oldLines := strings.Split(strings.TrimSuffix(strings.ReplaceAll(old, "\r\n", "\n"), "\n"), "\n")
 	keys := make([]string, len(oldLines))
 	for i, l := range oldLines {
@@ -246,39 +249,161 @@ func findWhitespace(body []byte, old, new, eol string) []span {
 				sp.start = first.start - len(eol)
 			}
 		} else {
-			sp.repl = []byte(reindent(strings.TrimSuffix(newLF, "\n"), oldLines, body, lines[i:i+len(keys)], eol))
+			repl, err := reindent(strings.TrimSuffix(newLF, "\n"), oldLines, body, lines, i, eol)
+			if err != nil {
+				return nil, err.With("line", lineAt(body, first.start))
+			}
+			sp.repl = []byte(repl)
 		}
 		spans = append(spans, sp)
 		i += len(keys) - 1
 	}
-	return spans
+	return spans, nil
 }
 
-// reindent shifts new's lines from old_string's indentation to the file's:
-// the indentation old_string's first non-blank line has is replaced by the
-// one its matching file line has.
-func reindent(newText string, oldLines []string, body []byte, matched []lineSpan, eol string) string {
-	from, to := "", ""
+// indentStyle is one way of indenting: a tab per level, or width spaces.
+type indentStyle struct {
+	tab   bool
+	width int // spaces per level; 0 when unknown (no indented line seen)
+}
+
+func (st indentStyle) String() string {
+	if st.tab {
+		return "tabs"
+	}
+	return fmt.Sprintf("%d spaces", st.width)
+}
+
+// levels reads leading whitespace as indentation levels of st; ok is false
+// when it mixes tabs and spaces or is not a whole number of levels.
+func (st indentStyle) levels(ws string) (int, bool) {
+	switch {
+	case ws == "":
+		return 0, true
+	case st.tab:
+		return len(ws), strings.Trim(ws, "\t") == ""
+	case strings.Trim(ws, " ") != "" || st.width == 0:
+		return 0, false
+	case len(ws)%st.width != 0:
+		return 0, false
+	}
+	return len(ws) / st.width, true
+}
+
+func (st indentStyle) indent(levels int) string {
+	if st.tab {
+		return strings.Repeat("\t", levels)
+	}
+	return strings.Repeat(" ", levels*st.width)
+}
+
+// styleOf finds the indentation style of a set of lines: tabs when the
+// indented lines start with a tab, else spaces in the greatest common
+// width. ok is false when they mix the two.
+func styleOf(lines []string) (indentStyle, bool) {
+	var tabs, spaces bool
+	width := 0
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		ws := leadingWS(l)
+		switch {
+		case ws == "":
+		case strings.HasPrefix(ws, "\t"):
+			tabs = true
+		default:
+			spaces = true
+			n := len(ws) - len(strings.TrimLeft(ws, " "))
+			width = gcd(width, n)
+		}
+	}
+	if tabs && spaces {
+		return indentStyle{}, false
+	}
+	return indentStyle{tab: tabs, width: width}, true
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// reindent moves new's lines from old_string's indentation to the file's,
+// in the file's style: each line keeps its depth relative to old_string's
+// first non-blank line, counted in levels of the text's own style and
+// written in levels of the file's (tabs stay tabs, a 2-space file gets 2
+// spaces per level). The file's style is that of the matched lines, else
+// of the whole file. When a depth cannot be expressed (tabs mixed with
+// spaces, uneven widths, a line left of the file's column 0) it refuses
+// with indentation_conflict: it never writes mixed indentation.
+func reindent(newText string, oldLines []string, body []byte, lines []lineSpan, at int, eol string) (string, *result.Error) {
+	lineText := func(l lineSpan) string { return string(body[l.start:l.end]) }
+	base := -1
 	for j, l := range oldLines {
 		if strings.TrimSpace(l) != "" {
-			from = leadingWS(l)
-			m := matched[j]
-			to = leadingWS(string(body[m.start:m.end]))
+			base = j
 			break
 		}
 	}
 	out := strings.Split(newText, "\n")
-	for i, l := range out {
-		switch {
-		case strings.TrimSpace(l) == "":
-			out[i] = ""
-		case strings.HasPrefix(l, from):
-			out[i] = to + l[len(from):]
-		default:
-			out[i] = to + strings.TrimLeft(l, " \t")
+	if base < 0 {
+		return strings.Join(out, eol), nil
+	}
+	from, to := leadingWS(oldLines[base]), leadingWS(lineText(lines[at+base]))
+
+	conflict := func(format string, args ...any) *result.Error {
+		return newErr(CodeIndentationConflict, format, args...).
+			With("hint", "give old_string and new_string with the file's own indentation, or edit without fuzzy")
+	}
+	// The text's style, from old_string and new_string together.
+	textStyle, ok := styleOf(append(append([]string(nil), oldLines...), out...))
+	if !ok {
+		return "", conflict("new_string mixes tabs and spaces in its indentation")
+	}
+	// The file's style: of the matched lines, else of the whole file.
+	var matched, all []string
+	for j := range oldLines {
+		matched = append(matched, lineText(lines[at+j]))
+	}
+	fileStyle, ok := styleOf(matched)
+	if !ok {
+		return "", conflict("the matched lines mix tabs and spaces in their indentation")
+	}
+	if !fileStyle.tab && fileStyle.width == 0 {
+		for _, l := range lines {
+			all = append(all, lineText(l))
+		}
+		if st, ok := styleOf(all); ok {
+			fileStyle = st
 		}
 	}
-	return strings.Join(out, eol)
+	if !fileStyle.tab && fileStyle.width == 0 {
+		fileStyle = textStyle // nothing is indented: no style to keep
+	}
+	fromLevels, ok1 := textStyle.levels(from)
+	toLevels, ok2 := fileStyle.levels(to)
+	if !ok1 || !ok2 {
+		return "", conflict("the indentation of old_string (%q) or of the file (%q) is not whole levels of %s", from, to, fileStyle)
+	}
+	for i, l := range out {
+		if strings.TrimSpace(l) == "" {
+			out[i] = ""
+			continue
+		}
+		n, ok := textStyle.levels(leadingWS(l))
+		if !ok {
+			return "", conflict("line %d of new_string is not indented in whole levels of %s", i+1, textStyle)
+		}
+		depth := toLevels + n - fromLevels
+		if depth < 0 {
+			return "", conflict("line %d of new_string is indented left of the file's first column", i+1)
+		}
+		out[i] = fileStyle.indent(depth) + strings.TrimLeft(l, " \t")
+	}
+	return strings.Join(out, eol), nil
 }
 
 // spanLines returns the 1-based line of each span's start, counting

@@ -91,7 +91,33 @@ func TestEdit(t *testing.T) {
 		{
 			name: "fuzzy reindents", before: "func f() {\n\t\tif x {\n\t\t\ty()\n\t\t}\n}\n", fuzzy: true,
 			edits: []EditSpec{{Old: "if x {\n    y()\n}", New: "if x {\n    z()\n    w()\n}"}},
-			want:  "func f() {\n\t\tif x {\n\t\t    z()\n\t\t    w()\n\t\t}\n}\n", match: []string{MatchWhitespace}, lines: [][2]int{{2, 5}},
+			want:  "func f() {\n\t\tif x {\n\t\t\tz()\n\t\t\tw()\n\t\t}\n}\n", match: []string{MatchWhitespace}, lines: [][2]int{{2, 5}},
+		},
+		{
+			// Python raises TabError on mixed indentation: tabs stay tabs.
+			name: "fuzzy keeps a tab file's tabs", before: "def f():\n\tif x:\n\t\ty()\n", fuzzy: true,
+			edits: []EditSpec{{Old: "    if x:\n        y()", New: "    if x:\n        z()\n        if w:\n            v()"}},
+			want:  "def f():\n\tif x:\n\t\tz()\n\t\tif w:\n\t\t\tv()\n", match: []string{MatchWhitespace}, lines: [][2]int{{2, 5}},
+		},
+		{
+			name: "fuzzy writes spaces into a space file", before: "def f():\n  if x:\n    y()\n", fuzzy: true,
+			edits: []EditSpec{{Old: "\tif x:\n\t\ty()", New: "\tif x:\n\t\tz()\n\tw()"}},
+			want:  "def f():\n  if x:\n    z()\n  w()\n", match: []string{MatchWhitespace}, lines: [][2]int{{2, 4}},
+		},
+		{
+			name: "fuzzy converts 4-space levels to the file's 2", before: "a:\n  b:\n    c\n", fuzzy: true,
+			edits: []EditSpec{{Old: "    b:\n        c", New: "    b:\n        c\n        d:\n            e"}},
+			want:  "a:\n  b:\n    c\n    d:\n      e\n", match: []string{MatchWhitespace}, lines: [][2]int{{2, 5}},
+		},
+		{
+			name: "fuzzy refuses new text that mixes tabs and spaces", before: "f() {\n\tx()\n}\n", fuzzy: true,
+			edits: []EditSpec{{Old: "    x()", New: "    y()\n\tz()"}},
+			code:  CodeIndentationConflict,
+		},
+		{
+			name: "fuzzy refuses to indent left of column 0", before: "x()\n", fuzzy: true,
+			edits: []EditSpec{{Old: "    x()", New: "y()"}},
+			code:  CodeIndentationConflict,
 		},
 		{
 			name: "whitespace differs without fuzzy", before: "  a  b\n", edits: []EditSpec{{Old: "a b", New: "x"}},
@@ -273,5 +299,45 @@ func FuzzEdit(f *testing.F) {
 			t.Fatalf("exact edit applied with %d matches", strings.Count(content, old))
 		}
 		noSideFiles(t, root)
+	})
+}
+
+// FuzzFuzzyIndentation attacks the promise that a fuzzy edit indents the
+// way the file is indented or refuses: whatever the new text's indentation,
+// a file indented with tabs only (or spaces only) never gains a line whose
+// indentation has the other character, and a refusal leaves it unchanged.
+func FuzzFuzzyIndentation(f *testing.F) {
+	f.Add("def f():\n\tif x:\n\t\ty()\n", "    if x:\n        y()", "    if x:\n        z()\n  w()")
+	f.Add("a:\n  b:\n    c\n", "\tb:\n\t\tc", "\tb:\n\t\tc\n\t\t\td")
+	f.Add("func f() {\n\tx()\n}\n", "  x()", "  y()\n \t z()")
+	f.Fuzz(func(t *testing.T, content, old, new string) {
+		tabs := strings.Contains(content, "\n\t")
+		spaces := strings.Contains(content, "\n ")
+		if tabs == spaces || strings.Contains(content, "\r") {
+			return // only files with one indentation style
+		}
+		fsys, root := newTestFS(t)
+		p := filepath.Join(root, "f")
+		put(t, p, content)
+		m, err := fsys.Edit("f", []EditSpec{{Old: old, New: new}}, EditOptions{Fuzzy: true})
+		after := get(t, p)
+		if err != nil {
+			if after != content {
+				t.Fatalf("failed edit (%v) changed the file", err)
+			}
+			return
+		}
+		if m.Edits[0].Match != MatchWhitespace {
+			return // exact matches write new_string as given
+		}
+		bad := "\t"
+		if tabs {
+			bad = " "
+		}
+		for _, l := range strings.Split(after, "\n") {
+			if ws := leadingWS(l); strings.Contains(ws, bad) && strings.TrimSpace(l) != "" {
+				t.Fatalf("fuzzy edit of a %s file wrote the line %q:\n%s", map[bool]string{true: "tab", false: "space"}[tabs], l, after)
+			}
+		}
 	})
 }

@@ -32,6 +32,10 @@ const (
 	CodeNothingToUndo      = "nothing_to_undo"
 	CodeUndoConflict       = "undo_conflict"
 	CodeIOError            = "io_error"
+	// CodeIndentationConflict: a fuzzy edit cannot indent the new text the
+	// way the file is indented (the two differ in a way that has no
+	// translation), so it refuses rather than mix tabs and spaces.
+	CodeIndentationConflict = "indentation_conflict"
 )
 
 func newErr(code, format string, args ...any) *result.Error {

@@ -98,6 +98,10 @@ type FS struct {
 	// is always kept). 0 means the defaults.
 	HistoryVersions int
 	HistoryBytes    int64
+	// DryRun makes Write, Edit, Insert, Undo and Apply check everything
+	// and report the same result, texts, diff and hashes, without touching
+	// the file, its directory or the undo history: a preview for approval.
+	DryRun bool
 
 	// afterStage, when set, runs after every temp file of a change set is
 	// written and synced and before the first rename; an error from it

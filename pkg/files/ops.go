@@ -27,6 +27,9 @@ type ReadResult struct {
 	LineEnd    int    `json:"line_end"`
 	Truncated  bool   `json:"truncated"` // MaxBytes cut the content
 	Binary     bool   `json:"binary"`    // not UTF-8 text: Content is empty
+	// BOM: the file starts with a UTF-8 byte order mark, which Content
+	// leaves out (and which Write, Edit and Insert keep).
+	BOM bool `json:"bom"`
 }
 
 // Read returns lines of a text file, and for a binary file only its facts.
@@ -53,6 +56,7 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 		return r, nil
 	}
 	body := bytes.TrimPrefix(cur.content, []byte(utf8BOM))
+	r.BOM = len(body) < len(cur.content)
 	r.TotalLines = countLines(body)
 	first := max(opt.Offset, 1)
 	if first > r.TotalLines && !(r.TotalLines == 0 && first == 1) {
@@ -271,8 +275,11 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 			}
 			if h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) {
 				// The recorded change never landed (a crash between the
-				// history and the rename): the entry is stale.
-				f.dropHistory(list[i])
+				// history and the rename): the entry is stale. A dry run
+				// leaves the history as it is.
+				if !f.DryRun {
+					f.dropHistory(list[i])
+				}
 				continue
 			}
 			e := newErr(CodeUndoConflict, "%s changed since agentfs last wrote it; undo would lose those changes", path).
@@ -319,6 +326,22 @@ func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, cur
 	}
 	if t.rel == "." {
 		return nil, newErr(CodeIsDirectory, "%s is a directory", path)
+	}
+	if f.DryRun {
+		// The same checks and the same report, nothing created, locked
+		// or written (an unlocked read: a preview, as Apply's dry run).
+		if err := s.checkDirs([]target{t}, noMkdir); err != nil {
+			return nil, err
+		}
+		cur, err := s.readCurrent(t)
+		if err != nil {
+			return nil, err
+		}
+		p, err := build(t, cur)
+		if err != nil {
+			return nil, err
+		}
+		return f.reportPlan(p, path, path), nil
 	}
 	dirs, err := s.prepareDirs([]target{t}, noMkdir)
 	if err != nil {

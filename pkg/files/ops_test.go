@@ -27,7 +27,7 @@ func TestRead(t *testing.T) {
 			want: ReadResult{Content: "aaa\nbbb\n", TotalLines: 3, LineStart: 1, LineEnd: 2, Truncated: true}},
 		{name: "max bytes inside a line keeps utf-8 whole", content: "héllo\n", opt: ReadOptions{MaxBytes: 2},
 			want: ReadResult{Content: "h", TotalLines: 1, LineStart: 1, LineEnd: 1, Truncated: true}},
-		{name: "bom not shown", content: "\uFEFFx\n", want: ReadResult{Content: "x\n", TotalLines: 1, LineStart: 1, LineEnd: 1}},
+		{name: "bom not shown", content: "\uFEFFx\n", want: ReadResult{Content: "x\n", TotalLines: 1, LineStart: 1, LineEnd: 1, BOM: true}},
 		{name: "empty", content: "", want: ReadResult{}},
 		{name: "binary", content: "\x00\x01\x02", want: ReadResult{Binary: true}},
 		{name: "offset past end", content: "a\n", opt: ReadOptions{Offset: 3}, code: CodeLineOutOfRange},

@@ -122,10 +122,20 @@ func (s *session) readCurrent(t target) (current, error) {
 	return c, nil
 }
 
+// checkDirs is prepareDirs for a dry run: the same refusals, nothing made.
+func (s *session) checkDirs(ts []target, noMkdir bool) error {
+	_, err := s.parentDirs(ts, noMkdir, false)
+	return err
+}
+
 // prepareDirs creates the missing parents of each target (unless noMkdir)
 // and returns the directories it created, deepest last, so a failed change
 // can remove them again.
 func (s *session) prepareDirs(ts []target, noMkdir bool) ([]string, error) {
+	return s.parentDirs(ts, noMkdir, true)
+}
+
+func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error) {
 	var created []string
 	for _, t := range ts {
 		dir := path.Dir(t.rel)
@@ -149,6 +159,9 @@ func (s *session) prepareDirs(ts []target, noMkdir bool) ([]string, error) {
 		if noMkdir {
 			return created, newErr(CodeFileNotFound, "the directory of %s does not exist", t.given).
 				With("hint", "create it first, or allow parents to be created")
+		}
+		if !create {
+			continue
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
 			err := s.root.Mkdir(missing[i], 0o755)

@@ -201,7 +201,15 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// A new session: no controlling terminal, and outside the caller's
 	// process group, so neither a hangup nor a group kill reaches it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Outside the guard of an agentsh command that starts it, too.
+	cmd.Env = os.Environ()
+	detached, err := proctree.Detach(cmd)
+	if err != nil {
+		pw.Close()
+		return fmt.Errorf("jobs: detach the supervisor: %w", err)
+	}
 	err = cmd.Start()
+	detached()
 	pw.Close()
 	if err != nil {
 		return fmt.Errorf("jobs: start supervisor: %w", err)

@@ -84,8 +84,16 @@ func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, 
 		}
 		args = m
 	}
-	for k := range args {
+	served, _ := t.InputSchema["properties"].(map[string]any)
+	for k, v := range args {
+		if _, offered := served[k]; offered {
+			continue // an argument of this tool, whatever other tools mean by it
+		}
 		if why := s.refused[k]; why != "" {
+			if v == nil {
+				delete(args, k) // null is "not given" (strict hosts send it)
+				continue
+			}
 			return nil, false, result.Errorf(result.CodeInvalidRequest,
 				"%q is not a tool argument of this MCP server", k).With("key", k).With("hint", why)
 		}
@@ -98,13 +106,44 @@ func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, 
 	detached := false
 	if v, ok := args[DetachedKey]; ok && t.Name == "agentsh_session_start" {
 		b, isBool := v.(bool)
+		if v == nil {
+			isBool = true
+		}
 		if !isBool {
 			return nil, false, result.Errorf(result.CodeInvalidRequest, "key %q: expected a boolean", DetachedKey).With("key", DetachedKey)
 		}
 		detached = b
 		delete(args, DetachedKey)
 	}
+	if t.Name == "agentsh_session_start" && s.cfg.SessionIdle > 0 {
+		args["idle_timeout"] = clampIdle(args["idle_timeout"], s.cfg.SessionIdle)
+	}
 	return args, detached, nil
+}
+
+// clampIdle is a session's idle timeout under the server's bound: the
+// bound when the call gives none, never (0) or a longer one. A value that
+// does not parse is passed on for the CLI to refuse.
+func clampIdle(v any, bound time.Duration) any {
+	var s string
+	switch t := v.(type) {
+	case nil:
+		return bound.String()
+	case json.Number:
+		s = t.String()
+	case string:
+		s = t
+	default:
+		return v
+	}
+	d, err := clikit.ParseDuration(s)
+	if err != nil {
+		return v
+	}
+	if d == 0 || d > bound {
+		return bound.String()
+	}
+	return v
 }
 
 // exec runs one call as a subprocess of the program that owns it and
@@ -144,11 +183,16 @@ func (s *Server) exec(ctx context.Context, t *tool, args map[string]any, onLine 
 		if len(bytes.TrimSpace(line)) > 0 {
 			if m, err := decodeObject(line); err == nil {
 				// Stream events carry a type; the result does not.
-				if _, isEvent := m["type"].(string); isEvent && m["success"] == nil {
+				if typ, isEvent := m["type"].(string); isEvent && typ != "result" {
 					if onLine != nil {
 						onLine(m)
 					}
 				} else {
+					// The stream's last line is the result; its type
+					// is the stream's framing, not part of the result.
+					if typ == "result" && m["success"] != nil {
+						delete(m, "type")
+					}
 					last = m
 				}
 			}
@@ -286,16 +330,35 @@ func failureMap(err error) map[string]any {
 
 // render makes the MCP result: the CLI's JSON object as structured
 // content, and for hosts that only show text, a summary line followed by
-// the same object as JSON. A result with success false is a tool error:
-// the model sees it and its stable error code, as the CLI's exit status
-// would tell a script.
+// the same object as JSON.
 func render(t *tool, res map[string]any) *mcp.CallToolResult {
 	b, _ := result.Marshal(res)
 	return &mcp.CallToolResult{
 		Content:           []mcp.Content{&mcp.TextContent{Text: summary(t.Name, res) + "\n" + string(b)}},
 		StructuredContent: res,
-		IsError:           res["success"] != true,
+		IsError:           isToolError(res),
 	}
+}
+
+// isToolError decides MCP's isError (CONTRACT §7): true only when the tool
+// could not do what was asked — invalid arguments, a refusal, a session or
+// job that is gone, an internal failure — which the CLI reports with an
+// error code. Work that was done and went badly is a normal result whose
+// object says success false and why: a command that exited non-zero or
+// timed out (no error object: the exit code and status say it), or a wait
+// whose job failed or whose timeout passed (an outcome code). Hosts such
+// as LangChain throw on isError and drop the structured result, so a
+// failed command must not be one.
+func isToolError(res map[string]any) bool {
+	if res["success"] == true {
+		return false
+	}
+	e, ok := res["error"].(map[string]any)
+	if !ok {
+		return false
+	}
+	code, _ := e["code"].(string)
+	return !result.IsOutcome(code)
 }
 
 // summary is one line for a human glancing at a host's transcript.

@@ -85,7 +85,15 @@ func testEnv(t *testing.T) []string {
 // start runs "program mcp args..." in dir and connects a client.
 func start(t *testing.T, program, dir string, args ...string) *server {
 	t.Helper()
-	s := &server{t: t, stderr: &syncBuffer{}, stateDir: t.TempDir(),
+	return startIn(t, t.TempDir(), program, dir, args...)
+}
+
+// startIn is start with a given state directory: a second server on the
+// same environment is how a host that opens one connection per call
+// (over stdio, one server per call) reaches its sessions again.
+func startIn(t *testing.T, stateDir, program, dir string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, stderr: &syncBuffer{}, stateDir: stateDir,
 		logs: make(chan *mcp.LoggingMessageParams, 256), progress: make(chan *mcp.ProgressNotificationParams, 256)}
 	argv := append([]string{"mcp", "--verbose", "--state-dir", s.stateDir}, args...)
 	s.cmd = exec.Command(filepath.Join(binDir, program), argv...)
@@ -212,6 +220,18 @@ func TestListTools(t *testing.T) {
 			t.Errorf("agentsh_run lacks %q", k)
 		}
 	}
+	for name, tl := range tools {
+		a := tl.Annotations
+		if a == nil || a.DestructiveHint == nil || a.OpenWorldHint == nil {
+			t.Errorf("%s: annotations %+v, want all four hints", name, a)
+		}
+	}
+	if a := tools["agentfs_read"].Annotations; !a.ReadOnlyHint || *a.DestructiveHint || *a.OpenWorldHint {
+		t.Errorf("agentfs_read annotations %+v", a)
+	}
+	if a := tools["agentsh_run"].Annotations; a.ReadOnlyHint || !*a.DestructiveHint || !*a.OpenWorldHint {
+		t.Errorf("agentsh_run annotations %+v", a)
+	}
 	if _, ok := props("agentsh_session_start")["detached"]; !ok {
 		t.Error("agentsh_session_start lacks detached")
 	}
@@ -257,7 +277,8 @@ func TestRunCommandWithProgress(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	s := start(t, "agentsh", t.TempDir())
 	res, m := s.call(testCtx(t), "agentsh_run", map[string]any{"command": "echo before; sleep 60", "timeout": "1s", "kill_after": "1s"})
-	if !res.IsError || m["status"] != "timeout" || m["exit_code"] != float64(124) || m["stdout"] != "before\n" {
+	// A command that ran and timed out is a normal result (CONTRACT §7).
+	if res.IsError || m["success"] != false || m["status"] != "timeout" || m["exit_code"] != float64(124) || m["stdout"] != "before\n" {
 		t.Fatalf("isError=%v result %v", res.IsError, m)
 	}
 }
@@ -505,7 +526,8 @@ func TestWaitProgress(t *testing.T) {
 		t.Fatal(o.err)
 	}
 	m = o.res.StructuredContent.(map[string]any)
-	if !o.res.IsError || m["status"] != "failed" {
+	// The job failed, the wait did what was asked: a normal result.
+	if o.res.IsError || m["success"] != false || m["status"] != "failed" {
 		t.Fatalf("wait: %v", m)
 	}
 	// The event that ended the wait is reported as progress before the
@@ -524,7 +546,7 @@ func TestWaitProgress(t *testing.T) {
 
 func TestSessionsStopWithConnection(t *testing.T) {
 	dir := t.TempDir()
-	s := start(t, "agentsh", dir)
+	s := start(t, "agentsh", dir, "--session-idle-timeout", "0")
 	ctx := testCtx(t)
 	res, m := s.call(ctx, "agentsh_session_start", map[string]any{"cwd": dir})
 	if res.IsError {
@@ -580,21 +602,122 @@ func TestWorkspacePinned(t *testing.T) {
 	}
 }
 
-// TestBadSettingFailsAtStart: a setting the program would reject fails the
-// server at start-up, as one JSON error, not every call later.
-func TestBadSettingFailsAtStart(t *testing.T) {
-	for _, args := range [][]string{{"--sandbox", "bogus"}, {"--all", "--memory", "lots"}} {
-		cmd := exec.Command(filepath.Join(binDir, "agentsh"), append([]string{"mcp", "--state-dir", t.TempDir()}, args...)...)
+// TestSessionsOutliveConnection: a host that opens one connection per tool
+// call (over stdio, one server process per call) finds its session again
+// with its state, and the session's idle timeout is the server's bound.
+func TestSessionsOutliveConnection(t *testing.T) {
+	dir, stateDir := t.TempDir(), t.TempDir()
+	ctx := testCtx(t)
+	s := startIn(t, stateDir, "agentsh", dir, "--session-idle-timeout", "10m")
+	res, m := s.call(ctx, "agentsh_session_start", map[string]any{"cwd": dir, "idle_timeout": 0})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	h := m["session"].(string)
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(binDir, "agentsh"), "session", "stop", "--state-dir", stateDir, h)
 		cmd.Env = testEnv(t)
+		_ = cmd.Run()
+	})
+	s.close()
+	s = startIn(t, stateDir, "agentsh", dir, "--session-idle-timeout", "10m")
+	if _, m = s.call(ctx, "agentsh_run", map[string]any{"session": h, "command": "export X=kept; cd /"}); m["success"] != true {
+		t.Fatalf("the session is gone after its connection closed: %v", m)
+	}
+	s.close()
+	s = startIn(t, stateDir, "agentsh", dir, "--session-idle-timeout", "10m")
+	if _, m = s.call(ctx, "agentsh_run", map[string]any{"session": h, "command": "echo $X; pwd"}); m["stdout"] != "kept\n/\n" {
+		t.Fatalf("session state lost across connections: %v", m)
+	}
+	// idle_timeout 0 (never) asked for; the server's 10m applies.
+	if _, m = s.call(ctx, "agentsh_session_status", map[string]any{"session": h}); fmt.Sprint(m["idle_timeout_ms"]) != "600000" {
+		t.Errorf("idle timeout not bounded by the server: %v", m)
+	}
+	// A session or job that is gone is a tool error.
+	if _, err := exec.Command(filepath.Join(binDir, "agentsh"), "session", "stop", "--state-dir", stateDir, h).Output(); err != nil {
+		t.Logf("stop: %v", err)
+	}
+	res, m = s.call(ctx, "agentsh_run", map[string]any{"session": h, "command": "true"})
+	if !res.IsError || m["success"] != false {
+		t.Errorf("a call on a stopped session: isError=%v %v", res.IsError, m)
+	}
+}
+
+// TestBadSettingFailsAtStart: a server that cannot start says why on
+// stderr (which hosts show; stdout is the MCP connection) and exits
+// non-zero: a setting the program would reject, a sibling program that
+// is not there.
+func TestBadSettingFailsAtStart(t *testing.T) {
+	lone := t.TempDir() // agentsh without agentjob and agentfs beside it or on PATH
+	b, err := os.ReadFile(filepath.Join(binDir, "agentsh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lone, "agentsh"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		exe  string
+		args []string
+		code string
+		says string
+	}{
+		{filepath.Join(binDir, "agentsh"), []string{"--sandbox", "bogus"}, "usage_error", "bogus"},
+		{filepath.Join(binDir, "agentsh"), []string{"--all", "--memory", "lots"}, "usage_error", "lots"},
+		{filepath.Join(lone, "agentsh"), []string{"--all"}, "usage_error", "agentjob"},
+	} {
+		cmd := exec.Command(c.exe, append([]string{"mcp", "--state-dir", t.TempDir()}, c.args...)...)
+		cmd.Env = append(testEnv(t), "PATH=/usr/bin:/bin")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
 		out, err := cmd.Output()
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		var m struct {
 			Success bool `json:"success"`
 			Error   struct {
 				Code string `json:"code"`
 			} `json:"error"`
 		}
-		if jerr := json.Unmarshal(out, &m); err == nil || jerr != nil || m.Success || m.Error.Code != "usage_error" {
-			t.Errorf("%v: err=%v out=%s", args, err, out)
+		jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &m)
+		if err == nil || len(out) != 0 || jerr != nil || m.Error.Code != c.code ||
+			!strings.HasPrefix(lines[0], "agentsh: error: ") || !strings.Contains(lines[0], c.says) {
+			t.Errorf("%s %v: err=%v stdout=%q stderr=%s", c.exe, c.args, err, out, stderr.String())
+		}
+	}
+}
+
+// TestJobLogsStreamArgument: agentjob_logs' stream (which stream to read)
+// is a tool argument, though agentsh_run's stream (NDJSON reporting) is the
+// server's; a wait that times out is a normal result.
+func TestJobLogsStreamArgument(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentjob", dir)
+	ctx := testCtx(t)
+	res, m := s.call(ctx, "agentjob_start", map[string]any{"command": "echo out; echo err >&2; sleep 60", "cwd": dir})
+	if res.IsError {
+		t.Fatalf("start: %v", m)
+	}
+	h := m["handle"].(string)
+	defer s.call(ctx, "agentjob_stop", map[string]any{"job": h})
+	res, m = s.call(ctx, "agentjob_wait", map[string]any{"jobs": []string{h}, "timeout": 1})
+	if res.IsError || m["success"] != false || m["timed_out"] != true {
+		t.Fatalf("a wait that timed out: isError=%v %v", res.IsError, m)
+	}
+	for {
+		res, m = s.call(ctx, "agentjob_logs", map[string]any{"job": h, "stream": "stderr"})
+		if res.IsError {
+			t.Fatalf("logs: %v", m)
+		}
+		if m["data"] == "err\n" {
+			break
+		}
+		if m["data"] != "" {
+			t.Fatalf("stderr only, got %v", m)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no stderr")
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

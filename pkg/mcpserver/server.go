@@ -58,11 +58,27 @@ func OperatorFlags() []string {
 	}
 }
 
+// serverOwnedHere reports whether a server-owned key means on t what it
+// means where the server owns it: a switch of how the call reports (a
+// boolean flag). agentjob logs' stream, which names the stream to read, is
+// an ordinary argument.
+func serverOwnedHere(t clikit.Tool, key string) bool {
+	f := lookupFlag(t, strings.ReplaceAll(key, "_", "-"))
+	return f == nil || f.Value.Type() == "bool"
+}
+
 // serverOwned returns the request keys that change how a call reports
 // rather than what it does: the server sets them itself (agentsh --stream,
 // for progress), or they make no sense over MCP (follow modes never end;
 // tee and exit_zero concern a terminal and a shell's exit status).
 func serverOwned() []string { return []string{"stream", "tee", "exit_zero", "follow"} }
+
+// DefaultSessionIdle is how long a session started through the server
+// lives without a call, by default: long enough for a host that opens one
+// connection per tool call (and so one server per call over stdio) to find
+// its session again, short enough that a host that went away does not
+// leave shells running for long.
+const DefaultSessionIdle = 30 * time.Minute
 
 // DetachedKey is the extra argument of agentsh_session_start: a session
 // started with it true outlives the connection.
@@ -94,6 +110,9 @@ type ToolSpec struct {
 	Path []string `json:"path"`
 	// Flags carry the operator's settings to the subprocess.
 	Flags []string `json:"flags"`
+	// Hints are what the operation does, declared on its command; they
+	// become the tool's MCP annotations.
+	Hints *clikit.Hints `json:"hints"`
 }
 
 // Config is what the server needs to know.
@@ -109,6 +128,11 @@ type Config struct {
 	// DefaultEventInterval, DefaultEventBurst).
 	EventInterval time.Duration
 	EventBurst    int
+	// SessionIdle is the longest a session started through the server
+	// lives without a call (the session's idle timeout is clamped to it),
+	// and sessions outlive the connection that started them. 0 stops them
+	// when that connection closes, unless started detached.
+	SessionIdle time.Duration
 	// Log receives diagnostics for humans (the server's stderr).
 	Log io.Writer
 	// Verbose also logs every call.
@@ -177,6 +201,9 @@ func New(cfg Config) (*Server, error) {
 			if seen[spec.Name] {
 				return nil, result.Errorf(result.CodeUsage, "tool %s is served twice", spec.Name)
 			}
+			if spec.Hints == nil {
+				return nil, result.Errorf(result.CodeInternal, "tool %s declares no hints (readOnly, destructive, idempotent, openWorld)", spec.Name)
+			}
 			seen[spec.Name] = true
 			s.tools = append(s.tools, &tool{ToolSpec: spec, program: set.Program, executable: set.Executable})
 		}
@@ -237,7 +264,7 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 		}
 		set.Tools = append(set.Tools, ToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
-			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags,
+			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags, Hints: t.Hints,
 		})
 	}
 	return set, nil
@@ -302,27 +329,41 @@ func effective(env *clikit.Env, t clikit.Tool, given map[string][]string, name s
 	return ""
 }
 
+// annotations are a tool's hints as MCP annotations (clikit.Hints.MCP).
+func annotations(h *clikit.Hints) *mcp.ToolAnnotations {
+	m := h.MCP()
+	destructive, openWorld := m["destructiveHint"].(bool), m["openWorldHint"].(bool)
+	return &mcp.ToolAnnotations{
+		ReadOnlyHint:    m["readOnlyHint"].(bool),
+		DestructiveHint: &destructive,
+		IdempotentHint:  m["idempotentHint"].(bool),
+		OpenWorldHint:   &openWorld,
+	}
+}
+
 // toolSchema is the tool's request schema without the keys a client may
 // not set, plus the MCP-only arguments.
 func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
-	schema := map[string]any{}
-	for k, v := range t.Schema {
-		schema[k] = v
-	}
 	props := map[string]any{}
 	if p, ok := t.Schema["properties"].(map[string]any); ok {
 		for k, v := range p {
-			if refused[k] == "" {
+			if refused[k] == "" || !serverOwnedHere(t, k) && refused[k] == whyServer {
 				props[k] = v
 			}
 		}
 	}
 	if t.Name == "agentsh_session_start" {
 		props[DetachedKey] = map[string]any{"type": "boolean",
-			"description": "keep the session running after this MCP connection closes (by default the server stops the sessions it started when the client disconnects)"}
+			"description": "keep the session after this connection closes even where the server stops sessions with their connection"}
 	}
-	schema["properties"] = props
-	return schema
+	var required []string
+	req, _ := t.Schema["required"].([]string)
+	for _, r := range req {
+		if _, ok := props[r]; ok {
+			required = append(required, r)
+		}
+	}
+	return clikit.ObjectSchema(props, required)
 }
 
 // Serve speaks MCP on in/out until the client disconnects or ctx ends,
@@ -335,7 +376,7 @@ func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
 		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}},
 	})
 	for _, t := range s.tools {
-		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema}, s.handler(t))
+		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Annotations: annotations(t.Hints)}, s.handler(t))
 	}
 	// Calls outlive neither the connection nor the server: when either
 	// ends, their contexts end and their subprocesses get SIGINT.
@@ -420,9 +461,14 @@ func (s *Server) trackSession(h string, track bool) {
 	}
 }
 
-// stopSessions stops the sessions this connection started. It runs after
-// the connection is gone, so it has a context of its own.
+// stopSessions stops the sessions this connection started, when the
+// server's sessions end with their connection (SessionIdle 0); otherwise
+// they live on until idle for SessionIdle, for the host's next connection.
+// It runs after the connection is gone, so it has a context of its own.
 func (s *Server) stopSessions() {
+	if s.cfg.SessionIdle > 0 {
+		return
+	}
 	s.sessMu.Lock()
 	handles := make([]string, 0, len(s.sessions))
 	for h := range s.sessions {

@@ -9,21 +9,22 @@ import (
 // parseProcArgs parses macOS's kern.procargs2 record: argc as a 32-bit
 // little-endian integer (both architectures macOS runs on are
 // little-endian), the executable path, NUL padding, then argc
-// NUL-terminated arguments; the environment follows and is not read. It
+// NUL-terminated arguments, then the NUL-terminated environment (and, after
+// an empty string, the kernel's apple[] strings, which are not read). It
 // is here, not in the darwin file, so that its tests run everywhere.
-func parseProcArgs(pid int, b []byte) (string, []string, error) {
+func parseProcArgs(pid int, b []byte) (path string, argv, env []string, err error) {
 	if len(b) < 4 {
-		return "", nil, fmt.Errorf("proctree: short kern.procargs2 for pid %d", pid)
+		return "", nil, nil, fmt.Errorf("proctree: short kern.procargs2 for pid %d", pid)
 	}
 	argc := int(binary.LittleEndian.Uint32(b))
 	b = b[4:]
 	end := bytes.IndexByte(b, 0)
 	if end < 0 {
-		return "", nil, fmt.Errorf("proctree: malformed kern.procargs2 for pid %d", pid)
+		return "", nil, nil, fmt.Errorf("proctree: malformed kern.procargs2 for pid %d", pid)
 	}
-	path := string(b[:end])
+	path = string(b[:end])
 	b = bytes.TrimLeft(b[end:], "\x00")
-	argv := make([]string, 0, min(argc, 1024))
+	argv = make([]string, 0, min(argc, 1024))
 	for len(argv) < argc && len(b) > 0 {
 		end := bytes.IndexByte(b, 0)
 		if end < 0 {
@@ -32,5 +33,13 @@ func parseProcArgs(pid int, b []byte) (string, []string, error) {
 		argv = append(argv, string(b[:end]))
 		b = b[min(end+1, len(b)):]
 	}
-	return path, argv, nil
+	for len(b) > 0 {
+		end := bytes.IndexByte(b, 0)
+		if end <= 0 {
+			break // the empty string before apple[], or the end
+		}
+		env = append(env, string(b[:end]))
+		b = b[end+1:]
+	}
+	return path, argv, env, nil
 }

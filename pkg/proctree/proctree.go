@@ -222,3 +222,17 @@ func reapAny(self int, snap []Stat) {
 		}
 	}
 }
+
+// ReapChildren collects every child of the calling process that has
+// exited, without blocking, so that no zombie outlives it in /proc. Like
+// KillAllDescendants it must only be called by a process that owns all of
+// its children (no exec.Cmd whose status it still wants).
+func ReapChildren() {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			return
+		}
+	}
+}

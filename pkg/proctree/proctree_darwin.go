@@ -80,9 +80,16 @@ func startTime(tv unix.Timeval) uint64 {
 	return uint64(tv.Sec)*1_000_000 + uint64(tv.Usec)
 }
 
-// BootID returns the boot time (sysctl kern.boottime) as "SECONDS.MICROS",
-// which changes on every boot.
+// BootID returns an identity of this boot: kern.bootsessionuuid, a UUID
+// the kernel makes at every boot, or, where that sysctl is missing, the
+// boot time (kern.boottime) as "SECONDS.MICROS". The UUID comes first
+// because the kernel recomputes kern.boottime when the wall clock is
+// stepped, which would make a live owner look like one from an earlier
+// boot.
 func BootID() (string, error) {
+	if id, err := unix.Sysctl("kern.bootsessionuuid"); err == nil && id != "" {
+		return id, nil
+	}
 	tv, err := unix.SysctlTimeval("kern.boottime")
 	if err != nil {
 		return "", err
@@ -146,7 +153,7 @@ func signalSession(sid int, sig syscall.Signal) {
 
 // Argv returns the command line of pid, from sysctl kern.procargs2.
 func Argv(pid int) ([]string, error) {
-	_, argv, err := procArgs(pid)
+	_, argv, _, err := procArgs(pid)
 	return argv, err
 }
 
@@ -154,7 +161,7 @@ func Argv(pid int) ([]string, error) {
 // records for the exec. Unlike Linux's /proc/PID/exe it is a path, not
 // the inode, so a file renamed over it since is what is returned.
 func Executable(pid int) (os.FileInfo, error) {
-	path, _, err := procArgs(pid)
+	path, _, _, err := procArgs(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -162,10 +169,10 @@ func Executable(pid int) (os.FileInfo, error) {
 }
 
 // procArgs reads kern.procargs2 for pid.
-func procArgs(pid int) (string, []string, error) {
+func procArgs(pid int) (string, []string, []string, error) {
 	b, err := unix.SysctlRaw("kern.procargs2", pid)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	return parseProcArgs(pid, b)
 }

@@ -69,6 +69,24 @@ const (
 	CodeInvalidHandle  = "invalid_handle"
 )
 
+// Outcome codes report how the work the caller asked for ended, not a
+// failure to do it: the call did what was asked and its result says how
+// that went. Hosts that tell the two apart (MCP's isError) ask IsOutcome.
+const (
+	CodeWaitTimeout = "wait_timeout" // a wait's timeout passed before what it waited for happened
+	CodeJobFailed   = "job_failed"   // the awaited job ended, but not well (failed, stopped, timeout, lost)
+)
+
+// IsOutcome reports whether code is an outcome code: a result that fails
+// with it is a normal answer, not an error of the tool.
+func IsOutcome(code string) bool {
+	switch code {
+	case CodeWaitTimeout, CodeJobFailed:
+		return true
+	}
+	return false
+}
+
 // Object is a result under construction: an ordered set of fields. Order is
 // kept so that "success" comes first and humans can read the output.
 type Object struct {
@@ -86,6 +104,16 @@ func (o *Object) Set(key string, v any) *Object {
 	}
 	o.values[key] = v
 	return o
+}
+
+// WithFirst returns a copy of o with key set to v as its first field.
+func (o *Object) WithFirst(key string, v any) *Object {
+	c := New().Set(key, v)
+	for _, k := range o.keys {
+		c.Set(k, o.values[k])
+	}
+	c.values[key] = v
+	return c
 }
 
 // Get returns a field's value.

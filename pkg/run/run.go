@@ -99,6 +99,12 @@ type Request struct {
 	// ExtraFiles are the child's descriptors 3 on (the sandbox's
 	// Prepared.Launch); the runner closes them once the child started.
 	ExtraFiles []*os.File
+
+	// Guard, when set, contains the command's tree (proctree.StartGuard):
+	// it is killed even when this process is SIGKILLed before it can clean
+	// up, and the final cleanup asks the guard's cgroup instead of
+	// scanning /proc. The caller releases the guard after Run.
+	Guard *proctree.Guard
 }
 
 // Result is what happened.
@@ -121,6 +127,9 @@ type Result struct {
 
 	// Leftover lists descendants that could not be killed (should be empty).
 	Leftover []int
+	// Guard is the mode of the guard that contained the tree (cgroup or
+	// environ), "" without Request.Guard.
+	Guard string
 }
 
 // Run executes req. It returns an error (a *result.Error) only when the
@@ -148,7 +157,10 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 		}
 	}
 
-	r := &runner{req: req, res: &Result{ExitCode: -1}}
+	r := &runner{req: req, res: &Result{ExitCode: -1}, guard: req.Guard}
+	if req.Guard != nil {
+		r.res.Guard = req.Guard.Mode()
+	}
 	return r.run(ctx, path)
 }
 
@@ -214,8 +226,9 @@ func lookPath(name string, env []string) (string, error) {
 }
 
 type runner struct {
-	req Request
-	res *Result
+	req   Request
+	res   *Result
+	guard *proctree.Guard // nil without Request.Guard
 
 	readers sync.WaitGroup
 }
@@ -246,6 +259,10 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 			f.Close()
 		}
 	}()
+	if r.guard != nil {
+		r.guard.Apply(attr)
+		cmd.Env = r.guard.Env(cmd.Env)
+	}
 
 	stdin, err := r.openStdin()
 	if err != nil {
@@ -277,6 +294,13 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	}
 	pid := cmd.Process.Pid
 	r.res.PID = pid
+	if r.guard != nil && r.guard.Mode() != proctree.GuardCgroup {
+		// environ mode kills the command's Unix session too. The child
+		// is not reaped before Wait, so its stat is still its own.
+		if id, err := proctree.Identify(pid); err == nil {
+			r.guard.Watch(id)
+		}
+	}
 	if req.OnStart != nil {
 		req.OnStart(pid)
 	}
@@ -361,8 +385,28 @@ func (r *runner) terminate(pid int, waited <-chan error) error {
 // killRest kills whatever the command left behind.
 func (r *runner) killRest(pid int) {
 	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+	if g := r.guard; g != nil && g.Mode() == proctree.GuardCgroup {
+		// Every descendant of the command is in the guard's cgroup but
+		// the detached servers, which left it (proctree.Detach): an
+		// empty cgroup is the whole answer, without a scan of /proc.
+		if !g.Empty() && !g.Kill(5*time.Second) {
+			r.res.Leftover = g.Members()
+		}
+		// The dead that were reparented to us must not linger as
+		// zombies in /proc after we return.
+		if r.req.ReapAll {
+			proctree.ReapChildren()
+		}
+		return
+	}
 	if r.req.ReapAll {
-		r.res.Leftover = proctree.KillAllDescendantsExcept(5*time.Second, r.req.Exempt)
+		exempt := r.req.Exempt
+		if g := r.guard; g != nil {
+			exempt = func(s proctree.Stat) bool {
+				return g.IsWatchdog(s) || (r.req.Exempt != nil && r.req.Exempt(s))
+			}
+		}
+		r.res.Leftover = proctree.KillAllDescendantsExcept(5*time.Second, exempt)
 	}
 }
 

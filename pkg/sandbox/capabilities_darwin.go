@@ -1,6 +1,11 @@
 package sandbox
 
-import "os"
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
 
 // Capabilities is what this machine can enforce, as far as can be told
 // without starting a process. Prepare checks a policy against it; tests
@@ -25,15 +30,26 @@ func Probe() Capabilities {
 // On macOS the filesystem and network rules are Seatbelt's; the per-process
 // rlimits hold as on Linux; what needs cgroups, namespaces or a subreaper
 // is reported as not enforced, and asking for it fails with
-// sandbox_unavailable.
+// sandbox_unavailable. Unlike Probe, Check starts one process: sandbox-exec
+// with an allow-all profile, since a process that is itself inside a
+// Seatbelt sandbox may not apply another (seatbelt_error says why).
 func Check() map[string]any {
 	c := Probe()
 	seatbelt := c.SandboxExec != ""
+	var seatbeltErr any
+	if seatbelt {
+		// sandbox-exec is there; whether it may apply a profile is known
+		// only by trying (inside another Seatbelt sandbox it may not).
+		if err := trySeatbelt(c.SandboxExec); err != nil {
+			seatbelt, seatbeltErr = false, err.Error()
+		}
+	}
 	return map[string]any{
-		"platform":     "darwin",
-		"root":         c.Root,
-		"seatbelt":     seatbelt,
-		"sandbox_exec": c.SandboxExec,
+		"platform":       "darwin",
+		"root":           c.Root,
+		"seatbelt":       seatbelt,
+		"seatbelt_error": seatbeltErr,
+		"sandbox_exec":   c.SandboxExec,
 		// No subreaper: orphans go to launchd and are found through their
 		// process group and session only (see pkg/proctree).
 		"process_tree": "process_group_and_session",
@@ -52,4 +68,16 @@ func Check() map[string]any {
 			"no_new_privs":     false,
 		},
 	}
+}
+
+// trySeatbelt applies a profile that allows everything to true(1).
+func trySeatbelt(sandboxExec string) error {
+	out, err := exec.Command(sandboxExec, "-p", "(version 1)\n(allow default)\n", "--", "/usr/bin/true").CombinedOutput()
+	if err != nil {
+		if msg := strings.TrimSpace(string(out)); msg != "" {
+			return fmt.Errorf("%v: %s", err, msg)
+		}
+		return err
+	}
+	return nil
 }

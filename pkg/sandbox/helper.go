@@ -134,3 +134,27 @@ func lookPath(name string) (string, string, error) {
 	}
 	return "", CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
 }
+
+// seatbeltArgv is the argv the macOS helper execs: argv itself when the
+// spec has no Seatbelt profile, else sandbox-exec's invocation followed by
+// the command, resolved here, before the profile applies, so that a
+// missing or non-executable command is reported as on Linux (sandbox-exec
+// then runs it by that path). On failure it returns nil and the helper's
+// exit status, the reason written to the status file.
+func (h *helper) seatbeltArgv(argv []string) ([]string, int) {
+	if len(h.sp.Seatbelt) == 0 {
+		return argv, 0
+	}
+	path, code, err := lookPath(argv[0])
+	if err != nil {
+		exit := exitNotExecutable
+		if code == CodeCommandNotFound {
+			exit = exitNotFound
+		}
+		return nil, h.fail(exit, code, "%v", err)
+	}
+	wrapped := make([]string, 0, len(h.sp.Seatbelt)+len(argv))
+	wrapped = append(wrapped, h.sp.Seatbelt...)
+	wrapped = append(wrapped, path)
+	return append(wrapped, argv[1:]...), 0
+}

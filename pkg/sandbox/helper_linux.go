@@ -65,7 +65,7 @@ func (h *helper) run(argv []string) int {
 		return h.fail(exitSetupFailed, CodeFailed, "cannot set no_new_privs: %v", err)
 	}
 	if sp.LandlockABI > 0 {
-		if err := restrictFS(sp.LandlockABI, sp.Writable); err != nil {
+		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
 			return h.fail(exitSetupFailed, CodeFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}
@@ -211,7 +211,7 @@ func landlockConfig(abi int) (landlock.Config, error) {
 // best effort): a kernel that cannot do it is an error, never a weaker run.
 // Since ABI 6 it also stops signals and abstract UNIX sockets from reaching
 // processes outside the sandbox.
-func restrictFS(abi int, writable []string) error {
+func restrictFS(abi int, writable, writeFiles []string) error {
 	cfg, err := landlockConfig(abi)
 	if err != nil {
 		return err
@@ -224,6 +224,10 @@ func restrictFS(abi int, writable []string) error {
 		// Refer lets tools move files between directories of the
 		// workspace (git, package managers), which RWDirs leaves out.
 		rules = append(rules, landlock.RWDirs(writable...).WithRefer())
+	}
+	if len(writeFiles) > 0 {
+		// Files only: no make_*, remove_* or refer rights beneath them.
+		rules = append(rules, landlock.RWFiles(writeFiles...))
 	}
 	fd, flags, err := cfg.NewRulesetFD(rules...)
 	if err != nil {

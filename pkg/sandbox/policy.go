@@ -106,6 +106,10 @@ type Policy struct {
 	FileSize   int64 // largest file the command may write, bytes
 	Nofile     int   // open file descriptors
 	User       string
+	// WriteFiles are directories beneath which existing files may be
+	// opened for writing while nothing may be created, renamed or removed
+	// (a session's call FIFOs). Set by the engine, never a user flag.
+	WriteFiles []string
 }
 
 // Empty reports whether p asks for no confinement at all, in which case
@@ -184,6 +188,7 @@ type spec struct {
 	Status      string   `json:"status"` // file the helper writes its error to
 	LandlockABI int      `json:"landlock_abi,omitempty"`
 	Writable    []string `json:"writable,omitempty"`
+	WriteFiles  []string `json:"write_files,omitempty"`
 	DenyDirs    []string `json:"deny_dirs,omitempty"`
 	DenyFiles   []string `json:"deny_files,omitempty"`
 	NetNone     bool     `json:"net_none,omitempty"`
@@ -447,6 +452,21 @@ func readFailure(status string) error {
 		return nil
 	}
 	return result.Errorf(e.Code, "%s", e.Message)
+}
+
+// helperArgv is the runner's half of the argv protocol: the function that
+// wraps a command's argv in the helper invocation carrying sp.
+func helperArgv(self string, sp spec) (func([]string) []string, error) {
+	enc, err := json.Marshal(sp)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+	}
+	arg := base64.RawURLEncoding.EncodeToString(enc)
+	return func(argv []string) []string {
+		out := make([]string, 0, len(argv)+4)
+		out = append(out, self, HelperCommand, arg, "--")
+		return append(out, argv...)
+	}, nil
 }
 
 // decodeSpec is the helper's half of the argv protocol.

@@ -2,9 +2,7 @@ package sandbox
 
 import (
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"os"
 	"os/user"
@@ -154,6 +152,7 @@ func (b *builder) build() (*Prepared, error) {
 		}
 		writable = append(writable, tmp)
 		b.sp.Writable = writable
+		b.sp.WriteFiles = p.WriteFiles
 		b.report["filesystem"] = "landlock"
 		b.report["landlock_abi"] = b.sp.LandlockABI
 		b.report["writable"] = writable
@@ -237,12 +236,10 @@ func (b *builder) build() (*Prepared, error) {
 		b.report["capabilities"] = keptCapNames()
 	}
 
-	enc, err := json.Marshal(b.sp)
+	argv, err := helperArgv(b.self, b.sp)
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+		return nil, err
 	}
-	arg := base64.RawURLEncoding.EncodeToString(enc)
-	self := b.self
 	statusPath := status
 	memCg, pidCg := b.memCgroup, b.pidCgroup
 	policy := p
@@ -261,11 +258,7 @@ func (b *builder) build() (*Prepared, error) {
 		})
 	}
 	return &Prepared{
-		Argv: func(argv []string) []string {
-			out := make([]string, 0, len(argv)+4)
-			out = append(out, self, HelperCommand, arg, "--")
-			return append(out, argv...)
-		},
+		Argv:        argv,
 		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
 		Report:      b.report,

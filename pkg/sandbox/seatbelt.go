@@ -2,9 +2,12 @@ package sandbox
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // This file generates the Seatbelt (macOS sandbox) profile the darwin
@@ -292,6 +295,59 @@ func seatbeltRefusal(p Policy, haveSeatbelt bool) error {
 // seatbeltNeeded reports whether p asks for anything only Seatbelt gives.
 func seatbeltNeeded(p Policy) bool {
 	return p.Mode != ModeNone || p.Net == NetNone || len(p.DenyRead) > 0
+}
+
+// buildSeatbelt makes the Prepared of a macOS run in the private directory
+// base: the helper's spec carries the sandbox-exec invocation (when p
+// needs Seatbelt) and the rlimits. It is portable so that its tests run
+// everywhere; only macOS calls it.
+func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
+	report := map[string]any{"mode": p.Mode}
+	// 0711 like on Linux: the status file beside tmp/ is the helper's.
+	if err := os.Chmod(base, 0o711); err != nil {
+		return nil, result.Errorf(CodeFailed, "chmod %s: %v", base, unwrap(err))
+	}
+	tmp := filepath.Join(base, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
+	}
+	// Seatbelt matches real paths: $TMPDIR is below /var, a symlink to
+	// /private/var.
+	realTmp, err := filepath.EvalSymlinks(tmp)
+	if err != nil {
+		return nil, result.Errorf(CodeFailed, "cannot resolve the sandbox's temp dir: %v", unwrap(err))
+	}
+	status := filepath.Join(base, "status")
+	sp := spec{Status: status, UID: -1, GID: -1}
+	report["tmpdir"] = realTmp
+
+	if seatbeltNeeded(p) {
+		sb := seatbeltFor(p, realTmp, report)
+		sp.Seatbelt = sb.profile().Args()
+	} else {
+		report["filesystem"] = "host"
+		report["network"] = NetHost
+	}
+	sp.Rlimits = processRlimits(p, report)
+
+	argv, err := helperArgv(self, sp)
+	if err != nil {
+		return nil, err
+	}
+	policy := p
+	return &Prepared{
+		Argv:    argv,
+		Env:     []string{"TMPDIR=" + realTmp, "TMP=" + realTmp, "TEMP=" + realTmp},
+		Report:  report,
+		TempDir: realTmp,
+		Classify: func(exitCode int, signal string) string {
+			if e, _ := readHelperError(status); e != nil {
+				return e.Code
+			}
+			return rlimitHit(policy, signalOf(exitCode, signal))
+		},
+		Failure: func() error { return readFailure(status) },
+	}, nil
 }
 
 // seatbeltFor turns p into the Seatbelt policy and records it in report.

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -606,5 +609,115 @@ func TestSeatbeltRefusal(t *testing.T) {
 				t.Fatalf("got %v, want %s", err, CodeUnavailable)
 			}
 		})
+	}
+}
+
+// TestBuildSeatbelt: the macOS Prepared, built here: the helper's spec
+// carries sandbox-exec's invocation with the generated profile and the
+// paths as parameters, the rlimits, and the status file; the private
+// TMPDIR is the temp dir the profile makes writable.
+func TestBuildSeatbelt(t *testing.T) {
+	ws := t.TempDir()
+	base := t.TempDir()
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone, CPUTime: 2 * time.Second, FileSize: 1000, Nofile: 64}
+	prep, err := buildSeatbelt(p, "/opt/bin/agentsh", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := prep.Argv([]string{"make", "test"})
+	if len(argv) != 6 || argv[0] != "/opt/bin/agentsh" || argv[1] != HelperCommand || argv[3] != "--" || argv[4] != "make" || argv[5] != "test" {
+		t.Fatalf("argv %q", argv)
+	}
+	sp, err := decodeSpec(argv[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(sp.Status, base+"/") || len(sp.Rlimits) != 3 || sp.UID != -1 {
+		t.Fatalf("spec %+v", sp)
+	}
+	sb := sp.Seatbelt
+	if len(sb) < 4 || sb[0] != SeatbeltExec || sb[1] != "-p" || sb[len(sb)-1] != "--" {
+		t.Fatalf("sandbox-exec invocation %q", sb)
+	}
+	readSBPL(t, sb[2])
+	defs := strings.Join(sb[3:], "\n")
+	for _, want := range []string{"WRITABLE_ROOT_0=" + ws, "WRITABLE_ROOT_1=" + prep.TempDir, "PROTECTED_0=" + ws + "/.git/hooks"} {
+		if !strings.Contains(defs, "-D\n"+want+"\n") {
+			t.Errorf("no -D %s in %q", want, sb[3:])
+		}
+	}
+	if st, err := os.Stat(prep.TempDir); err != nil || !st.IsDir() || !strings.HasPrefix(prep.TempDir, base+"/") {
+		t.Fatalf("temp dir %s: %v", prep.TempDir, err)
+	}
+	if !slices.Contains(prep.Env, "TMPDIR="+prep.TempDir) {
+		t.Fatalf("env %q", prep.Env)
+	}
+	r := prep.Report
+	if r["filesystem"] != "seatbelt" || r["network"] != "seatbelt" || r["cpu_time_ms"] != int64(2000) || r["file_size"] != int64(1000) || r["nofile"] != 64 {
+		t.Fatalf("report %v", r)
+	}
+	if prep.SysProcAttr != nil {
+		t.Fatal("macOS needs no namespaces")
+	}
+
+	// Classify names the rlimit a signal reports, and the helper's error
+	// first.
+	if c := prep.Classify(128+int(unix.SIGXFSZ), ""); c != CodeFileSizeLimit {
+		t.Fatalf("SIGXFSZ classified %q", c)
+	}
+	if c := prep.Classify(0, "SIGXCPU"); c != CodeCPULimit {
+		t.Fatalf("SIGXCPU classified %q", c)
+	}
+	if c := prep.Classify(1, ""); c != "" {
+		t.Fatalf("exit 1 classified %q", c)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatalf("failure before the helper ran: %v", err)
+	}
+	if err := os.WriteFile(sp.Status, []byte(`{"code":"command_not_found","message":"command not found: make"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var re *result.Error
+	if err := prep.Failure(); !errors.As(err, &re) || re.Code != CodeCommandNotFound {
+		t.Fatalf("failure %v", err)
+	}
+
+	// Limits alone need no Seatbelt: the helper execs the command itself.
+	prep, err = buildSeatbelt(Policy{Mode: ModeNone, Net: NetHost, CPUTime: time.Second}, "/opt/bin/agentsh", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, _ = decodeSpec(prep.Argv([]string{"x"})[2])
+	if len(sp.Seatbelt) != 0 || len(sp.Rlimits) != 1 || prep.Report["filesystem"] != "host" {
+		t.Fatalf("limits alone: spec %+v report %v", sp, prep.Report)
+	}
+}
+
+// TestSeatbeltArgv: the macOS helper resolves the command before the
+// profile applies and puts it after sandbox-exec's arguments; a command
+// that cannot be found is reported as on Linux.
+func TestSeatbeltArgv(t *testing.T) {
+	status, err := os.Create(filepath.Join(t.TempDir(), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer status.Close()
+	t.Setenv("PATH", "/usr/bin:/bin")
+	h := &helper{sp: spec{Seatbelt: []string{SeatbeltExec, "-p", "(version 1)", "--"}}, status: status}
+	got, _ := h.seatbeltArgv([]string{"sh", "-c", "echo hi"})
+	sh, _, _ := lookPath("sh")
+	if want := []string{SeatbeltExec, "-p", "(version 1)", "--", sh, "-c", "echo hi"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("argv %q, want %q", got, want)
+	}
+	got, exit := h.seatbeltArgv([]string{"no-such-command-agentplane"})
+	if got != nil || exit != exitNotFound {
+		t.Fatalf("not found: %q exit %d", got, exit)
+	}
+	if e, _ := readHelperError(status.Name()); e == nil || e.Code != CodeCommandNotFound {
+		t.Fatalf("status %+v", e)
+	}
+	h.sp.Seatbelt = nil
+	if got, _ := h.seatbeltArgv([]string{"x", "y"}); !reflect.DeepEqual(got, []string{"x", "y"}) {
+		t.Fatalf("without a profile: %q", got)
 	}
 }

@@ -36,6 +36,19 @@ type Info struct {
 	Resets      int    `json:"resets,omitempty"`
 	IdleTimeout int64  `json:"idle_timeout_ms"`
 	Description string `json:"description,omitempty"`
+	// Background lists the processes calls left running, and the last
+	// ones that exited.
+	Background []BackgroundInfo `json:"background"`
+	Sandbox    any              `json:"sandbox,omitempty"`
+}
+
+// BackgroundInfo is one background process as status reports it.
+type BackgroundInfo struct {
+	PID      int    `json:"pid"`
+	Command  string `json:"command"`
+	Status   string `json:"status"` // running, exited
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
 }
 
 // Start creates a session and its server. serverArgv is the command line
@@ -74,6 +87,14 @@ func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	// Detached: a session of its own, stdio on /dev/null, so that it
 	// outlives the CLI, the caller's terminal and the caller's tree.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Outside the guard of an agentsh command that starts it, too.
+	cmd.Env = os.Environ()
+	detached, err := proctree.Detach(cmd)
+	if err != nil {
+		pw.Close()
+		return nil, result.Errorf(CodeStartFailed, "cannot detach the session server: %v", err)
+	}
+	defer detached()
 	cmd.ExtraFiles = []*os.File{pw} // fd 3: the handshake
 	// The server's own diagnostics (a panic) must not be lost.
 	if logf, err := os.OpenFile(filepath.Join(sdir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
@@ -131,12 +152,28 @@ func (m *Manager) resolve(handleOrName string) (string, error) {
 	return "", err
 }
 
+// Spec returns the spec a session was started with.
+func (m *Manager) Spec(handle string) (*Spec, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, err
+	}
+	var spec Spec
+	if err := state.ReadJSON(filepath.Join(m.sessionDir(id), "spec.json"), &spec); err != nil {
+		return nil, result.Errorf(CodeSessionEnded, "session %s has no readable spec", handle)
+	}
+	return &spec, nil
+}
+
 // Status reports a session, telling the truth about a server that is gone.
 func (m *Manager) Status(handle string) (*Info, error) {
 	id, err := m.resolve(handle)
 	if err != nil {
 		return nil, err
 	}
+	// A session whose server died is ended now, with what it left running:
+	// status never says ended while one of its processes runs.
+	m.reapDead(id, "")
 	return m.info(id)
 }
 
@@ -166,6 +203,19 @@ func (m *Manager) info(id string) (*Info, error) {
 		if reason := deadReason(rec); reason != "" {
 			info.Status, info.EndedReason = StateEnded, reason
 		}
+	}
+	if rec.Sandbox != nil {
+		info.Sandbox = rec.Sandbox
+	} else {
+		info.Sandbox = map[string]any{"mode": "none"}
+	}
+	info.Background = []BackgroundInfo{}
+	for _, b := range rec.Background {
+		st, code, sig := b.Status, b.ExitCode, b.Signal
+		if st == StateRunning && !proctree.Alive(b.PID, b.Start) {
+			st = "exited"
+		}
+		info.Background = append(info.Background, BackgroundInfo{PID: b.PID, Command: b.Command, Status: st, ExitCode: code, Signal: sig})
 	}
 	if info.Status == StateEnded {
 		info.Pid = 0
@@ -208,7 +258,9 @@ func (m *Manager) List() ([]*Info, error) {
 }
 
 // Stop ends a session and kills everything it started. Stopping an ended
-// session is not an error.
+// session is not an error. It works without the socket: a server that
+// still runs is told by SIGTERM (after its identity is checked by pid and
+// start time), and one that does not answer is killed with its shell.
 func (m *Manager) Stop(ctx context.Context, handle string) (*Info, error) {
 	id, err := m.resolve(handle)
 	if err != nil {
@@ -216,20 +268,43 @@ func (m *Manager) Stop(ctx context.Context, handle string) (*Info, error) {
 	}
 	sdir := m.sessionDir(id)
 	if conn, err := dial(ctx, filepath.Join(sdir, "sock")); err == nil {
-		_ = json.NewEncoder(conn).Encode(message{Op: "stop"})
+		_ = json.NewEncoder(conn).Encode(message{Op: "stop", Token: readToken(sdir)})
 		// The server answers once the shell and its children are gone.
-		_, _ = bufio.NewReader(conn).ReadBytes('\n')
+		line, _ := bufio.NewReader(conn).ReadBytes('\n')
 		conn.Close()
+		var msg message
+		if json.Unmarshal(line, &msg) == nil && msg.Type == "error" && msg.Error != nil {
+			return nil, msg.Error.err()
+		}
+		return m.info(id)
+	}
+	var rec Record
+	if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded && deadReason(rec) == "" {
+		server := proctree.ID{PID: rec.ServerPID, Start: rec.ServerStart}
+		if server.Alive() {
+			_ = syscall.Kill(server.PID, syscall.SIGTERM)
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_ = proctree.Wait(wctx, server)
+			cancel()
+			if server.Alive() {
+				_ = syscall.Kill(server.PID, syscall.SIGKILL)
+				wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_ = proctree.Wait(wctx, server)
+				cancel()
+			}
+		}
+		m.reapDead(id, EndedStopped)
 	} else {
-		m.reapDead(id)
+		m.reapDead(id, "")
 	}
 	return m.info(id)
 }
 
 // reapDead cleans up after a server that died without ending its session:
 // the shell (if it is provably still the same process) and its tree are
-// killed and the end is recorded, by the one who noticed.
-func (m *Manager) reapDead(id string) {
+// killed and the end is recorded, by the one who noticed. reason, when
+// set, is recorded instead of the verdict on the server.
+func (m *Manager) reapDead(id, reason string) {
 	sdir := m.sessionDir(id)
 	unlock, err := state.Lock(filepath.Join(sdir, "status.lock"))
 	if err != nil {
@@ -237,19 +312,45 @@ func (m *Manager) reapDead(id string) {
 	}
 	defer unlock()
 	var rec Record
-	if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) != nil || rec.State == StateEnded {
+	if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) != nil {
 		return
 	}
-	reason := deadReason(rec)
-	if reason == "" {
+	verdict := deadReason(rec)
+	if verdict == "" {
 		return
 	}
 	if rec.ShellPID > 0 {
 		killSession(rec.ShellPID, rec.ShellStart)
 	}
+	if rec.State == StateEnded {
+		return
+	}
+	if reason == "" {
+		reason = verdict
+	}
 	rec.State, rec.EndedReason, rec.EndedAt = StateEnded, reason, result.FormatTime(time.Now())
+	for i := range rec.Background {
+		if rec.Background[i].Status == StateRunning {
+			rec.Background[i].Status = "exited"
+		}
+	}
 	_ = state.WriteJSONAtomic(filepath.Join(sdir, "status.json"), rec, 0o600)
 	_ = os.Remove(filepath.Join(sdir, "sock"))
+}
+
+// Logs reads the session's background log (what processes left running
+// by its calls wrote after their call returned).
+func (m *Manager) Logs(handle string, req LogsRequest) (*LogsResult, *Info, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := readLog(m.sessionDir(id), req)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, err := m.info(id)
+	return out, info, err
 }
 
 // Call runs one command in a session. onEvent receives streamed output
@@ -263,20 +364,27 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 	}
 	sdir := m.sessionDir(id)
 	ended := func() error {
-		// A server that is still cleaning up is waited for, so that a
-		// caller who sees session_ended finds everything already dead.
 		var rec Record
-		if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded {
+		readable := state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil
+		if readable && rec.State != StateEnded && deadReason(rec) == "" && rec.EndedReason == "" {
+			// The server runs but cannot be reached: say so now rather
+			// than wait for it.
+			return result.Errorf(CodeUnreachable, "the session's server runs but its socket cannot be reached").
+				With("hint", "stop it with 'agentsh session stop' and start a new one")
+		}
+		if readable && rec.State != StateEnded && deadReason(rec) == "" {
+			// A server that is cleaning up is waited for, so that a
+			// caller who sees session_ended finds everything already dead.
 			wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			_ = proctree.Wait(wctx, proctree.ID{PID: rec.ServerPID, Start: rec.ServerStart})
 			cancel()
 		}
+		m.reapDead(id, "")
 		info, ierr := m.info(id)
 		reason := EndedServerDied
 		if ierr == nil && info.EndedReason != "" {
 			reason = info.EndedReason
 		}
-		m.reapDead(id)
 		return result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
 			With("hint", "start a new one with 'agentsh session start'")
 	}
@@ -287,11 +395,15 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		return nil, ended()
 	}
 	defer conn.Close()
-	if err := json.NewEncoder(conn).Encode(message{Op: "run", Call: &req}); err != nil {
+	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: readToken(sdir), Call: &req}); err != nil {
 		return nil, ended()
 	}
 	stop := context.AfterFunc(ctx, func() {
-		_ = json.NewEncoder(conn).Encode(message{Op: "cancel"})
+		sig := 0
+		if req.CancelSignal != nil {
+			sig = int(req.CancelSignal())
+		}
+		_ = json.NewEncoder(conn).Encode(message{Op: "cancel", Signal: sig})
 	})
 	defer stop()
 	r := bufio.NewReaderSize(conn, 64<<10)

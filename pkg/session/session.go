@@ -17,10 +17,9 @@
 package session
 
 import (
-	"encoding/json"
+	"syscall"
 	"time"
 
-	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -30,6 +29,12 @@ const (
 	CodeSessionBusy  = "session_busy"
 	CodeSessionEnded = "session_ended"
 	CodeStartFailed  = "session_start_failed"
+	// CodeUnreachable: the session's server runs but its socket is gone
+	// or refuses; "session stop" still ends it.
+	CodeUnreachable = "session_unreachable"
+	// CodeRefused: the server did not accept the caller (a sandboxed
+	// process, another user, a wrong session secret).
+	CodeRefused = "session_refused"
 )
 
 // Session states.
@@ -80,6 +85,10 @@ type Record struct {
 	ExitCode    *int   `json:"exit_code,omitempty"`
 	Calls       int    `json:"calls"`
 	Resets      int    `json:"resets"`
+	// Sandbox is what the sandbox enforces (its report), if there is one.
+	Sandbox map[string]any `json:"sandbox,omitempty"`
+	// Background lists the processes calls left running (cmd &).
+	Background []BackgroundProc `json:"background,omitempty"`
 }
 
 // CallRequest is one command to run in a session.
@@ -97,32 +106,10 @@ type CallRequest struct {
 	BusyTimeout time.Duration `json:"busy_timeout"`
 	Stream      bool          `json:"stream"`
 	Description string        `json:"description,omitempty"`
-}
-
-// wire messages between client and server, one JSON object per line.
-type message struct {
-	Op      string          `json:"op,omitempty"` // client: run, cancel, stop
-	Call    *CallRequest    `json:"call,omitempty"`
-	Type    string          `json:"type,omitempty"` // server: stdout, stderr, output, result, error, stopped
-	Data    string          `json:"data,omitempty"`
-	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *wireError      `json:"error,omitempty"`
-	Started *int            `json:"started,omitempty"` // pid of the shell, when the call begins
-}
-
-type wireError struct {
-	Code    string         `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
-func toWire(err error) *wireError {
-	e := result.AsError(err)
-	return &wireError{Code: e.Code, Message: e.Message, Details: e.Details}
-}
-
-func (w *wireError) err() *result.Error {
-	return &result.Error{Code: w.Code, Message: w.Message, Details: w.Details}
+	// CancelSignal, when set, names the signal that cancelled the
+	// caller: a cancelled call exits 128 + it (default SIGINT, the
+	// signal the session interrupts a call with).
+	CancelSignal func() syscall.Signal `json:"-"`
 }
 
 // Manager starts, drives, inspects and stops the sessions of one

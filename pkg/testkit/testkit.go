@@ -252,7 +252,7 @@ func cmdNoProc(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: noproc PATTERN")
 	}
-	found := LiveProcesses(args[0])
+	found := scriptProcesses(ts, args[0])
 	if (len(found) == 0) == neg {
 		if neg {
 			ts.Fatalf("noproc: no live process matches %q", args[0])
@@ -263,7 +263,31 @@ func cmdNoProc(ts *testscript.TestScript, neg bool, args []string) {
 
 // LiveProcesses returns "pid: cmdline" for each live process whose command
 // line contains pattern, excluding the calling process.
-func LiveProcesses(pattern string) []string {
+func LiveProcesses(pattern string) []string { return liveProcesses(pattern, "") }
+
+// scriptProcesses is LiveProcesses for a script: a process that provably
+// belongs to another script (its environment has another $WORK: a test of
+// another package, or of another checkout, running at the same time) is
+// not the script's. A process without $WORK (a command run with a cleared
+// environment) still counts, so the check errs on the side of failing.
+func scriptProcesses(ts *testscript.TestScript, pattern string) []string {
+	return liveProcesses(pattern, ts.Getenv("WORK"))
+}
+
+func otherWork(pid int, work string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		return false
+	}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, []byte("WORK=")); ok {
+			return string(v) != work
+		}
+	}
+	return false
+}
+
+func liveProcesses(pattern, work string) []string {
 	snap, err := proctree.Snapshot()
 	if err != nil {
 		return nil
@@ -278,7 +302,7 @@ func LiveProcesses(pattern string) []string {
 			continue
 		}
 		cmdline := strings.Join(argv, " ")
-		if strings.Contains(cmdline, pattern) {
+		if strings.Contains(cmdline, pattern) && (work == "" || !otherWork(s.PID, work)) {
 			// Re-check: it may have died between the snapshot and now.
 			if st, err := proctree.ReadStat(s.PID); err == nil && !st.Dead() {
 				out = append(out, fmt.Sprintf("%d: %s", s.PID, cmdline))
@@ -362,7 +386,7 @@ func cmdKillProc(ts *testscript.TestScript, neg bool, args []string) {
 	if len(args) != 1 {
 		ts.Fatalf("usage: killproc PATTERN")
 	}
-	found := LiveProcesses(args[0])
+	found := scriptProcesses(ts, args[0])
 	if len(found) == 0 {
 		ts.Fatalf("killproc: no live process matches %q", args[0])
 	}
@@ -371,7 +395,7 @@ func cmdKillProc(ts *testscript.TestScript, neg bool, args []string) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for len(LiveProcesses(args[0])) > 0 {
+	for len(scriptProcesses(ts, args[0])) > 0 {
 		if time.Now().After(deadline) {
 			ts.Fatalf("killproc: %q survived SIGKILL", args[0])
 		}

@@ -192,7 +192,8 @@ func allCases() []benchCase {
 			"HTTP, a CONNECT tunnel, SOCKS5) against the same download with the host's network, and the\n" +
 			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
-			"1 MB of output through a session against the same through a one-shot call.", benchSession},
+			"1 MB of output through a session against the same through a one-shot call, and a call that starts\n" +
+			"a chatty background process (its output goes to the session's log) against one that starts a quiet one.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
 			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
 			"diffs; agentfs does all four). Each run edits the file back and forth, interleaved.", benchEditSmall},
@@ -419,6 +420,18 @@ func benchSession(b *bench) error {
 		return err
 	}
 	b.table(names, med, rss, 0)
-	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
+	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n\n", ratio(med[1], med[0]), b.runs/2)
+	// The background log: a call that starts a chatty & process (100 kB
+	// written after the call returns, into the session's log) against a
+	// call that starts a quiet one.
+	names = []string{"agentsh --session H -c 'sleep 0.2 &'", "agentsh --session H -c 'seq 1 20000 &'"}
+	argvs = [][]string{{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "sleep 0.2 >/dev/null &"},
+		{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "{ sleep 0.01; seq 1 20000; } &"}}
+	med, rss, err = interleave(b.runs/2, argvs)
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	fmt.Fprintf(&b.out, "\nchatty background process / quiet one: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
 	return nil
 }

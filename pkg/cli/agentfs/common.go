@@ -31,6 +31,14 @@ type CommonOptions struct {
 	MaxFileSize int64
 	MaxContent  int64
 	StateDir    string
+	// DryRun is --dry-run of write, edit, insert and undo: the same result
+	// without touching the file (files.FS.DryRun).
+	DryRun bool
+}
+
+// addDryRunFlag gives a mutating verb --dry-run.
+func (c *CommonOptions) addDryRunFlag(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&c.DryRun, "dry-run", false, "report the same result (texts, diff, hashes) without changing the file or its undo history")
 }
 
 // boundaryFlags are the operator's limits: a request may tighten them but
@@ -176,7 +184,7 @@ func inside(dir, root string) bool {
 // engine builds the files engine for one call. Only a mutation opens the
 // state directory, for its undo history.
 func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error) {
-	fsys := &files.FS{Root: c.Root, Deny: c.Deny, MaxFileSize: c.MaxFileSize, MaxContent: c.MaxContent}
+	fsys := &files.FS{Root: c.Root, Deny: c.Deny, MaxFileSize: c.MaxFileSize, MaxContent: c.MaxContent, DryRun: c.DryRun}
 	if mutates {
 		d, err := env.OpenStateDir(c.StateDir)
 		if err != nil {
@@ -225,6 +233,9 @@ func (c *CommonOptions) mutationFields(obj *result.Object, m *files.Mutation) *r
 // mutationOutcome renders a single-file change as the command's result.
 func (c *CommonOptions) mutationOutcome(env *clikit.Env, m *files.Mutation) *clikit.Outcome {
 	obj := c.mutationFields(result.New().Set("success", true), m)
+	if c.DryRun {
+		obj.Set("dry_run", true)
+	}
 	return done(env, obj)
 }
 

@@ -17,6 +17,7 @@ sha256_before, sha256_after: the file's sha256 before and after ("" where there 
 diff: a unified diff (left out with --output none)
 diff_stats: {added, removed}, the lines added and removed
 content_omitted: true when the texts were left out for --max-content (the diff stays)
+dry_run: true with --dry-run: the same report, and the file, its mtime and its undo history untouched
 description: the --description given, if any`
 
 // commandDocs are the man-page sections of the program and its
@@ -43,6 +44,7 @@ total_lines: the file's number of lines
 line_start, line_end: the first and last line returned, 1-based (0 when none)
 truncated: whether --max-bytes cut the content
 binary: whether the file is binary (then only its facts are reported)
+bom: whether the file starts with a UTF-8 byte-order mark (content is given without it)
 description: the --description given, if any`,
 	},
 	"write": {
@@ -56,7 +58,8 @@ description: the --description given, if any`,
   agentfs edit config.yaml --edits @edits.json -q 'edits.#.start_line'   # [{"old_string": "…", "new_string": "…"}, …]
   agentfs edit --request call.json   # {"path": "main.go", "old": "…", "new": "…", "replace_all": true}`,
 		Result: changeResult + `
-edits: one object per edit: index, replacements, start_line, end_line, match (exact, line_endings or whitespace)`,
+edits: one object per edit: index, replacements, start_line, end_line, match (exact, line_endings or whitespace)
+error: indentation_conflict when a --fuzzy match cannot be re-indented in the file's own style (tabs, or N spaces per level) without mixing tabs and spaces`,
 	},
 	"insert": {
 		Example: `  agentfs insert main.go --line 2 --text 'import "fmt"'

@@ -54,6 +54,8 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_edit",
+			clikit.AnnotToolDoc:        "Replace old with new in a text file. old must match exactly once (or set replace_all), else the call fails with old_string_not_found (with the closest near-miss and its lines) or old_string_not_unique (with the line of every match); it never guesses. Line endings never block a match. fuzzy also accepts a unique match that differs only in whitespace, and indents the new text the way the file is indented. edits applies several replacements in order, all or nothing, instead of old and new. dry_run returns the same result (new_file, diff) without changing the file. expect_sha256 (the sha256 from agentfs_read) refuses to change a file that changed since it was read.",
+			clikit.AnnotHints:          clikit.Hints{Destructive: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to edit",
 		},
@@ -64,7 +66,7 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 	f.BoolVar(&o.ReplaceAll, "replace-all", false, "replace every match instead of requiring exactly one")
 	f.StringVar(&o.ExpectSHA256, "expect-sha256", "", "refuse (file_changed) unless the file's sha256 is `HEX`")
 	f.BoolVar(&o.Fuzzy, "fuzzy", false, "also accept a unique match that differs only in whitespace or indentation")
-	f.StringVar(&o.Edits, "edits", "", "several edits as a JSON array, or @FILE holding one")
+	f.Var(editsValue{&o.Edits}, "edits", "several edits as a JSON array, or @FILE holding one")
 	_ = f.SetAnnotation("edits", clikit.AnnotJSON, []string{"true"})
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if n, ok := editAliases[strings.ReplaceAll(name, "_", "-")]; ok {
@@ -72,6 +74,7 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 		}
 		return pflag.NormalizedName(name)
 	})
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {
@@ -110,6 +113,34 @@ func editRun(env *clikit.Env, o *EditOptions) (*clikit.Outcome, error) {
 		return nil, err
 	}
 	return o.mutationOutcome(env, m), nil
+}
+
+// editsValue is --edits: JSON text (or @FILE), which a request may give as
+// the array itself. Its schema is derived from files.EditSpec, the struct
+// parseEdits decodes each edit into, unknown fields refused.
+type editsValue struct{ s *string }
+
+func (v editsValue) String() string     { return *v.s }
+func (v editsValue) Set(s string) error { *v.s = s; return nil }
+func (v editsValue) Type() string       { return "string" }
+
+// editDocs describes each field of files.EditSpec for the schema.
+var editDocs = map[string]string{
+	"old_string":     "the exact text to replace",
+	"new_string":     "the replacement text",
+	"replace_all":    "replace every match instead of requiring exactly one",
+	"expected_count": "the number of matches expected; any other number fails with count_mismatch, and that many are replaced",
+}
+
+// RequestSchema is the array of edits. The request also takes the array as
+// JSON text (the flag's form), but the schema offers one shape: an anyOf
+// whose branch has optional properties is what strict converters (OpenAI's
+// agents SDK for MCP tools) cannot normalise.
+func (v editsValue) RequestSchema() map[string]any {
+	return map[string]any{
+		"type": "array", "description": "several edits applied in order, all or nothing, instead of old and new",
+		"items": clikit.StructSchema(files.EditSpec{}, editDocs),
+	}
 }
 
 // parseEdits reads --edits: a JSON array of edits, inline or from @FILE.

@@ -30,6 +30,7 @@ func NewCmdInsert(env *clikit.Env, common *CommonOptions, runF func(*InsertOptio
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_insert",
+			clikit.AnnotHints:          clikit.Hints{}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to insert into",
 		},
@@ -39,6 +40,7 @@ func NewCmdInsert(env *clikit.Env, common *CommonOptions, runF func(*InsertOptio
 	_ = f.SetAnnotation("line", clikit.AnnotRequired, []string{"true"})
 	f.StringVar(&o.Text, "text", "", "the `STRING` to insert (default: stdin)")
 	f.StringVar(&o.ExpectSHA256, "expect-sha256", "", "refuse (file_changed) unless the file's sha256 is `HEX`")
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {

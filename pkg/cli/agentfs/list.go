@@ -28,6 +28,7 @@ func NewCmdList(env *clikit.Env, common *CommonOptions, runF func(*ListOptions) 
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:          "agentfs_list",
+			clikit.AnnotHints:         clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
 			clikit.AnnotArgs:          "dir",
 			clikit.AnnotArgs + ".dir": "the directory to list",
 		},

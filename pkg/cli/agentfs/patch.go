@@ -40,12 +40,14 @@ func NewCmdPatch(env *clikit.Env, common *CommonOptions, runF func(*PatchOptions
 			"--dry-run reports the same result without writing.",
 		Args: cobra.NoArgs,
 		Annotations: map[string]string{
-			clikit.AnnotTool: "agentfs_patch",
+			clikit.AnnotTool:    "agentfs_patch",
+			clikit.AnnotToolDoc: "Apply a patch given inline as patch: a unified diff (as git diff and diff print it) or the *** Begin Patch format (Add File, Delete File, Update File, Move to). Every hunk of every file is checked before anything is written, and the files change all together or not at all. Paths are relative to the current directory. dry_run returns the same result without writing.",
+			clikit.AnnotHints:   clikit.Hints{Destructive: true}.String(),
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.DryRun, "dry-run", false, "check and report everything, write nothing")
-	f.IntVar(&o.Strip, "strip", -1, "remove `N` leading path components from unified diff names, like patch -pN (default: 1 for git's a/ b/ names, else 0)")
+	f.IntVar(&o.Strip, "strip", -1, "remove `N` leading path components from unified diff names, as patch's strip level does (default: 1 for git's a/ b/ names, else 0)")
 	f.StringVar(&o.PatchFile, "patch-file", "", "read the patch from `FILE` instead of stdin")
 	f.StringVar(&o.Patch, "patch", "", "the patch `TEXT` itself (the request key for a tool call)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {

@@ -29,6 +29,8 @@ func NewCmdRead(env *clikit.Env, common *CommonOptions, runF func(*ReadOptions) 
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_read",
+			clikit.AnnotToolDoc:        "Read a text file, or limit lines from line offset (1-based), with the sha256 of the whole file to pass back as expect_sha256 when changing it. bom is true when the file starts with a byte-order mark (the content is given without it). A binary file reports only its facts (binary: true).",
+			clikit.AnnotHints:          clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to read",
 		},
@@ -36,7 +38,7 @@ func NewCmdRead(env *clikit.Env, common *CommonOptions, runF func(*ReadOptions) 
 	f := cmd.Flags()
 	f.IntVar(&o.Offset, "offset", 0, "first `LINE` to return, 1-based (default 1)")
 	f.IntVar(&o.Limit, "limit", 0, "return at most `LINES` lines (default all)")
-	f.BoolVar(&o.Numbered, "numbered", false, "prefix each line with its number, like cat -n")
+	f.BoolVar(&o.Numbered, "numbered", false, "prefix each line with its number, like cat's numbered output")
 	f.Var(clikit.SizeValue{N: &o.MaxBytes}, "max-bytes", "cut the content at `N` bytes, at a line end when possible (truncated: true)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)

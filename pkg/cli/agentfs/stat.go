@@ -23,6 +23,7 @@ func NewCmdStat(env *clikit.Env, common *CommonOptions, runF func(*StatOptions) 
 		Args:  cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_stat",
+			clikit.AnnotHints:          clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the path to describe",
 		},

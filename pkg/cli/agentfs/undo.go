@@ -25,10 +25,12 @@ func NewCmdUndo(env *clikit.Env, common *CommonOptions, runF func(*UndoOptions) 
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_undo",
+			clikit.AnnotHints:          clikit.Hints{Destructive: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to restore",
 		},
 	}
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {

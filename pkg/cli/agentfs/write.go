@@ -35,6 +35,8 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_write",
+			clikit.AnnotToolDoc:        "Write content to a file atomically (or with append, add it to the end), creating the file and its parent directories. The file keeps its mode and writing through a symlink updates its target. expect_sha256 refuses to overwrite a file that changed since it was read, expect_absent one that exists. dry_run returns the same result (new_file, diff) without writing.",
+			clikit.AnnotHints:          clikit.Hints{Destructive: true}.String(),
 			clikit.AnnotArgs:           "path",
 			clikit.AnnotArgs + ".path": "the file to write",
 		},
@@ -47,6 +49,7 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 	f.BoolVar(&o.ExpectAbsent, "expect-absent", false, "refuse (file_exists) if the file exists")
 	f.StringVar(&o.Mode, "mode", "", "permission bits in octal, like 0644 (default: keep the file's, 0644 for a new file)")
 	f.BoolVar(&o.NoMkdir, "no-mkdir", false, "refuse (file_not_found) instead of creating missing parent directories")
+	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)
 		if err != nil {

@@ -30,9 +30,9 @@ func (b *BackendOptions) AddFlags(f *pflag.FlagSet) {
 	f.Var(clikit.EnumValue{S: &b.Backend, Allowed: []string{jobs.BackendLocal, jobs.BackendSlurm}}, "backend",
 		"where the job runs: local (a supervisor on this host) or slurm (a batch job; the state directory must be shared with the nodes)")
 	f.StringVar(&b.Partition, "partition", "", "slurm: submit to `PARTITION`")
-	f.StringVar(&b.TimeLimit, "time-limit", "", "slurm: the job's time limit, in sbatch --time syntax (`LIMIT`: MINUTES, HH:MM:SS, D-HH, …)")
-	f.IntVar(&b.CPUs, "cpus", 0, "slurm: `N` CPUs for the job (sbatch --cpus-per-task)")
-	f.StringVar(&b.Mem, "mem", "", "slurm: memory for the job, in sbatch --mem syntax (`SIZE`: 500M, 4G)")
+	f.StringVar(&b.TimeLimit, "time-limit", "", "slurm: the job's time limit, in sbatch time syntax (`LIMIT`: MINUTES, HH:MM:SS, D-HH, …)")
+	f.IntVar(&b.CPUs, "cpus", 0, "slurm: `N` CPUs for the job (sbatch cpus-per-task)")
+	f.StringVar(&b.Mem, "mem", "", "slurm: memory for the job, in sbatch mem syntax (`SIZE`: 500M, 4G)")
 	f.StringVar(&b.SbatchArgs, "sbatch-args", "", "slurm: further sbatch `ARGS`, split like a shell would but never run through one")
 	for _, n := range []string{"backend", "partition", "time-limit", "cpus", "mem", "sbatch-args"} {
 		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})

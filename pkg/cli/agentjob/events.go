@@ -29,9 +29,10 @@ func NewCmdEvents(env *clikit.Env, stateDir *string, runF func(*EventsOptions) (
 		Long: "Print the lifecycle events (started, ready, exited, failed, stopped, timeout, restarted, lost) " +
 			"after sequence number --since, one JSON object per line, then a final result with last_seq. " +
 			"--follow keeps streaming until interrupted, so a loop can block on \"something happened\".",
-		Annotations: jobAnnotations("agentjob_events", "", ""),
+		Annotations: jobAnnotations("agentjob_events", clikit.Hints{ReadOnly: true, Idempotent: true}, "", ""),
 		Args:        cobra.ArbitraryArgs,
 	}
+	cmd.Annotations[clikit.AnnotToolDoc] = "List the environment's job lifecycle events (started, ready, exited, failed, stopped, timeout, restarted, lost) after sequence number since, optionally of one job, with last_seq to pass as since next time."
 	f := cmd.Flags()
 	f.Int64Var(&o.Since, "since", 0, "only events after sequence number `SEQ`")
 	f.BoolVar(&o.Follow, "follow", false, "keep streaming new events until interrupted")

@@ -24,7 +24,7 @@ func NewCmdGC(env *clikit.Env, stateDir *string, runF func(*GCOptions) (*clikit.
 		Short: "Remove jobs that ended more than --older-than ago",
 		Long: "Remove every job that ended more than --older-than ago (default 0: every ended job). Running " +
 			"jobs, and lost jobs whose process is still alive, are kept.",
-		Annotations: jobAnnotations("agentjob_gc", "", ""),
+		Annotations: jobAnnotations("agentjob_gc", clikit.Hints{Destructive: true, Idempotent: true}, "", ""),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.Flags().Var(clikit.DurationValue{D: &o.OlderThan}, "older-than", "remove only jobs that ended more than `D` ago")

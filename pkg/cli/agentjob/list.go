@@ -30,7 +30,7 @@ func NewCmdList(env *clikit.Env, stateDir *string, runF func(*ListOptions) (*cli
 	cmd := &cobra.Command{
 		Use:         "list",
 		Short:       "List the environment's jobs, newest first",
-		Annotations: jobAnnotations("agentjob_list", "", ""),
+		Annotations: jobAnnotations("agentjob_list", clikit.Hints{ReadOnly: true, Idempotent: true}, "", ""),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.Flags().StringSliceVar(&o.Status, "status", nil, "only jobs with this status `S` (repeatable or comma separated): "+strings.Join(allStatuses(), ", "))

@@ -42,9 +42,12 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 		Long: "Read a job's stdout and stderr by absolute byte offsets: from --offset (next_offset of the last " +
 			"read), what a named reader has not read yet (--since-last), or the last lines (--tail). --grep " +
 			"returns matching lines with their offsets; --follow streams NDJSON until the job ends.",
-		Annotations: jobAnnotations("agentjob_logs", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_logs", clikit.Hints{ReadOnly: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
+	cmd.Annotations[clikit.AnnotToolDoc] = "Read a job's stdout and stderr by absolute byte offsets: from offset (the next_offset " +
+		"of the last read), what a named reader has not read yet (since_last), or the last tail lines; grep returns the " +
+		"matching lines with their offsets. The result always carries the job's status."
 	f := cmd.Flags()
 	f.Var(clikit.EnumValue{S: &o.Stream, Allowed: []string{jobs.Stdout, jobs.Stderr, "both"}}, "stream", "which stream: stdout, stderr or both")
 	f.Int64Var(&o.Offset, "offset", 0, "read from absolute byte `N` of each stream")

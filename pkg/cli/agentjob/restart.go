@@ -22,7 +22,7 @@ func NewCmdRestart(env *clikit.Env, stateDir *string, runF func(*RestartOptions)
 		Long: "Stop the job if it still runs, then start it again with the same spec, under the same handle, " +
 			"with a new supervisor. Its restarts count goes up, a restarted event is recorded and its logs " +
 			"continue at the same offsets.",
-		Annotations: jobAnnotations("agentjob_restart", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_restart", clikit.Hints{Destructive: true, OpenWorld: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {

@@ -22,7 +22,7 @@ func NewCmdRm(env *clikit.Env, stateDir *string, runF func(*RmOptions) (*clikit.
 		Short: "Remove an ended job and its logs; its handle then answers job_expired",
 		Long: "Remove a job's files. A job that still runs is refused with job_running unless --force, which " +
 			"stops it first. Job ids are never reused, so the handle answers job_expired afterwards.",
-		Annotations: jobAnnotations("agentjob_rm", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_rm", clikit.Hints{Destructive: true, Idempotent: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.Flags().BoolVar(&o.Force, "force", false, "stop the job first if it still runs")

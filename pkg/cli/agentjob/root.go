@@ -256,9 +256,10 @@ func oneRef(env *clikit.Env, cmd *cobra.Command, args []string) (string, error) 
 	return a[0], nil
 }
 
-// jobAnnotations names a command's tool and its positional job argument.
-func jobAnnotations(tool, args, help string) map[string]string {
-	m := map[string]string{clikit.AnnotTool: tool}
+// jobAnnotations names a command's tool, what it does (hints) and its
+// positional job argument.
+func jobAnnotations(tool string, hints clikit.Hints, args, help string) map[string]string {
+	m := map[string]string{clikit.AnnotTool: tool, clikit.AnnotHints: hints.String()}
 	if args != "" {
 		m[clikit.AnnotArgs] = args
 		name := args

@@ -56,7 +56,7 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 		Long: "Start a job under a supervisor of its own, detached from the caller's session and terminal: " +
 			"it survives the CLI exiting and the caller's process tree being killed. The call returns once " +
 			"the job runs (with --wait-ready, once it is ready or has failed); a job that cannot start is an error.",
-		Annotations: jobAnnotations("agentjob_start", "argv...", "the program and its arguments, run directly without a shell"),
+		Annotations: jobAnnotations("agentjob_start", clikit.Hints{Destructive: true, OpenWorld: true}, "argv...", "the program and its arguments, run directly without a shell"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	f := cmd.Flags()

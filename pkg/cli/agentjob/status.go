@@ -26,7 +26,7 @@ func NewCmdStatus(env *clikit.Env, stateDir *string, runF func(*StatusOptions) (
 			"A slurm job also reports the scheduler's view (slurm_job_id, scheduler_state): pending while it is " +
 			"queued (reason says why), and the scheduler's end (cancelled, timeout, node failure) when its " +
 			"supervisor recorded none.",
-		Annotations: jobAnnotations("agentjob_status", "jobs...", "the jobs' handles or names"),
+		Annotations: jobAnnotations("agentjob_status", clikit.Hints{ReadOnly: true, Idempotent: true}, "jobs...", "the jobs' handles or names"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {

@@ -29,7 +29,7 @@ func NewCmdStop(env *clikit.Env, stateDir *string, runF func(*StopOptions) (*cli
 		Long: "Send --signal to the job's process group and every descendant (including those that left the " +
 			"group), and SIGKILL what remains after --grace. Returns once the job has ended. A lost job whose " +
 			"process survived (orphan_pid) is killed too.",
-		Annotations: jobAnnotations("agentjob_stop", "job", "the job's handle or name"),
+		Annotations: jobAnnotations("agentjob_stop", clikit.Hints{Destructive: true, Idempotent: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	f := cmd.Flags()

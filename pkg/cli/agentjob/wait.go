@@ -15,8 +15,8 @@ import (
 
 // Error codes of wait.
 const (
-	CodeWaitTimeout = "wait_timeout" // --timeout passed first
-	CodeJobFailed   = "job_failed"   // the job ended, but not well
+	CodeWaitTimeout = result.CodeWaitTimeout // --timeout passed first
+	CodeJobFailed   = result.CodeJobFailed   // the job ended, but not well
 )
 
 // WaitOptions are the flags and arguments of wait.
@@ -41,9 +41,10 @@ func NewCmdWait(env *clikit.Env, stateDir *string, runF func(*WaitOptions) (*cli
 			"result is the current status either way, so 'agentjob wait \"$h\" && deploy' does the right thing. " +
 			"For slurm jobs it also asks the scheduler once a second, since Slurm can end a job (cancel it while " +
 			"pending, lose its node) without anything being written.",
-		Annotations: jobAnnotations("agentjob_wait", "jobs...", "the jobs' handles or names"),
+		Annotations: jobAnnotations("agentjob_wait", clikit.Hints{ReadOnly: true, Idempotent: true}, "jobs...", "the jobs' handles or names"),
 		Args:        cobra.ArbitraryArgs,
 	}
+	cmd.Annotations[clikit.AnnotToolDoc] = "Block until the jobs end, or with any the first of them, or with for set to ready until they are ready, or until timeout passes. The result is the jobs' current status either way: success is true when what was awaited happened and went well (the job exited 0, or is ready), false when a job ended otherwise (failed, stopped, timeout, lost) or timeout passed first (timed_out true)."
 	f := cmd.Flags()
 	f.Var(clikit.EnumValue{S: &o.For, Allowed: []string{jobs.ForExit, jobs.ForReady}}, "for", "wait for the jobs to exit or to be ready")
 	f.BoolVar(&o.Any, "any", false, "return when the first of the jobs is done")

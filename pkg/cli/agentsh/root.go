@@ -4,12 +4,14 @@ package agentsh
 
 import (
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -82,6 +84,20 @@ func exitCode(code string) int {
 	return ExitFailed
 }
 
+// watchdogCommand is the hidden first argument that runs the watchdog of a
+// proctree.Guard: it kills a command's tree when agentsh (or a session
+// server) dies without cleaning up.
+const watchdogCommand = "__watchdog"
+
+// startGuard starts agentsh's watchdog in the background.
+func startGuard() func() (*proctree.Guard, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return func() (*proctree.Guard, error) { return nil, err }
+	}
+	return proctree.StartGuardAsync([]string{exe, watchdogCommand})
+}
+
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Hidden entry points run before the CLI is built: they are other
@@ -90,6 +106,8 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case serveCommand:
 			return serveMain(args[1:])
+		case watchdogCommand:
+			return proctree.RunWatchdog(args[1:], stdin)
 		case sandbox.HelperCommand:
 			return sandbox.HelperMain(args[1:])
 		case execguard.Command:
@@ -110,6 +128,8 @@ func build(root *cobra.Command, env *clikit.Env) {
 	root.Annotations = map[string]string{
 		clikit.AnnotManResult:      runResultDoc,
 		clikit.AnnotTool:           "agentsh_run",
+		clikit.AnnotToolDoc:        "Run one command and report it as JSON: exit_code, stdout and stderr (cleaned of ANSI escapes; the start and end kept when longer than max_output), timed_out, elapsed_ms. command is a shell command line, or an array: a program and its arguments, run without a shell. stdin is empty unless stdin is given; the command has no terminal and gets EOF if it waits for input. After timeout (default 2m) the whole process tree is stopped and the output so far kept. Every process the command started is gone when the call returns; use agentjob_start for servers and watchers. With session, the command runs in that persistent shell, whose cwd, exports and functions carry over between calls. A command that exits non-zero or times out is a normal result: success is false, and exit_code and status say why.",
+		clikit.AnnotHints:          clikit.Hints{Destructive: true, OpenWorld: true}.String(),
 		clikit.AnnotArgs:           "argv...",
 		clikit.AnnotArgs + ".argv": "the program and its arguments, run directly without a shell",
 	}
@@ -117,6 +137,7 @@ func build(root *cobra.Command, env *clikit.Env) {
 	// Flags after the program name belong to the program: agentsh ls -la.
 	root.Flags().SetInterspersed(false)
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		env.StreamResult = opts.Stream
 		if opts.Session != "" {
 			return runInSession(cmd, env, opts, stateDir, args)
 		}

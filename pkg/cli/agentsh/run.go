@@ -100,9 +100,13 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 }
 
 // nonInteractive is the environment every command gets unless the caller
-// sets the variable itself with --env: nothing may wait for a human.
+// sets the variable itself (in its own environment or with --env): nothing
+// may wait for a human. An editor is a program that returns at once and
+// leaves the file unchanged ("true": tools exec $EDITOR directly as well as
+// through a shell, so ":" would fail where a shell is not involved).
 var nonInteractive = [][2]string{
 	{"PAGER", "cat"}, {"GIT_PAGER", "cat"}, {"MANPAGER", "cat"}, {"GIT_EDITOR", ":"},
+	{"EDITOR", "true"}, {"VISUAL", "true"}, {"GIT_SEQUENCE_EDITOR", "true"},
 	{"GIT_MERGE_AUTOEDIT", "no"}, {"GIT_TERMINAL_PROMPT", "0"}, {"PIP_NO_INPUT", "1"},
 	{"PYTHONUNBUFFERED", "1"}, {"DEBIAN_FRONTEND", "noninteractive"}, {"TERM", "dumb"}, {"NO_COLOR", "1"},
 }
@@ -250,6 +254,15 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := o.Guard.CheckSurface(env, cmd, "shell", "env"); err != nil {
 		return nil, err
 	}
+	// The watchdog that kills the command's tree should agentsh itself be
+	// SIGKILLed starts now, while the rest is prepared, and is released
+	// once the tree is dead.
+	guarded := startGuard()
+	defer func() {
+		if g, err := guarded(); err == nil {
+			g.Release()
+		}
+	}()
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -343,6 +356,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if g != nil {
 		defer g.Cleanup()
 		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
+	}
+	if s.req.Guard, err = guarded(); err != nil {
+		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {

@@ -207,7 +207,13 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 			"network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs as root; " +
 			"on macOS (\"platform\": \"darwin\"), whether Seatbelt (sandbox-exec) is there, how leftover processes are " +
 			"found without a subreaper, and which flags are refused there (--memory, --pids, --user).",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_sandbox_check"},
+		Annotations: map[string]string{
+			clikit.AnnotTool:  "agentsh_sandbox_check",
+			clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
+			clikit.AnnotToolDoc: "Report which sandbox mechanisms this machine can enforce: on Linux, Landlock and its ABI, " +
+				"user, network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs " +
+				"as root; on macOS, whether Seatbelt is there and which limits (memory, pids, user) it cannot enforce.",
+		},
 	}
 	check.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -53,7 +56,7 @@ func newCmdSession(env *clikit.Env, stateDir *string) *cobra.Command {
 		Short: "Start, list, inspect and stop persistent shell sessions",
 	}
 	cmd.AddCommand(newCmdSessionStart(env, stateDir), newCmdSessionList(env, stateDir),
-		newCmdSessionStatus(env, stateDir), newCmdSessionStop(env, stateDir))
+		newCmdSessionStatus(env, stateDir), newCmdSessionStop(env, stateDir), newCmdSessionLogs(env, stateDir))
 	return cmd
 }
 
@@ -64,7 +67,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		Short: "Start a persistent shell whose cwd, environment and functions survive between calls",
 		Long: "Start a persistent shell session owned by the environment. cd, export, shell variables, " +
 			"functions, aliases and an activated virtualenv persist from one 'agentsh --session' call to the next.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_start"},
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_start",
+			clikit.AnnotToolDoc: "Start a persistent shell session and return its handle (session). Pass the handle as session to agentsh_run: cd, export, shell variables, functions, aliases and an activated virtualenv persist from one call to the next. The session stops itself after idle_timeout without a call; agentsh_session_stop stops it at once.", clikit.AnnotHints: clikit.Hints{}.String()},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Cwd, "cwd", "", "start the shell in `DIR`")
@@ -151,7 +155,7 @@ func infoObject(info *session.Info) *result.Object {
 	b, _ := json.Marshal(info)
 	var m map[string]any
 	_ = json.Unmarshal(b, &m)
-	for _, k := range []string{"session", "name", "status", "pid", "cwd", "shell", "started_at", "last_used_at", "ended_at", "ended_reason", "calls", "resets", "idle_timeout_ms", "description"} {
+	for _, k := range []string{"session", "name", "status", "pid", "cwd", "shell", "started_at", "last_used_at", "ended_at", "ended_reason", "calls", "resets", "idle_timeout_ms", "description", "sandbox", "background"} {
 		if v, ok := m[k]; ok {
 			obj.Set(k, v)
 		}
@@ -161,7 +165,7 @@ func infoObject(info *session.Info) *result.Object {
 
 func newCmdSessionList(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "list", Short: "List the environment's sessions, newest first",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_list"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_list", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String()}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
 			return nil, err
@@ -187,7 +191,7 @@ func newCmdSessionList(env *clikit.Env, stateDir *string) *cobra.Command {
 
 func newCmdSessionStatus(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "status SESSION", Short: "Report one session",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_status", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_status", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(), clikit.AnnotArgs: "session"}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		a, err := env.Positional(cmd, args, 1)
 		if err != nil {
@@ -208,7 +212,7 @@ func newCmdSessionStatus(env *clikit.Env, stateDir *string) *cobra.Command {
 
 func newCmdSessionStop(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "stop SESSION", Short: "Stop a session: kill its shell and everything it started",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_stop", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_stop", clikit.AnnotHints: clikit.Hints{Destructive: true, Idempotent: true}.String(), clikit.AnnotArgs: "session"}}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		a, err := env.Positional(cmd, args, 1)
 		if err != nil {
@@ -223,6 +227,53 @@ func newCmdSessionStop(env *clikit.Env, stateDir *string) *cobra.Command {
 			return nil, err
 		}
 		return &clikit.Outcome{Value: infoObject(info)}, nil
+	})
+	return cmd
+}
+
+// SessionLogsOptions are the flags of session logs.
+type SessionLogsOptions struct {
+	SinceLast bool
+	Tail      int
+	Raw       bool
+}
+
+func newCmdSessionLogs(env *clikit.Env, stateDir *string) *cobra.Command {
+	o := &SessionLogsOptions{}
+	cmd := &cobra.Command{Use: "logs SESSION", Short: "Read what the session's background processes wrote after their call returned",
+		Long: "Read the session's background log: the output that processes left running by a call (cmd &) wrote " +
+			"after that call returned. The log is bounded (the oldest part is dropped); offsets are absolute.",
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotArgs: "session"}}
+	f := cmd.Flags()
+	f.BoolVar(&o.SinceLast, "since-last", false, "only what the previous 'session logs --since-last' did not return")
+	f.IntVar(&o.Tail, "tail", 0, "only the last `N` lines")
+	f.BoolVar(&o.Raw, "raw", false, "keep ANSI escapes and carriage returns")
+	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		a, err := env.Positional(cmd, args, 1)
+		if err != nil {
+			return nil, err
+		}
+		if o.Tail < 0 {
+			return nil, result.Errorf(result.CodeUsage, "--tail wants a number of lines, not %d", o.Tail)
+		}
+		if o.SinceLast && o.Tail > 0 {
+			return nil, result.Errorf(result.CodeUsage, "--since-last and --tail do not go together")
+		}
+		m, err := manager(env, *stateDir)
+		if err != nil {
+			return nil, err
+		}
+		out, info, err := m.Logs(a[0], session.LogsRequest{SinceLast: o.SinceLast, Tail: o.Tail, Raw: o.Raw})
+		if err != nil {
+			return nil, err
+		}
+		obj := result.New().Set("success", true).Set("session", info.Session).Set("status", info.Status).
+			Set("data", out.Data).Set("offset", out.Offset).Set("next_offset", out.NextOffset)
+		if out.DroppedBytes > 0 {
+			obj.Set("dropped_bytes", out.DroppedBytes)
+		}
+		obj.Set("background", info.Background)
+		return &clikit.Outcome{Value: obj}, nil
 	})
 	return cmd
 }
@@ -263,6 +314,20 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		s := string(b)
 		req.Stdin = &s
 	}
+	m, err := manager(env, stateDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSessionSandbox(cmd, env, o, m); err != nil {
+		return nil, err
+	}
+	sig := env.Signal
+	req.CancelSignal = func() syscall.Signal {
+		if s, ok := sig().(syscall.Signal); ok {
+			return s
+		}
+		return 0
+	}
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
 	// The caller's policy decides before the command reaches the session.
@@ -270,10 +335,6 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
 	if err != nil {
 		guard.Audit(env, stateDir, rec)
-		return nil, err
-	}
-	m, err := manager(env, stateDir)
-	if err != nil {
 		return nil, err
 	}
 	var onEvent func(stream, data string)
@@ -313,6 +374,76 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	return &clikit.Outcome{Value: raw, Exit: exit}, nil
 }
 
+// sandboxFlags are the flags that make up a sandbox policy.
+var sandboxFlags = []string{"sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user"}
+
+// checkSessionSandbox holds a session call to the session's own sandbox:
+// sandbox flags given on the call must describe exactly that sandbox (a
+// call can neither loosen nor tighten it), and under sandbox_lock a session
+// weaker than the operator's floor refuses the call.
+func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) error {
+	spec, err := m.Spec(o.Session)
+	if err != nil {
+		return err
+	}
+	own := sandbox.Policy{Mode: sandbox.ModeNone, Net: sandbox.NetHost}
+	if spec.Sandbox != nil {
+		own = *spec.Sandbox
+	}
+	own = normalPolicy(own)
+	given := false
+	for _, name := range sandboxFlags {
+		if clikit.FlagChanged(cmd, name) && !fromConfig(cmd, env, name) {
+			given = true
+		}
+	}
+	if given {
+		if got := normalPolicy(o.Sandbox.Policy(spec.Cwd)); !reflect.DeepEqual(got, own) {
+			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
+				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
+		}
+	}
+	so := SandboxOptions{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
+		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User}
+	return CheckFloor(cmd, env, &so)
+}
+
+// fromConfig reports whether the flag's value is the operator's configured
+// default rather than something the caller gave.
+func fromConfig(cmd *cobra.Command, env *clikit.Env, name string) bool {
+	vals, ok := env.Configured(cmd, name)
+	if !ok {
+		return false
+	}
+	f := cmd.Flags().Lookup(name)
+	if f.Value.Type() == "stringArray" {
+		return true
+	}
+	return len(vals) == 1 && vals[0] == f.Value.String()
+}
+
+// normalPolicy spells the defaults one way, so that two policies that
+// mean the same compare equal.
+func normalPolicy(p sandbox.Policy) sandbox.Policy {
+	if p.Mode == "" {
+		p.Mode = sandbox.ModeNone
+	}
+	if p.Net == "" {
+		p.Net = sandbox.NetHost
+	}
+	if p.Mode != sandbox.ModeWorkspaceWrite {
+		p.Workspace = ""
+	}
+	if len(p.AllowWrite) == 0 {
+		p.AllowWrite = nil
+	}
+	if len(p.DenyRead) == 0 {
+		p.DenyRead = nil
+	}
+	p.WriteFiles = nil
+	return p
+}
+
 // serveMain is the hidden session server: argv is STATE_DIR ID. It runs
 // before the cobra tree is built, so a server costs no CLI start-up.
 func serveMain(argv []string) int {
@@ -323,7 +454,11 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake")); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
+		return ExitFailed
+	}
+	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, watchdogCommand}); err != nil {
 		return ExitFailed
 	}
 	return 0

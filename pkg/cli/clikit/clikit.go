@@ -49,6 +49,15 @@ const (
 	// AnnotArgs names the positional arguments as request keys, comma
 	// separated; a trailing "..." makes the last one variadic.
 	AnnotArgs = "agentplane/args"
+	// AnnotHints declares what the operation does to the world (Hints),
+	// for MCP tool annotations. Every tool has it.
+	AnnotHints = "agentplane/hints"
+	// AnnotToolDoc is the tool's description for a model, about its own
+	// arguments, where the help text speaks of flags and exit statuses.
+	AnnotToolDoc = "agentplane/tool-doc"
+	// AnnotProtocolStdout marks a command whose stdout is a protocol
+	// channel (mcp): its failures are reported on stderr instead.
+	AnnotProtocolStdout = "agentplane/protocol-stdout"
 )
 
 // Program describes one of the programs for Main.
@@ -94,6 +103,10 @@ type Env struct {
 
 	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
 	ExitZero bool
+	// StreamResult marks the final result as the last line of an NDJSON
+	// stream (agentsh --stream): it carries "type": "result" first, so a
+	// reader tells it from the events without looking for success.
+	StreamResult bool
 
 	cfg       configSource
 	outcome   *Outcome
@@ -185,9 +198,12 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 func Run(env *Env, args []string) int {
 	root := NewRoot(env)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if errors.Is(err, errHelpShown) {
 		return 0
+	}
+	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
+		return env.failOnStderr(err)
 	}
 	if err == nil && env.outcome == nil {
 		// --help, --version or a help topic: human text was printed.
@@ -211,6 +227,25 @@ func Run(env *Env, args []string) int {
 }
 
 var errHelpShown = errors.New("help shown")
+
+// failOnStderr reports a failure of a command whose stdout is a protocol
+// channel (an MCP server): a JSON object there would be a malformed
+// message, so the reason goes to stderr, which hosts show, as
+// "PROGRAM: error: MESSAGE" with a hint line and the error object.
+func (e *Env) failOnStderr(err error) int {
+	re := result.AsError(err)
+	if re.Code == result.CodeInternal && isCobraUsageError(err) {
+		re = &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
+	}
+	fmt.Fprintf(e.Err, "%s: error: %s\n", e.Program.Name, re.Message)
+	if h, ok := re.Details["hint"].(string); ok && h != "" {
+		fmt.Fprintf(e.Err, "hint: %s\n", h)
+	}
+	if b, merr := result.Marshal(result.Failure(re)); merr == nil {
+		fmt.Fprintf(e.Err, "%s\n", b)
+	}
+	return e.Program.ExitCode(re.Code)
+}
 
 func (e *Env) fail(err error) int {
 	re := result.AsError(err)
@@ -241,6 +276,9 @@ func isCobraUsageError(err error) bool {
 func (e *Env) print(v any) error {
 	e.outMu.Lock()
 	defer e.outMu.Unlock()
+	if obj, ok := v.(*result.Object); ok && e.StreamResult {
+		v = obj.WithFirst("type", "result")
+	}
 	if e.Query == "" {
 		return result.Write(e.Out, v, e.Pretty)
 	}

@@ -119,7 +119,8 @@ func TestRequestErrors(t *testing.T) {
 		{"int string", `{"path":"x","count":"3"}`, "invalid_request", "expected an integer"},
 		{"negative duration", `{"path":"x","wait":-1}`, "invalid_request", "negative"},
 		{"enum", `{"path":"x","mode":"c"}`, "invalid_request", "must be one of"},
-		{"null", `{"path":"x","name":null}`, "invalid_request", "expected a value"},
+		{"null for an unknown key", `{"path":"x","nope":null}`, "invalid_request", `unknown key "nope"`},
+		{"null element", `{"path":"x","env":[null]}`, "invalid_request", "array of strings"},
 		{"env array of numbers", `{"path":"x","env":[1]}`, "invalid_request", "array of strings"},
 		{"path type", `{"path":5}`, "invalid_request", "expected a string"},
 		{"not an object", `[1,2]`, "invalid_request", "JSON object"},
@@ -207,6 +208,20 @@ func TestQueryAndUsage(t *testing.T) {
 	}
 }
 
+// TestRequestNullIsNotGiven: OpenAI's strict mode makes every key required
+// and a model sends null for those it leaves out; null means "not given",
+// so the default (or the config's value) applies.
+func TestRequestNullIsNotGiven(t *testing.T) {
+	o, got, out, code := runProg(t, `{"path":"x","name":null,"count":null,"wait":null,"max_size":null,"flag":null,"env":null,"mode":null,"edits":null,"description":null}`, nil, "op", "--request", "-")
+	if code != 0 || got[0] != "x" || o.Name != "" || o.Count != 0 || o.Flag || len(o.Env) != 0 {
+		t.Fatalf("code %d opts %+v args %v: %s", code, o, got, out)
+	}
+	_, _, out, code = runProg(t, `{"path":null}`, nil, "op", "--request", "-")
+	if code != 2 || gjson.Get(out, "error.code").String() != "usage_error" {
+		t.Fatalf("a null required key: %d %s", code, out)
+	}
+}
+
 func TestSchemaMatchesRequestKeys(t *testing.T) {
 	for _, format := range []string{"openai", "anthropic", "mcp", "jsonschema"} {
 		_, _, out, code := runProg(t, "", nil, "schema", "--format", format)
@@ -234,10 +249,19 @@ func TestSchemaMatchesRequestKeys(t *testing.T) {
 		if props.Get("pretty").Exists() || props.Get("request").Exists() {
 			t.Errorf("%s: output flags leak into the schema", format)
 		}
+		if format == "openai" {
+			if n := len(schema.Get("required").Array()); n != len(props.Map()) {
+				t.Errorf("%s: %d of %d properties required: %s", format, n, len(props.Map()), schema.Get("required").Raw)
+			}
+			if props.Get("count.type").Raw != `["integer","null"]` || props.Get("path.type").String() != "string" {
+				t.Errorf("%s: optional keys are not nullable, or required ones are: %s", format, props.Raw)
+			}
+			continue
+		}
 		if schema.Get("required.0").String() != "path" {
 			t.Errorf("%s: required %s", format, schema.Get("required").Raw)
 		}
-		if props.Get("env.type").String() != "object" || props.Get("count.type").String() != "integer" {
+		if props.Get("env.type").String() != "array" || props.Get("env.items.type").String() != "string" || props.Get("count.type").String() != "integer" {
 			t.Errorf("%s: types %s", format, props.Raw)
 		}
 	}

@@ -131,6 +131,13 @@ func (e *Env) applyRequest(cmd *cobra.Command, set map[string]bool) error {
 	sort.Strings(keys)
 	for _, key := range keys {
 		val := req[key]
+		// null is "not given": OpenAI's strict mode makes every key
+		// required and sends null for the ones the model leaves out.
+		if val == nil {
+			if _, known := req[key]; known && (key == "description" || isArg[key] || knownKey(cmd, key)) {
+				continue
+			}
+		}
 		if key == "description" {
 			s, ok := val.(string)
 			if !ok {
@@ -164,6 +171,15 @@ func (e *Env) applyRequest(cmd *cobra.Command, set map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// knownKey reports whether key names a request key of cmd's flags.
+func knownKey(cmd *cobra.Command, key string) bool {
+	if strings.Contains(key, "-") {
+		return false
+	}
+	f := cmd.Flags().Lookup(strings.ReplaceAll(key, "_", "-"))
+	return f != nil && !f.Hidden && !hasAnnot(f, AnnotNoRequest)
 }
 
 func hasAnnot(f *pflag.Flag, a string) bool {
@@ -299,7 +315,7 @@ func (e *Env) Positional(cmd *cobra.Command, args []string, min int) ([]string, 
 	if len(args) == 0 && e.Request != nil {
 		for i, n := range names {
 			v, ok := e.Request[n]
-			if !ok {
+			if !ok || v == nil {
 				continue
 			}
 			switch t := v.(type) {

@@ -1,6 +1,9 @@
 package clikit
 
 import (
+	"fmt"
+	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -16,14 +19,21 @@ const (
 	FormatAnthropic  = "anthropic"
 	FormatMCP        = "mcp"
 	FormatJSONSchema = "jsonschema"
+	FormatGemini     = "gemini"
 )
+
+// Formats lists the schema dialects, in the order help text names them.
+var Formats = []string{FormatOpenAI, FormatAnthropic, FormatMCP, FormatJSONSchema, FormatGemini}
 
 // Tool is one operation as a function-calling definition.
 type Tool struct {
 	Name        string
 	Description string
-	Schema      map[string]any // JSON Schema of the request object
-	Command     *cobra.Command
+	// Schema is the canonical JSON Schema of the request object (see
+	// RequestSchema); the dialects are derived from it.
+	Schema  map[string]any
+	Hints   *Hints // nil when the command declares none
+	Command *cobra.Command
 }
 
 // Tools walks a command tree and returns the operations annotated with a
@@ -35,7 +45,11 @@ func Tools(root *cobra.Command) []Tool {
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		if name := c.Annotations[AnnotTool]; name != "" {
-			out = append(out, Tool{Name: name, Description: toolDescription(c), Schema: RequestSchema(c), Command: c})
+			t := Tool{Name: name, Description: toolDescription(c), Schema: RequestSchema(c), Command: c}
+			if h, err := ParseHints(c.Annotations[AnnotHints]); err == nil {
+				t.Hints = &h
+			}
+			out = append(out, t)
 		}
 		for _, s := range c.Commands() {
 			walk(s)
@@ -45,15 +59,58 @@ func Tools(root *cobra.Command) []Tool {
 	return out
 }
 
+// toolDescription is the description a model reads: the command's
+// AnnotToolDoc, written for a model about its own arguments, else its
+// help text with flag names turned into argument names.
 func toolDescription(c *cobra.Command) string {
+	if d := c.Annotations[AnnotToolDoc]; d != "" {
+		return strings.TrimSpace(d)
+	}
 	d := strings.TrimSpace(c.Short)
 	if c.Long != "" {
 		d = strings.TrimSpace(c.Long)
 	}
-	return d
+	return ArgumentText(c, d)
 }
 
-// RequestSchema builds the JSON Schema of a command's request object.
+// flagRef finds a flag as help text names it: --long-name, or -c.
+var flagRef = regexp.MustCompile(`(^|[^\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b`)
+
+// ArgumentText rewrites help text for a model: every flag of c that is a
+// request key is named by its key ("--since-last" becomes "since_last",
+// "-c" the key of the flag it abbreviates). Other mentions are left as they
+// are, for the schema tests to find.
+func ArgumentText(c *cobra.Command, s string) string {
+	return flagRef.ReplaceAllStringFunc(s, func(m string) string {
+		sub := flagRef.FindStringSubmatch(m)
+		prefix, ref := sub[1], sub[2]
+		var f *pflag.Flag
+		if strings.HasPrefix(ref, "--") {
+			f = c.Flags().Lookup(strings.TrimPrefix(ref, "--"))
+		} else {
+			f = c.Flags().ShorthandLookup(strings.TrimPrefix(ref, "-"))
+		}
+		if f == nil || f.Hidden || hasAnnot(f, AnnotNoRequest) {
+			return m
+		}
+		return prefix + ConfigKey(f.Name)
+	})
+}
+
+// SchemaValue is a flag value that knows the JSON Schema of what a request
+// gives it (a structured value such as agentfs edit's edits). The schema is
+// declared on the value that parses it, so the two cannot drift.
+type SchemaValue interface {
+	RequestSchema() map[string]any
+}
+
+// RequestSchema builds the canonical JSON Schema of a command's request
+// object, from which every dialect is derived. It holds itself to the
+// intersection of what the providers accept: every object has properties
+// and additionalProperties false, every array has items, there are no open
+// maps (K=V pairs are arrays of strings) and no type arrays, and a value
+// with two shapes is an anyOf of complete schemas. Optional keys are left
+// out of required; the OpenAI dialect makes them required and nullable.
 func RequestSchema(c *cobra.Command) map[string]any {
 	props := map[string]any{}
 	var required []string
@@ -61,7 +118,7 @@ func RequestSchema(c *cobra.Command) map[string]any {
 	for i, n := range names {
 		p := map[string]any{"type": "string"}
 		if variadic && i == len(names)-1 {
-			p = map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+			p = stringArray()
 		} else {
 			required = append(required, n)
 		}
@@ -75,12 +132,14 @@ func RequestSchema(c *cobra.Command) map[string]any {
 			return
 		}
 		key := ConfigKey(f.Name)
-		p := flagSchema(f)
+		p := flagSchema(c, f)
 		if variadic && f.Value.Type() == "string" && !hasAnnot(f, AnnotJSON) && f.Name == "command" {
 			p = map[string]any{
-				"type":        []any{"string", "array"},
-				"items":       map[string]any{"type": "string"},
-				"description": usageText(f) + " (a string runs through the shell; an array is an argv run directly)",
+				"description": "the command: a shell command line, run by bash (else sh), or an array, a program and its arguments run directly without a shell",
+				"anyOf": []any{
+					map[string]any{"type": "string", "description": "a shell command line"},
+					map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "a program and its arguments"},
+				},
 			}
 		}
 		props[key] = p
@@ -89,23 +148,35 @@ func RequestSchema(c *cobra.Command) map[string]any {
 		}
 	})
 	props["description"] = map[string]any{"type": "string", "description": "the human-readable intent of this call, shown in approval prompts and audit logs"}
+	return ObjectSchema(props, required)
+}
+
+// ObjectSchema is a closed object schema with the given properties.
+func ObjectSchema(props map[string]any, required []string) map[string]any {
 	s := map[string]any{
 		"type":                 "object",
 		"properties":           props,
 		"additionalProperties": false,
 	}
 	if len(required) > 0 {
+		required = append([]string(nil), required...)
 		sort.Strings(required)
 		s["required"] = required
 	}
 	return s
 }
 
-func flagSchema(f *pflag.Flag) map[string]any {
+func stringArray() map[string]any {
+	return map[string]any{"type": "array", "items": map[string]any{"type": "string"}}
+}
+
+func flagSchema(c *cobra.Command, f *pflag.Flag) map[string]any {
 	p := map[string]any{}
 	// pflag marks the argument name with backticks (`DIR`); a schema
 	// reader wants plain text.
 	_, desc := pflag.UnquoteUsage(f)
+	// An array says it takes several values; "repeatable" is the flag's.
+	desc = ArgumentText(c, strings.Replace(desc, " (repeatable)", "", 1))
 	switch t := f.Value.Type(); t {
 	case "bool":
 		p["type"] = "boolean"
@@ -114,38 +185,161 @@ func flagSchema(f *pflag.Flag) map[string]any {
 	case "float32", "float64":
 		p["type"] = "number"
 	case "duration":
-		p["type"] = []any{"number", "string"}
-		desc += " (seconds, or Go syntax such as \"90s\" or \"2m\")"
+		p["anyOf"] = []any{
+			map[string]any{"type": "number", "description": "seconds"},
+			map[string]any{"type": "string", "description": "a duration such as \"90s\" or \"2m\""},
+		}
 	case "size":
-		p["type"] = []any{"integer", "string"}
-		desc += " (bytes, or with a K/M/G suffix such as \"64M\")"
+		p["anyOf"] = []any{
+			map[string]any{"type": "integer", "description": "bytes"},
+			map[string]any{"type": "string", "description": "a size with a K, M or G suffix, such as \"64M\""},
+		}
 	case "enum":
 		p["type"] = "string"
 		if ev, ok := f.Value.(EnumValue); ok {
-			p["enum"] = append([]string(nil), ev.Allowed...)
+			// The empty word means "unset"; a caller leaves the key out.
+			var allowed []string
+			for _, a := range ev.Allowed {
+				if a != "" {
+					allowed = append(allowed, a)
+				}
+			}
+			p["enum"] = allowed
 		}
 	case "stringArray", "stringSlice":
+		p = stringArray()
 		if hasAnnot(f, AnnotObject) {
-			p["type"] = "object"
-			p["additionalProperties"] = map[string]any{"type": "string"}
-		} else {
-			p["type"] = "array"
-			p["items"] = map[string]any{"type": "string"}
+			p["items"] = map[string]any{"type": "string", "description": "KEY=VALUE"}
+			desc += ", each as \"KEY=VALUE\""
 		}
 	default:
-		if hasAnnot(f, AnnotJSON) {
-			p["type"] = []any{"array", "object", "string"}
+		if sv, ok := f.Value.(SchemaValue); ok {
+			for k, v := range sv.RequestSchema() {
+				p[k] = v
+			}
 		} else {
 			p["type"] = "string"
 		}
 	}
 	// A usage that states its own default ("(default all)") knows better
 	// than the zero value pflag records.
-	if f.DefValue != "" && f.DefValue != "[]" && f.Value.Type() != "bool" && !strings.Contains(f.Usage, "(default") {
-		desc += " (default " + f.DefValue + ")"
+	if def := f.DefValue; def != "" && def != "[]" && def != "0" && def != "0s" && f.Value.Type() != "bool" && !strings.Contains(f.Usage, "(default") {
+		desc += " (default " + def + ")"
 	}
-	p["description"] = desc
+	if _, own := p["description"]; !own {
+		p["description"] = desc
+	}
 	return p
+}
+
+// StrictSchema is the OpenAI strict-mode form of a canonical schema: every
+// property of every object is required, and a property that was optional
+// accepts null, which the request parser reads as "not given".
+func StrictSchema(s map[string]any) map[string]any { return strictNode(s, false) }
+
+func strictNode(s map[string]any, nullable bool) map[string]any {
+	out := make(map[string]any, len(s)+1)
+	for k, v := range s {
+		out[k] = v
+	}
+	if props, ok := s["properties"].(map[string]any); ok {
+		req := map[string]bool{}
+		for _, r := range requiredOf(s) {
+			req[r] = true
+		}
+		np := make(map[string]any, len(props))
+		keys := make([]string, 0, len(props))
+		for k, v := range props {
+			np[k] = strictNode(v.(map[string]any), !req[k])
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out["properties"] = np
+		out["required"] = keys
+		out["additionalProperties"] = false
+	}
+	if items, ok := s["items"].(map[string]any); ok {
+		out["items"] = strictNode(items, false)
+	}
+	if branches, ok := s["anyOf"].([]any); ok {
+		nb := make([]any, 0, len(branches)+1)
+		for _, b := range branches {
+			nb = append(nb, strictNode(b.(map[string]any), false))
+		}
+		if nullable {
+			nb = append(nb, map[string]any{"type": "null"})
+		}
+		out["anyOf"] = nb
+		return out
+	}
+	if nullable {
+		if t, ok := s["type"].(string); ok {
+			out["type"] = []any{t, "null"}
+		}
+		switch e := s["enum"].(type) {
+		case []string:
+			ne := make([]any, 0, len(e)+1)
+			for _, w := range e {
+				ne = append(ne, w)
+			}
+			out["enum"] = append(ne, nil)
+		case []any:
+			out["enum"] = append(append([]any(nil), e...), nil)
+		}
+	}
+	return out
+}
+
+func requiredOf(s map[string]any) []string {
+	switch r := s["required"].(type) {
+	case []string:
+		return r
+	case []any:
+		out := make([]string, 0, len(r))
+		for _, x := range r {
+			if str, ok := x.(string); ok {
+				out = append(out, str)
+			}
+		}
+		return out
+	}
+	return nil
+}
+
+// GeminiSchema is the Gemini function-declaration form of a canonical
+// schema: the OpenAPI 3.0 subset Gemini's Schema type accepts, with upper
+// case type names and no additionalProperties (Gemini objects are closed).
+func GeminiSchema(s map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range s {
+		switch k {
+		case "type":
+			out["type"] = strings.ToUpper(v.(string))
+		case "properties":
+			props := v.(map[string]any)
+			np := make(map[string]any, len(props))
+			for pk, pv := range props {
+				np[pk] = GeminiSchema(pv.(map[string]any))
+			}
+			out["properties"] = np
+		case "items":
+			out["items"] = GeminiSchema(v.(map[string]any))
+		case "anyOf":
+			var nb []any
+			for _, b := range v.([]any) {
+				nb = append(nb, GeminiSchema(b.(map[string]any)))
+			}
+			out["anyOf"] = nb
+		case "description", "enum", "required":
+			out[k] = v
+		case "additionalProperties":
+			// Gemini's Schema has no such field: its objects take only
+			// the properties they declare.
+		default:
+			panic(fmt.Sprintf("clikit: the gemini dialect has no rendering for %q", k))
+		}
+	}
+	return out
 }
 
 // RenderTools formats tools for a function-calling API.
@@ -157,13 +351,19 @@ func RenderTools(tools []Tool, format string) []any {
 			out = append(out, map[string]any{
 				"type": "function",
 				"function": map[string]any{
-					"name": t.Name, "description": t.Description, "parameters": t.Schema,
+					"name": t.Name, "description": t.Description, "parameters": StrictSchema(t.Schema), "strict": true,
 				},
 			})
 		case FormatAnthropic:
 			out = append(out, map[string]any{"name": t.Name, "description": t.Description, "input_schema": t.Schema})
 		case FormatMCP:
-			out = append(out, map[string]any{"name": t.Name, "description": t.Description, "inputSchema": t.Schema})
+			m := map[string]any{"name": t.Name, "description": t.Description, "inputSchema": t.Schema}
+			if t.Hints != nil {
+				m["annotations"] = t.Hints.MCP()
+			}
+			out = append(out, m)
+		case FormatGemini:
+			out = append(out, map[string]any{"name": t.Name, "description": t.Description, "parameters": GeminiSchema(t.Schema)})
 		default:
 			s := map[string]any{"$schema": "https://json-schema.org/draft/2020-12/schema", "title": t.Name, "description": t.Description}
 			for k, v := range t.Schema {
@@ -181,14 +381,18 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 		Use:   "schema",
 		Short: "Print the function-calling definitions of this program's operations",
 		Long: "Print the function-calling definitions of this program's operations, with the same " +
-			"argument names that --request accepts, for OpenAI, Anthropic, MCP or plain JSON Schema.",
+			"argument names that --request accepts: for OpenAI (function calling with strict: true: every " +
+			"argument required, optional ones nullable, null meaning not given), Anthropic (input_schema), " +
+			"MCP (inputSchema and tool annotations), Gemini (function declarations, an OpenAPI subset) or " +
+			"plain JSON Schema. Every object is closed (additionalProperties false); K=V settings such as " +
+			"env are arrays of \"K=V\" strings; a value with two shapes is an anyOf of complete schemas.",
 		Args: cobra.NoArgs,
 		Example: "  " + env.Program.Name + " schema --format openai > tools.json\n  " +
 			env.Program.Name + " schema --format mcp -q 'tools.#.name'",
 		Annotations: map[string]string{AnnotManResult: "program, format: the program and the dialect\n" +
 			"tools: the function definitions, with the same argument names --request accepts"},
 	}
-	cmd.Flags().Var(EnumValue{S: &format, Allowed: []string{FormatOpenAI, FormatAnthropic, FormatMCP, FormatJSONSchema}}, "format", "schema dialect: openai, anthropic, mcp or jsonschema")
+	cmd.Flags().Var(EnumValue{S: &format, Allowed: Formats}, "format", "schema dialect: openai, anthropic, mcp, jsonschema or gemini")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*Outcome, error) {
 		tools := Tools(root)
 		return &Outcome{Value: result.New().
@@ -203,4 +407,52 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 func usageText(f *pflag.Flag) string {
 	_, u := pflag.UnquoteUsage(f)
 	return u
+}
+
+// StructSchema is the closed object schema of a struct that a request
+// value is decoded into (with DisallowUnknownFields): one property per
+// JSON field, required unless the field is omitempty, typed from the Go
+// field. docs describes each field by its JSON name; a field without one
+// is a programming error.
+func StructSchema(v any, docs map[string]string) map[string]any {
+	t := reflect.TypeOf(v)
+	props := map[string]any{}
+	var required []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		var typ string
+		switch ft.Kind() {
+		case reflect.Bool:
+			typ = "boolean"
+		case reflect.String:
+			typ = "string"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			typ = "integer"
+		case reflect.Float32, reflect.Float64:
+			typ = "number"
+		default:
+			panic(fmt.Sprintf("clikit: StructSchema: field %s of %s has no schema type", f.Name, t))
+		}
+		doc, ok := docs[name]
+		if !ok {
+			panic(fmt.Sprintf("clikit: StructSchema: field %q of %s is not described", name, t))
+		}
+		props[name] = map[string]any{"type": typ, "description": doc}
+		if !strings.Contains(opts, "omitempty") && f.Type.Kind() != reflect.Pointer {
+			required = append(required, name)
+		}
+	}
+	return ObjectSchema(props, required)
 }

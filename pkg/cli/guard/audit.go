@@ -62,6 +62,7 @@ func NewCmdAudit(env *clikit.Env, stateDir *string) *cobra.Command {
 			"sessions and agentjob ran, with the caller's description, the cwd, the policy decision, the " +
 			"sandbox, the status and exit code, and the duration. With --follow, print records as NDJSON as they are appended.",
 		Annotations: map[string]string{clikit.AnnotTool: env.Program.Name + "_audit",
+			clikit.AnnotToolDoc: "Read the environment's audit log: what agentsh, its sessions and agentjob ran, with the caller's description, the cwd, the policy decision, the sandbox, the status and exit code, and the duration; since and limit narrow it.", clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
 			clikit.AnnotManResult: "records: the records at or after --since, oldest first (with --follow: one NDJSON line each)\n" +
 				"time, program, operation, command, description, cwd, decision, approved, sandbox, status, exit_code, duration_ms, handle, session, error_code, pid, user: the fields of a record"},
 		Example: "  agentsh audit --since 1h\n  agentsh audit --follow -q command",

@@ -197,7 +197,10 @@ func NewCmdCheck(env *clikit.Env) *cobra.Command {
 			"command it would run, the decision for each and the rule that made it. Exit status 0 allow, " +
 			"1 prompt, 2 forbidden.",
 		Annotations: map[string]string{
-			clikit.AnnotTool:      env.Program.Name + "_check",
+			clikit.AnnotTool:  env.Program.Name + "_check",
+			clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
+			clikit.AnnotToolDoc: "Decide a command against the command policy without running it: every command it " +
+				"would run, the decision for each (allow, prompt or forbidden) and the rule that made it.",
 			clikit.AnnotArgs:      "argv...",
 			clikit.AnnotManNotes:  policyLanguage,
 			clikit.AnnotManResult: checkResult,

@@ -30,6 +30,10 @@ type Options struct {
 	// EventInterval and EventBurst limit job notifications.
 	EventInterval time.Duration
 	EventBurst    int
+	// SessionIdle is how long a session started through the server lives
+	// without a call, also after the connection that started it closed;
+	// 0 stops sessions when their connection closes.
+	SessionIdle time.Duration
 	// operator holds the operator flags as given, name -> values.
 	operator map[string]*[]string
 }
@@ -40,10 +44,17 @@ const Long = `Serve this program's operations as Model Context Protocol tools ov
 agent frameworks. agentsh mcp --all also serves agentjob's and agentfs's tools
 (found beside agentsh, else on PATH).
 
-Tools: the same names, descriptions and input schemas as 'schema --format mcp',
-except that the server's settings are not tool arguments (below). A result is the
-CLI's JSON object as structured content, with a one-line summary and the same
-JSON as text; success false is a tool error (isError) with the stable error code.
+Tools: the same names, descriptions, input schemas and annotations (readOnlyHint,
+destructiveHint, idempotentHint, openWorldHint, as each operation declares them)
+as 'schema --format mcp', except that the server's settings are not tool
+arguments (below). A result is the CLI's JSON object as structured content, with
+a one-line summary and the same JSON as text. isError is true only when the tool
+could not do what was asked: invalid arguments, a refusal (policy, sandbox, root,
+deny), a session or job that is gone, an internal failure; the object carries
+the stable error code. A command that ran and exited non-zero or timed out, and
+a wait whose job failed or whose timeout passed, are normal results (isError
+false) whose object says success false and why. A null argument means the
+argument is not given, as OpenAI's strict mode sends it.
 
 Each call runs as a subprocess of the program (PROGRAM ... --request -), so the
 CLI's guarantees hold per call: agentsh kills every process the command started,
@@ -83,9 +94,17 @@ the first at once and later ones coalesced into the latest state (coalesced coun
 the events folded in), and at most --event-burst (default 20) for all jobs together
 per interval.
 
-Sessions: agentsh_session_start takes an extra argument, detached. The server
-stops the sessions a connection started when that connection closes, unless they
-were started with detached true.`
+Sessions: a session started through the server outlives the connection that
+started it, so a host that opens one connection (one server) per tool call finds
+it again; it stops itself after --session-idle-timeout (default 30m) without a
+call, the bound on the idle_timeout a call may ask for. With
+--session-idle-timeout 0 the server stops the sessions a connection started when
+that connection closes, unless they were started with the extra argument
+detached true.
+
+A server that cannot start (a bad setting, agentjob or agentfs missing for
+--all) writes "PROGRAM: error: ..." and the JSON error object to stderr, which
+hosts show, and exits non-zero; stdout stays the MCP connection's.`
 
 // NewCmd builds the mcp command of env's program. root is the program's
 // root command (its persistent flags are already defined); stateDir is the
@@ -97,6 +116,9 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		Short: "Serve this program's operations as MCP tools over stdio",
 		Long:  Long,
 		Args:  cobra.NoArgs,
+		// stdout is the MCP connection: a server that cannot start says
+		// why on stderr.
+		Annotations: map[string]string{clikit.AnnotProtocolStdout: "true"},
 	}
 	f := cmd.Flags()
 	if allowAll {
@@ -106,6 +128,10 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	_ = f.MarkHidden("describe")
 	f.Var(clikit.DurationValue{D: &o.EventInterval}, "event-interval", "at most one job notification per job per `D` (default 1s)")
 	f.IntVar(&o.EventBurst, "event-burst", mcpserver.DefaultEventBurst, "at most `N` job notifications for all jobs together per interval")
+	o.SessionIdle = mcpserver.DefaultSessionIdle
+	f.Var(clikit.DurationValue{D: &o.SessionIdle}, "session-idle-timeout", "sessions started through the server stop after `D` without a call, "+
+		"also after the connection that started them closed (0 = stop them when their connection closes)")
+	_ = f.SetAnnotation("session-idle-timeout", clikit.AnnotConfig, []string{"true"})
 	for _, n := range mcpserver.OperatorFlags() {
 		switch n {
 		case "config", "state-dir", "approved", "sandbox-lock":
@@ -188,13 +214,14 @@ func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*cli
 	}
 	srv, err := mcpserver.New(mcpserver.Config{
 		Sets: sets, StateDir: d.Path(), Environ: env.Environ,
-		EventInterval: o.EventInterval, EventBurst: o.EventBurst, Log: env.Err, Verbose: env.Verbose,
+		EventInterval: o.EventInterval, EventBurst: o.EventBurst, SessionIdle: o.SessionIdle,
+		Log: env.Err, Verbose: env.Verbose,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if err := srv.Serve(env.Ctx, env.In, env.Out); err != nil {
-		env.Logf("%v", err)
+		return nil, result.Errorf(result.CodeInternal, "the MCP connection failed: %v", err)
 	}
 	// Nothing more goes to stdout: it was the MCP connection.
 	return nil, nil
@@ -209,6 +236,8 @@ func describeOther(env *clikit.Env, self, name string, args []string) (*mcpserve
 	}
 	c := exec.CommandContext(env.Ctx, exe, args...)
 	c.Env = env.Environ()
+	var stderr strings.Builder
+	c.Stderr = &stderr
 	out, err := c.Output()
 	var set struct {
 		mcpserver.ToolSet
@@ -218,9 +247,20 @@ func describeOther(env *clikit.Env, self, name string, args []string) (*mcpserve
 			Message string `json:"message"`
 		} `json:"error"`
 	}
-	if jerr := json.Unmarshal(out, &set); jerr != nil || !set.Success {
+	jerr := json.Unmarshal(out, &set)
+	if jerr != nil {
+		// A program that cannot describe itself says why on stderr, its
+		// last line the error object.
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		_ = json.Unmarshal([]byte(lines[len(lines)-1]), &set)
+	}
+	if jerr != nil || !set.Success {
 		if set.Error.Code != "" {
 			return nil, result.Errorf(set.Error.Code, "%s: %s", name, set.Error.Message)
+		}
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			first, _, _ := strings.Cut(msg, "\n")
+			return nil, result.Errorf(result.CodeInternal, "cannot list %s's tools (%s): %s", name, exe, first)
 		}
 		return nil, result.Errorf(result.CodeInternal, "cannot list %s's tools (%s): %v", name, exe, errors.Join(err, jerr))
 	}

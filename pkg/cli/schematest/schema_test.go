@@ -85,6 +85,8 @@ func toolSchemas(t *testing.T, program, format string) map[string]any {
 			name, desc, schema = tool["name"], tool["description"], tool["input_schema"]
 		case clikit.FormatMCP:
 			name, desc, schema = tool["name"], tool["description"], tool["inputSchema"]
+		case clikit.FormatGemini:
+			name, desc, schema = tool["name"], tool["description"], tool["parameters"]
 		default:
 			name, desc, schema = tool["title"], tool["description"], tool
 			if tool["$schema"] != metaschemaURL {
@@ -99,7 +101,7 @@ func toolSchemas(t *testing.T, program, format string) map[string]any {
 			t.Errorf("%s %s %s: no description", program, format, n)
 		}
 		s, _ := schema.(map[string]any)
-		if s == nil || s["type"] != "object" {
+		if s == nil || (s["type"] != "object" && s["type"] != "OBJECT") {
 			t.Errorf("%s %s %s: schema is not an object schema: %v", program, format, n, schema)
 		}
 		props, _ := s["properties"].(map[string]any)

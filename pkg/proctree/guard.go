@@ -1,0 +1,262 @@
+package proctree
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// A Guard keeps a command's process tree from outliving the process that
+// started it, even when that process is SIGKILLed and so cannot clean up:
+// the guarded process (agentsh, a session server) starts a small watchdog
+// in a session of its own (a killpg of the caller's group misses it) that
+// holds the read end of a pipe. The write end stays in the guarded process
+// only (close-on-exec), so the watchdog reads end-of-file exactly when the
+// guarded process is gone. Unless it was told "done" first, it then kills
+// the tree:
+//
+//   - cgroup mode: the command runs in a cgroup v2 child created for it
+//     (CLONE_INTO_CGROUP, so no instruction of the command runs outside);
+//     cgroup.kill kills every member at once, setsid, nohup and
+//     double-forked descendants included, and a fork loop cannot outrun it.
+//   - environ mode, where no writable cgroup v2 with cgroup.kill exists
+//     (an unprivileged user without a delegated cgroup, and always on
+//     macOS): the command's environment carries a random token
+//     (EnvToken); the watchdog kills every process whose environment
+//     (/proc/PID/environ, kern.procargs2 on macOS) holds it, and every member of
+//     the command's Unix session, until a scan finds none. A descendant
+//     that clears its environment (env -i) and leaves the session escapes
+//     this mode; Mode reports which one is in force.
+//
+// Detached servers that a command starts on purpose (a job supervisor, a
+// session server) are launched through Detach, which takes them out of the
+// guard's cgroup and environment, so they outlive it.
+type Guard struct {
+	mode  string
+	cgDir string // cgroup mode: the command's cgroup
+	cgFD  int    // cgroup mode: an O_PATH fd of cgDir, for CLONE_INTO_CGROUP
+	token string
+	w     *os.File // write end of the watchdog's pipe
+	wd    *os.Process
+}
+
+// Guard modes.
+const (
+	GuardCgroup  = "cgroup"
+	GuardEnviron = "environ"
+)
+
+// EnvToken is the environment variable that carries the guards' tokens,
+// separated by ':' (an agentsh inside agentsh adds its own).
+const EnvToken = "AGENTPLANE_GUARD"
+
+// StartGuard starts the watchdog as argv (a hidden entry point of the
+// caller's program that calls RunWatchdog) and prepares a cgroup when it
+// can. The caller must Release the guard once the tree is dead.
+func StartGuard(argv []string) (*Guard, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("proctree: no watchdog command")
+	}
+	var tok [12]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, err
+	}
+	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1}
+	if dir, fd, err := makeCgroup(g.token); err == nil {
+		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		g.dropCgroup()
+		return nil, err
+	}
+	cmd := g.watchdogCmd(argv)
+	cmd.Stdin = r
+	cmd.Dir = "/"
+	// Its own session: a killpg of the caller's group (an agent host
+	// aborting a turn) must not take the watchdog with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		g.dropCgroup()
+		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
+	}
+	g.w, g.wd = w, cmd.Process
+	return g, nil
+}
+
+// StartGuardAsync is StartGuard on another goroutine, so that the
+// watchdog's start overlaps the caller's own preparation; the returned
+// function waits for it and may be called any number of times.
+func StartGuardAsync(argv []string) func() (*Guard, error) {
+	c := make(chan struct{})
+	var g *Guard
+	var err error
+	go func() {
+		g, err = StartGuard(argv)
+		close(c)
+	}()
+	return func() (*Guard, error) {
+		<-c
+		return g, err
+	}
+}
+
+// Mode is GuardCgroup or GuardEnviron.
+func (g *Guard) Mode() string { return g.mode }
+
+// Env returns env with the guard's token added to EnvToken.
+func (g *Guard) Env(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	val := g.token
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvToken+"="); ok {
+			if v != "" {
+				val = v + ":" + g.token
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, EnvToken+"="+val)
+}
+
+// Watch tells the watchdog the identity of a process it started under the
+// guard (the shell, the command): in environ mode the members of its Unix
+// session are killed too.
+func (g *Guard) Watch(id ID) {
+	if g.mode == GuardEnviron {
+		_, _ = fmt.Fprintf(g.w, "%d %d\n", id.PID, id.Start)
+	}
+}
+
+// IsWatchdog reports whether s is the guard's watchdog, which a cleanup of
+// the caller's descendants must spare until Release.
+func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pid }
+
+// Release ends the guard: the watchdog is told that nothing needs killing
+// and exits on its own (it is not waited for), and the cgroup is removed
+// if it is empty. Call it after the tree is dead.
+func (g *Guard) Release() {
+	if g.w != nil {
+		_, _ = io.WriteString(g.w, "done\n")
+		g.w.Close()
+		g.w = nil
+	}
+	if g.wd != nil {
+		_ = g.wd.Release()
+	}
+	g.dropCgroup()
+}
+
+// RunWatchdog is the watchdog's body; args are what StartGuard appended
+// (mode, token, cgroup) and in is the pipe. It returns the exit status.
+func RunWatchdog(args []string, in io.Reader) int {
+	if len(args) != 3 {
+		return 2
+	}
+	mode, token, cg := args[0], args[1], args[2]
+	var watched []ID
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "done" {
+			return 0
+		}
+		var id ID
+		if _, err := fmt.Sscanf(line, "%d %d", &id.PID, &id.Start); err == nil {
+			watched = append(watched, id)
+		}
+	}
+	// End of file without "done": the guarded process died.
+	if mode == GuardCgroup && killGuardCgroup(cg) {
+		return 0
+	}
+	if killTokenBearers(token, watched, 10*time.Second) {
+		return 0
+	}
+	return 1
+}
+
+// killTokenBearers SIGKILLs every process that carries token in its
+// environment or belongs to the session of a watched process, until a
+// scan finds none or timeout passes.
+func killTokenBearers(token string, watched []ID, timeout time.Duration) bool {
+	self := os.Getpid()
+	deadline := time.Now().Add(timeout)
+	for {
+		snap, err := Snapshot()
+		if err != nil {
+			return false
+		}
+		found := 0
+		for _, s := range snap {
+			if s.PID == self || s.Dead() {
+				continue
+			}
+			if !inWatchedSession(s, watched) && !bearsToken(s.PID, token) {
+				continue
+			}
+			if Alive(s.PID, s.StartTime) && syscall.Kill(s.PID, syscall.SIGKILL) == nil {
+				found++
+			}
+		}
+		if found == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond) // let the killed ones die before the next scan
+	}
+}
+
+func inWatchedSession(s Stat, watched []ID) bool {
+	for _, w := range watched {
+		if s.SID == w.PID && s.StartTime >= w.Start {
+			return true
+		}
+	}
+	return false
+}
+
+// Detach prepares cmd, a detached server that a command under a guard
+// starts on purpose, to outlive the guard: its environment loses the
+// guards' tokens and, when the caller runs in a guard's cgroup, it starts
+// in the nearest cgroup above every guard's. cmd.Env must be set. Call the
+// returned function once cmd has started (or failed to).
+func Detach(cmd *exec.Cmd) (done func(), err error) {
+	env := cmd.Env[:0:0]
+	for _, kv := range cmd.Env {
+		if !strings.HasPrefix(kv, EnvToken+"=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	return leaveGuardCgroup(cmd)
+}
+
+// carriesToken reports whether the environment env holds token in
+// EnvToken's ':'-separated list.
+func carriesToken(env []string, token string) bool {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvToken+"="); ok {
+			for _, t := range strings.Split(v, ":") {
+				if t == token {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

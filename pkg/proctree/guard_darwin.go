@@ -1,0 +1,52 @@
+package proctree
+
+import (
+	"errors"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// macOS has no cgroups, so a Guard there is always in environ mode: the
+// watchdog kills, once the guarded process is gone, every process whose
+// environment (read through kern.procargs2) carries the guard's token and
+// every member of a watched session. What that mode lets escape is in the
+// Guard doc: a descendant that clears its environment and leaves the
+// session.
+
+func makeCgroup(string) (string, int, error) {
+	return "", -1, errors.New("proctree: macOS has no cgroups")
+}
+
+func (g *Guard) dropCgroup() {}
+
+// Apply does nothing on macOS: there is no cgroup to start the process in.
+func (g *Guard) Apply(*syscall.SysProcAttr) {}
+
+// Empty is false: in environ mode only a scan can tell.
+func (g *Guard) Empty() bool { return false }
+
+// Members is nil: there is no cgroup to list.
+func (g *Guard) Members() []int { return nil }
+
+// Kill does nothing and reports false, as in environ mode on Linux: the
+// caller kills its descendants itself.
+func (g *Guard) Kill(time.Duration) bool { return false }
+
+func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+}
+
+func killGuardCgroup(string) bool { return false }
+
+func leaveGuardCgroup(*exec.Cmd) (func(), error) { return func() {}, nil }
+
+// bearsToken reports whether pid's environment carries token in EnvToken.
+// A process of another user, whose arguments macOS does not show, does not.
+func bearsToken(pid int, token string) bool {
+	_, _, env, err := procArgs(pid)
+	if err != nil {
+		return false
+	}
+	return carriesToken(env, token)
+}

@@ -1,0 +1,277 @@
+package proctree
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroupPrefix names the cgroups guards create; Detach leaves every
+// cgroup so named.
+const cgroupPrefix = "agentplane-guard-"
+
+// Apply puts the process that attr starts into the guard's cgroup.
+func (g *Guard) Apply(attr *syscall.SysProcAttr) {
+	if g.mode == GuardCgroup {
+		attr.UseCgroupFD = true
+		attr.CgroupFD = g.cgFD
+	}
+}
+
+// Empty reports whether the guard's cgroup has no member left; it is
+// false in environ mode, where only a scan can tell.
+func (g *Guard) Empty() bool {
+	if g.mode != GuardCgroup {
+		return false
+	}
+	populated, err := cgroupPopulated(g.cgDir)
+	return err == nil && !populated
+}
+
+// Members returns the pids in the guard's cgroup (nil in environ mode).
+func (g *Guard) Members() []int {
+	if g.mode != GuardCgroup {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+// Kill kills every process under the guard (cgroup mode) and waits up to
+// timeout for the cgroup to empty; it reports whether it did. The dead
+// that were reparented to the caller (a subreaper) are left for it to
+// reap (ReapChildren). In environ
+// mode it does nothing and reports false: the caller kills its
+// descendants itself.
+func (g *Guard) Kill(timeout time.Duration) bool {
+	if g.mode != GuardCgroup {
+		return false
+	}
+	return killCgroup(g.cgDir, timeout)
+}
+
+func (g *Guard) dropCgroup() {
+	if g.cgFD >= 0 {
+		unix.Close(g.cgFD)
+		g.cgFD = -1
+	}
+	if g.cgDir != "" {
+		_ = unix.Rmdir(g.cgDir)
+	}
+}
+
+// shWatchdog is RunWatchdog's cgroup mode as a shell script: on end of
+// file without "done", kill the cgroup and remove it once it is empty.
+const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
+echo 1 > "$1/cgroup.kill" || exit 1
+i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
+
+func bearsToken(pid int, token string) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	return carriesToken(strings.Split(string(b), "\x00"), token)
+}
+
+// cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
+// of /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
+// hybrid one.
+func cgroup2Root() (string, error) {
+	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return dir, nil
+		}
+	}
+	return "", errors.New("proctree: no cgroup v2 hierarchy")
+}
+
+// ownCgroup returns the calling process's cgroup v2 path ("0::/path").
+func ownCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p, nil
+		}
+	}
+	return "", errors.New("proctree: not in a cgroup v2")
+}
+
+// makeCgroup creates the guard's cgroup below the caller's own and returns
+// it with an fd for CLONE_INTO_CGROUP.
+func makeCgroup(token string) (string, int, error) {
+	root, err := cgroup2Root()
+	if err != nil {
+		return "", -1, err
+	}
+	own, err := ownCgroup()
+	if err != nil {
+		return "", -1, err
+	}
+	dir := filepath.Join(root, own, cgroupPrefix+token)
+	if err := unix.Mkdir(dir, 0o755); err != nil {
+		return "", -1, err
+	}
+	// cgroup.kill exists since Linux 5.14; without it the mode is useless.
+	if err := unix.Access(filepath.Join(dir, "cgroup.kill"), unix.W_OK); err != nil {
+		_ = unix.Rmdir(dir)
+		return "", -1, err
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = unix.Rmdir(dir)
+		return "", -1, err
+	}
+	return dir, fd, nil
+}
+
+func cgroupPopulated(dir string) (bool, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "populated "); ok {
+			return v != "0", nil
+		}
+	}
+	return false, errors.New("proctree: no populated in cgroup.events")
+}
+
+// killCgroup writes cgroup.kill and waits for the cgroup to empty: first
+// for the members it saw before the kill, through their pidfds (readable
+// once a process is a zombie, so its parent can reap it next), then, for
+// any that joined meanwhile, by polling cgroup.events.
+func killCgroup(dir string, timeout time.Duration) bool {
+	var fds []unix.PollFd
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+				fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
+			}
+		}
+	}
+	defer func() {
+		for _, p := range fds {
+			unix.Close(int(p.Fd))
+		}
+	}()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+		return false
+	}
+	deadline := time.Now().Add(timeout)
+	for pending := fds; len(pending) > 0; {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		n, err := unix.Poll(pending, int(left.Milliseconds())+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		rest := pending[:0]
+		for _, p := range pending {
+			if p.Revents == 0 {
+				p.Revents = 0
+				rest = append(rest, p)
+			}
+		}
+		pending = rest
+	}
+	for backoff := time.Millisecond; ; {
+		populated, err := cgroupPopulated(dir)
+		if err != nil || !populated {
+			return err == nil
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		// SIGKILLed processes die asynchronously; cgroup.events could be
+		// watched with inotify, but this runs only on the kill path.
+		time.Sleep(backoff)
+		if backoff < 20*time.Millisecond {
+			backoff *= 2
+		}
+	}
+}
+
+// watchdogCmd is the watchdog's command: argv with StartGuard's arguments
+// or, in cgroup mode, a shell.
+func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+	if g.mode == GuardCgroup {
+		if sh, err := exec.LookPath("/bin/sh"); err == nil {
+			// The cgroup needs only a trigger, and a shell starts in a
+			// fraction of the time (and CPU) of a Go program.
+			return exec.Command(sh, "-c", shWatchdog, "agentplane-watchdog", g.cgDir)
+		}
+	}
+	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+}
+
+// killGuardCgroup kills the cgroup of a dead guard's command and removes it.
+func killGuardCgroup(cg string) bool {
+	if killCgroup(cg, 10*time.Second) {
+		_ = unix.Rmdir(cg)
+		return true
+	}
+	return false
+}
+
+// leaveGuardCgroup makes cmd start in the nearest cgroup above every
+// guard's, when the caller runs in a guard's cgroup.
+func leaveGuardCgroup(cmd *exec.Cmd) (done func(), err error) {
+	done = func() {}
+	own, err := ownCgroup()
+	if err != nil {
+		return done, nil // no cgroup v2: no guard's cgroup to leave
+	}
+	out := own
+	for strings.HasPrefix(filepath.Base(out), cgroupPrefix) {
+		out = filepath.Dir(out)
+	}
+	if out == own {
+		return done, nil
+	}
+	root, err := cgroup2Root()
+	if err != nil {
+		return done, err
+	}
+	fd, err := unix.Open(filepath.Join(root, out), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return done, fmt.Errorf("proctree: leave the guard's cgroup: %w", err)
+	}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.UseCgroupFD = true
+	cmd.SysProcAttr.CgroupFD = fd
+	return func() { unix.Close(fd) }, nil
+}

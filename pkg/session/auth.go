@@ -1,0 +1,105 @@
+package session
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// authority decides who may drive a session. Two layers, each enough on
+// its own against the threat it names:
+//
+//   - the session secret: a 0600 file in the session's directory that the
+//     client must present. It stops every process that cannot read the
+//     state directory: another user, a --user sandbox, and a sandbox whose
+//     mount namespace hides the state directory.
+//   - the peer's credentials (SO_PEERCRED and the peer's pidfd): a caller
+//     must run as the server's user (or root), in the server's user, mount
+//     and network namespaces, and without no_new_privs unless the server
+//     has it too. Every agentplane sandbox sets no_new_privs and most add
+//     namespaces, so a sandboxed command is refused even where it can read
+//     the secret (a Landlock-only sandbox of root reads everything) and
+//     where it can reach the socket (Landlock does not mediate connect()
+//     on a pathname Unix socket, and a network namespace does not isolate
+//     one).
+type authority struct {
+	token string
+	self  peerIdentity
+}
+
+func newAuthority() (*authority, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return nil, err
+	}
+	self, err := identityOf(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	return &authority{token: hex.EncodeToString(b), self: self}, nil
+}
+
+// publish writes the secret for clients.
+func (a *authority) publish(sdir string) error {
+	p := filepath.Join(sdir, tokenFile)
+	_ = os.Remove(p)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|noFollow, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(a.token)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// admit checks one connection and the secret its first message carried.
+func (a *authority) admit(c net.Conn, token string) error {
+	if subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) != 1 {
+		return result.Errorf(CodeRefused, "the caller did not present this session's secret")
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return result.Errorf(CodeRefused, "not a Unix socket connection")
+	}
+	peer, err := peerOf(uc)
+	if err != nil {
+		return result.Errorf(CodeRefused, "cannot identify the caller: %v", err)
+	}
+	if why := a.self.refuses(peer); why != "" {
+		return result.Errorf(CodeRefused, "the caller may not drive this session: %s", why)
+	}
+	return nil
+}
+
+// peerIdentity is what the server compares between itself and a caller.
+type peerIdentity struct {
+	UID        int
+	UserNS     string
+	MountNS    string
+	NetNS      string
+	NoNewPrivs bool
+}
+
+// refuses says why peer may not drive a session served by self, or "".
+func (self peerIdentity) refuses(peer peerIdentity) string {
+	switch {
+	case peer.UID != self.UID && peer.UID != 0:
+		return "it runs as another user"
+	case peer.UserNS != self.UserNS:
+		return "it runs in another user namespace"
+	case peer.MountNS != self.MountNS:
+		return "it runs in another mount namespace"
+	case peer.NetNS != self.NetNS:
+		return "it runs in another network namespace"
+	case peer.NoNewPrivs && !self.NoNewPrivs:
+		return "it runs with no_new_privs (inside a sandbox)"
+	}
+	return ""
+}

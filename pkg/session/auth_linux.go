@@ -1,0 +1,106 @@
+package session
+
+import (
+	"bufio"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+const noFollow = unix.O_NOFOLLOW
+
+// soPeerPidfd is SO_PEERPIDFD (Linux 6.5): a pidfd of the peer, which
+// cannot name a recycled pid.
+const soPeerPidfd = 77
+
+// identityOf reads pid's uid, namespaces and no_new_privs from /proc.
+func identityOf(pid int) (peerIdentity, error) {
+	var id peerIdentity
+	base := "/proc/" + strconv.Itoa(pid)
+	var err error
+	if id.UserNS, err = os.Readlink(base + "/ns/user"); err != nil {
+		return id, err
+	}
+	if id.MountNS, err = os.Readlink(base + "/ns/mnt"); err != nil {
+		return id, err
+	}
+	if id.NetNS, err = os.Readlink(base + "/ns/net"); err != nil {
+		return id, err
+	}
+	f, err := os.Open(base + "/status")
+	if err != nil {
+		return id, err
+	}
+	defer f.Close()
+	id.UID = -1
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ":")
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		switch k {
+		case "Uid":
+			if len(fields) > 1 {
+				id.UID, _ = strconv.Atoi(fields[1]) // effective
+			}
+		case "NoNewPrivs":
+			id.NoNewPrivs = fields[0] == "1"
+		}
+	}
+	if id.UID < 0 {
+		return id, errors.New("no Uid in /proc status")
+	}
+	return id, nil
+}
+
+// peerOf identifies the process at the other end of c. The pidfd taken
+// from the socket is checked alive after /proc was read, so what was read
+// belongs to the peer and not to a process that took its pid meanwhile.
+func peerOf(c *net.UnixConn) (peerIdentity, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return peerIdentity{}, err
+	}
+	var cred *unix.Ucred
+	pidfd := -1
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if serr == nil {
+			if p, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, soPeerPidfd); err == nil {
+				pidfd = p
+			}
+		}
+	}); err != nil {
+		return peerIdentity{}, err
+	}
+	if serr != nil {
+		return peerIdentity{}, serr
+	}
+	if pidfd >= 0 {
+		defer unix.Close(pidfd)
+	}
+	if cred.Pid <= 0 {
+		return peerIdentity{}, errors.New("the peer's pid is not visible (another pid namespace)")
+	}
+	id, err := identityOf(int(cred.Pid))
+	if err != nil {
+		return id, err
+	}
+	if pidfd >= 0 {
+		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+			return id, errors.New("the peer exited before it could be identified")
+		}
+	}
+	// The uid the kernel recorded at connect() is authoritative.
+	if int(cred.Uid) != id.UID {
+		id.UID = int(cred.Uid)
+	}
+	return id, nil
+}

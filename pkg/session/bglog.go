@@ -1,0 +1,162 @@
+package session
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// bgLog is the session's background log: what processes left running by
+// earlier calls write after their call returned. It is one file, bg.log,
+// bounded by limit: past it the oldest half is dropped, and bg.base
+// records how many bytes were dropped so far, so that offsets stay
+// absolute. Rotation and reads take bg.lock.
+type bgLog struct {
+	path  string
+	limit int64
+	mu    sync.Mutex
+	f     *os.File
+	size  int64
+}
+
+func (l *bgLog) lockPath() string { return l.path + ".lock" }
+func (l *bgLog) basePath() string { return strings.TrimSuffix(l.path, ".log") + ".base" }
+
+func (l *bgLog) write(b []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.f == nil {
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return
+		}
+		st, _ := f.Stat()
+		l.f, l.size = f, st.Size()
+	}
+	n, _ := l.f.Write(b)
+	l.size += int64(n)
+	if l.size > l.limit {
+		l.rotate()
+	}
+}
+
+// rotate keeps the newest half of the log.
+func (l *bgLog) rotate() {
+	unlock, err := state.Lock(l.lockPath())
+	if err != nil {
+		return
+	}
+	defer unlock()
+	data, err := os.ReadFile(l.path)
+	if err != nil {
+		return
+	}
+	keep := l.limit / 2
+	drop := int64(len(data)) - keep
+	if drop <= 0 {
+		return
+	}
+	base := readBase(l.basePath())
+	if err := state.WriteFileAtomic(l.basePath(), []byte(strconv.FormatInt(base+drop, 10)), 0o600); err != nil {
+		return
+	}
+	if err := state.WriteFileAtomic(l.path, data[drop:], 0o600); err != nil {
+		return
+	}
+	l.f.Close()
+	l.f = nil
+	l.size = 0
+}
+
+func readBase(p string) int64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// LogsRequest selects part of a session's background log.
+type LogsRequest struct {
+	SinceLast bool `json:"since_last,omitempty"`
+	Tail      int  `json:"tail,omitempty"` // last N lines
+	Raw       bool `json:"raw,omitempty"`
+}
+
+// LogsResult is a read of the background log. Offsets are absolute bytes
+// since the session started.
+type LogsResult struct {
+	Data         string `json:"data"`
+	Offset       int64  `json:"offset"`
+	NextOffset   int64  `json:"next_offset"`
+	DroppedBytes int64  `json:"dropped_bytes,omitempty"`
+}
+
+// readLog reads the background log of the session in sdir. It needs no
+// server: the log outlives the session until the session is removed.
+func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
+	l := &bgLog{path: filepath.Join(sdir, "bg.log")}
+	unlock, err := state.Lock(l.lockPath())
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot lock the session log: %v", err)
+	}
+	defer unlock()
+	base := readBase(l.basePath())
+	data, err := os.ReadFile(l.path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, result.Errorf(result.CodeInternal, "cannot read the session log: %v", err)
+	}
+	total := base + int64(len(data))
+	out := &LogsResult{Offset: base, NextOffset: total}
+	cursorPath := filepath.Join(sdir, "bg.cursor")
+	switch {
+	case req.SinceLast:
+		cur := readBase(cursorPath)
+		if cur < base {
+			out.DroppedBytes = base - cur
+			cur = base
+		}
+		if cur > total {
+			cur = total
+		}
+		data = data[cur-base:]
+		out.Offset = cur
+		if err := state.WriteFileAtomic(cursorPath, []byte(strconv.FormatInt(total, 10)), 0o600); err != nil {
+			return nil, result.Errorf(result.CodeInternal, "cannot save the log cursor: %v", err)
+		}
+	case req.Tail > 0:
+		i := len(data)
+		if i > 0 && data[i-1] == '\n' {
+			i--
+		}
+		for k := 0; k < req.Tail && i > 0; k++ {
+			j := bytes.LastIndexByte(data[:i], '\n')
+			i = j
+			if j < 0 {
+				i = 0
+				break
+			}
+		}
+		if i > 0 {
+			i++ // after the newline
+		}
+		out.Offset = base + int64(i)
+		data = data[i:]
+	}
+	if !req.Raw {
+		data = capture.Clean(data)
+	}
+	out.Data = strings.ToValidUTF8(string(data), "\uFFFD")
+	return out, nil
+}

@@ -1,0 +1,596 @@
+package session
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
+)
+
+// This file is call execution: a connection's operation, the busy token,
+// the call's files and output pumps, and the run of one call in the shell
+// (see shell.go for the protocol).
+
+func (s *server) serveConn(c net.Conn) {
+	defer c.Close()
+	dec := json.NewDecoder(bufio.NewReader(c))
+	var m message
+	if err := dec.Decode(&m); err != nil {
+		return
+	}
+	enc := &lineWriter{w: c}
+	if err := s.auth.admit(c, m.Token); err != nil {
+		_ = enc.send(message{Type: "error", Error: toWire(err)})
+		return
+	}
+	switch m.Op {
+	case "stop":
+		s.stop(EndedStopped)
+		_ = enc.send(message{Type: "stopped"})
+	case "run":
+		if m.Call == nil {
+			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})
+			return
+		}
+		// Cancellation arrives on the same connection, or as its close.
+		cancel := make(chan struct{})
+		var cancelSig syscall.Signal
+		go func() {
+			var m2 message
+			for {
+				if err := dec.Decode(&m2); err != nil || m2.Op == "cancel" {
+					if err == nil && m2.Signal > 0 && m2.Signal < 65 {
+						cancelSig = syscall.Signal(m2.Signal)
+					}
+					close(cancel)
+					return
+				}
+			}
+		}()
+		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return cancelSig }, enc)
+		if err != nil {
+			_ = enc.send(message{Type: "error", Error: toWire(err)})
+			return
+		}
+		b, _ := result.Marshal(obj)
+		settled := make(chan struct{})
+		s.mu.Lock()
+		s.settled = settled
+		s.mu.Unlock()
+		_ = enc.send(message{Type: "result", Result: b})
+		s.afterCall(ended)
+		s.markRecord()
+		s.release()
+		close(settled)
+		if ended {
+			s.stop(EndedExit)
+		}
+	default:
+		_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "unknown operation %q", m.Op))})
+	}
+}
+
+// afterCall is the bookkeeping of a call that the caller need not wait
+// for: what the call left running, and the list of processes the next
+// call inherits (one snapshot for both). The record is written in the
+// background: the next call need not wait for its fsync.
+func (s *server) afterCall(ended bool) {
+	if !ended {
+		if snap, err := proctree.Snapshot(); err == nil {
+			sh := s.currentShell()
+			s.bg.adopt(snap, s.seqNow(), sh.id.PID, s.takeBefore())
+			before := map[int]uint64{}
+			for _, d := range proctree.Descendants(snap, os.Getpid()) {
+				before[d.PID] = d.StartTime
+			}
+			s.mu.Lock()
+			s.before = before
+			s.mu.Unlock()
+		}
+	}
+	s.markRecord()
+}
+
+func (s *server) seqNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// takeBefore returns (and forgets) the processes that were there before
+// the last call.
+func (s *server) takeBefore() map[int]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.before
+	s.before = nil
+	return b
+}
+
+// acquire takes the busy token, waiting up to wait (and always for the
+// bookkeeping of a call whose answer was already sent), and marks a call
+// in progress.
+func (s *server) acquire(wait time.Duration) bool {
+	s.mu.Lock()
+	settled := s.settled
+	s.mu.Unlock()
+	if settled != nil {
+		select {
+		case <-settled:
+		case <-s.done:
+		}
+	}
+	ok := false
+	select {
+	case s.busy <- struct{}{}:
+		ok = true
+	default:
+	}
+	if !ok && wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case s.busy <- struct{}{}:
+			ok = true
+		case <-t.C:
+		case <-s.done:
+		}
+	}
+	if ok {
+		s.mu.Lock()
+		s.inCall = true
+		s.released = make(chan struct{})
+		s.mu.Unlock()
+	}
+	return ok
+}
+
+// release ends the call in progress and frees the busy token.
+func (s *server) release() {
+	s.mu.Lock()
+	s.inCall = false
+	released := s.released
+	s.mu.Unlock()
+	<-s.busy
+	if released != nil {
+		close(released)
+	}
+}
+
+// call runs one command in the shell and renders its result.
+func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal, enc *lineWriter) (*result.Object, bool, error) {
+	if !s.acquire(req.BusyTimeout) {
+		return nil, false, result.Errorf(CodeSessionBusy, "the session is running another command").
+			With("hint", "wait for it, or pass --busy-timeout to wait up to that long")
+	}
+	sh := s.currentShell()
+	select {
+	case <-s.done:
+		s.release()
+	case <-sh.exited:
+		s.release()
+		// The shell is gone: end the session (once) and answer only when
+		// everything it started is dead, so that a caller who sees
+		// session_ended can rely on it.
+		go s.stop(EndedExit)
+	default:
+		// The busy token stays held: serveConn releases it after the
+		// result is sent and the bookkeeping is done.
+		return s.callReady(req, cancel, cancelSig, enc)
+	}
+	<-s.finished
+	s.mu.Lock()
+	reason := s.rec.EndedReason
+	s.mu.Unlock()
+	return nil, false, result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
+}
+
+// outcome is what became of the session during a call.
+type outcome struct {
+	cwd   string
+	reset bool // the shell could not be brought back and was replaced
+	ended bool // the shell is gone (exit, exec, killed)
+}
+
+// callReady runs a call once the busy token is held and the shell is up.
+func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal, enc *lineWriter) (*result.Object, bool, error) {
+	s.mu.Lock()
+	s.seq++
+	n := s.seq
+	s.mu.Unlock()
+
+	c, err := s.prepareCall(n, req, enc)
+	if err != nil {
+		s.release()
+		return nil, false, err
+	}
+	defer c.cleanup()
+	res, out := s.execute(c, req, cancel, cancelSig)
+
+	s.mu.Lock()
+	s.lastUsed = time.Now()
+	s.rec.LastUsedAt = result.FormatTime(s.lastUsed)
+	s.rec.Calls++
+	if out.cwd != "" {
+		s.rec.Cwd = out.cwd
+	}
+	cwdNow := s.rec.Cwd
+	pid := s.rec.ShellPID
+	s.mu.Unlock()
+
+	obj := run.Render(res, capture.RenderOptions{Raw: req.Raw, Binary: req.Binary})
+	obj.Set("cwd", cwdNow).Set("command", req.Command).Set("pid", pid).Set("session", s.handle)
+	if out.reset {
+		obj.Set("session_reset", true)
+	}
+	if out.ended {
+		obj.Set("session_ended", true)
+	}
+	if s.sandbox != nil {
+		obj.Set("sandbox", s.sandbox.Report)
+		// The session's allowlist and every refusal since it started.
+		if n := s.sandbox.Network(); n != nil {
+			obj.Set("network", n)
+		}
+	}
+	if req.Description != "" {
+		obj.Set("description", req.Description)
+	}
+	return obj, out.ended, nil
+}
+
+// pendingCall holds the files and readers of one call.
+type pendingCall struct {
+	n       int
+	script  string
+	stdin   string
+	fifos   []string
+	holders []*os.File // our own write ends, so reads do not see EOF before the shell opens the FIFO
+	pumps   []*pump
+	caps    map[string]*capture.HeadTail
+}
+
+func (c *pendingCall) cleanup() {
+	for _, h := range c.holders {
+		h.Close()
+	}
+	for _, p := range append([]string{c.script, c.stdin}, c.fifos...) {
+		if p != "" && p != os.DevNull {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// pump copies one FIFO into the call's capture and, once the call is over,
+// into the session's background log, until every writer is gone: a
+// background process never writes into a closed pipe.
+type pump struct {
+	r      *os.File
+	name   string
+	mu     sync.Mutex
+	cap    *capture.HeadTail
+	stream *capture.Stream
+	enc    *lineWriter
+	log    *bgLog // set when the call is over
+	next   *bgLog // the log detach asked for
+	// detached is closed once what the call wrote before it ended has been
+	// read into the capture and the log took over.
+	detached chan struct{}
+	done     chan struct{}
+}
+
+func (p *pump) run() {
+	defer close(p.done)
+	defer p.r.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := p.r.Read(buf)
+		if k > 0 {
+			p.mu.Lock()
+			if p.log != nil {
+				p.log.write(buf[:k])
+			} else {
+				p.cap.Write(buf[:k])
+				if p.stream != nil {
+					if t := p.stream.Next(buf[:k]); len(t) > 0 {
+						_ = p.enc.send(message{Type: p.name, Data: string(t)})
+					}
+				}
+			}
+			p.mu.Unlock()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// The pipe is empty: everything the call wrote is in the
+			// capture. What comes now is background output.
+			p.mu.Lock()
+			p.flushStream()
+			p.log = p.next
+			p.mu.Unlock()
+			_ = p.r.SetReadDeadline(time.Time{})
+			close(p.detached)
+			continue
+		}
+		if err != nil {
+			p.mu.Lock()
+			if p.log == nil && p.stream != nil {
+				if t := p.stream.Flush(); len(t) > 0 {
+					_ = p.enc.send(message{Type: p.name, Data: string(t)})
+				}
+			}
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (p *pump) flushStream() {
+	if p.log == nil && p.stream != nil {
+		if t := p.stream.Flush(); len(t) > 0 {
+			_ = p.enc.send(message{Type: p.name, Data: string(t)})
+		}
+	}
+}
+
+// detach sends what the FIFO carries from now on to the background log,
+// once what is already in the pipe has reached the call's capture: a read
+// deadline in the past makes the pump's read fail only when the pipe is
+// empty.
+func (p *pump) detach(log *bgLog) {
+	p.mu.Lock()
+	p.next = log
+	p.mu.Unlock()
+	if err := p.r.SetReadDeadline(time.Now()); err != nil {
+		p.mu.Lock()
+		p.log = log
+		p.mu.Unlock()
+		return
+	}
+	select {
+	case <-p.detached:
+	case <-p.done:
+	}
+}
+
+func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
+	d := s.calls
+	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull}
+	c.script = d.name(n, "sh")
+	if err := d.writeFile(c.script, []byte(callPrefix+req.Command+"\n")); err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
+	}
+	if req.Stdin != nil {
+		c.stdin = d.name(n, "in")
+		if err := d.writeFile(c.stdin, []byte(*req.Stdin)); err != nil {
+			c.cleanup()
+			return nil, result.Errorf(result.CodeInternal, "cannot write stdin: %v", err)
+		}
+	}
+	keep, err := capture.ParseKeep(req.Keep)
+	if err != nil {
+		c.cleanup()
+		return nil, result.Errorf(result.CodeInvalidRequest, "keep: %v", err)
+	}
+	names := []string{"stdout", "stderr"}
+	if req.Merge {
+		names = []string{"output"}
+	}
+	for _, name := range names {
+		p := d.name(n, name)
+		r, err := d.fifo(p)
+		if err != nil {
+			c.cleanup()
+			for _, pp := range c.pumps {
+				pp.r.Close()
+			}
+			return nil, result.Errorf(result.CodeInternal, "call FIFO: %v", err)
+		}
+		c.fifos = append(c.fifos, p)
+		w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+		if err != nil {
+			r.Close()
+			c.cleanup()
+			return nil, result.Errorf(result.CodeInternal, "open fifo: %v", err)
+		}
+		c.holders = append(c.holders, w)
+		hc := capture.NewHeadTail(req.MaxOutput, keep)
+		c.caps[name] = hc
+		pp := &pump{r: r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
+		if req.Stream {
+			pp.stream = capture.NewStream(capture.RenderOptions{Raw: req.Raw})
+		}
+		c.pumps = append(c.pumps, pp)
+		go pp.run()
+	}
+	return c, nil
+}
+
+// execute sends the call to the shell and waits for it, handling timeout,
+// cancellation, errexit, exec and the shell's exit.
+func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal) (*run.Result, outcome) {
+	res := &run.Result{Status: run.StatusCompleted, ExitCode: -1, StartedAt: time.Now()}
+	if out, ok := c.caps["output"]; ok {
+		res.Output = out
+	} else {
+		res.Stdout, res.Stderr = c.caps["stdout"], c.caps["stderr"]
+	}
+	sh := s.currentShell()
+	var out outcome
+	// Processes alive when the previous call ended (background jobs) are
+	// not this call's; the list was taken off the critical path. It stays
+	// for the bookkeeping after this call (what it left running).
+	s.mu.Lock()
+	before := s.before
+	s.mu.Unlock()
+	if before == nil {
+		before = descendants(os.Getpid())
+		s.mu.Lock()
+		s.before = before
+		s.mu.Unlock()
+	}
+	// The call's processes are every descendant of the server (orphans
+	// of the call are reparented to it, a subreaper) but the shell and
+	// what was there before the call.
+	spare := func(p proctree.Stat) bool {
+		st, ok := before[p.PID]
+		return (ok && st == p.StartTime) || p.PID == sh.id.PID
+	}
+
+	var timer <-chan time.Time
+	if req.Timeout > 0 {
+		t := time.NewTimer(req.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	tag := strconv.Itoa(c.n)
+	why := gotEOF
+	code := 0
+	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, c.script, c.stdin, c.fifos)); err == nil {
+		code, why = sh.await(tag, timer, cancel)
+	}
+	switch why {
+	case gotMarker:
+		res.ExitCode = code
+	case gotEOF:
+		// The control channel closed: the shell exited, or exec replaced
+		// it with a program that still runs and still obeys the call's
+		// timeout and cancellation.
+		out.ended = true
+		select {
+		case <-sh.exited:
+		case <-timer:
+			res.Status, res.TimedOut = run.StatusTimeout, true
+		case <-cancel:
+			res.Status = run.StatusCancelled
+		}
+		if res.Status != run.StatusCompleted {
+			tree := proctree.Tree{Main: sh.id, Root: sh.id.PID}
+			sig := syscall.SIGINT
+			res.Signal = proctree.SignalName(sig)
+			tree.Signal(sig)
+			grace := time.NewTimer(max(req.KillAfter, time.Millisecond))
+			select {
+			case <-sh.exited:
+			case <-grace.C:
+				tree.Signal(syscall.SIGKILL)
+				res.Signal = "SIGKILL"
+				<-sh.exited
+			}
+			grace.Stop()
+		}
+	default:
+		// Timeout or cancellation: stop the whole call, keep the shell.
+		if why == gotStop {
+			res.Status = run.StatusCancelled
+		} else {
+			res.Status, res.TimedOut = run.StatusTimeout, true
+		}
+		res.Signal = proctree.SignalName(syscall.SIGINT)
+		killed, ok := sh.interrupt(max(req.KillAfter, time.Millisecond), spare)
+		if killed {
+			res.Signal = "SIGKILL"
+		}
+		switch {
+		case ok:
+		case sh.gone():
+			out.ended = true
+		default:
+			// The shell itself is stuck: replace it in the last known cwd.
+			last := sh.cwd()
+			if last == "" {
+				s.mu.Lock()
+				last = s.rec.Cwd
+				s.mu.Unlock()
+			}
+			s.killShell()
+			if err := s.startShell(last); err != nil {
+				out.ended = true
+			} else {
+				out.reset = true
+				s.mu.Lock()
+				s.rec.Resets++
+				s.mu.Unlock()
+				// The new shell's identity must be on disk before anyone
+				// is told: stop and the dead-server cleanup go by it.
+				_ = s.writeRecord()
+			}
+		}
+	}
+	if !out.ended {
+		out.cwd = s.currentShell().cwd()
+	}
+	switch {
+	case res.TimedOut:
+		res.ExitCode = run.ExitTimeout
+	case res.Status == run.StatusCancelled:
+		sig := cancelSig()
+		if sig == 0 {
+			sig = syscall.SIGINT
+		}
+		res.ExitCode = 128 + int(sig)
+	case out.ended:
+		if st := sh.status; st != nil {
+			if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+				if ws.Signaled() {
+					res.Signal = proctree.SignalName(ws.Signal())
+					res.ExitCode = 128 + int(ws.Signal())
+				} else {
+					res.ExitCode = ws.ExitStatus()
+				}
+			}
+		}
+	case res.ExitCode > 128 && res.ExitCode <= 128+64:
+		// The shell reports a death by signal N as 128+N.
+		res.Signal = proctree.SignalName(syscall.Signal(res.ExitCode - 128))
+	}
+	res.Elapsed = time.Since(res.StartedAt)
+
+	// The shell has closed its ends; ours go now. Background processes
+	// that still hold a FIFO get the drain to finish writing into the
+	// call's output; after that their output goes to the session's log.
+	for _, h := range c.holders {
+		h.Close()
+	}
+	c.holders = nil
+	drain := closedTime
+	if req.Drain > 0 {
+		t := time.NewTimer(req.Drain)
+		defer t.Stop()
+		drain = t.C
+	}
+	for _, p := range c.pumps {
+		select {
+		case <-p.done:
+			continue
+		case <-drain:
+			drain = closedTime
+		}
+		p.detach(s.bg.log)
+	}
+	return res, out
+}
+
+var closedTime = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
+
+// descendants returns the (pid, start time) identities below pid.
+func descendants(pid int) map[int]uint64 {
+	out := map[int]uint64{}
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return out
+	}
+	for _, d := range proctree.Descendants(snap, pid) {
+		out[d.PID] = d.StartTime
+	}
+	return out
+}

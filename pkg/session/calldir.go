@@ -1,0 +1,107 @@
+package session
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// callDir is where the server puts each call's script, stdin and output
+// FIFOs. The server runs outside the sandbox, often as root, so nothing in
+// it may be something the shell planted: the directory is writable by the
+// server alone (a sandboxed shell gets the right to open the FIFOs in it
+// for writing, never to create, rename or delete anything there), every
+// file is created with O_EXCL|O_NOFOLLOW under a random name, and its mode
+// is set through the descriptor, not the path.
+type callDir struct {
+	path  string
+	share bool // a --user shell must read scripts and open FIFOs
+}
+
+// newCallDir creates the directory. An unsandboxed session keeps it in
+// its own directory. A sandboxed one too, unless the shell runs as another
+// user, who cannot traverse the state directory: then it is a fresh
+// directory under /tmp, owned by the server, 0711 (enterable, not
+// listable), whose files have unguessable names.
+func newCallDir(sdir string, sandboxed bool, user string) (*callDir, error) {
+	if !sandboxed || user == "" {
+		p := filepath.Join(sdir, "calls")
+		if err := os.Mkdir(p, 0o700); err != nil && !os.IsExist(err) {
+			return nil, err
+		}
+		if st, err := os.Lstat(p); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("%s is not a directory", p)
+		}
+		return &callDir{path: p}, nil
+	}
+	p, err := os.MkdirTemp("/tmp", "agentsh-calls-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(p, 0o711); err != nil {
+		os.RemoveAll(p)
+		return nil, err
+	}
+	return &callDir{path: p, share: true}, nil
+}
+
+func (d *callDir) remove() { _ = os.RemoveAll(d.path) }
+
+// name returns a fresh unguessable path for one of call n's files.
+func (d *callDir) name(n int, suffix string) string {
+	b := make([]byte, 9)
+	_, _ = rand.Read(b)
+	return filepath.Join(d.path, fmt.Sprintf("%d-%s.%s", n, hex.EncodeToString(b), suffix))
+}
+
+// writeFile creates a new file (never an existing one, never through a
+// symlink) and writes data to it.
+func (d *callDir) writeFile(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil && d.share {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path)
+	}
+	return err
+}
+
+// fifo creates a FIFO and opens it for reading, without following a
+// symlink and without blocking; the mode a --user shell needs is set
+// through the descriptor.
+func (d *callDir) fifo(path string) (*os.File, error) {
+	if err := unix.Mkfifo(path, 0o600); err != nil {
+		return nil, err
+	}
+	r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		_ = os.Remove(path)
+		return nil, err
+	}
+	if st, err := r.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		r.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("%s is not the FIFO just made", path)
+	}
+	if d.share {
+		if err := r.Chmod(0o622); err != nil {
+			r.Close()
+			_ = os.Remove(path)
+			return nil, err
+		}
+	}
+	return r, nil
+}

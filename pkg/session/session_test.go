@@ -1,0 +1,311 @@
+package session
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// newTestServer builds a server with a live shell in dir, without the
+// socket and the detached process: enough to drive the shell protocol.
+func newTestServer(t *testing.T) *server {
+	t.Helper()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	calls, err := newCallDir(dir, false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}), dirty: make(chan struct{}, 1),
+		spec: Spec{Shell: bash, ShellArgs: []string{"--noprofile", "--norc"}, Cwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}}
+	s.bg = newBackground(filepath.Join(dir, "bg.log"), 1<<16)
+	if err := s.startShell(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.killShell()
+		proctree.KillAllDescendants(2 * time.Second)
+	})
+	return s
+}
+
+// runCall runs one command through the whole call path.
+func runCall(t *testing.T, s *server, req CallRequest, cancel <-chan struct{}) (*result.Object, outcome) {
+	t.Helper()
+	if req.MaxOutput == 0 {
+		req.MaxOutput = 1 << 16
+	}
+	if req.KillAfter == 0 {
+		req.KillAfter = time.Second
+	}
+	s.mu.Lock()
+	s.seq++
+	n := s.seq
+	s.mu.Unlock()
+	c, err := s.prepareCall(n, req, &lineWriter{w: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.cleanup()
+	res, out := s.execute(c, req, cancel, func() syscall.Signal { return 0 })
+	s.afterCall(out.ended)
+	obj := result.New().Set("exit_code", res.ExitCode).Set("status", res.Status).
+		Set("stdout", func() string { c := res.Stdout.Snapshot(); return string(c.Head) + string(c.Tail) }()).Set("elapsed", res.Elapsed)
+	return obj, out
+}
+
+func field(o *result.Object, k string) any { v, _ := o.Get(k); return v }
+
+func TestCallsKeepState(t *testing.T) {
+	s := newTestServer(t)
+	steps := []struct {
+		cmd    string
+		stdout string
+		code   int
+	}{
+		{"export A=1; B=2; f() { echo fn; }; alias ll=echo; cd /", "", 0},
+		{"echo $A $B; f; pwd", "1 2\nfn\n/\n", 0},
+		{"false", "", 1},
+		{"(exit 7)", "", 7},
+		{"", "", 0},
+		{"echo 'unterminated", "", 2},
+		{"echo after-syntax-error", "after-syntax-error\n", 0},
+		{"set -e; false; echo no", "", 1},
+		{"case $- in *e*) echo e-kept;; esac; set +e", "e-kept\n", 0},
+		{"set -u; echo $NOPE; echo no", "", 1},
+		{"set +u; PWD=/nowhere; echo $A", "1\n", 0},
+	}
+	for _, st := range steps {
+		obj, out := runCall(t, s, CallRequest{Command: st.cmd}, nil)
+		if got := field(obj, "stdout"); got != st.stdout {
+			t.Errorf("%q: stdout %q, want %q", st.cmd, got, st.stdout)
+		}
+		if got := field(obj, "exit_code"); got != st.code {
+			t.Errorf("%q: exit %v, want %d", st.cmd, got, st.code)
+		}
+		if out.ended || out.reset {
+			t.Fatalf("%q: session ended=%v reset=%v", st.cmd, out.ended, out.reset)
+		}
+		if st.cmd == "set +u; PWD=/nowhere; echo $A" && out.cwd != "/" {
+			t.Errorf("cwd %q, want / whatever $PWD says", out.cwd)
+		}
+	}
+}
+
+func TestTimeoutStopsTheWholeCall(t *testing.T) {
+	s := newTestServer(t)
+	mark := filepath.Join(t.TempDir(), "after")
+	cases := []string{
+		"sleep 30; touch " + mark,
+		"for i in 1 2 3; do sleep 30; touch " + mark + "; done",
+		"while :; do :; done; touch " + mark,
+		"until [ -e /nonexistent ]; do sleep 0.05; done; touch " + mark,
+		"bash -c 'trap \"exit 0\" INT; sleep 30 & wait'; touch " + mark,
+		"trap '' INT; sleep 30; touch " + mark,
+	}
+	runCall(t, s, CallRequest{Command: "export KEEP=yes"}, nil)
+	for _, cmd := range cases {
+		start := time.Now()
+		obj, out := runCall(t, s, CallRequest{Command: cmd, Timeout: 300 * time.Millisecond, KillAfter: 300 * time.Millisecond}, nil)
+		if field(obj, "status") != "timeout" || field(obj, "exit_code") != 124 {
+			t.Errorf("%q: %v %v", cmd, field(obj, "status"), field(obj, "exit_code"))
+		}
+		if out.reset || out.ended {
+			t.Errorf("%q: reset=%v ended=%v", cmd, out.reset, out.ended)
+		}
+		if el := field(obj, "elapsed").(time.Duration); el < 300*time.Millisecond || el > time.Since(start) {
+			t.Errorf("%q: elapsed %v not the real duration", cmd, el)
+		}
+		if _, err := os.Stat(mark); err == nil {
+			t.Fatalf("%q: the rest of the call ran after the timeout", cmd)
+		}
+		runCall(t, s, CallRequest{Command: "trap - INT"}, nil)
+	}
+	obj, _ := runCall(t, s, CallRequest{Command: "echo $KEEP"}, nil)
+	if field(obj, "stdout") != "yes\n" {
+		t.Errorf("state lost: %q", field(obj, "stdout"))
+	}
+}
+
+func TestCancelExits128PlusSignal(t *testing.T) {
+	s := newTestServer(t)
+	cancel := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		close(cancel)
+	}()
+	obj, out := runCall(t, s, CallRequest{Command: "sleep 30; echo no"}, cancel)
+	if field(obj, "status") != "cancelled" || field(obj, "exit_code") != 130 || out.reset {
+		t.Fatalf("%v %v reset=%v", field(obj, "status"), field(obj, "exit_code"), out.reset)
+	}
+}
+
+func TestStuckShellIsReset(t *testing.T) {
+	s := newTestServer(t)
+	runCall(t, s, CallRequest{Command: "cd / ; export GONE=1"}, nil)
+	old := s.currentShell().id
+	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT USR2; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
+	if !out.reset || field(obj, "status") != "timeout" {
+		t.Fatalf("want a reset, got reset=%v status=%v", out.reset, field(obj, "status"))
+	}
+	if s.currentShell().id == old || old.Alive() {
+		t.Fatal("the stuck shell was not replaced")
+	}
+	obj, _ = runCall(t, s, CallRequest{Command: "echo \"[$GONE]\"; pwd"}, nil)
+	if field(obj, "stdout") != "[]\n/\n" {
+		t.Errorf("reset shell: %q", field(obj, "stdout"))
+	}
+}
+
+func TestExitAndExecEndTheShell(t *testing.T) {
+	for _, tc := range []struct {
+		cmd     string
+		timeout time.Duration
+		code    int
+		status  string
+	}{
+		{"exit 5", 0, 5, "completed"},
+		{"exec sh -c 'exit 6'", 0, 6, "completed"},
+		{"exec sleep 30", 300 * time.Millisecond, 124, "timeout"},
+	} {
+		s := newTestServer(t)
+		obj, out := runCall(t, s, CallRequest{Command: tc.cmd, Timeout: tc.timeout, KillAfter: 200 * time.Millisecond}, nil)
+		if !out.ended || field(obj, "exit_code") != tc.code || field(obj, "status") != tc.status {
+			t.Errorf("%q: ended=%v exit=%v status=%v", tc.cmd, out.ended, field(obj, "exit_code"), field(obj, "status"))
+		}
+		if el := field(obj, "elapsed").(time.Duration); el > 10*time.Second {
+			t.Errorf("%q took %v", tc.cmd, el)
+		}
+	}
+}
+
+func TestBackgroundOutputGoesToTheLog(t *testing.T) {
+	s := newTestServer(t)
+	obj, _ := runCall(t, s, CallRequest{Command: "(sleep 0.3; echo late) & echo now"}, nil)
+	if field(obj, "stdout") != "now\n" {
+		t.Fatalf("stdout %q", field(obj, "stdout"))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := readLog(s.sdir, LogsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Data == "late\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log %q", out.Data)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if l := s.bg.list(); len(l) != 1 || l[0].Call != 1 {
+		t.Errorf("background list %+v", l)
+	}
+}
+
+func TestBgLogBoundedWithAbsoluteOffsets(t *testing.T) {
+	dir := t.TempDir()
+	l := &bgLog{path: filepath.Join(dir, "bg.log"), limit: 100}
+	for i := 0; i < 30; i++ {
+		l.write([]byte("line " + strings.Repeat("x", 4) + "\n")) // 10 bytes
+	}
+	st, _ := os.Stat(l.path)
+	if st.Size() > 100 {
+		t.Fatalf("log is %d bytes, limit 100", st.Size())
+	}
+	all, err := readLog(dir, LogsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all.NextOffset != 300 || all.Offset+int64(len(all.Data)) != 300 {
+		t.Fatalf("offsets %d..%d for %d bytes", all.Offset, all.NextOffset, len(all.Data))
+	}
+	first, _ := readLog(dir, LogsRequest{SinceLast: true})
+	if first.DroppedBytes == 0 || first.NextOffset != 300 {
+		t.Fatalf("first since-last %+v", first)
+	}
+	l.write([]byte("new\n"))
+	next, _ := readLog(dir, LogsRequest{SinceLast: true})
+	if next.Data != "new\n" || next.Offset != 300 || next.DroppedBytes != 0 {
+		t.Fatalf("second since-last %+v", next)
+	}
+	tail, _ := readLog(dir, LogsRequest{Tail: 2})
+	if tail.Data != "line xxxx\nnew\n" {
+		t.Fatalf("tail %q", tail.Data)
+	}
+}
+
+func TestCallDirRefusesPlants(t *testing.T) {
+	dir := t.TempDir()
+	d := &callDir{path: dir}
+	target := filepath.Join(t.TempDir(), "target")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	p := filepath.Join(dir, "planted.sh")
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.writeFile(p, []byte("evil")); err == nil {
+		t.Fatal("wrote through a planted symlink")
+	}
+	f := filepath.Join(dir, "planted.fifo")
+	if err := os.Symlink(target, f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.fifo(f); err == nil {
+		t.Fatal("made a FIFO over a planted symlink")
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Fatal("target changed")
+	}
+	if a, b := d.name(1, "sh"), d.name(1, "sh"); a == b {
+		t.Fatal("call file names are guessable")
+	}
+}
+
+func TestPeerRefusal(t *testing.T) {
+	self := peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "n"}
+	cases := []struct {
+		peer peerIdentity
+		ok   bool
+	}{
+		{self, true},
+		{peerIdentity{UID: 0, UserNS: "u", MountNS: "m", NetNS: "n"}, true},
+		{peerIdentity{UID: 1001, UserNS: "u", MountNS: "m", NetNS: "n"}, false},
+		{peerIdentity{UID: 1000, UserNS: "x", MountNS: "m", NetNS: "n"}, false},
+		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "x", NetNS: "n"}, false},
+		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "x"}, false},
+		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "n", NoNewPrivs: true}, false},
+	}
+	for i, c := range cases {
+		if got := self.refuses(c.peer) == ""; got != c.ok {
+			t.Errorf("case %d: admitted=%v, want %v", i, got, c.ok)
+		}
+	}
+	nnp := self
+	nnp.NoNewPrivs = true
+	if nnp.refuses(nnp) != "" {
+		t.Error("a server with no_new_privs must admit callers like itself")
+	}
+}
+
+func TestProtocolLinesQuote(t *testing.T) {
+	l := callLine("M", 3, "/x/it's.sh", os.DevNull, []string{"/x/o", "/x/e"})
+	if !strings.Contains(l, `\. '/x/it'\''s.sh'`) || !strings.HasSuffix(l, "\n") || strings.Count(l, "\n") != 1 {
+		t.Errorf("call line %q", l)
+	}
+	if strings.Contains(l, "printf") || strings.Contains(l, "echo") {
+		t.Errorf("the call line must not depend on shadowable commands: %q", l)
+	}
+}

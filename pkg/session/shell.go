@@ -1,0 +1,407 @@
+package session
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// The shell protocol.
+//
+// The shell is bash started interactive (-i, no line editing, no startup
+// files), reading its commands from a pipe, because an interactive bash is
+// what handles an interrupt the way a person at a terminal expects: SIGINT
+// abandons the whole command line (the rest of a list, the remaining
+// iterations of a loop) and the shell returns to its prompt with all of its
+// state. Its stdout and stderr are the control channel: the only thing the
+// server reads from it is the prompt, and the prompt carries the bookkeeping.
+//
+// Each call is one line:
+//
+//	__agentsh_n=N; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \. 'CALL' <'IN' >'OUT' 2>'ERR'; PS1=$'\n'"MARK N $?"$'\n'; PROMPT_COMMAND=()
+//
+// Nothing on it can be shadowed by what a command defines: assignments are
+// syntax, and "." is a special builtin that posix mode (switched on by the
+// assignment to POSIXLY_CORRECT) finds before any function; the backslash
+// stops alias expansion. The call file's first line puts the user's posix
+// mode back before the user's text runs. The exit status and the fact that
+// the call is over reach the server through the prompt the shell prints
+// after the line, so no command (printf, echo, builtin) is involved; the
+// working directory is read from /proc/PID/cwd, so $PWD cannot lie to it.
+//
+// Interrupting a call (timeout, cancellation): the shell is stopped
+// (SIGSTOP) so that it cannot start the next command of the list, the
+// call's processes get SIGINT and, after the grace, SIGKILL, and the shell
+// gets SIGUSR2 and SIGCONT. Its USR2 trap raises SIGINT in the shell itself,
+// at a moment it is not waiting for a child, which bash honours by
+// abandoning the line however the child died (a child that catches SIGINT
+// and exits 0 would otherwise let bash go on with the list). A probe line
+// then proves the shell is back at its prompt.
+//
+// set -e: the shell's ERR trap (with errtrace, so functions inherit it)
+// turns errexit off, records that it did, and interrupts the line the same
+// way; the next call's file turns errexit back on. The call ends with the
+// failing status; the session survives. An explicit exit still ends it.
+
+const (
+	// probeEvery is how often a probe line is repeated while the server
+	// waits for an interrupted shell to come back: a probe the shell read
+	// while it was handling the interrupt is discarded with the line.
+	probeEvery = 300 * time.Millisecond
+	// recoverWait bounds the wait for an interrupted shell to answer a
+	// probe; a shell that does not by then is replaced.
+	recoverWait = 2 * time.Second
+)
+
+// shellInit is the first input of every shell: no prompt noise, no
+// history, no mail checks, errtrace, and the two traps of the protocol.
+func shellInit(marker string) string {
+	// USR2: keep the user's INT trap aside (the probe restores it), then
+	// raise SIGINT at ourselves. "builtin" is made safe first: a function
+	// of that name would shadow it even when quoted.
+	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
+		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
+	// ERR: only in the session's own shell (not a subshell), only under
+	// errexit. The prompt is set here because the interrupt discards the
+	// rest of the call line, where it would be set otherwise.
+	errTrap := `__agentsh_s=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ` +
+		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \set +e; __agentsh_e=1; PROMPT_COMMAND=(); ` +
+		`PS1=$'\n'"` + marker + ` ${__agentsh_n-0} $__agentsh_s"$'\n'; \unset -f builtin; ` +
+		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; esac`
+	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); set +H +o history -E; ` +
+		`trap ` + shellQuote(usr2) + ` USR2; trap ` + shellQuote(errTrap) + ` ERR` + "\n"
+}
+
+// callPrefix is the call file's first line: errexit back on if the ERR
+// trap turned it off, the user's posix mode back, and a status of 0 for an
+// empty command. It runs in posix mode, so set and unset are the builtins.
+const callPrefix = `case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+
+// callLine is the line that runs call n.
+func callLine(marker string, n int, script, stdin string, outs []string) string {
+	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
+	if len(outs) == 2 {
+		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
+	}
+	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \. %s <%s %s; PS1=$'\n'"%s %d $?"$'\n'; PROMPT_COMMAND=()`+"\n",
+		n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+}
+
+// probeLine asks an interrupted shell to show it is back at its prompt. It
+// restores what the interrupt set aside: the user's INT trap, and the
+// user's posix mode if the call file never got to restore it.
+func probeLine(marker, tag string) string {
+	return `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
+		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
+		fmt.Sprintf(`PS1=$'\n'"%s %s 0"$'\n'; PROMPT_COMMAND=()`, marker, tag) + "\n"
+}
+
+// shell is one running shell process and its control channel.
+type shell struct {
+	cmd    *exec.Cmd
+	id     proctree.ID
+	stdin  io.WriteCloser
+	lines  chan string   // the control channel, line by line; closed at EOF
+	exited chan struct{} // closed once the process is reaped
+	status *os.ProcessState
+	marker string
+}
+
+// startShell starts a fresh shell in cwd and waits until it answers.
+func (s *server) startShell(cwd string) error {
+	// Interactive, for its handling of SIGINT (see above); no line editing:
+	// the input is a pipe.
+	argv := append(append([]string{s.spec.Shell}, s.spec.ShellArgs...), "--noediting", "-i")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = cwd
+	cmd.Env = s.spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	if s.sandbox != nil {
+		// The shell starts inside the sandbox helper (this executable),
+		// so every command of the session inherits the confinement.
+		exe, _ := os.Executable()
+		cmd.Path = exe
+		cmd.Args = s.sandbox.Argv(argv)
+		cmd.Args[0] = "agentsh"
+		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
+		if s.sandbox.SysProcAttr != nil {
+			a := *s.sandbox.SysProcAttr
+			cmd.SysProcAttr = &a
+		}
+	}
+	// A session of its own: no controlling terminal, and a process group
+	// whose id is the shell's pid, for the final kill.
+	cmd.SysProcAttr.Setsid = true
+	if s.guard != nil {
+		s.guard.Apply(cmd.SysProcAttr)
+		cmd.Env = s.guard.Env(cmd.Env)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return result.Errorf(CodeStartFailed, "pipe: %v", err)
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return result.Errorf(CodeStartFailed, "pipe: %v", err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if s.sandbox != nil {
+		// --net proxy: the shell's namespace hands its proxy listener over.
+		files, started, err := s.sandbox.Launch()
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return err
+		}
+		defer started()
+		cmd.ExtraFiles = files
+	}
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		return result.Errorf(CodeStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
+	}
+	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
+	sh.id, _ = proctree.Identify(cmd.Process.Pid)
+	if s.guard != nil {
+		s.guard.Watch(sh.id)
+	}
+	log, _ := os.OpenFile(filepath.Join(s.sdir, "shell.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+	go sh.readControl(pr, log)
+	go func() {
+		_ = cmd.Wait()
+		sh.status = cmd.ProcessState
+		close(sh.exited)
+	}()
+	s.mu.Lock()
+	s.sh = sh
+	s.rec.ShellPID, s.rec.ShellStart, s.rec.Cwd = sh.id.PID, sh.id.Start, cwd
+	s.mu.Unlock()
+
+	if _, err := io.WriteString(in, shellInit(sh.marker)+probeLine(sh.marker, "init")); err != nil {
+		return result.Errorf(CodeStartFailed, "the shell did not accept input: %v", err)
+	}
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	if _, why := sh.await("init", t.C, nil); why != gotMarker {
+		s.killShell()
+		if s.sandbox != nil {
+			if err := s.sandbox.Failure(); err != nil {
+				return err
+			}
+		}
+		return result.Errorf(CodeStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
+	}
+	return nil
+}
+
+// readControl splits the control channel into lines. Marker lines go to
+// the server; everything else (startup warnings, a top-level trap's
+// output) goes to the shell log, bounded.
+func (sh *shell) readControl(r io.ReadCloser, log *os.File) {
+	defer r.Close()
+	if log != nil {
+		defer log.Close()
+	}
+	logged := 0
+	br := bufio.NewReaderSize(r, 16<<10)
+	for {
+		l, err := br.ReadString('\n')
+		if l != "" {
+			l = strings.TrimSuffix(l, "\n")
+			if strings.HasPrefix(l, sh.marker+" ") {
+				sh.lines <- l
+			} else if log != nil && logged < 1<<20 {
+				n, _ := log.WriteString(l + "\n")
+				logged += n
+			}
+		}
+		if err != nil {
+			close(sh.lines)
+			return
+		}
+	}
+}
+
+// Why await returned.
+const (
+	gotMarker = iota
+	gotEOF    // the control channel closed: the shell exited or exec'd
+	gotTimer
+	gotStop
+)
+
+// await reads the control channel until the marker line tagged tag and
+// returns the status it carries, or why it stopped waiting. Marker lines of
+// other tags (an abandoned call, an earlier probe) are skipped.
+func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+	for {
+		select {
+		case l, open := <-sh.lines:
+			if !open {
+				return 0, gotEOF
+			}
+			f := strings.Fields(l)
+			if len(f) != 3 || f[1] != tag {
+				continue
+			}
+			code, err := strconv.Atoi(f[2])
+			if err != nil {
+				continue
+			}
+			return code, gotMarker
+		case <-t:
+			return 0, gotTimer
+		case <-stop:
+			return 0, gotStop
+		}
+	}
+}
+
+func (sh *shell) gone() bool {
+	select {
+	case <-sh.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// cwd is the shell's real working directory, whatever $PWD says.
+func (sh *shell) cwd() string {
+	p, err := os.Readlink("/proc/" + strconv.Itoa(sh.id.PID) + "/cwd")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(p, " (deleted)")
+}
+
+// interrupt brings a shell that is running a call back to its prompt, as
+// Ctrl-C at a terminal does, and reports whether it answered. spare tells
+// the processes that were there before the call (background jobs of earlier
+// calls), which are left alone. The first signal to the call's processes is
+// SIGINT; what still lives after grace gets SIGKILL.
+func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) (killed bool, ok bool) {
+	pid := sh.id.PID
+	if sh.gone() {
+		return false, false
+	}
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
+	had := tree.Signal(syscall.SIGINT) > 0
+	if had {
+		if !waitQuiet(tree, grace) {
+			tree.Signal(syscall.SIGKILL)
+			killed = true
+			waitQuiet(tree, time.Second)
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	_ = syscall.Kill(pid, syscall.SIGCONT)
+	if sh.probe(recoverWait) {
+		return killed, true
+	}
+	if !treeAlive(tree) {
+		return killed, false // nothing of the call holds it: the shell is stuck
+	}
+	// Something the call started meanwhile still holds the shell: kill it
+	// and ask once more.
+	tree.Signal(syscall.SIGKILL)
+	killed = true
+	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	return killed, sh.probe(recoverWait)
+}
+
+// probe sends probe lines until one is answered, within limit.
+func (sh *shell) probe(limit time.Duration) bool {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	for k := 1; ; k++ {
+		tag := "p" + strconv.Itoa(k)
+		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err != nil {
+			return false
+		}
+		every := time.NewTimer(probeEvery * time.Duration(k))
+		_, why := sh.awaitAny(tag, every.C, deadline.C)
+		every.Stop()
+		switch why {
+		case gotMarker:
+			return true
+		case gotEOF, gotStop:
+			return false
+		}
+	}
+}
+
+// awaitAny is await for a probe: any probe tag up to tag counts, since an
+// earlier probe answering late proves the same thing.
+func (sh *shell) awaitAny(tag string, t <-chan time.Time, stop <-chan time.Time) (int, int) {
+	last, _ := strconv.Atoi(tag[1:])
+	for {
+		select {
+		case l, open := <-sh.lines:
+			if !open {
+				return 0, gotEOF
+			}
+			f := strings.Fields(l)
+			if len(f) != 3 || !strings.HasPrefix(f[1], "p") {
+				continue
+			}
+			if k, err := strconv.Atoi(f[1][1:]); err == nil && k >= 1 && k <= last {
+				return 0, gotMarker
+			}
+		case <-t:
+			return 0, gotTimer
+		case <-stop:
+			return 0, gotStop
+		}
+	}
+}
+
+// waitQuiet waits up to d for every process of the tree to be gone
+// (zombies count as gone: a stopped shell cannot reap its children).
+func waitQuiet(tree proctree.Tree, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		if !treeAlive(tree) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func treeAlive(tree proctree.Tree) bool {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return false
+	}
+	for _, p := range proctree.Descendants(snap, tree.Root) {
+		if !p.Dead() && (tree.Spare == nil || !tree.Spare(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+// shellQuote quotes s for the shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

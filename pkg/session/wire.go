@@ -1,0 +1,109 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// The wire between client and server: one JSON object per line on the
+// session's Unix socket. The client's first message names the operation
+// and carries the session secret; the server checks the secret and the
+// peer's credentials (see auth_linux.go) before it does anything.
+type message struct {
+	Op      string          `json:"op,omitempty"` // client: run, cancel, stop
+	Token   string          `json:"token,omitempty"`
+	Call    *CallRequest    `json:"call,omitempty"`
+	Signal  int             `json:"signal,omitempty"` // cancel: the signal the caller got
+	Type    string          `json:"type,omitempty"`   // server: stdout, stderr, output, result, error, stopped
+	Data    string          `json:"data,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *wireError      `json:"error,omitempty"`
+	Started *int            `json:"started,omitempty"` // pid of the shell, when the call begins
+}
+
+type wireError struct {
+	Code    string         `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func toWire(err error) *wireError {
+	e := result.AsError(err)
+	return &wireError{Code: e.Code, Message: e.Message, Details: e.Details}
+}
+
+func (w *wireError) err() *result.Error {
+	return &result.Error{Code: w.Code, Message: w.Message, Details: w.Details}
+}
+
+// lineWriter sends one JSON message per line, serialising writers.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lineWriter) send(m message) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	enc := json.NewEncoder(l.w)
+	enc.SetEscapeHTML(false) // command output stays readable: <, > and &
+	return enc.Encode(m)
+}
+
+// tokenFile holds the session secret, 0600 beside the socket. A client
+// must present it: a process that cannot read the session's directory
+// cannot drive the session even if it can reach the socket.
+const tokenFile = "token"
+
+func readToken(sdir string) string {
+	b, err := os.ReadFile(filepath.Join(sdir, tokenFile))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// listenUnix listens on path; a path longer than a socket address allows
+// is reached through a shorter name for its directory (longSocketAddr).
+func listenUnix(path string) (net.Listener, error) {
+	addr, closeDir, err := socketAddr(path)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDir()
+	l, err := net.Listen("unix", addr)
+	if err != nil {
+		return nil, err
+	}
+	// The socket file must not outlive the listener's close by accident,
+	// but the server removes it itself at the end.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	_ = os.Chmod(path, 0o600)
+	return l, nil
+}
+
+func socketAddr(path string) (string, func(), error) {
+	const max = 100 // sun_path is 108 bytes on Linux, 104 on macOS, including the NUL
+	if len(path) <= max {
+		return path, func() {}, nil
+	}
+	return longSocketAddr(path)
+}
+
+// dial connects to a session's socket.
+func dial(ctx context.Context, path string) (net.Conn, error) {
+	addr, closeDir, err := socketAddr(path)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDir()
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", addr)
+}
