@@ -243,7 +243,7 @@ func newCmdSessionLogs(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd := &cobra.Command{Use: "logs SESSION", Short: "Read what the session's background processes wrote after their call returned",
 		Long: "Read the session's background log: the output that processes left running by a call (cmd &) wrote " +
 			"after that call returned. The log is bounded (the oldest part is dropped); offsets are absolute.",
-		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotArgs: "session"}}
+		Annotations: map[string]string{clikit.AnnotTool: "agentsh_session_logs", clikit.AnnotHints: clikit.Hints{ReadOnly: true}.String(), clikit.AnnotArgs: "session"}}
 	f := cmd.Flags()
 	f.BoolVar(&o.SinceLast, "since-last", false, "only what the previous 'session logs --since-last' did not return")
 	f.IntVar(&o.Tail, "tail", 0, "only the last `N` lines")
