@@ -6,10 +6,8 @@ import (
 	"context"
 	"encoding/gob"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -21,7 +19,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/slurm"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -48,9 +48,10 @@ type Store struct {
 }
 
 // SupervisorCommand is the hidden first argument by which a program that
-// embeds this package runs a supervisor. agentsh recognises it to leave
+// embeds this package runs a supervisor; it is declared in the table of
+// hidden entry points (pkg/reexec), where agentsh also finds it to leave
 // job supervisors alone when it cleans up after a command.
-const SupervisorCommand = "__supervise"
+const SupervisorCommand = reexec.JobSupervisor
 
 // NewStore returns the job store of d. supervisorArgv is the command that
 // re-executes the calling program as a supervisor; Start and Restart append
@@ -77,12 +78,6 @@ func (st *Store) SetExecutable(path string) { st.exe = path }
 func (st *Store) Dir() *state.Dir { return st.dir }
 
 // handshake is what a supervisor writes on its confirmation pipe.
-type handshake struct {
-	OK    bool   `json:"ok"`
-	Code  string `json:"code,omitempty"`
-	Error string `json:"error,omitempty"`
-}
-
 // Start records spec as a new job, launches its supervisor detached from
 // the caller (new session, no terminal, stdin and stdout on /dev/null) and
 // returns once the supervisor confirms the job runs. A job that cannot
@@ -163,14 +158,8 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if len(st.supervisorArgv) == 0 {
 		return errors.New("jobs: no supervisor command configured")
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer pr.Close()
 	devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		pw.Close()
 		return err
 	}
 	defer devnull.Close()
@@ -178,7 +167,6 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// job directory: detached like /dev/null, but not lost.
 	svlog, err := os.OpenFile(filepath.Join(st.jobDir(id), svLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		pw.Close()
 		return err
 	}
 	defer svlog.Close()
@@ -197,47 +185,24 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// or deleted under it) for the job's whole life.
 	cmd.Dir = st.dir.Path()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, svlog
-	cmd.ExtraFiles = []*os.File{pw}
-	// A new session: no controlling terminal, and outside the caller's
-	// process group, so neither a hangup nor a group kill reaches it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// Outside the guard of an agentsh command that starts it, too.
-	cmd.Env = os.Environ()
-	detached, err := proctree.Detach(cmd)
-	if err != nil {
-		pw.Close()
-		return fmt.Errorf("jobs: detach the supervisor: %w", err)
-	}
-	err = cmd.Start()
-	detached()
-	pw.Close()
-	if err != nil {
-		return fmt.Errorf("jobs: start supervisor: %w", err)
-	}
-	// Reap the supervisor if this process outlives it; a CLI exits first
-	// and the supervisor is adopted by init or the nearest subreaper.
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-
-	deadline := time.Now().Add(handshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = pr.SetReadDeadline(deadline)
-	msg, rerr := io.ReadAll(io.LimitReader(pr, 64<<10))
-	var hs handshake
-	if rerr == nil && json.Unmarshal(bytes.TrimSpace(msg), &hs) == nil && hs.OK {
+	// Detached (launch.Start): a session of its own, so neither a hangup
+	// nor a kill of the caller's group reaches it, and outside the guard of
+	// an agentsh command that starts it.
+	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	p, exited, rerr := launch.Start(hctx, cmd)
+	if rerr == nil {
 		return nil
 	}
-	if rerr != nil {
-		// No answer in time: do not leave a half-started job behind.
-		_ = cmd.Process.Kill()
+	if p == nil {
+		return fmt.Errorf("jobs: start supervisor: %w", rerr)
 	}
-	<-exited
-	if hs.Code != "" {
-		return jobErr(hs.Code, "%s", hs.Error)
+	var refused *result.Error
+	if errors.As(rerr, &refused) {
+		<-exited
+		return refused
 	}
-	st.killUnconfirmed(id, cmd.Process.Pid)
+	st.killUnconfirmed(id, p.Pid)
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)

@@ -20,9 +20,11 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 	"golang.org/x/sys/unix"
@@ -66,6 +68,33 @@ type supervisor struct {
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
+
+	// argv is the command's argv once computed (execArgv).
+	argv []string
+}
+
+// execArgv is the argv that runs the job's command. A shell string too long
+// for one argument reaches the shell through a file, written once per
+// supervisor in the job's directory (the sandbox's temp dir when sandboxed)
+// and shared by the restarts.
+func (sv *supervisor) execArgv() ([]string, error) {
+	if sv.argv != nil {
+		return sv.argv, nil
+	}
+	if sv.spec.Shell == "" {
+		sv.argv = sv.spec.execArgv()
+		return sv.argv, nil
+	}
+	dir := sv.dir
+	if sv.sandbox != nil {
+		dir = sv.sandbox.TempDir
+	}
+	argv, _, err := run.ScriptArgv(sv.spec.ShellProgram, sv.spec.Shell, dir)
+	if err != nil {
+		return nil, err
+	}
+	sv.argv = argv
+	return argv, nil
 }
 
 // RunSupervisor is the body of the hidden supervisor command that Start
@@ -178,17 +207,15 @@ func (sv *supervisor) answer(err error) {
 	if sv.hs == nil {
 		return
 	}
-	hs := handshake{OK: err == nil}
-	if err != nil {
-		hs.Error = err.Error()
-		var ce *codedError
-		if errors.As(err, &ce) {
-			hs.Code = ce.code
-		}
+	var ce *codedError
+	var re *result.Error
+	switch {
+	case errors.As(err, &ce):
+		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
+	case err != nil && !errors.As(err, &re):
+		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
-	b, _ := json.Marshal(hs)
-	_, _ = sv.hs.Write(b)
-	_ = sv.hs.Close()
+	launch.Answer(sv.hs, err)
 	sv.hs = nil
 }
 
@@ -397,7 +424,10 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
 		return runResult{}, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
-	argv := sv.spec.execArgv()
+	argv, err := sv.execArgv()
+	if err != nil {
+		return runResult{}, err
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -411,18 +441,8 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		if err != nil {
 			return runResult{}, err
 		}
-		cmd.Path = exe
-		cmd.Args = sv.sandbox.Argv(argv)
-		cmd.Args[0] = "agentjob" // the helper is this program
-		env := cmd.Env
-		if env == nil {
-			env = os.Environ()
-		}
-		cmd.Env = append(append([]string(nil), env...), sv.sandbox.Env...)
-		if sv.sandbox.SysProcAttr != nil {
-			a := *sv.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
-		}
+		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	g, err := sv.guard(cmd, sv.sandbox != nil)
 	if err != nil {

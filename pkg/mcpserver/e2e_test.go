@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
 )
 
 // binDir holds agentsh, agentjob and agentfs built once for all tests: the
@@ -518,6 +520,11 @@ func TestWaitProgress(t *testing.T) {
 		r, err := s.cs.CallTool(ctx, params)
 		done <- out{r, err}
 	}()
+	// The gate opens only once the wait has begun: its agentjob wait
+	// subprocess runs, so the server's progress watch, set up before it,
+	// has taken its starting point in the event log. A job that failed
+	// earlier would end the wait with no event after that point.
+	awaitDescendant(t, s.cmd.Process.Pid, "wait\x00--request\x00")
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -703,6 +710,12 @@ func TestJobLogsStreamArgument(t *testing.T) {
 	if res.IsError || m["success"] != false || m["timed_out"] != true {
 		t.Fatalf("a wait that timed out: isError=%v %v", res.IsError, m)
 	}
+	// A job that ran and failed before it was ready is reported like a
+	// command that failed: its handle and status, not a tool error.
+	res, m = s.call(ctx, "agentjob_start", map[string]any{"command": "echo no; exit 3", "cwd": dir, "ready_log": "never", "wait_ready": true})
+	if e, _ := m["error"].(map[string]any); res.IsError || m["status"] != "failed" || m["handle"] == nil || e["code"] != "not_ready" {
+		t.Fatalf("a job that failed before ready: isError=%v %v", res.IsError, m)
+	}
 	for {
 		res, m = s.call(ctx, "agentjob_logs", map[string]any{"job": h, "stream": "stderr"})
 		if res.IsError {
@@ -744,5 +757,53 @@ func TestOperatorAllowHost(t *testing.T) {
 	d, _ := n["denied"].([]any)
 	if len(d) != 1 || d[0].(map[string]any)["port"] != float64(denied.Listener.Addr().(*net.TCPAddr).Port) {
 		t.Fatalf("network %v", n)
+	}
+}
+
+// TestLargeCommand: an agentsh_run whose command is a 1 MiB heredoc, eight
+// times the kernel's limit for one argument, writes its file: the command
+// travels to agentsh in the request on stdin and to the shell through a
+// file, never through argv.
+func TestLargeCommand(t *testing.T) {
+	dir := t.TempDir()
+	s := start(t, "agentsh", dir)
+	ctx := testCtx(t)
+	file := filepath.Join(dir, "big.txt")
+	line := strings.Repeat("0123456789abcdef", 7) + "\n"
+	body := strings.Repeat(line, (1<<20)/len(line)+1)
+	cmd := "cat > " + file + " <<'MCP_EOF'\n" + body + "MCP_EOF\necho written"
+	res, m := s.call(ctx, "agentsh_run", map[string]any{"command": cmd})
+	if res.IsError || m["stdout"] != "written\n" {
+		t.Fatalf("agentsh_run: error %v, stdout %q, error %v", res.IsError, m["stdout"], m["error"])
+	}
+	got, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != body {
+		t.Fatalf("the file has %d bytes, want %d", len(got), len(body))
+	}
+}
+
+// awaitDescendant waits (bounded) until a descendant of pid has marker in
+// its /proc cmdline: a subprocess that has been exec'd, not merely forked.
+func awaitDescendant(t *testing.T, pid int, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		snap, err := proctree.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range proctree.Descendants(snap, pid) {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(d.PID) + "/cmdline")
+			if strings.Contains(string(b), marker) {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no subprocess with %q below %d", marker, pid)
+		}
+		time.Sleep(5 * time.Millisecond) // polling /proc: an exec has no event to wait on
 	}
 }

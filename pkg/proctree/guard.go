@@ -155,6 +155,7 @@ func (g *Guard) Release() {
 	}
 	if g.wd != nil {
 		_ = g.wd.Release()
+		g.wd = nil
 	}
 	g.dropCgroup()
 }

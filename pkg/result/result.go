@@ -75,13 +75,14 @@ const (
 const (
 	CodeWaitTimeout = "wait_timeout" // a wait's timeout passed before what it waited for happened
 	CodeJobFailed   = "job_failed"   // the awaited job ended, but not well (failed, stopped, timeout, lost)
+	CodeNotReady    = "not_ready"    // a job started to be awaited ready ended, or timed out, before it was ready
 )
 
 // IsOutcome reports whether code is an outcome code: a result that fails
 // with it is a normal answer, not an error of the tool.
 func IsOutcome(code string) bool {
 	switch code {
-	case CodeWaitTimeout, CodeJobFailed:
+	case CodeWaitTimeout, CodeJobFailed, CodeNotReady:
 		return true
 	}
 	return false

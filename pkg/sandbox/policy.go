@@ -481,3 +481,29 @@ func decodeSpec(arg string) (spec, error) {
 	}
 	return sp, nil
 }
+
+// Wrapped is a command to start through the sandbox helper.
+type Wrapped struct {
+	Path        string   // the helper: the calling program's executable
+	Argv        []string // the helper's argv, the target's argv inside it
+	Env         []string // the target's environment and the sandbox's variables
+	SysProcAttr *syscall.SysProcAttr
+}
+
+// Wrap is the one way to start argv (with environment env, nil for this
+// process's) inside the sandbox: through the helper, which is exe, the
+// calling program re-executed under its own name program (argv[0]), and
+// applies the restrictions before it executes the target. SysProcAttr is
+// a copy the caller may change.
+func (p *Prepared) Wrap(exe, program string, argv, env []string) Wrapped {
+	if env == nil {
+		env = os.Environ()
+	}
+	w := Wrapped{Path: exe, Argv: p.Argv(argv), Env: append(append([]string(nil), env...), p.Env...), SysProcAttr: &syscall.SysProcAttr{}}
+	w.Argv[0] = program
+	if p.SysProcAttr != nil {
+		a := *p.SysProcAttr
+		w.SysProcAttr = &a
+	}
+	return w
+}

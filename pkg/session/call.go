@@ -2,6 +2,7 @@ package session
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -502,8 +503,11 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		switch {
 		case ok:
-		case sh.gone():
+		case sh.closed || sh.gone():
+			// The shell exited or exec replaced it: what runs in its place
+			// is the call's, and goes with it.
 			out.ended = true
+			proctree.Terminate(context.Background(), proctree.Tree{Main: sh.id, Root: sh.id.PID}, syscall.SIGKILL, 0, sh.exited)
 		default:
 			// The shell itself is stuck: replace it in the last known cwd.
 			last := sh.cwd()

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -71,11 +71,6 @@ func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	if err := state.WriteJSONAtomic(filepath.Join(sdir, "spec.json"), spec, 0o600); err != nil {
 		return nil, result.Errorf(CodeStartFailed, "cannot write the session spec: %v", err)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
-	}
-	defer pr.Close()
 	argv := append(append([]string(nil), serverArgv...), id)
 	exe := m.Exe
 	if exe == "" {
@@ -84,42 +79,22 @@ func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	cmd := exec.Command(exe)
 	cmd.Args = argv
 	cmd.Dir = "/"
-	// Detached: a session of its own, stdio on /dev/null, so that it
-	// outlives the CLI, the caller's terminal and the caller's tree.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	// Outside the guard of an agentsh command that starts it, too.
-	cmd.Env = os.Environ()
-	detached, err := proctree.Detach(cmd)
-	if err != nil {
-		pw.Close()
-		return nil, result.Errorf(CodeStartFailed, "cannot detach the session server: %v", err)
-	}
-	defer detached()
-	cmd.ExtraFiles = []*os.File{pw} // fd 3: the handshake
 	// The server's own diagnostics (a panic) must not be lost.
 	if logf, err := os.OpenFile(filepath.Join(sdir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 		cmd.Stderr = logf
 		defer logf.Close()
 	}
-	if err := cmd.Start(); err != nil {
-		pw.Close()
-		return nil, result.Errorf(CodeStartFailed, "cannot start the session server: %v", err)
-	}
-	pw.Close()
-	go func() { _ = cmd.Wait() }() // reap it if it dies while we are still here
-	line, _ := bufio.NewReader(io.LimitReader(pr, 1<<16)).ReadBytes('\n')
-	var hs struct {
-		OK    bool       `json:"ok"`
-		Error *wireError `json:"error"`
-	}
-	if err := json.Unmarshal(line, &hs); err != nil {
-		return nil, result.Errorf(CodeStartFailed, "the session server exited before it was ready")
-	}
-	if !hs.OK {
-		if hs.Error != nil {
-			return nil, hs.Error.err()
+	// Detached (launch.Start): it outlives the CLI, the caller's terminal,
+	// the caller's tree and the guard of an agentsh command that starts it.
+	if _, _, err := launch.Start(context.Background(), cmd); err != nil {
+		if errors.Is(err, launch.ErrNoAnswer) {
+			return nil, result.Errorf(CodeStartFailed, "the session server exited before it was ready")
 		}
-		return nil, result.Errorf(CodeStartFailed, "the session server failed to start")
+		var refused *result.Error
+		if errors.As(err, &refused) {
+			return nil, refused
+		}
+		return nil, result.Errorf(CodeStartFailed, "cannot start the session server: %v", err)
 	}
 	return m.Status(m.Dir.Mint(Kind, id))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -102,8 +102,8 @@ func (s *server) recorder() {
 }
 
 // Serve runs the session server for id until the session ends. It is the
-// body of the hidden server subcommand; handshake receives one JSON line
-// ({"ok":true} or {"error":…}) once the shell is ready, then is closed.
+// body of the hidden server subcommand; handshake receives the launch
+// handshake (launch.Answer) once the shell is ready, then is closed.
 // watchdog, when not empty, is the command of a proctree.Guard watchdog:
 // the shell and everything it started then die with the server, even a
 // SIGKILLed one.
@@ -112,13 +112,7 @@ func Serve(dir *state.Dir, id string, handshake *os.File, watchdog []string) err
 	s.sdir = dir.Join("sessions", id)
 	err := s.start()
 	if handshake != nil {
-		msg := map[string]any{"ok": err == nil}
-		if err != nil {
-			msg["error"] = toWire(err)
-		}
-		b, _ := json.Marshal(msg)
-		_, _ = handshake.Write(append(b, '\n'))
-		handshake.Close()
+		launch.Answer(handshake, err)
 	}
 	if err != nil {
 		s.finish(EndedExit)

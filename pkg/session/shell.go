@@ -117,6 +117,7 @@ type shell struct {
 	exited chan struct{} // closed once the process is reaped
 	status *os.ProcessState
 	marker string
+	closed bool // the control channel closed during an interrupt
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -132,14 +133,8 @@ func (s *server) startShell(cwd string) error {
 		// The shell starts inside the sandbox helper (this executable),
 		// so every command of the session inherits the confinement.
 		exe, _ := os.Executable()
-		cmd.Path = exe
-		cmd.Args = s.sandbox.Argv(argv)
-		cmd.Args[0] = "agentsh"
-		cmd.Env = append(append([]string(nil), s.spec.Env...), s.sandbox.Env...)
-		if s.sandbox.SysProcAttr != nil {
-			a := *s.sandbox.SysProcAttr
-			cmd.SysProcAttr = &a
-		}
+		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
+		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
@@ -314,7 +309,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	if sh.probe(recoverWait) {
 		return killed, true
 	}
-	if !treeAlive(tree) {
+	if sh.closed || !treeAlive(tree) {
 		return killed, false // nothing of the call holds it: the shell is stuck
 	}
 	// Something the call started meanwhile still holds the shell: kill it
@@ -325,7 +320,9 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	return killed, sh.probe(recoverWait)
 }
 
-// probe sends probe lines until one is answered, within limit.
+// probe sends probe lines until one is answered, within limit. It fails
+// at once when the control channel closes (the shell exited, or exec
+// replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
@@ -340,7 +337,10 @@ func (sh *shell) probe(limit time.Duration) bool {
 		switch why {
 		case gotMarker:
 			return true
-		case gotEOF, gotStop:
+		case gotEOF:
+			sh.closed = true
+			return false
+		case gotStop:
 			return false
 		}
 	}

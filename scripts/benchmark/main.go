@@ -184,6 +184,8 @@ func allCases() []benchCase {
 	return []benchCase{
 		{"startup", "`agentsh -- true` against `timeout 60 true` and against a minimal Go program that only\n" +
 			"fork/execs `true` and prints JSON (the floor for any Go tool). Target: within 1.3x of the floor.", benchStartup},
+		{"containment", "SIGKILL of a running `agentsh` whose command left a plain, a setsid and a double-forked\n" +
+			"descendant: how long the tree outlives agentsh (the guard's watchdog kills it).", benchContainment},
 		{"capture", "Capturing 2 GiB of output (`head -c 2G /dev/zero`) through agentsh, against the same bytes\n" +
 			"through a pipe to `cat >/dev/null`. Target: within 1.3x of the pipe, with bounded memory.", benchCapture},
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
@@ -220,7 +222,8 @@ func benchStartup(b *bench) error {
 		"it and `floor` is the libraries' own start-up (package init and a binary several times larger\n"+
 		"to map; `perf` shows page faults, the dynamic loader and runtime itab setup, no single hot spot).\n"+
 		"What agentsh adds on top of that is its own work: subreaper setup, pipes, the\n"+
-		"drain and the final check for leftover processes.\n")
+		"drain, the final check for leftover processes, and the containment guard (a watchdog process\n"+
+		"and a cgroup, see the containment case).\n")
 	return nil
 }
 

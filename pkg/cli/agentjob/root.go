@@ -15,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -57,19 +58,22 @@ func exitCode(code string) int {
 // Main runs agentjob with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// The supervisor is dispatched before the cobra tree is built: it
-	// costs a job no CLI start-up, and it has no JSON to print.
-	if len(args) > 0 && args[0] == jobs.SupervisorCommand {
-		return superviseMain(args[1:], stderr)
-	}
-	// A sandboxed job starts inside this program as the sandbox helper.
-	if len(args) > 0 && args[0] == sandbox.HelperCommand {
-		return sandbox.HelperMain(args[1:])
-	}
-	// A policed job runs under the runtime policy guard, also this program.
-	if len(args) > 0 && args[0] == execguard.Command {
-		return execguard.Main(args[1:])
+	// costs a job no CLI start-up, and it has no JSON to print. A
+	// sandboxed job starts inside this program as the sandbox helper, a
+	// policed one under the runtime policy guard.
+	if code, ok := reexec.Dispatch(args, hidden(), stdin, stderr); ok {
+		return code
 	}
 	return clikit.Main(Program(), args, stdin, stdout, stderr)
+}
+
+// hidden is agentjob's part of the table of hidden entry points.
+func hidden() map[string]reexec.Main {
+	return map[string]reexec.Main{
+		reexec.JobSupervisor: func(args []string, _ io.Reader, stderr io.Writer) int { return superviseMain(args, stderr) },
+		reexec.SandboxHelper: func(args []string, _ io.Reader, _ io.Writer) int { return sandbox.HelperMain(args) },
+		reexec.ExecGuard:     func(args []string, _ io.Reader, _ io.Writer) int { return execguard.Main(args) },
+	}
 }
 
 // superviseMain is the hidden supervisor: argv is STATE_DIR ID, as
@@ -113,7 +117,7 @@ func openStore(env *clikit.Env, stateDir string) (*jobs.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := jobs.NewStore(d, []string{"agentjob", jobs.SupervisorCommand, d.Path()})
+	st := jobs.NewStore(d, []string{"agentjob", reexec.JobSupervisor, d.Path()})
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, result.Errorf(jobs.CodeStartFailed, "cannot find the agentjob executable: %v", err)

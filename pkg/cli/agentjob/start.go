@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
@@ -112,7 +113,7 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 		}
 		// The same shell agentsh picks for -c, so a command behaves alike
 		// in both programs.
-		s.Shell, s.ShellProgram = o.Command, agentsh.ShellArgv("", o.Command)[0]
+		s.Shell, s.ShellProgram = o.Command, run.DefaultShell()
 	case len(o.Argv) > 0:
 		s.Argv = o.Argv
 	default:
@@ -132,7 +133,7 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	s.Cwd = cwd
 	// A job gets the caller's environment with the non-interactive
 	// defaults: nothing a job runs may wait for a human either.
-	if s.Env, err = agentsh.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
+	if s.Env, err = run.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
 		return s, err
 	}
 	probe := jobs.Probe{Log: o.ReadyLog, HTTP: o.ReadyHTTP, TCP: o.ReadyTCP, Cmd: o.ReadyCmd, Timeout: o.ReadyTimeout}
@@ -256,7 +257,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		return &clikit.Outcome{Value: obj}, nil
 	}
 	obj := statusObject(result.New().Set("success", false), s)
-	obj.Set("error", result.ErrorObject(result.Errorf("not_ready", "job %s ended %s before it was ready", s.Handle, s.Status)))
+	obj.Set("error", result.ErrorObject(result.Errorf(result.CodeNotReady, "job %s ended %s before it was ready", s.Handle, s.Status)))
 	return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
@@ -84,10 +85,15 @@ func exitCode(code string) int {
 	return ExitFailed
 }
 
-// watchdogCommand is the hidden first argument that runs the watchdog of a
-// proctree.Guard: it kills a command's tree when agentsh (or a session
-// server) dies without cleaning up.
-const watchdogCommand = "__watchdog"
+// hidden is agentsh's part of the table of hidden entry points.
+func hidden() map[string]reexec.Main {
+	return map[string]reexec.Main{
+		reexec.SessionServer: func(args []string, _ io.Reader, _ io.Writer) int { return serveMain(args) },
+		reexec.Watchdog:      func(args []string, stdin io.Reader, _ io.Writer) int { return proctree.RunWatchdog(args, stdin) },
+		reexec.SandboxHelper: func(args []string, _ io.Reader, _ io.Writer) int { return sandbox.HelperMain(args) },
+		reexec.ExecGuard:     func(args []string, _ io.Reader, _ io.Writer) int { return execguard.Main(args) },
+	}
+}
 
 // startGuard starts agentsh's watchdog in the background.
 func startGuard() func() (*proctree.Guard, error) {
@@ -95,30 +101,52 @@ func startGuard() func() (*proctree.Guard, error) {
 	if err != nil {
 		return func() (*proctree.Guard, error) { return nil, err }
 	}
-	return proctree.StartGuardAsync([]string{exe, watchdogCommand})
+	return proctree.StartGuardAsync([]string{exe, reexec.Watchdog})
 }
 
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Hidden entry points run before the CLI is built: they are other
 	// processes' helpers, not agent calls.
-	if len(args) > 0 {
-		switch args[0] {
-		case serveCommand:
-			return serveMain(args[1:])
-		case watchdogCommand:
-			return proctree.RunWatchdog(args[1:], stdin)
-		case sandbox.HelperCommand:
-			return sandbox.HelperMain(args[1:])
-		case execguard.Command:
-			return execguard.Main(args[1:])
-		}
+	if code, ok := reexec.Dispatch(args, hidden(), stdin, stderr); ok {
+		return code
 	}
-	return clikit.Main(Program(), args, stdin, stdout, stderr)
+	// The watchdog of a one-shot run starts now, beside the CLI's own
+	// start-up, so that its fork and exec are done by the time the command
+	// starts (they would otherwise delay it, holding the fork lock).
+	var early func() (*proctree.Guard, error)
+	if oneShot(args) {
+		early = startGuard()
+		defer func() {
+			if g, err := early(); err == nil {
+				g.Release() // not a run after all, or the run released it
+			}
+		}()
+	}
+	p := Program()
+	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early) }
+	return clikit.Main(p, args, stdin, stdout, stderr)
 }
 
-func build(root *cobra.Command, env *clikit.Env) {
-	opts := &RunOptions{}
+// oneShot guesses, from the first argument alone, whether args are a
+// one-shot run rather than a subcommand or a help request; a wrong guess
+// costs one watchdog started in vain, or one started later.
+func oneShot(args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	switch args[0] {
+	case "session", "sandbox", "check", "audit", "mcp", "help", "completion", "--help", "-h", "--version":
+		return false
+	}
+	return true
+}
+
+func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil) }
+
+// buildWith is build with a watchdog already starting (nil: none yet).
+func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.Guard, error)) {
+	opts := &RunOptions{guard: watchdog}
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)

@@ -2,7 +2,6 @@ package agentsh
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -32,6 +32,9 @@ const (
 
 // RunOptions are the flags of a one-shot run.
 type RunOptions struct {
+	// guard, when set, is the watchdog Main started early.
+	guard func() (*proctree.Guard, error)
+
 	Command     string
 	Cwd         string
 	Env         []string
@@ -99,73 +102,6 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 
-// nonInteractive is the environment every command gets unless the caller
-// sets the variable itself (in its own environment or with --env): nothing
-// may wait for a human. An editor is a program that returns at once and
-// leaves the file unchanged ("true": tools exec $EDITOR directly as well as
-// through a shell, so ":" would fail where a shell is not involved).
-var nonInteractive = [][2]string{
-	{"PAGER", "cat"}, {"GIT_PAGER", "cat"}, {"MANPAGER", "cat"}, {"GIT_EDITOR", ":"},
-	{"EDITOR", "true"}, {"VISUAL", "true"}, {"GIT_SEQUENCE_EDITOR", "true"},
-	{"GIT_MERGE_AUTOEDIT", "no"}, {"GIT_TERMINAL_PROMPT", "0"}, {"PIP_NO_INPUT", "1"},
-	{"PYTHONUNBUFFERED", "1"}, {"DEBIAN_FRONTEND", "noninteractive"}, {"TERM", "dumb"}, {"NO_COLOR", "1"},
-}
-
-// BuildEnv composes the command's environment: the caller's (or the
-// minimal set with clearEnv), then the non-interactive defaults, then the
-// explicit K=V settings, later entries winning.
-func BuildEnv(parent []string, clearEnv bool, set []string) ([]string, error) {
-	vals := map[string]string{}
-	var order []string
-	put := func(k, v string) {
-		if _, ok := vals[k]; !ok {
-			order = append(order, k)
-		}
-		vals[k] = v
-	}
-	keep := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "TERM": true, "USER": true}
-	for _, kv := range parent {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" {
-			continue
-		}
-		if clearEnv && !keep[k] {
-			continue
-		}
-		put(k, v)
-	}
-	if _, ok := vals["PATH"]; !ok && clearEnv {
-		put("PATH", "/usr/local/bin:/usr/bin:/bin")
-	}
-	for _, d := range nonInteractive {
-		put(d[0], d[1])
-	}
-	for _, kv := range set {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
-			return nil, result.Errorf(result.CodeInvalidRequest, "--env wants K=V, not %q", kv)
-		}
-		put(k, v)
-	}
-	out := make([]string, 0, len(order))
-	for _, k := range order {
-		out = append(out, k+"="+vals[k])
-	}
-	return out, nil
-}
-
-// ShellArgv returns the argv that runs s through the shell.
-func ShellArgv(shell, s string) []string {
-	if shell == "" {
-		if p, err := exec.LookPath("bash"); err == nil {
-			shell = p
-		} else {
-			shell = "/bin/sh"
-		}
-	}
-	return []string{shell, "-c", s}
-}
-
 // spec is a validated one-shot request.
 type spec struct {
 	req     run.Request
@@ -186,7 +122,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	case clikit.FlagChanged(cmd, "command") && o.Command == "":
 		return nil, result.Errorf(result.CodeUsage, "-c needs a non-empty command string")
 	case o.Command != "":
-		s.req.Argv = ShellArgv(o.Shell, o.Command)
+		s.req.Argv = run.ShellArgv(o.Shell, o.Command)
 		s.command = o.Command
 	case len(argv) > 0:
 		s.req.Argv = argv
@@ -210,7 +146,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	}
 	s.cwd = cwd
 	s.req.Dir = cwd
-	if s.req.Env, err = BuildEnv(env.Environ(), o.ClearEnv, o.Env); err != nil {
+	if s.req.Env, err = run.BuildEnv(env.Environ(), o.ClearEnv, o.Env); err != nil {
 		return nil, err
 	}
 	if clikit.FlagChanged(cmd, "stdin") {
@@ -257,7 +193,16 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// The watchdog that kills the command's tree should agentsh itself be
 	// SIGKILLed starts now, while the rest is prepared, and is released
 	// once the tree is dead.
-	guarded := startGuard()
+	guarded := o.guard
+	if guarded == nil {
+		guarded = startGuard()
+	}
+	var cleanups []func()
+	defer func() {
+		for _, c := range cleanups {
+			c()
+		}
+	}()
 	defer func() {
 		if g, err := guarded(); err == nil {
 			g.Release()
@@ -279,7 +224,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		guard.Audit(env, stateDir, rec)
 	}()
 	s.req.ReapAll = true
-	s.req.Exempt = detachedServers(s.req.Env)
+	s.req.Exempt = reexec.DetachedServers(s.req.Env)
 	var st *streamer
 	if o.Stream {
 		env.Pretty = false
@@ -322,6 +267,21 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	policy := o.Sandbox.Policy(s.cwd)
 	var prep *sandbox.Prepared
+	// A command string too long for one argument reaches the shell
+	// through a file, in the sandbox's temp dir when there is one.
+	viaFile := func(dir string) error {
+		str, ok := s.command.(string)
+		if !ok || len(str) < run.MaxArgLen-1 {
+			return nil
+		}
+		argv, remove, err := run.ScriptArgv(s.req.Argv[0], str, dir)
+		if err != nil {
+			return err
+		}
+		cleanups = append(cleanups, remove)
+		s.req.Argv = argv
+		return nil
+	}
 	if !policy.Empty() {
 		exe, err := os.Executable()
 		if err != nil {
@@ -331,12 +291,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			return startErr(err)
 		}
 		defer prep.Cleanup()
-		s.req.Path = exe
-		s.req.Argv = prep.Argv(s.req.Argv)
-		// The helper is agentsh itself; argv[0] names the program.
-		s.req.Argv[0] = "agentsh"
-		s.req.Env = append(s.req.Env, prep.Env...)
-		s.req.SysProcAttr = prep.SysProcAttr
+		if err := viaFile(prep.TempDir); err != nil {
+			return startErr(err)
+		}
+		w := prep.Wrap(exe, "agentsh", s.req.Argv, s.req.Env)
+		s.req.Path, s.req.Argv, s.req.Env, s.req.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 		prep.OnDeny = networkAuditor(env, stateDir, &rec)
 		files, started, err := prep.Launch()
 		if err != nil {
@@ -344,6 +303,8 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		defer started()
 		s.req.ExtraFiles = files
+	} else if err := viaFile(""); err != nil {
+		return startErr(err)
 	}
 	// The policy also holds while the command runs: every exec in its
 	// tree is decided by the guard, which wraps whatever runs (the
@@ -428,78 +389,6 @@ func selfExe() string {
 		return "/proc/self/exe"
 	}
 	return exe
-}
-
-// detachedServers returns the predicate that spares, in the final cleanup,
-// the agentjob supervisors and agentsh session servers (of any state
-// directory) that the command started: 'agentsh -c "agentjob start -- srv"'
-// must leave the job running. A process qualifies only if all of these
-// hold, so a command cannot escape the cleanup by renaming itself:
-//   - it leads its own session (both servers call setsid);
-//   - its argv is "agentjob __supervise …" or "agentsh __session-serve …";
-//   - its executable (proctree.Executable) is this agentsh,
-//     the agentjob beside it, or an agentjob on the command's PATH.
-//
-// The executables are looked up once, on the first candidate.
-// JobSupervisorCommand is agentjob's hidden supervisor subcommand
-// (jobs.SupervisorCommand, checked equal by a test in pkg/cli/agentjob).
-// It is spelled out here so that agentsh, which runs on every agent call,
-// does not link the jobs engine for one string.
-const JobSupervisorCommand = "__supervise"
-
-func detachedServers(cmdEnv []string) func(proctree.Stat) bool {
-	var known []os.FileInfo
-	looked := false
-	return func(p proctree.Stat) bool {
-		if p.SID != p.PID {
-			return false
-		}
-		argv, err := proctree.Argv(p.PID)
-		if err != nil || len(argv) < 2 {
-			return false
-		}
-		prog := filepath.Base(argv[0])
-		if !(prog == "agentjob" && argv[1] == JobSupervisorCommand) && !(prog == "agentsh" && argv[1] == serveCommand) {
-			return false
-		}
-		if !looked {
-			looked, known = true, serverExecutables(cmdEnv)
-		}
-		fi, err := proctree.Executable(p.PID)
-		if err != nil {
-			return false
-		}
-		for _, k := range known {
-			if os.SameFile(fi, k) {
-				return true
-			}
-		}
-		return false
-	}
-}
-
-// serverExecutables are the files a legitimate detached server runs from.
-func serverExecutables(cmdEnv []string) []os.FileInfo {
-	var paths []string
-	if self, err := os.Executable(); err == nil {
-		paths = append(paths, self, filepath.Join(filepath.Dir(self), "agentjob"))
-	}
-	for _, kv := range cmdEnv {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			for _, dir := range filepath.SplitList(v) {
-				if filepath.IsAbs(dir) {
-					paths = append(paths, filepath.Join(dir, "agentjob"))
-				}
-			}
-		}
-	}
-	var out []os.FileInfo
-	for _, p := range paths {
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			out = append(out, fi)
-		}
-	}
-	return out
 }
 
 // ExitStatus is agentsh's exit status for a finished run.

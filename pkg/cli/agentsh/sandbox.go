@@ -47,7 +47,7 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.StringVar(&o.Workspace, "workspace", "", "with workspace-write, the writable `DIR` (default: the cwd)")
 	fs.StringArrayVar(&o.AllowWrite, "allow-write", nil, "also allow writes under `DIR` (repeatable)")
 	fs.StringArrayVar(&o.DenyRead, "deny-read", nil, "hide `PATH` from the command (repeatable)")
-	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none", "proxy"}}, "net", "network: host, none (loopback only), or proxy (only the --allow-host hosts, through agentplane's proxy)")
+	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none", "proxy"}}, "net", "network: host, none (loopback only), or proxy (only the hosts the operator allows, through agentplane's proxy)")
 	fs.StringArrayVar(&o.AllowHost, "allow-host", nil, "with --net proxy, allow connections to `PATTERN`: a host, *.domain, or an IP address, with an optional :port (repeatable; implies --net proxy)")
 	// The allowlist is the operator's: never a request key or a tool
 	// argument (mcpserver.OperatorFlags lists it too).

@@ -14,14 +14,14 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/session"
 	"github.com/agentplane/agentplane/pkg/state"
 )
-
-// serveCommand is the hidden first argument that runs a session server.
-const serveCommand = "__session-serve"
 
 // DefaultIdleTimeout stops a session nobody used for this long.
 const DefaultIdleTimeout = time.Hour
@@ -102,7 +102,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
 			return nil, err
 		}
-		info, err := m.Start(spec, []string{"agentsh", serveCommand, m.Dir.Path()})
+		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +123,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 			cwd = filepath.Join(cwd, o.Cwd)
 		}
 	}
-	e, err := BuildEnv(env.Environ(), o.ClearEnv, o.Env)
+	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err
 	}
@@ -458,7 +458,7 @@ func serveMain(argv []string) int {
 	if err != nil {
 		return ExitFailed
 	}
-	if err := session.Serve(d, argv[1], os.NewFile(3, "handshake"), []string{exe, watchdogCommand}); err != nil {
+	if err := session.Serve(d, argv[1], launch.Handshake(), []string{exe, reexec.Watchdog}); err != nil {
 		return ExitFailed
 	}
 	return 0

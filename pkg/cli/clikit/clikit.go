@@ -8,7 +8,6 @@ package clikit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -199,9 +198,6 @@ func Run(env *Env, args []string) int {
 	root := NewRoot(env)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
-	if errors.Is(err, errHelpShown) {
-		return 0
-	}
 	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
 		return env.failOnStderr(err)
 	}
@@ -225,8 +221,6 @@ func Run(env *Env, args []string) int {
 	}
 	return env.outcome.Exit
 }
-
-var errHelpShown = errors.New("help shown")
 
 // failOnStderr reports a failure of a command whose stdout is a protocol
 // channel (an MCP server): a JSON object there would be a malformed

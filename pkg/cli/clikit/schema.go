@@ -404,11 +404,6 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 	root.AddCommand(cmd)
 }
 
-func usageText(f *pflag.Flag) string {
-	_, u := pflag.UnquoteUsage(f)
-	return u
-}
-
 // StructSchema is the closed object schema of a struct that a request
 // value is decoded into (with DisallowUnknownFields): one property per
 // JSON field, required unless the field is omitempty, typed from the Go

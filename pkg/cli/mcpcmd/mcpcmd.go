@@ -51,9 +51,10 @@ arguments (below). A result is the CLI's JSON object as structured content, with
 a one-line summary and the same JSON as text. isError is true only when the tool
 could not do what was asked: invalid arguments, a refusal (policy, sandbox, root,
 deny), a session or job that is gone, an internal failure; the object carries
-the stable error code. A command that ran and exited non-zero or timed out, and
-a wait whose job failed or whose timeout passed, are normal results (isError
-false) whose object says success false and why. A null argument means the
+the stable error code. A command that ran and exited non-zero or timed out, a
+wait whose job failed or whose timeout passed, and a job started with wait_ready
+that ended before it was ready, are normal results (isError false) whose object
+says success false and why. A null argument means the
 argument is not given, as OpenAI's strict mode sends it.
 
 Each call runs as a subprocess of the program (PROGRAM ... --request -), so the
