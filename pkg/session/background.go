@@ -3,8 +3,6 @@ package session
 import (
 	"context"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -174,12 +172,11 @@ func (b *background) closeAll() {
 }
 
 func cmdline(pid int) string {
-	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	argv, err := proctree.Argv(pid)
 	if err != nil {
 		return ""
 	}
-	s := strings.TrimRight(string(raw), "\x00")
-	s = strings.ReplaceAll(s, "\x00", " ")
+	s := strings.Join(argv, " ")
 	if len(s) > 300 {
 		s = s[:300]
 	}
