@@ -32,6 +32,15 @@ func handOverProxyListener(fd, port int) error {
 	return nil
 }
 
+// proxyFD is the helper's descriptor of its end of the handover socket
+// pair: the extra file after the control socket, if any (Prepared.Launch).
+func (sp spec) proxyFD() int {
+	if sp.Control {
+		return controlFD + 1
+	}
+	return 3
+}
+
 // handoverPair is the socket pair over which the helper passes the
 // listener: SEQPACKET, so that the one message arrives whole.
 func handoverPair() ([2]int, error) {

@@ -32,10 +32,6 @@ const ProxyPort = 3128
 // ProxyAddr is where the command reaches the proxy.
 var ProxyAddr = "127.0.0.1:" + strconv.Itoa(ProxyPort)
 
-// proxyFD is the helper's descriptor of its end of the socket pair: the
-// first of the command's extra files (Prepared.Launch).
-const proxyFD = 3
-
 // proxyEnv is what the command's environment says about the proxy, in both
 // spellings (curl reads only the lower-case http_proxy, others only the
 // upper case). socks5h makes SOCKS clients leave name lookups to the proxy,

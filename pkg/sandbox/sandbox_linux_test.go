@@ -33,6 +33,8 @@ func TestMain(m *testing.M) {
 			os.Exit(netProbe())
 		case proxyProbeCommand:
 			os.Exit(proxyProbe(os.Args[2:]))
+		case attackCommand:
+			os.Exit(attack(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -110,7 +112,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 		Argv:        prep.Argv(argv),
 		Dir:         dir,
 		Env:         env,
-		Timeout:     60 * time.Second,
+		Timeout:     5 * time.Minute, // a cold toolchain cache on a loaded machine
 		KillAfter:   time.Second,
 		Drain:       200 * time.Millisecond,
 		MaxOutput:   64 << 10,
@@ -122,6 +124,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 	if err := prep.Failure(); err != nil {
 		t.Fatalf("sandbox helper failed: %v (stderr %q)", err, text(res.Stderr))
 	}
+	res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	return res, prep
 }
 
@@ -516,7 +519,9 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 
 func TestPrepareRefuses(t *testing.T) {
 	_, ws, _ := dirs(t)
-	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: ""}
+	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: "",
+		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+	without := func(f func(*Capabilities)) Capabilities { c := full; f(&c); return c }
 	cases := []struct {
 		name string
 		p    Policy
@@ -529,6 +534,10 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no userns unprivileged", Policy{Net: NetNone}, Capabilities{NetNS: true, LandlockABI: 7}, CodeUnavailable},
 		{"deny-read no mountns", Policy{DenyRead: []string{ws}}, Capabilities{Root: true}, CodeUnavailable},
 		{"pids as root without cgroup", Policy{Pids: 10}, full, CodeUnavailable},
+		{"no pid namespace", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.PidNS = false }), CodeUnavailable},
+		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), CodeUnavailable},
+		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), CodeUnavailable},
+		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), CodeUnavailable},
 		{"user without root", Policy{User: "nobody"}, Capabilities{}, CodeUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},

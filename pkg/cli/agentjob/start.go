@@ -216,7 +216,8 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 			return nil, err
 		}
 	}
-	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
+	o.Sandbox.StateDir = o.StateDir
+	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {
 		// Refuse here what the machine cannot enforce, and learn what
 		// will be enforced; the supervisor prepares its own for the job.
 		exe, err := os.Executable()
