@@ -108,6 +108,10 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 	}
 	t.Cleanup(prep.Cleanup)
 	env := append(os.Environ(), prep.Env...)
+	files, started, err := prep.Launch() // --net proxy's handover
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
 	res, err := run.Run(context.Background(), run.Request{
 		Argv:        prep.Argv(argv),
 		Dir:         dir,
@@ -117,7 +121,9 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 		Drain:       200 * time.Millisecond,
 		MaxOutput:   64 << 10,
 		SysProcAttr: prep.SysProcAttr,
+		ExtraFiles:  files,
 	})
+	started()
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
