@@ -50,7 +50,7 @@ const DefaultEventBurst = 20
 // A tool call naming one of them as an argument is refused.
 func OperatorFlags() []string {
 	return []string{
-		"sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids",
+		"sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids",
 		"file-size", "nofile", "user", "user-caches", "sandbox-lock",
 		"policy", "policy-default", "approved",
 		"root", "deny", "max-file-size",

@@ -606,6 +606,7 @@ func TestSeatbeltRefusal(t *testing.T) {
 		{"memory", Policy{Mode: ModeNone, Net: NetHost, Memory: 1 << 20}, true, true},
 		{"pids", Policy{Mode: ModeNone, Net: NetHost, Pids: 10}, true, true},
 		{"user", Policy{Mode: ModeNone, Net: NetHost, User: "nobody"}, true, true},
+		{"net proxy: no network namespaces", Policy{Mode: ModeNone, Net: NetProxy, AllowHosts: []string{"github.com"}}, true, true},
 		{"read-only without sandbox-exec", Policy{Mode: ModeReadOnly, Net: NetHost}, false, true},
 		{"net none without sandbox-exec", Policy{Mode: ModeNone, Net: NetNone}, false, true},
 		{"deny-read without sandbox-exec", Policy{Mode: ModeNone, Net: NetHost, DenyRead: []string{"/x"}}, false, true},

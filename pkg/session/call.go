@@ -276,6 +276,10 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	}
 	if s.sandbox != nil {
 		obj.Set("sandbox", s.sandbox.Report)
+		// The session's allowlist and every refusal since it started.
+		if n := s.sandbox.Network(); n != nil {
+			obj.Set("network", n)
+		}
 	}
 	if rt != nil {
 		obj.Set("policy", result.New().Set("enforce", execguard.EnforceRuntime).Set("runtime", rt))

@@ -16,8 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -169,6 +171,10 @@ func (s *server) start() error {
 			return err
 		}
 		s.sandbox = prep
+		// Each connection the network allowlist refuses is an audit
+		// record of this session.
+		prep.OnDeny = netproxy.Auditor(&audit.Log{Path: s.dir.Join(audit.FileName)},
+			audit.Record{Program: "agentsh", Operation: "session", Session: s.handle, Cwd: s.spec.Cwd, Description: s.spec.Description}, nil)
 	}
 	s.bg = newBackground(filepath.Join(s.sdir, "bg.log"), bgLogLimit)
 	self, _ := proctree.ReadStat(os.Getpid())

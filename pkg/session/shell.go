@@ -173,6 +173,17 @@ func (s *server) startShell(cwd string) error {
 		return result.Errorf(CodeStartFailed, "pipe: %v", err)
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
+	if s.sandbox != nil {
+		// --net proxy: the shell's namespace hands its proxy listener over.
+		files, started, err := s.sandbox.Launch()
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			return err
+		}
+		defer started()
+		cmd.ExtraFiles = files
+	}
 	err = cmd.Start()
 	pw.Close()
 	for _, f := range guardFiles {

@@ -35,6 +35,7 @@ import (
 //	exits N PROG [ARGS...]           run PROG like exec and check that it exits with status N
 //	until [-timeout D] PROG [ARGS...]  run PROG until it succeeds (for time-based behaviour such as idle timeouts)
 //	killproc PATTERN                 SIGKILL every live process with PATTERN in its command line (crash tests)
+//	serve NAME http|https|git DIR|npm  a server on 127.0.0.1 for the rest of the script (see cmdServe)
 func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []string) {
 	return map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"json":      cmdJSON,
@@ -45,6 +46,7 @@ func Commands() map[string]func(ts *testscript.TestScript, neg bool, args []stri
 		"exits":     cmdExits,
 		"killproc":  cmdKillProc,
 		"until":     cmdUntil,
+		"serve":     cmdServe,
 	}
 }
 

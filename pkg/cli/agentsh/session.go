@@ -108,10 +108,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		} else if pol != nil {
 			spec.PolicyGuard = true
 		}
-		if spec.Sandbox != nil {
-			if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
-				return nil, err
-			}
+		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
