@@ -324,6 +324,17 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 		}
 		return true
 	}
+	if t.session != nil {
+		// A session's shell lives on, so the refused image's parents
+		// (the shell, a subshell) would go on to the next command as
+		// soon as it dies. Stop them first: a pending SIGSTOP is taken
+		// before they run another instruction, and the session engine's
+		// cancellation of the call then kills the call's processes and
+		// brings the shell back.
+		for p := parentOf(pid); p > 1 && p != t.self; p = parentOf(p) {
+			_ = unix.Kill(p, unix.SIGSTOP)
+		}
+	}
 	// Still stopped at the exec: SIGKILL ends it before its first
 	// instruction.
 	_ = unix.Kill(pid, unix.SIGKILL)

@@ -336,6 +336,10 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
 	had := tree.Signal(syscall.SIGINT) > 0
 	if had {
+		// A call process that is stopped (SIGTSTP, or frozen by the
+		// policy guard at a refused exec) would hold the SIGINT until
+		// the grace ran out: wake it to take it.
+		tree.Signal(syscall.SIGCONT)
 		if !waitQuiet(tree, grace) {
 			tree.Signal(syscall.SIGKILL)
 			killed = true
