@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/textdiff"
 )
 
@@ -76,9 +77,9 @@ func (s *session) readCurrent(t target) (current, error) {
 	}
 	switch {
 	case fi.IsDir():
-		return current{}, newErr(CodeIsDirectory, "%s is a directory", t.given)
+		return current{}, newErr(result.CodeIsDirectory, "%s is a directory", t.given)
 	case !fi.Mode().IsRegular():
-		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file (%s)", t.given, kindOf(fi.Mode()))
+		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file (%s)", t.given, kindOf(fi.Mode()))
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
@@ -93,7 +94,7 @@ func (s *session) readCurrent(t target) (current, error) {
 		return current{}, osError(err, t.given)
 	}
 	if !fi.Mode().IsRegular() {
-		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file", t.given)
+		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file", t.given)
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
@@ -144,7 +145,7 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			fi, err := s.root.Stat(d)
 			if err == nil {
 				if !fi.IsDir() {
-					return created, newErr(CodeFileNotFound, "a parent of %s is not a directory", t.given)
+					return created, newErr(result.CodeFileNotFound, "a parent of %s is not a directory", t.given)
 				}
 				break
 			}
@@ -157,7 +158,7 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			continue
 		}
 		if noMkdir {
-			return created, newErr(CodeFileNotFound, "the directory of %s does not exist", t.given).
+			return created, newErr(result.CodeFileNotFound, "the directory of %s does not exist", t.given).
 				With("hint", "create it first, or allow parents to be created")
 		}
 		if !create {
@@ -214,7 +215,7 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 		held = append(held, f)
 		if err := flock(f); err != nil {
 			release()
-			return nil, newErr(CodeIOError, "lock %s: %v", s.display(d), err)
+			return nil, newErr(result.CodeIOError, "lock %s: %v", s.display(d), err)
 		}
 	}
 	return release, nil

@@ -190,10 +190,10 @@ func TestStartFailures(t *testing.T) {
 		spec Spec
 		code string
 	}{
-		{Spec{Argv: []string{"agentplane-no-such-program"}, Cwd: t.TempDir()}, CodeCommandNotFound},
-		{Spec{Argv: []string{"/nonexistent/prog"}, Cwd: t.TempDir()}, CodeCommandNotFound},
-		{Spec{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, CodeCwdNotFound},
-		{Spec{Argv: []string{os.DevNull}, Cwd: t.TempDir()}, CodeCommandNotExecutable},
+		{Spec{Argv: []string{"agentplane-no-such-program"}, Cwd: t.TempDir()}, result.CodeCommandNotFound},
+		{Spec{Argv: []string{"/nonexistent/prog"}, Cwd: t.TempDir()}, result.CodeCommandNotFound},
+		{Spec{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, result.CodeCwdNotFound},
+		{Spec{Argv: []string{os.DevNull}, Cwd: t.TempDir()}, result.CodeCommandNotExecutable},
 		{Spec{Cwd: t.TempDir()}, result.CodeInvalidRequest},
 		{Spec{Argv: []string{"true"}, Ready: Probe{Log: "("}}, result.CodeInvalidRequest},
 		{Spec{Argv: []string{"true"}, Restart: "sometimes"}, result.CodeInvalidRequest},
@@ -661,20 +661,20 @@ func TestHandlesRemoveAndGC(t *testing.T) {
 	if _, err := st.Status(tampered); code(err) != result.CodeInvalidHandle {
 		t.Fatalf("tampered: %v", err)
 	}
-	if _, err := st.Status("nobody"); code(err) != CodeJobNotFound {
+	if _, err := st.Status("nobody"); code(err) != result.CodeJobNotFound {
 		t.Fatalf("unknown name: %v", err)
 	}
 	running := start(t, st, Spec{Argv: []string{"sleep", "300"}})
-	if _, err := st.Remove(ctxT(t, 10*time.Second), running.Handle, false); code(err) != CodeJobRunning {
+	if _, err := st.Remove(ctxT(t, 10*time.Second), running.Handle, false); code(err) != result.CodeJobRunning {
 		t.Fatalf("remove running: %v", err)
 	}
 	if _, err := st.Remove(ctxT(t, 10*time.Second), "gone", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Status(s.Handle); code(err) != CodeJobExpired {
+	if _, err := st.Status(s.Handle); code(err) != result.CodeJobExpired {
 		t.Fatalf("removed: %v", err)
 	}
-	if _, err := st.Status("gone"); code(err) != CodeJobNotFound {
+	if _, err := st.Status("gone"); code(err) != result.CodeJobNotFound {
 		t.Fatalf("removed name: %v", err)
 	}
 	done := start(t, st, Spec{Argv: []string{"true"}})
@@ -686,7 +686,7 @@ func TestHandlesRemoveAndGC(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Handle != done.Handle {
 		t.Fatalf("gc %+v, %v", got, err)
 	}
-	if _, err := st.Status(done.Handle); code(err) != CodeJobExpired {
+	if _, err := st.Status(done.Handle); code(err) != result.CodeJobExpired {
 		t.Fatalf("gc'd: %v", err)
 	}
 	if _, err := st.Status(running.Handle); err != nil {
@@ -943,7 +943,7 @@ func TestSupervisorKilledBeforeConfirming(t *testing.T) {
 			t.Setenv(killAtEnv, at)
 			marker := "agentplane-test-" + at + "-" + strconv.Itoa(os.Getpid())
 			_, err := st.Start(ctxT(t, 30*time.Second), Spec{Argv: []string{"sleep", "300", marker}, Cwd: t.TempDir()})
-			if code(err) != CodeStartFailed {
+			if code(err) != result.CodeStartFailed {
 				t.Fatalf("start: %v", err)
 			}
 			if l, _ := st.List(); len(l) != 0 {
@@ -964,7 +964,7 @@ func TestSupervisorKilledBeforeConfirming(t *testing.T) {
 func TestSecondSupervisorRefused(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
-	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != CodeJobRunning {
+	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != result.CodeJobRunning {
 		t.Fatalf("second supervisor: %v", err)
 	}
 	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {

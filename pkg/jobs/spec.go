@@ -44,19 +44,6 @@ const (
 	BackendSlurm = "slurm"
 )
 
-// Error codes produced by this package.
-const (
-	CodeJobNotFound          = "job_not_found"
-	CodeJobExpired           = "job_expired"
-	CodeJobRunning           = "job_running"
-	CodeCommandNotFound      = "command_not_found"
-	CodeCommandNotExecutable = "command_not_executable"
-	CodeCwdNotFound          = "cwd_not_found"
-	CodeStartFailed          = "start_failed"
-	// CodeSubmitFailed: the scheduler refused the job (sbatch failed).
-	CodeSubmitFailed = "submit_failed"
-)
-
 // Restart policies.
 const (
 	RestartNo        = "no"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -213,7 +214,7 @@ func commandOf(shell string, argv []string) any {
 func (st *Store) noRecord(id string) (Status, error) {
 	fi, err := os.Stat(filepath.Join(st.jobDir(id), specFile))
 	if err != nil {
-		return Status{}, jobErr(CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
+		return Status{}, jobErr(result.CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
 	}
 	var spec Spec
 	_ = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)

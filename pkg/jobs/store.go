@@ -102,7 +102,7 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		spec.Cwd = abs
 	}
 	if fi, err := os.Stat(spec.Cwd); err != nil || !fi.IsDir() {
-		return Status{}, jobErr(CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
+		return Status{}, jobErr(result.CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
 	}
 	id, err := st.newJobDir()
 	if err != nil {
@@ -204,7 +204,7 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	}
 	st.killUnconfirmed(id, p.Pid)
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
-	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
+	return jobErr(result.CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
 }
 
@@ -243,7 +243,7 @@ func (st *Store) Resolve(ref string) (string, error) {
 			return "", err
 		}
 		if _, err := os.Stat(st.jobDir(id)); err != nil {
-			return "", jobErr(CodeJobExpired, "job %s was removed", ref)
+			return "", jobErr(result.CodeJobExpired, "job %s was removed", ref)
 		}
 		return id, nil
 	}
@@ -257,7 +257,7 @@ func (st *Store) Resolve(ref string) (string, error) {
 			return id, nil
 		}
 	}
-	return "", jobErr(CodeJobNotFound, "no job is named %q in this environment", ref)
+	return "", jobErr(result.CodeJobNotFound, "no job is named %q in this environment", ref)
 }
 
 // namePath is the name index entry: names are hex-encoded so that any
@@ -487,7 +487,7 @@ func (st *Store) Remove(ctx context.Context, ref string, force bool) (Status, er
 	}
 	if !s.Ended() || s.OrphanPID != 0 {
 		if !force {
-			return s, jobErr(CodeJobRunning, "job %s is %s; stop it first or force the removal", s.Handle, s.Status).With("status", s.Status)
+			return s, jobErr(result.CodeJobRunning, "job %s is %s; stop it first or force the removal", s.Handle, s.Status).With("status", s.Status)
 		}
 		if s, err = st.Stop(ctx, ref, syscall.SIGTERM, DefaultKillGrace); err != nil {
 			return s, err
@@ -638,7 +638,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 		return s, err
 	}
 	if !s.Ended() || s.OrphanPID != 0 {
-		return s, jobErr(CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
+		return s, jobErr(result.CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
 	}
 	// The old supervisor records the end before it has cleaned up and
 	// exited; until it exits it holds the job's run lock, and a new

@@ -21,7 +21,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/launch"
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -163,7 +162,7 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h h
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		err = &codedError{CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
+		err = &codedError{result.CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
 		sv.answer(err)
 		return err
 	}
@@ -208,7 +207,7 @@ func (sv *supervisor) answer(err error) {
 	case errors.As(err, &ce):
 		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
 	case err != nil && !errors.As(err, &re):
-		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
+		err = result.Errorf(result.CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
 	launch.Answer(sv.hs, err)
 	sv.hs = nil
@@ -326,7 +325,7 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			if errors.As(err, &ce) {
 				sv.rec.Reason = ce.code
 			} else {
-				sv.rec.Reason = CodeStartFailed
+				sv.rec.Reason = result.CodeStartFailed
 			}
 			if !first {
 				sv.event(StatusFailed)
@@ -403,13 +402,13 @@ func startError(spec *Spec, err error) error {
 	var pe *fs.PathError
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir"):
-		return &codedError{CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
+		return &codedError{result.CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
 	case errors.As(err, &pe) && pe.Op == "chdir":
-		return &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
+		return &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
 	case errors.Is(err, fs.ErrPermission):
-		return &codedError{CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
+		return &codedError{result.CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
 	}
-	return &codedError{CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
+	return &codedError{result.CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
 }
 
 // runOnce starts the job once and supervises it until it ends and its whole
@@ -417,7 +416,7 @@ func startError(spec *Spec, err error) error {
 func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
 	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
-		return runResult{}, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
+		return runResult{}, &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
 	argv, err := sv.execArgv()
 	if err != nil {
@@ -638,11 +637,11 @@ func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, er
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &codedError{policy.CodeUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
+		return nil, &codedError{result.CodePolicyUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
 	}
 	g, err := execguard.Prepare(sv.spec.Policy, sv.spec.PolicyApproved, exe)
 	if err != nil {
-		return nil, &codedError{policy.CodeUnavailable, err}
+		return nil, &codedError{result.CodePolicyUnavailable, err}
 	}
 	if sandboxed {
 		g.TrustFirst()

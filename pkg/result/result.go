@@ -59,35 +59,6 @@ func AsError(err error) *Error {
 	return &Error{Code: CodeInternal, Message: err.Error(), Err: err}
 }
 
-// Shared error codes. Program-specific codes live beside their engines; these
-// are the ones the CLI layer itself produces.
-const (
-	CodeUsage          = "usage_error"
-	CodeInvalidRequest = "invalid_request"
-	CodeInvalidConfig  = "invalid_config"
-	CodeInternal       = "internal_error"
-	CodeInvalidHandle  = "invalid_handle"
-)
-
-// Outcome codes report how the work the caller asked for ended, not a
-// failure to do it: the call did what was asked and its result says how
-// that went. Hosts that tell the two apart (MCP's isError) ask IsOutcome.
-const (
-	CodeWaitTimeout = "wait_timeout" // a wait's timeout passed before what it waited for happened
-	CodeJobFailed   = "job_failed"   // the awaited job ended, but not well (failed, stopped, timeout, lost)
-	CodeNotReady    = "not_ready"    // a job started to be awaited ready ended, or timed out, before it was ready
-)
-
-// IsOutcome reports whether code is an outcome code: a result that fails
-// with it is a normal answer, not an error of the tool.
-func IsOutcome(code string) bool {
-	switch code {
-	case CodeWaitTimeout, CodeJobFailed, CodeNotReady:
-		return true
-	}
-	return false
-}
-
 // Object is a result under construction: an ordered set of fields. Order is
 // kept so that "success" comes first and humans can read the output.
 type Object struct {

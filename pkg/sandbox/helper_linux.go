@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -19,49 +20,49 @@ func (h *helper) run(argv []string) int {
 		// The whole process moves; everything it starts stays inside.
 		pid := strconv.Itoa(os.Getpid())
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
 	if sp.NetNone {
 		if err := loopbackUp(); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot bring up the loopback interface: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
 	if len(sp.DenyDirs)+len(sp.DenyFiles) > 0 {
 		if err := hidePaths(sp.DenyDirs, sp.DenyFiles); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "%v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
 		}
 	}
 	if sp.DropCaps {
 		if err := dropBoundingSet(); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	if sp.ClearAmbient {
 		// A non-root target then starts with no capabilities at all, in
 		// its user namespace too, so it cannot undo the mounts.
 		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot clear ambient capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot clear ambient capabilities: %v", err)
 		}
 	}
 	if sp.UID >= 0 {
 		if err := switchUser(sp.UID, sp.GID, sp.Groups); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot switch to uid %d: %v", sp.UID, err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot switch to uid %d: %v", sp.UID, err)
 		}
 	}
 	if sp.DropCaps {
 		if err := limitCaps(); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	// Set on every sandboxed run: a setuid or file-capability binary then
 	// runs without gaining anything.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "cannot set no_new_privs: %v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set no_new_privs: %v", err)
 	}
 	if sp.LandlockABI > 0 {
 		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot apply the Landlock policy: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}
 	return h.exec(argv)

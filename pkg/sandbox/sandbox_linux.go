@@ -117,17 +117,17 @@ func (b *builder) build() (*Prepared, error) {
 	}
 	base, err := os.MkdirTemp(parent, "agentplane-sandbox-")
 	if err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
 	b.base = base
 	// 0711: a --user target must reach tmp/ but not list or read the
 	// status file beside it.
 	if err := os.Chmod(base, 0o711); err != nil {
-		return nil, result.Errorf(CodeFailed, "chmod %s: %v", base, unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", base, unwrap(err))
 	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails.
@@ -279,7 +279,7 @@ func (b *builder) user(tmp string) error {
 	sort.Ints(groups)
 	b.sp.UID, b.sp.GID, b.sp.Groups = uid, gid, groups
 	if err := os.Chown(tmp, uid, gid); err != nil {
-		return result.Errorf(CodeFailed, "chown %s: %v", tmp, unwrap(err))
+		return result.Errorf(result.CodeSandboxFailed, "chown %s: %v", tmp, unwrap(err))
 	}
 	b.report["user"] = map[string]any{"name": u.Username, "uid": uid, "gid": gid}
 	return nil
@@ -398,13 +398,13 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	}
 	sig := signalOf(exitCode, signal)
 	if memCg != "" && memoryHit(memCg, sig) {
-		return CodeMemoryLimit
+		return result.CodeMemoryLimit
 	}
 	if code := rlimitHit(p, sig); code != "" {
 		return code
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
-		return CodePidsLimit
+		return result.CodePidsLimit
 	}
 	return ""
 }

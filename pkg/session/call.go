@@ -172,7 +172,7 @@ func (s *server) release() {
 // call runs one command in the shell and renders its result.
 func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal, enc *lineWriter) (*result.Object, bool, error) {
 	if !s.acquire(req.BusyTimeout) {
-		return nil, false, result.Errorf(CodeSessionBusy, "the session is running another command").
+		return nil, false, result.Errorf(result.CodeSessionBusy, "the session is running another command").
 			With("hint", "wait for it, or pass --busy-timeout to wait up to that long")
 	}
 	sh := s.currentShell()
@@ -194,7 +194,7 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() 
 	s.mu.Lock()
 	reason := s.rec.EndedReason
 	s.mu.Unlock()
-	return nil, false, result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
+	return nil, false, result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
 }
 
 // outcome is what became of the session during a call.

@@ -125,7 +125,7 @@ func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, 
 				c.Root = req.Root
 			} else if req.Root != c.Root {
 				if !inside(req.Root, c.Root) {
-					return result.Errorf(files.CodeOutsideRoot, "the request's root %s is not inside the configured root %s", req.Root, c.Root).
+					return result.Errorf(result.CodeOutsideRoot, "the request's root %s is not inside the configured root %s", req.Root, c.Root).
 						With("hint", "a request may narrow --root, never widen it")
 				}
 				c.Root = req.Root
@@ -263,7 +263,7 @@ func textInput(env *clikit.Env, file, what string) ([]byte, error) {
 	}
 	b, err := io.ReadAll(env.In)
 	if err != nil {
-		return nil, result.Errorf(files.CodeIOError, "cannot read stdin: %v", err)
+		return nil, result.Errorf(result.CodeIOError, "cannot read stdin: %v", err)
 	}
 	return b, nil
 }

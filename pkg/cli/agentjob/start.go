@@ -220,7 +220,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		// will be enforced; the supervisor prepares its own for the job.
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentjob executable for the sandbox helper: %v", err)
+			return nil, result.Errorf(result.CodeSandboxUnavailable, "cannot find the agentjob executable for the sandbox helper: %v", err)
 		}
 		prep, err := sandbox.Prepare(p, exe)
 		if err != nil {

@@ -283,7 +283,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
+			return nil, result.Errorf(result.CodeSandboxUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
 		}
 		if prep, err = sandbox.Prepare(policy, exe); err != nil {
 			return startErr(err)
@@ -310,7 +310,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
 	}
 	if s.req.Guard, err = guarded(); err != nil {
-		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
+		return startErr(result.Errorf(result.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {

@@ -15,10 +15,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
-// CodeSandboxLocked refuses a call that asks for less protection than the
-// operator's configured floor.
-const CodeSandboxLocked = "sandbox_locked"
-
 // SandboxOptions are the sandbox and limit flags shared by agentsh, session
 // start and agentjob start.
 type SandboxOptions struct {
@@ -163,7 +159,7 @@ func limitValue(name, s string) (int64, error) {
 }
 
 func locked(flag, floor, got string) error {
-	return result.Errorf(CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
+	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
 		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
 }
 

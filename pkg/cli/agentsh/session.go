@@ -45,7 +45,7 @@ func manager(env *clikit.Env, stateDir string) (*session.Manager, error) {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, result.Errorf(session.CodeStartFailed, "cannot find the agentsh executable: %v", err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot find the agentsh executable: %v", err)
 	}
 	return &session.Manager{Dir: d, Exe: exe}, nil
 }
@@ -136,7 +136,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 	path, err := exec.LookPath(shell)
 	if err != nil {
 		if o.Shell != "" {
-			return session.Spec{}, result.Errorf("command_not_found", "shell not found: %s", shell)
+			return session.Spec{}, result.Errorf(result.CodeCommandNotFound, "shell not found: %s", shell)
 		}
 		path = "/bin/sh"
 	}
@@ -311,7 +311,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	} else if o.StdinFile != "" {
 		b, err := os.ReadFile(o.StdinFile)
 		if err != nil {
-			return nil, result.Errorf("stdin_file_error", "cannot read stdin file %s: %v", o.StdinFile, err)
+			return nil, result.Errorf(result.CodeStdinFile, "cannot read stdin file %s: %v", o.StdinFile, err)
 		}
 		s := string(b)
 		req.Stdin = &s

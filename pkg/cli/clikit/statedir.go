@@ -25,7 +25,7 @@ func (e *Env) OpenStateDir(flagValue string) (*state.Dir, error) {
 	}
 	d, err := state.Open(dir)
 	if err != nil {
-		return nil, result.Errorf("state_dir_error", "cannot open the state directory %s: %v", dir, err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot open the state directory %s: %v", dir, err)
 	}
 	return d, nil
 }
