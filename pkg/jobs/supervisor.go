@@ -64,6 +64,9 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+	// ctl reaches the sandbox helper of the current run, which runs the
+	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
+	ctl *sandbox.Control
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
@@ -425,6 +428,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	afterStart := func() {}
 	if sv.sandbox != nil {
 		// A program that does not exist must still fail the start, not
 		// become a job whose helper exits 127.
@@ -434,6 +438,15 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 		exe, err := os.Executable()
 		if err != nil {
 			return runResult{}, err
+		}
+		ctl, started, err := sv.sandboxProbe(cmd)
+		if err != nil {
+			return runResult{}, err
+		}
+		sv.ctl, afterStart = ctl, started
+		defer started()
+		if ctl != nil {
+			defer ctl.Close()
 		}
 		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
 		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
@@ -463,6 +476,7 @@ func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink 
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
 	err = sv.startKnown(cmd)
+	afterStart()
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -609,10 +623,18 @@ wait:
 		}
 	}
 	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	code, sig := ws.ExitStatus(), ""
 	if ws.Signaled() {
-		res.signal = proctree.SignalName(ws.Signal())
+		sig = proctree.SignalName(ws.Signal())
+	}
+	if sv.sandbox != nil {
+		// The sandbox helper is PID 1 of the job's namespace and reports
+		// a signal death of the job through its status file.
+		code, sig = sv.sandbox.ExitStatus(code, sig)
+	}
+	if sig != "" {
+		res.signal = sig
 	} else {
-		code := ws.ExitStatus()
 		res.exitCode = &code
 	}
 	if res.status == "" {
@@ -762,7 +784,11 @@ func indexNL(b []byte) int {
 func (sv *supervisor) probe(ctx context.Context, ready func()) {
 	p := sv.spec.Ready
 	client := &http.Client{Timeout: time.Second}
+	ctl := sv.ctl
 	try := func() bool {
+		if ctl != nil {
+			return sv.probeInSandbox(ctx, ctl)
+		}
 		switch {
 		case p.HTTP != "":
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.HTTP, nil)

@@ -51,7 +51,7 @@ const DefaultEventBurst = 20
 func OperatorFlags() []string {
 	return []string{
 		"sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids",
-		"file-size", "nofile", "user", "sandbox-lock",
+		"file-size", "nofile", "user", "user-caches", "sandbox-lock",
 		"policy", "policy-default", "approved",
 		"root", "deny", "max-file-size",
 		"state-dir", "config",

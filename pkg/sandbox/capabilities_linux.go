@@ -29,6 +29,10 @@ type Capabilities struct {
 	CgroupV2            string
 	CgroupV2Controllers []string
 	Seccomp             bool // seccomp filters (SECCOMP_SET_MODE_FILTER)
+	PidNS               bool
+	IPCNS               bool
+	CgroupNS            bool
+	MountAPI            bool // open_tree, move_mount, mount_setattr (5.12)
 
 	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
 	// created below it.
@@ -47,6 +51,11 @@ func Probe() Capabilities {
 	c.MountNS = exists("/proc/self/ns/mnt")
 	c.UserNS = exists("/proc/self/ns/user") && userNSAllowed()
 	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+	c.PidNS = exists("/proc/self/ns/pid")
+	c.IPCNS = exists("/proc/self/ns/ipc")
+	c.CgroupNS = exists("/proc/self/ns/cgroup")
+	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
+	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
 
 	own := ownCgroups()
 	for _, m := range cgroupMounts() {
@@ -84,11 +93,14 @@ func Check() map[string]any {
 		pids = "rlimit_nproc"
 	}
 	nsOK := c.Root || c.UserNS
+	// Every sandboxed run needs these besides its own mechanism.
+	base := c.MountNS && c.PidNS && c.IPCNS && c.CgroupNS && c.MountAPI && nsOK && c.Seccomp && seccompArch
 	controllers := c.CgroupV2Controllers
 	if controllers == nil {
 		controllers = []string{}
 	}
 	return map[string]any{
+		"layers":                c.Layers(),
 		"root":                  c.Root,
 		"landlock_abi":          c.LandlockABI,
 		"user_namespaces":       c.UserNS,
@@ -100,10 +112,10 @@ func Check() map[string]any {
 		"cgroup_v2_controllers": controllers,
 		"seccomp":               c.Seccomp,
 		"enforceable": map[string]any{
-			ModeReadOnly:       c.LandlockABI >= minLandlockABI,
-			ModeWorkspaceWrite: c.LandlockABI >= minLandlockABI,
-			"net_none":         c.NetNS && nsOK,
-			"deny_read":        c.MountNS && nsOK,
+			ModeReadOnly:       base && c.LandlockABI >= minLandlockABI,
+			ModeWorkspaceWrite: base && c.LandlockABI >= minLandlockABI,
+			"net_none":         base && c.NetNS,
+			"deny_read":        base,
 			"memory":           memory,
 			"pids":             pids,
 			"cpu_time":         "rlimit_cpu",
@@ -111,7 +123,43 @@ func Check() map[string]any {
 			"nofile":           "rlimit_nofile",
 			"user":             c.Root,
 			"no_new_privs":     true,
+			"namespaces":       base,
 		},
+	}
+}
+
+// Layer is one mechanism of the sandbox, whether this machine enforces
+// it, and what it stops.
+type Layer struct {
+	Name     string `json:"name"`
+	Enforced bool   `json:"enforced"`
+	Detail   string `json:"detail,omitempty"`
+	Stops    string `json:"stops"`
+}
+
+// Layers lists the sandbox's mechanisms as this machine offers them, for
+// `agentsh sandbox check`. A sandboxed run needs every layer marked
+// required below; without one it is refused (sandbox_unavailable).
+func (c Capabilities) Layers() []Layer {
+	nsOK := c.Root || c.UserNS
+	ll := c.LandlockABI >= minLandlockABI
+	detail := abiText(c.LandlockABI)
+	return []Layer{
+		{"landlock", ll, detail, "writes, renames, links and truncation outside the writable roots; from ABI 6 also signals and abstract Unix sockets to processes outside (read-only, workspace-write)"},
+		{"read_only_root", c.MountNS && c.MountAPI && nsOK, "mount namespace + mount_setattr", "metadata changes outside the writable roots (chmod, chown, utimes, setxattr) also as root; writes to control files (state directory, config file, .git/hooks, .git/config) inside them"},
+		{"minimal_dev", c.MountNS && nsOK, "", "reading raw block devices (a --deny-read file read around the filesystem)"},
+		{"hidden_paths", c.MountNS && nsOK, "", "--deny-read paths, the secret key, session sockets and, under --net none, the host's pathname Unix sockets"},
+		{"pid_namespace", c.PidNS && nsOK, "fresh /proc", "signals, ptrace, prlimit and /proc/PID/root of processes outside; the tree outliving its runner (PID 1 takes it down)"},
+		{"ipc_namespace", c.IPCNS && nsOK, "", "host SysV shared memory, semaphores and message queues"},
+		{"cgroup_namespace", c.CgroupNS && nsOK, "cgroupfs read-only", "leaving the run's cgroup (and its limits)"},
+		{"net_namespace", c.NetNS && nsOK, "", "every network but loopback (--net none)"},
+		{"seccomp", c.Seccomp && seccompArch, strings.Join(SeccompRules(), ", "), "io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf, userfaultfd, open_by_handle_at, set-id bits"},
+		{"capabilities", c.Root, "bounding set reduced", "root crossing namespace and mount boundaries; CHOWN, FOWNER and FSETID dropped in the filesystem modes"},
+		{"no_new_privs", true, "", "setuid and file-capability programs gaining privilege"},
+		{"close_on_exec", true, "", "descriptors the caller left open reaching the command"},
+		{"cgroup_v1_memory", c.CgroupV1Memory != "", "", "--memory by an OOM kill (else RLIMIT_AS)"},
+		{"cgroup_v1_pids", c.CgroupV1Pids != "", "", "--pids for the whole tree (RLIMIT_NPROC does not apply to root)"},
+		{"rlimits", true, "", "--cpu-time, --file-size, --nofile"},
 	}
 }
 
@@ -250,13 +298,23 @@ func writableParent(point, own string) (string, bool) {
 // container runtimes allow by default), and none that crosses a namespace
 // or mount boundary (SYS_ADMIN for setns and umount, DAC_READ_SEARCH for
 // open_by_handle_at, SYS_PTRACE, SYS_MODULE, NET_ADMIN, …).
-func keptCaps() []int {
-	return []int{
-		unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
-		unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE,
+//
+// In the filesystem modes (dropFile) CHOWN, FOWNER and FSETID go too: with
+// them root changes the owner, mode, times and extended attributes of
+// files it does not own, which Landlock does not mediate. Writes stay
+// possible where the mounts and Landlock allow them (DAC_OVERRIDE).
+func keptCaps(dropFile bool) []int {
+	caps := []int{unix.CAP_DAC_OVERRIDE, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE}
+	if !dropFile {
+		caps = append(caps, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID)
 	}
+	return caps
 }
 
-func keptCapNames() []string {
-	return []string{"chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service"}
+func keptCapNames(dropFile bool) []string {
+	names := []string{"dac_override", "kill", "setgid", "setuid", "net_bind_service"}
+	if !dropFile {
+		names = append(names, "chown", "fowner", "fsetid")
+	}
+	return names
 }

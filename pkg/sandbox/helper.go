@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,6 +28,17 @@ func HelperMain(args []string) int {
 	// set on this thread only and survive the execve this same thread
 	// makes; the other threads vanish with the exec. Never unlocked.
 	runtime.LockOSThread()
+	// On Linux the helper is PID 1 of the sandbox's PID namespace and the
+	// parent of the target. Signals its caller sends to the process group
+	// reach the target directly; the helper itself must neither die of
+	// them (the kernel would kill the whole namespace at once, with no
+	// grace) nor ignore them with SIG_IGN, which the target would inherit.
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs)
+	go func() {
+		for range sigs {
+		}
+	}()
 
 	if len(args) < 3 || args[1] != "--" {
 		return lastResort("usage: " + HelperCommand + " SPEC -- PROGRAM [ARG...]")
@@ -42,6 +54,9 @@ func HelperMain(args []string) int {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
 	h := &helper{sp: sp, status: status}
+	if sp.V != specVersion {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, specVersion)
+	}
 	return h.run(args[2:])
 }
 

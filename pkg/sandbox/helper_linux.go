@@ -1,11 +1,14 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"unsafe"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -17,24 +20,45 @@ import (
 func (h *helper) run(argv []string) int {
 	sp := h.sp
 	for _, dir := range sp.Cgroups {
-		// The whole process moves; everything it starts stays inside.
-		pid := strconv.Itoa(os.Getpid())
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(pid), 0); err != nil {
+		// "0" is this process; everything it starts stays inside.
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
+	}
+	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
+	// shows no path above it. (Leaving it is stopped by the read-only
+	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
+	// only, which is the one that starts the target.
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot create a cgroup namespace: %v", err)
 	}
 	if sp.NetNone {
 		if err := loopbackUp(); err != nil {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
-	if len(sp.DenyDirs)+len(sp.DenyFiles) > 0 {
-		if err := hidePaths(sp.DenyDirs, sp.DenyFiles); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+	cwd, cwdErr := os.Getwd()
+	reopen := func() error {
+		f, err := openDetached(sp.Status)
+		if err != nil {
+			return fmt.Errorf("cannot reopen the status file: %v", err)
+		}
+		h.status.Close()
+		h.status = f
+		return nil
+	}
+	if err := setupMounts(sp, reopen); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+	}
+	// The cwd still points into the mounts it was on before; entering it
+	// again by name lands on the writable bind (or the cover) on top.
+	if cwdErr == nil {
+		if err := os.Chdir(cwd); err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
 		}
 	}
 	if sp.DropCaps {
-		if err := dropBoundingSet(); err != nil {
+		if err := dropBoundingSet(sp.DropFileCaps); err != nil {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
@@ -51,7 +75,7 @@ func (h *helper) run(argv []string) int {
 		}
 	}
 	if sp.DropCaps {
-		if err := limitCaps(); err != nil {
+		if err := limitCaps(sp.DropFileCaps); err != nil {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
@@ -65,7 +89,117 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}
-	return h.exec(argv)
+	if err := loadFilter(); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
+	}
+	path, code, err := lookPath(argv[0])
+	if err != nil {
+		exit := exitNotExecutable
+		if code == result.CodeCommandNotFound {
+			exit = exitNotFound
+		}
+		return h.fail(exit, code, "%v", err)
+	}
+	// Only stdin, stdout, stderr and what the runner passes on purpose
+	// reach the target: a descriptor the caller of agentplane left open
+	// (a secret file, a socket) is closed at exec.
+	// The control socket (fd 3 when there is one) is the helper's own.
+	first := 3
+	if sp.Control {
+		first = controlFD + 1
+	}
+	files := []uintptr{0, 1, 2}
+	for i := 0; i < sp.KeepFDs; i++ {
+		files = append(files, uintptr(first+i))
+	}
+	if sp.Control {
+		unix.CloseOnExec(controlFD)
+	}
+	if err := closeOnExecFrom(first + sp.KeepFDs); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot close inherited descriptors: %v", err)
+	}
+	// Last, so that the helper's own Go runtime is held to the command's
+	// limits as briefly as possible (rlimits are per process; the helper
+	// only waits from here on).
+	for _, r := range sp.Rlimits {
+		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
+		}
+	}
+	// The target is a child of this thread, so it inherits the thread's
+	// credentials, Landlock domain and seccomp filter; it dies with the
+	// helper (and, the helper being PID 1, so does every process of the
+	// namespace).
+	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: files,
+		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		return h.fail(exitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
+	}
+	if err != nil {
+		return h.fail(exitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+	}
+	if sp.Control {
+		return h.serve(pid, os.NewFile(controlFD, "sandbox-control"))
+	}
+	return h.reap(pid)
+}
+
+// reap waits for the target, reaping every orphan of the namespace on the
+// way (they are reparented to PID 1), and returns the target's exit
+// status. A signal death is recorded in the status file: PID 1 cannot die
+// of a signal itself.
+func (h *helper) reap(target int) int {
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "wait for the command: %v", err)
+		}
+		if pid != target || ws.Stopped() || ws.Continued() {
+			continue
+		}
+		return h.exitOf(ws)
+	}
+}
+
+// exitOf is the helper's exit status for the target's wait status.
+func (h *helper) exitOf(ws syscall.WaitStatus) int {
+	if ws.Exited() {
+		return ws.ExitStatus()
+	}
+	sig := ws.Signal()
+	data, _ := json.Marshal(helperError{Signal: int(sig)})
+	_, _ = h.status.Write(data)
+	if os.Getpid() != 1 {
+		signal.Reset(sig)
+		_ = unix.Kill(os.Getpid(), sig)
+	}
+	return 128 + int(sig)
+}
+
+// closeOnExecFrom marks every descriptor from first on close-on-exec.
+func closeOnExecFrom(first int) error {
+	err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil || !(errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL)) {
+		return err
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
+	return nil
 }
 
 // loopbackUp sets IFF_UP on lo, which a new network namespace starts
@@ -87,33 +221,9 @@ func loopbackUp() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// hidePaths covers denied directories with an empty read-only tmpfs and
-// denied files with /dev/null, in the mount namespace the helper was
-// started in. Landlock cannot carve a hole in an allowed tree; mounts can.
-// The command cannot lift them: Landlock forbids mount changes, and root
-// loses CAP_SYS_ADMIN with the bounding set.
-func hidePaths(dirs, files []string) error {
-	// Private first, so that nothing mounted here shows up outside.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("cannot make the mount namespace private: %v", err)
-	}
-	for _, d := range dirs {
-		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
-		if err := unix.Mount("agentplane-deny", d, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555"); err != nil {
-			return fmt.Errorf("cannot hide %s: %v", d, err)
-		}
-	}
-	for _, f := range files {
-		if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("cannot hide %s: %v", f, err)
-		}
-	}
-	return nil
-}
-
 // dropBoundingSet removes every capability but keptCaps from the bounding
 // set, which limits what any later execve can grant, root included.
-func dropBoundingSet() error {
+func dropBoundingSet(dropFile bool) error {
 	last := 63
 	if v, err := readTrim("/proc/sys/kernel/cap_last_cap"); err == nil {
 		if n, err := strconv.Atoi(v); err == nil {
@@ -121,7 +231,7 @@ func dropBoundingSet() error {
 		}
 	}
 	keep := map[int]bool{}
-	for _, c := range keptCaps() {
+	for _, c := range keptCaps(dropFile) {
 		keep[c] = true
 	}
 	for c := 0; c <= last; c++ {
@@ -138,9 +248,9 @@ func dropBoundingSet() error {
 // limitCaps reduces this thread's permitted and effective sets to keptCaps
 // and empties the inheritable set, which execve would otherwise add to a
 // root program's permitted set.
-func limitCaps() error {
+func limitCaps(dropFile bool) error {
 	var mask [2]uint32
-	for _, c := range keptCaps() {
+	for _, c := range keptCaps(dropFile) {
 		mask[c/32] |= 1 << (c % 32)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -215,6 +325,8 @@ func restrictFS(abi int, writable, writeFiles []string) error {
 	rules := []landlock.Rule{
 		landlock.RODirs("/"),
 		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").IgnoreIfMissing(),
+		// The private /dev's POSIX shared memory and terminals.
+		landlock.RWDirs("/dev/shm", "/dev/pts").IgnoreIfMissing(),
 	}
 	if len(writable) > 0 {
 		// Refer lets tools move files between directories of the

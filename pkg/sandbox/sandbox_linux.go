@@ -2,11 +2,15 @@ package sandbox
 
 import (
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,8 +82,17 @@ func (b *builder) check() error {
 	if p.Net == NetNone && !(c.NetNS && nsOK) {
 		return unavailable("--net none needs network namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
-	if len(p.DenyRead) > 0 && !(c.MountNS && nsOK) {
-		return unavailable("--deny-read needs mount namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	// Every sandboxed run gets its own mount, PID, IPC and cgroup
+	// namespaces and a seccomp filter; a machine without them runs nothing
+	// sandboxed rather than something half confined.
+	if !(c.MountNS && c.PidNS && c.IPCNS && c.CgroupNS && nsOK) {
+		return unavailable("the sandbox needs mount, PID, IPC and cgroup namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	}
+	if !c.MountAPI {
+		return unavailable("the sandbox needs the mount API of Linux 5.12 (open_tree, move_mount, mount_setattr)")
+	}
+	if !c.Seccomp || !seccompArch {
+		return unavailable("the sandbox needs seccomp filters on this architecture")
 	}
 	if p.Pids > 0 && c.CgroupV1Pids == "" && c.Root {
 		return unavailable("--pids needs a writable cgroup v1 pids controller when running as root (RLIMIT_NPROC does not apply to root)")
@@ -115,7 +128,8 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	base, err := os.MkdirTemp(parent, "agentplane-sandbox-")
+	sweepStale(parent)
+	base, err := os.MkdirTemp(parent, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
@@ -125,21 +139,30 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Chmod(base, 0o711); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", base, unwrap(err))
 	}
+	if err := writeOwner(base); err != nil {
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot record the sandbox's owner: %v", unwrap(err))
+	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
 	// The helper creates the status file at its start, while it may still
-	// write here, and writes to it only if it fails.
+	// write here, and writes to it only if it fails or the target dies of
+	// a signal. The command sees /dev/null in its place.
 	status := filepath.Join(base, "status")
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
+	if err := os.WriteFile(status, nil, 0o600); err != nil {
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's status file: %v", unwrap(err))
+	}
+	b.sp.DenyFiles = append(b.sp.DenyFiles, status, filepath.Join(base, ownerFile))
 
 	if p.User != "" {
 		if err := b.user(tmp); err != nil {
 			return nil, err
 		}
 	}
+	var env []string
 	if p.Mode != ModeNone {
 		b.sp.LandlockABI = min(b.caps.LandlockABI, maxLandlockABI)
 		writable := []string{}
@@ -150,13 +173,26 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["allow_write"] = p.AllowWrite
 		}
 		writable = append(writable, tmp)
+		cacheRoots, cacheEnv, err := b.caches()
+		if err != nil {
+			return nil, err
+		}
+		writable = append(writable, cacheRoots...)
+		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
 		b.sp.WriteFiles = p.WriteFiles
+		b.sp.ReadOnlyRoot = true
+		b.sp.DropFileCaps = b.caps.Root
 		b.report["filesystem"] = "landlock"
+		b.report["root"] = "read_only"
 		b.report["landlock_abi"] = b.sp.LandlockABI
 		b.report["writable"] = writable
 	} else {
 		b.report["filesystem"] = "host"
+	}
+	b.sp.MinimalDev = p.Mode != ModeNone || len(p.DenyRead) > 0
+	if b.sp.MinimalDev {
+		b.report["dev"] = "minimal"
 	}
 
 	if len(p.DenyRead) > 0 {
@@ -181,19 +217,22 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["deny_read_missing"] = missing
 		}
 	}
+	b.control()
 
-	attr := &syscall.SysProcAttr{}
-	if p.Net == NetNone {
-		attr.Cloneflags |= syscall.CLONE_NEWNET
-		b.sp.NetNone = true
-		b.report["network"] = "namespace"
-	} else {
-		b.report["network"] = NetHost
+	attr := &syscall.SysProcAttr{
+		// A new mount, PID and IPC namespace for every sandboxed run: the
+		// command sees only its own processes (no signals, prlimit or
+		// /proc/PID/root outside) and no host SysV IPC.
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC,
+		// The helper is PID 1 of the namespace: when it dies, the kernel
+		// kills everything inside, so the tree cannot outlive its runner.
+		Pdeathsig: syscall.SIGKILL,
 	}
-	if len(b.sp.DenyDirs)+len(b.sp.DenyFiles) > 0 {
-		attr.Cloneflags |= syscall.CLONE_NEWNS
+	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
+	if b.network(attr) {
+		namespaces = append(namespaces, "net")
 	}
-	if attr.Cloneflags != 0 && !b.caps.Root {
+	if !b.caps.Root {
 		// An unprivileged caller gets the namespaces through a user
 		// namespace that maps only its own ids, so files keep their
 		// owners and nothing gains privilege outside.
@@ -209,24 +248,26 @@ func (b *builder) build() (*Prepared, error) {
 		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 		b.sp.ClearAmbient = true
 		b.report["user_namespace"] = true
+		namespaces = append(namespaces, "user")
 	}
+	b.report["namespaces"] = namespaces
+	b.report["proc"] = "private"
+	b.report["seccomp"] = SeccompRules()
 
 	if err := b.limits(); err != nil {
 		return nil, err
 	}
-	b.sp.DropCaps = b.isolating() && b.caps.Root
+	b.sp.DropCaps = b.caps.Root
 	if b.sp.DropCaps {
-		b.report["capabilities"] = keptCapNames()
+		b.report["capabilities"] = keptCapNames(b.sp.DropFileCaps)
 	}
 
-	argv, err := helperArgv(b.self, b.sp)
-	if err != nil {
-		return nil, err
-	}
 	statusPath := status
 	memCg, pidCg := b.memCgroup, b.pidCgroup
 	policy := p
 	cgroups := b.cgroups
+	sp := b.sp
+	self := b.self
 
 	var once sync.Once
 	cleanup := func() {
@@ -237,9 +278,9 @@ func (b *builder) build() (*Prepared, error) {
 			_ = os.RemoveAll(base)
 		})
 	}
-	return &Prepared{
-		Argv:        argv,
-		Env:         []string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp},
+	prep := &Prepared{
+		Path:        self,
+		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
 		Report:      b.report,
 		TempDir:     tmp,
@@ -248,7 +289,131 @@ func (b *builder) build() (*Prepared, error) {
 			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
-	}, nil
+		exitStatus: func(exitCode int, signal string) (int, string) {
+			return exitStatus(statusPath, exitCode, signal)
+		},
+		limitsHit: func() []string { return limitsHit(memCg, pidCg) },
+	}
+	prep.Argv = func(argv []string) []string {
+		s := sp
+		s.V, s.KeepFDs, s.Control = specVersion, prep.KeepFDs, prep.Control
+		enc, _ := json.Marshal(s)
+		out := make([]string, 0, len(argv)+4)
+		out = append(out, self, HelperCommand, base64.RawURLEncoding.EncodeToString(enc), "--")
+		return append(out, argv...)
+	}
+	return prep, nil
+}
+
+// network sets up the network policy: under --net none a network
+// namespace of its own (only lo, brought up by the helper) and the host's
+// pathname Unix sockets covered, since neither the namespace nor Landlock
+// (before ABI 9) stops a connect() to one. It reports whether the run gets
+// a network namespace.
+func (b *builder) network(attr *syscall.SysProcAttr) bool {
+	if b.p.Net != NetNone {
+		b.report["network"] = NetHost
+		return false
+	}
+	attr.Cloneflags |= syscall.CLONE_NEWNET
+	b.sp.NetNone = true
+	b.report["network"] = "namespace"
+	if socks := hostUnixSockets(); len(socks) > 0 {
+		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
+		b.report["hidden_unix_sockets"] = len(socks)
+	}
+	return true
+}
+
+// control adds agentplane's control files to the spec: read-only those
+// the caller named and the git metadata that would run code outside the
+// sandbox later (a workspace's .git/hooks and .git/config, the user's own
+// git config), hidden the secrets.
+func (b *builder) control() {
+	var protect []string
+	for _, w := range b.sp.Writable {
+		protect = append(protect, gitControl(w)...)
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		for _, f := range []string{".gitconfig", ".config/git"} {
+			path := filepath.Join(home, f)
+			if under(path, b.sp.Writable) {
+				protect = append(protect, path)
+			}
+		}
+	}
+	protect = append(protect, b.p.Protect...)
+	var ro []string
+	for _, path := range protect {
+		real, err := realPath(path)
+		if err != nil {
+			continue
+		}
+		if _, err := os.Stat(real); errors.Is(err, fs.ErrNotExist) && under(real, b.sp.Writable) {
+			// The command could create it (a config file, a state
+			// directory with a forged key); an empty directory in its
+			// place is protected instead.
+			_ = os.MkdirAll(real, 0o700)
+		}
+		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
+			ro = append(ro, real)
+		}
+	}
+	b.sp.ReadOnly = ro
+	if len(ro) > 0 {
+		b.report["protected"] = ro
+	}
+	var hidden []string
+	for _, path := range b.p.Hide {
+		real, err := realPath(path)
+		if err != nil {
+			continue
+		}
+		st, err := os.Stat(real)
+		switch {
+		case err != nil:
+			continue
+		case st.IsDir():
+			b.sp.DenyDirs = append(b.sp.DenyDirs, real)
+		default:
+			b.sp.DenyFiles = append(b.sp.DenyFiles, real)
+		}
+		hidden = append(hidden, real)
+	}
+	if len(hidden) > 0 {
+		b.report["hidden"] = hidden
+	}
+}
+
+// gitControl returns the parts of a repository at root that make git run
+// code or change where it looks: hooks, config, and a .git file (a
+// worktree's or submodule's pointer to its git directory). A missing hooks
+// directory is created (empty, as git init would) so that it can be
+// protected; otherwise a command could create it and plant a hook.
+func gitControl(root string) []string {
+	dotgit := filepath.Join(root, ".git")
+	st, err := os.Lstat(dotgit)
+	switch {
+	case err != nil:
+		return nil
+	case !st.IsDir():
+		return []string{dotgit}
+	}
+	hooks := filepath.Join(dotgit, "hooks")
+	if _, err := os.Lstat(hooks); errors.Is(err, fs.ErrNotExist) {
+		_ = os.Mkdir(hooks, 0o755)
+	}
+	return []string{hooks, filepath.Join(dotgit, "config")}
+}
+
+// under reports whether path is one of roots or inside one.
+func under(path string, roots []string) bool {
+	for _, r := range roots {
+		if path == r || strings.HasPrefix(path, r+string(filepath.Separator)) || r == "/" {
+			return true
+		}
+	}
+	return false
 }
 
 // user resolves --user to ids and hands the private temp dir to that user.
@@ -343,9 +508,10 @@ func (b *builder) limits() error {
 // that hierarchy, so that limits set on the caller keep covering the
 // command.
 func (b *builder) newCgroup(mount, parent string) (string, error) {
-	var rnd [8]byte
+	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	dir := filepath.Join(mount, parent, "agentplane-"+hex.EncodeToString(rnd[:]))
+	sweepCgroups(filepath.Join(mount, parent))
+	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))
 	}
@@ -393,7 +559,7 @@ func removeCgroup(dir string) {
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
 func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string) string {
-	if e, _ := readHelperError(status); e != nil {
+	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
 	sig := signalOf(exitCode, signal)
@@ -444,4 +610,115 @@ func counter(path, key string) int64 {
 		return n
 	}
 	return -1
+}
+
+// caches returns the writable roots and environment for toolchain caches
+// in a filesystem mode. By default every cache goes to a private directory
+// of the environment (one per uid), so that a build works without making
+// the user's own caches writable (a poisoned build cache or module cache
+// would run code in the user's next unsandboxed build). UserCaches makes
+// the user's cache directories writable instead, as they are.
+func (b *builder) caches() ([]string, []string, error) {
+	p := b.p
+	home, _ := os.UserHomeDir()
+	if p.UserCaches {
+		var roots []string
+		for _, d := range userCacheDirs(home) {
+			if real, err := realPath(d); err == nil {
+				if st, err := os.Stat(real); err == nil && st.IsDir() {
+					roots = append(roots, real)
+				}
+			}
+		}
+		b.report["caches"] = map[string]any{"kind": "user", "writable": roots}
+		return roots, nil, nil
+	}
+	if p.CacheDir == "" {
+		return nil, nil, nil
+	}
+	dir := filepath.Join(p.CacheDir, "uid-"+strconv.Itoa(os.Getuid()))
+	kind := "private"
+	if b.sp.UID >= 0 {
+		// The environment's directory is the caller's (0700); another
+		// user's tools get a cache for this run only, in its temp dir.
+		dir, kind = filepath.Join(b.base, "tmp", ".cache"), "run"
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "cannot create the toolchain cache %s: %v", dir, unwrap(err))
+	}
+	if b.sp.UID >= 0 {
+		if err := os.Chown(dir, b.sp.UID, b.sp.GID); err != nil {
+			return nil, nil, result.Errorf(result.CodeSandboxFailed, "chown %s: %v", dir, unwrap(err))
+		}
+	}
+	real, err := realPath(dir)
+	if err != nil {
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "toolchain cache %s: %v", dir, err)
+	}
+	env := []string{
+		"XDG_CACHE_HOME=" + filepath.Join(real, "xdg"),
+		"GOCACHE=" + filepath.Join(real, "go-build"),
+		"GOMODCACHE=" + filepath.Join(real, "go-mod"),
+		// Module files are read-only by default, which would keep the
+		// operator from removing the cache.
+		"GOFLAGS=" + strings.TrimSpace(os.Getenv("GOFLAGS")+" -modcacherw"),
+		"npm_config_cache=" + filepath.Join(real, "npm"),
+		"PIP_CACHE_DIR=" + filepath.Join(real, "pip"),
+		"CARGO_HOME=" + filepath.Join(real, "cargo"),
+	}
+	// Modules the user already downloaded are served read-only from the
+	// user's own module cache before the network is asked, so builds work
+	// offline (--net none) with the private cache.
+	if dl := filepath.Join(userModCache(home), "cache", "download"); dl != "" {
+		if st, err := os.Stat(dl); err == nil && st.IsDir() {
+			proxy := os.Getenv("GOPROXY")
+			if proxy == "" {
+				proxy = "https://proxy.golang.org,direct"
+			}
+			if proxy != "off" {
+				env = append(env, "GOPROXY=file://"+dl+","+proxy)
+			}
+		}
+	}
+	b.report["caches"] = map[string]any{"kind": kind, "dir": real}
+	if kind == "run" {
+		return nil, env, nil
+	}
+	return []string{real}, env, nil
+}
+
+func userModCache(home string) string {
+	if v := os.Getenv("GOMODCACHE"); v != "" {
+		return v
+	}
+	if v := os.Getenv("GOPATH"); v != "" {
+		return filepath.Join(filepath.SplitList(v)[0], "pkg", "mod")
+	}
+	return filepath.Join(home, "go", "pkg", "mod")
+}
+
+// userCacheDirs are the caches UserCaches makes writable.
+func userCacheDirs(home string) []string {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		cache = filepath.Join(home, ".cache")
+	}
+	dirs := []string{cache, userModCache(home), filepath.Join(home, ".npm"), filepath.Join(home, ".cargo", "registry"), filepath.Join(home, ".cargo", "git")}
+	if v := os.Getenv("GOCACHE"); v != "" {
+		dirs = append(dirs, v)
+	}
+	return dirs
+}
+
+// limitsHit reads the cgroup counters, which say whether the kernel
+// refused a fork or killed for memory whatever the exit status.
+func limitsHit(memCg, pidCg string) []string {
+	var hit []string
+	if memCg != "" && counter(filepath.Join(memCg, "memory.oom_control"), "oom_kill") > 0 {
+		hit = append(hit, result.CodeMemoryLimit)
+	}
+	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
+		hit = append(hit, result.CodePidsLimit)
+	}
+	return hit
 }

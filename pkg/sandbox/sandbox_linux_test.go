@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 			os.Exit(HelperMain(os.Args[2:]))
 		case netProbeCommand:
 			os.Exit(netProbe())
+		case attackCommand:
+			os.Exit(attack(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -108,7 +110,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 		Argv:        prep.Argv(argv),
 		Dir:         dir,
 		Env:         env,
-		Timeout:     60 * time.Second,
+		Timeout:     5 * time.Minute, // a cold toolchain cache on a loaded machine
 		KillAfter:   time.Second,
 		Drain:       200 * time.Millisecond,
 		MaxOutput:   64 << 10,
@@ -120,6 +122,7 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 	if err := prep.Failure(); err != nil {
 		t.Fatalf("sandbox helper failed: %v (stderr %q)", err, text(res.Stderr))
 	}
+	res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	return res, prep
 }
 
@@ -514,7 +517,9 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 
 func TestPrepareRefuses(t *testing.T) {
 	_, ws, _ := dirs(t)
-	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: ""}
+	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: "",
+		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+	without := func(f func(*Capabilities)) Capabilities { c := full; f(&c); return c }
 	cases := []struct {
 		name string
 		p    Policy
@@ -527,6 +532,10 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no userns unprivileged", Policy{Net: NetNone}, Capabilities{NetNS: true, LandlockABI: 7}, result.CodeSandboxUnavailable},
 		{"deny-read no mountns", Policy{DenyRead: []string{ws}}, Capabilities{Root: true}, result.CodeSandboxUnavailable},
 		{"pids as root without cgroup", Policy{Pids: 10}, full, result.CodeSandboxUnavailable},
+		{"no pid namespace", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.PidNS = false }), result.CodeSandboxUnavailable},
+		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), result.CodeSandboxUnavailable},
+		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), result.CodeSandboxUnavailable},
+		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), result.CodeSandboxUnavailable},
 		{"user without root", Policy{User: "nobody"}, Capabilities{}, result.CodeSandboxUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},

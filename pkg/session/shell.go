@@ -130,8 +130,8 @@ func (s *server) startShell(cwd string) error {
 	cmd.Env = s.spec.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if s.sandbox != nil {
-		// The shell starts inside the sandbox helper (this executable),
-		// so every command of the session inherits the confinement.
+		// The shell starts inside the sandbox helper (its own program
+		// or this executable), so every command of the session inherits the confinement.
 		exe, _ := os.Executable()
 		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
 		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr

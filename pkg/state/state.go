@@ -25,8 +25,11 @@ import (
 // keySize is the length in bytes of the environment's secret key.
 const keySize = 32
 
-// keyFile is the name of the secret key file inside the state directory.
-const keyFile = "secret.key"
+// KeyFile is the name of the secret key file inside the state directory
+// (the sandbox hides it from commands).
+const KeyFile = "secret.key"
+
+const keyFile = KeyFile
 
 // Dir is an opened state directory.
 type Dir struct {

@@ -210,7 +210,8 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	}
 	spec.PolicyApproved = o.Guard.Approved
 	var report map[string]any
-	if p := o.Sandbox.Policy(spec.Cwd); !p.Empty() {
+	o.Sandbox.StateDir = o.StateDir
+	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {
 		if o.cmd != nil {
 			if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
 				return nil, err

@@ -15,7 +15,9 @@ var commandDocs = map[string]clikit.Doc{
 		Result: `success: true
 session: the handle (ses_…), to pass as --session
 name, status, pid, cwd, shell: the session's name, running, its shell's pid, cwd and program
-started_at, last_used_at, calls, idle_timeout_ms: bookkeeping`,
+started_at, last_used_at, calls, idle_timeout_ms: bookkeeping
+sandbox: what the session's sandbox enforces (mode none without one)
+background: the processes calls left running (empty at start)`,
 	},
 	"session list": {
 		Example: `  agentsh session list -q 'sessions.#(status=="running")#.session'`,
@@ -25,7 +27,20 @@ started_at, last_used_at, calls, idle_timeout_ms: bookkeeping`,
 		Example: `  agentsh session status "$h" -q status`,
 		Result: `session, name, status: running or ended
 ended_reason: exit, idle_timeout, stopped, server_died or host_restarted, once ended
-pid, cwd, shell, started_at, last_used_at, ended_at, calls, resets: the shell and its use`,
+pid, cwd, shell, started_at, last_used_at, ended_at, calls, resets: the shell and its use
+sandbox: what the session's sandbox enforces
+background: processes calls left running (cmd &): pid, command, status running or exited,
+  exit_code and signal where the server reaped them`,
+	},
+	"session logs": {
+		Example: `  agentsh --session "$h" -c 'npm run dev > /dev/null 2>&1 & python3 -m http.server 8000 &'
+  agentsh session logs "$h" --since-last -q data
+  agentsh session logs "$h" --tail 20`,
+		Result: `session, status: the session and whether it runs
+data: what background processes wrote after their call returned (cleaned unless --raw)
+offset, next_offset: absolute byte offsets of data in the session's log
+dropped_bytes: with --since-last, what was dropped from the bounded log before it was read
+background: the processes calls left running, as in session status`,
 	},
 	"session stop": {
 		Example: `  agentsh session stop "$h"`,

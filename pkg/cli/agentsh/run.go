@@ -260,7 +260,8 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := run.CheckDir(s.cwd); err != nil {
 		return startErr(err)
 	}
-	policy := o.Sandbox.Policy(s.cwd)
+	o.Sandbox.StateDir = stateDir
+	policy := o.Sandbox.Policy(env, s.cwd)
 	var prep *sandbox.Prepared
 	// A command string too long for one argument reaches the shell
 	// through a file, in the sandbox's temp dir when there is one.
@@ -279,6 +280,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if !policy.Empty() {
 		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+			return nil, err
+		}
+		if err := refuseFileKeys(cmd, env); err != nil {
 			return nil, err
 		}
 		exe, err := os.Executable()
@@ -325,6 +329,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if err == nil && prep != nil {
 		err = prep.Failure()
+		res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	}
 	if err != nil {
 		return startErr(err)
@@ -356,6 +361,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
+		if hit := prep.LimitsHit(); len(hit) > 0 {
+			// Reported even when the command exited 0: a fork or an
+			// allocation inside it failed.
+			prep.Report["limits_hit"] = hit
+		}
 		if res.Status == run.StatusCompleted && res.ExitCode != 0 {
 			if code := prep.Classify(res.ExitCode, res.Signal); code != "" {
 				obj.Set("success", false)
@@ -367,6 +377,23 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		obj.Set("description", env.Description)
 	}
 	return &clikit.Outcome{Value: obj, Exit: ExitStatus(res)}, nil
+}
+
+// fileKeys are the request keys that name a file agentsh itself opens,
+// outside the sandbox: under a sandbox or --deny-read a request could read
+// a hidden file through stdin_file or write anywhere through save_output.
+// The same flags on the command line are the person's own.
+var fileKeys = []string{"stdin-file", "save-output"}
+
+func refuseFileKeys(cmd *cobra.Command, env *clikit.Env) error {
+	for _, f := range fileKeys {
+		if env.FromRequest(f) {
+			key := clikit.ConfigKey(f)
+			return result.Errorf(result.CodeInvalidRequest, "request key %q names a file agentsh would open outside the sandbox; give the content inline", key).
+				With("key", key).With("hint", "use \"stdin\" for input; the result carries the output")
+		}
+	}
+	return nil
 }
 
 // selfExe is this program's executable, for the hidden helpers it starts

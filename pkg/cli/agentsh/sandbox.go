@@ -13,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // SandboxOptions are the sandbox and limit flags shared by agentsh, session
@@ -29,6 +30,12 @@ type SandboxOptions struct {
 	FileSize   int64
 	Nofile     int
 	User       string
+	// UserCaches (operator setting, never a request key) lets toolchains
+	// write the user's own caches instead of the environment's private one.
+	UserCaches bool
+	// StateDir is the --state-dir value (or ""), set by the command before
+	// Policy: the environment's files are protected from the command.
+	StateDir string
 }
 
 // AddSandboxFlags adds the sandbox flags to fs; every one may have an
@@ -46,20 +53,23 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.Var(clikit.SizeValue{N: &o.FileSize}, "file-size", "largest file the command may write, in `BYTES`")
 	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
 	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
-	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user")
+	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
+	_ = fs.SetAnnotation("user-caches", clikit.AnnotNoRequest, []string{"true"})
+	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
 // relative to where agentsh was invoked, like --cwd; the command's cwd is
 // the default workspace.
-func (o *SandboxOptions) Policy(cmdCwd string) sandbox.Policy {
+func (o *SandboxOptions) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	here, err := os.Getwd()
 	if err != nil {
 		here = cmdCwd
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
 		DenyRead: absAll(here, o.DenyRead), Net: o.Net, Memory: o.Memory, CPUTime: o.CPUTime,
-		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User}
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
+	o.control(env, &p)
 	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
 		p.Workspace = cmdCwd
 	}
@@ -67,6 +77,49 @@ func (o *SandboxOptions) Policy(cmdCwd string) sandbox.Policy {
 		p.Workspace = filepath.Join(here, p.Workspace)
 	}
 	return p
+}
+
+// control names agentplane's own files for the sandbox to protect: the
+// environment's state directory (job specs, the audit log) and the config
+// file stay read-only to the command, the secret key and the session
+// sockets are hidden, and toolchain caches go to the environment's private
+// cache directory. A default config file that does not exist yet is
+// protected through its directory, so that a command cannot create one.
+func (o *SandboxOptions) control(env *clikit.Env, p *sandbox.Policy) {
+	dir := o.StateDir
+	if dir == "" {
+		dir = state.DefaultDir(env.Getenv, env.Getenv("HOME"))
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+		p.Protect = append(p.Protect, dir)
+		// The session directories themselves stay visible (a sandboxed
+		// session's shell reads its call files there); their sockets and
+		// tokens are hidden, and the session servers authenticate callers
+		// besides.
+		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
+		p.Hide = append(p.Hide, sessionSecrets(dir)...)
+		p.CacheDir = filepath.Join(dir, "cache")
+	}
+	if cfg, explicit := env.ConfigPath(); cfg != "" {
+		if !explicit {
+			cfg = filepath.Dir(cfg)
+		}
+		if abs, err := filepath.Abs(cfg); err == nil {
+			p.Protect = append(p.Protect, abs)
+		}
+	}
+}
+
+// sessionSecrets lists the sockets and tokens of the environment's
+// sessions as they are now.
+func sessionSecrets(stateDir string) []string {
+	var out []string
+	for _, pat := range []string{"sock", "token"} {
+		m, _ := filepath.Glob(filepath.Join(stateDir, "sessions", "*", pat))
+		out = append(out, m...)
+	}
+	return out
 }
 
 func absAll(cwd string, paths []string) []string {
@@ -172,6 +225,10 @@ func AddSandboxLockFlag(fs *pflag.FlagSet) {
 	config(fs, "sandbox-lock")
 }
 
+// sandboxNotes is the man page's account of the layers (docs/sandbox.md
+// has the table of attacks).
+const sandboxNotes = `The result's layers list names each mechanism, whether this machine enforces it, and what it stops. Every sandboxed run (any of --sandbox, --net none, --deny-read, a limit, --user) gets a PID namespace whose PID 1 is the sandbox helper (with a fresh /proc: no signals, ptrace, prlimit or /proc/PID/root of processes outside; the tree dies with the helper, which dies with its runner), a mount namespace (in the filesystem modes the whole tree read-only with the writable roots bound on top, so that chmod, chown, utimes and setxattr outside them fail also as root; a /dev of character devices only; the state directory, the config file, .git/hooks and .git/config read-only; the secret key, session sockets, --deny-read paths and, under --net none, the host's pathname Unix sockets covered; the cgroup filesystem read-only), IPC and cgroup namespaces, a network namespace under --net none, a reduced capability bounding set (no CHOWN, FOWNER or FSETID in the filesystem modes), no_new_privs, Landlock in the filesystem modes, a seccomp filter (io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf_event_open, userfaultfd, open_by_handle_at, openat2, set-id mode bits), and close-on-exec for every inherited descriptor but 0, 1 and 2. Toolchain caches go to a private directory of the environment unless user_caches is set. A machine without a layer a run needs refuses it with sandbox_unavailable.`
+
 func newCmdSandbox(env *clikit.Env) *cobra.Command {
 	cmd := &cobra.Command{Use: "sandbox", Short: "Inspect what this machine's kernel can enforce"}
 	check := &cobra.Command{
@@ -182,8 +239,9 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 			"on macOS (\"platform\": \"darwin\"), whether Seatbelt (sandbox-exec) is there, how leftover processes are " +
 			"found without a subreaper, and which flags are refused there (--memory, --pids, --user).",
 		Annotations: map[string]string{
-			clikit.AnnotTool:  "agentsh_sandbox_check",
-			clikit.AnnotHints: clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
+			clikit.AnnotTool:     "agentsh_sandbox_check",
+			clikit.AnnotManNotes: sandboxNotes,
+			clikit.AnnotHints:    clikit.Hints{ReadOnly: true, Idempotent: true}.String(),
 			clikit.AnnotToolDoc: "Report which sandbox mechanisms this machine can enforce: on Linux, Landlock and its ABI, " +
 				"user, network and mount namespaces, cgroup memory and pids controllers, seccomp, and whether agentsh runs " +
 				"as root; on macOS, whether Seatbelt is there and which limits (memory, pids, user) it cannot enforce.",

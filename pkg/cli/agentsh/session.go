@@ -95,6 +95,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
+		o.Sandbox.StateDir = m.Dir.Path()
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
@@ -146,7 +147,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 		args = []string{"--noprofile", "--norc"}
 	}
 	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}
-	if p := o.Sandbox.Policy(cwd); !p.Empty() {
+	if p := o.Sandbox.Policy(env, cwd); !p.Empty() {
 		spec.Sandbox = &p
 	}
 	return spec, nil
@@ -393,6 +394,12 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		own = *spec.Sandbox
 	}
 	own = normalPolicy(own)
+	if !own.Empty() {
+		// A request must not read a file past the session's sandbox.
+		if err := refuseFileKeys(cmd, env); err != nil {
+			return err
+		}
+	}
 	given := false
 	for _, name := range sandboxFlags {
 		if clikit.FlagChanged(cmd, name) && !fromConfig(cmd, env, name) {
@@ -400,13 +407,14 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		}
 	}
 	if given {
-		if got := normalPolicy(o.Sandbox.Policy(spec.Cwd)); !reflect.DeepEqual(got, own) {
+		if got := normalPolicy(o.Sandbox.Policy(env, spec.Cwd)); !reflect.DeepEqual(got, own) {
 			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
 	so := SandboxOptions{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
-		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User}
+		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User,
+		UserCaches: own.UserCaches}
 	return CheckFloor(cmd, env, &so)
 }
 
@@ -442,7 +450,9 @@ func normalPolicy(p sandbox.Policy) sandbox.Policy {
 	if len(p.DenyRead) == 0 {
 		p.DenyRead = nil
 	}
-	p.WriteFiles = nil
+	// What the program adds (call files, control files, caches) is not
+	// the caller's to match.
+	p.WriteFiles, p.Protect, p.Hide, p.CacheDir = nil, nil, nil, ""
 	return p
 }
 

@@ -99,6 +99,8 @@ type Env struct {
 	// Request holds the keys of --request that were not flags, for
 	// commands that read structured values (the "command" of agentsh).
 	Request map[string]any
+	// fromRequest marks the flags the request set.
+	fromRequest map[string]bool
 
 	// ExitZero makes every printed result exit 0 (agentsh --exit-zero).
 	ExitZero bool

@@ -169,6 +169,10 @@ func (e *Env) applyRequest(cmd *cobra.Command, set map[string]bool) error {
 		if err := setFromJSON(f, key, val); err != nil {
 			return err
 		}
+		if e.fromRequest == nil {
+			e.fromRequest = map[string]bool{}
+		}
+		e.fromRequest[name] = true
 	}
 	return nil
 }
@@ -373,6 +377,15 @@ func (e *Env) configPath() (string, bool) {
 	}
 	return filepath.Join(dir, "agentplane", "config.toml"), false
 }
+
+// ConfigPath returns the config file this invocation reads (or would read:
+// it may not exist), and whether it was named explicitly (--config or
+// AGENTPLANE_CONFIG). The sandbox keeps it read-only to commands.
+func (e *Env) ConfigPath() (string, bool) { return e.configPath() }
+
+// FromRequest reports whether the flag's value came from the JSON request
+// (not the command line, the environment or the config file).
+func (e *Env) FromRequest(flag string) bool { return e.fromRequest[flag] }
 
 // ConfigKey is the name of a flag in the environment and config file.
 func ConfigKey(flag string) string { return strings.ReplaceAll(flag, "-", "_") }

@@ -1,0 +1,508 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// The escape suite: one or more attacks for each class of escape a red team
+// found (and the contract forbids), each run against the real helper, each
+// with a check that the attack would have worked without the layer that
+// stops it where that can be shown. docs/sandbox.md says which layer stops
+// which attack.
+
+// attackCommand is a hidden mode of the test binary that makes the raw
+// syscalls the shell cannot: it prints "<name>: <errno or ok>".
+const attackCommand = "__attack"
+
+func attack(args []string) int {
+	res := func(name string, err error) {
+		if err == nil {
+			fmt.Printf("%s: ok\n", name)
+			return
+		}
+		var en syscall.Errno
+		if errors.As(err, &en) {
+			fmt.Printf("%s: %s\n", name, unix.ErrnoName(en))
+			return
+		}
+		fmt.Printf("%s: %v\n", name, err)
+	}
+	switch args[0] {
+	case "unix": // connect to a pathname socket
+		c, err := net.DialTimeout("unix", args[1], 2*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err
+			var se *os.SyscallError
+			if errors.As(err, &se) {
+				err = se.Err
+			}
+		}
+		res("unix", err)
+	case "vsock":
+		fd, err := unix.Socket(unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		res("vsock", err)
+	case "io_uring":
+		var params [120]byte
+		_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 4, uintptr(unsafePointer(&params[0])), 0)
+		res("io_uring", errnoErr(e))
+	case "keyctl":
+		_, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, ^uintptr(3), 0) // KEY_SPEC_USER_KEYRING (-4)
+		res("keyctl", errnoErr(e))
+	case "prlimit": // prlimit on a pid given by number
+		pid, _ := strconv.Atoi(args[1])
+		var old unix.Rlimit
+		res("prlimit", unix.Prlimit(pid, unix.RLIMIT_FSIZE, nil, &old))
+	case "prlimit-self":
+		var old unix.Rlimit
+		res("prlimit-self", unix.Prlimit(0, unix.RLIMIT_FSIZE, nil, &old))
+	case "kill":
+		pid, _ := strconv.Atoi(args[1])
+		res("kill", unix.Kill(pid, 0))
+	case "readfd": // read every inherited descriptor above stderr
+		for fd := 3; fd < 64; fd++ {
+			b := make([]byte, 64)
+			if n, err := unix.Pread(fd, b, 0); err == nil && n > 0 {
+				fmt.Printf("fd %d: %q\n", fd, b[:n])
+			}
+		}
+		fmt.Println("readfd: done")
+	case "setuid-bit":
+		res("chmod-setuid", unix.Chmod(args[1], 0o4755))
+		res("chmod-setgid", unix.Chmod(args[1], 0o2755))
+		fd, err := unix.Open(args[1]+".new", unix.O_CREAT|unix.O_WRONLY, 0o4755)
+		if err == nil {
+			unix.Close(fd)
+		}
+		res("open-setuid", err)
+		res("chmod-plain", unix.Chmod(args[1], 0o755))
+	case "shm":
+		id, _ := strconv.Atoi(args[1])
+		_, err := unix.SysvShmAttach(id, 0, unix.SHM_RDONLY)
+		res("shm", err)
+	default:
+		fmt.Println("unknown attack", args[0])
+		return 2
+	}
+	return 0
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	requireLandlock(t)
+	c := Probe()
+	if !c.MountNS || !c.PidNS || !(c.Root || c.UserNS) || !c.MountAPI {
+		t.Skip("no namespaces or mount API for this user")
+	}
+}
+
+func wantLines(t *testing.T, got string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(got, w+"\n") {
+			t.Errorf("missing %q in output:\n%s", w, got)
+		}
+	}
+}
+
+// Class 5: control files inside a writable root stay read-only, secrets
+// hidden; ordinary writes beside them work.
+func TestEscapeControlFiles(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	stateDir := filepath.Join(ws, "state")
+	for _, d := range []string{"jobs/j1", "sessions/s1", "cache"} {
+		if err := os.MkdirAll(filepath.Join(stateDir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(stateDir, "jobs/j1/spec.json"), []byte(`{"sandbox":"read-only"}`), 0o600))
+	must(t, os.WriteFile(filepath.Join(stateDir, "secret.key"), []byte("SECRETKEY"), 0o600))
+	must(t, os.WriteFile(filepath.Join(stateDir, "audit.log"), []byte("line\n"), 0o600))
+	cfgDir := filepath.Join(ws, "config", "agentplane")
+	must(t, os.MkdirAll(filepath.Join(ws, ".git"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644))
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws,
+		Protect: []string{stateDir, cfgDir}, Hide: []string{filepath.Join(stateDir, "secret.key"), filepath.Join(stateDir, "sessions")},
+		CacheDir: filepath.Join(stateDir, "cache")}
+	res, prep := sandboxed(t, p, ws, "sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'echo "{}" > state/jobs/j1/spec.json' spec
+try 'echo x >> state/audit.log' audit
+try 'mkdir state/jobs/j2' newjob
+try 'echo x > state/secret.key' key-write
+echo "key=[$(cat state/secret.key)]"
+echo "sessions=[$(ls -A state/sessions)]"
+try 'echo x > .git/hooks/pre-commit' hook
+try 'echo "[core] hooksPath=/tmp" >> .git/config' gitconfig
+try 'mkdir -p config/agentplane && echo "sandbox=\"none\"" > config/agentplane/config.toml' config
+try 'echo x > ordinary' ordinary
+try 'mkdir -p "$GOCACHE" && echo x > "$GOCACHE/probe"' cache
+`)
+	o := out(res)
+	// The key's cover is /dev/null: a write "succeeds" and goes nowhere.
+	wantLines(t, o, "spec: denied", "audit: denied", "newjob: denied", "key=[]", "sessions=[]",
+		"hook: denied", "gitconfig: denied", "config: denied", "ordinary: allowed", "cache: allowed")
+	if strings.Contains(o, "SECRETKEY") {
+		t.Fatal("secret key leaked")
+	}
+	if b, _ := os.ReadFile(filepath.Join(stateDir, "secret.key")); string(b) != "SECRETKEY" {
+		t.Errorf("secret key changed: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(stateDir, "jobs/j1/spec.json")); string(b) != `{"sandbox":"read-only"}` {
+		t.Errorf("spec changed: %q", b)
+	}
+	if _, err := os.Stat(filepath.Join(cfgDir, "config.toml")); err == nil {
+		t.Error("a config file was planted")
+	}
+	if _, ok := prep.Report["protected"]; !ok {
+		t.Errorf("report has no protected paths: %v", prep.Report)
+	}
+}
+
+// Class 6: as root, metadata changes outside the writable roots fail, and
+// no set-id bit can be planted inside them.
+func TestEscapeMetadata(t *testing.T) {
+	requireRoot(t)
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	target := filepath.Join(outside, "victim")
+	must(t, os.WriteFile(target, []byte("x"), 0o644))
+	mine := filepath.Join(ws, "prog")
+	must(t, os.WriteFile(mine, []byte("#!/bin/sh\n"), 0o755))
+	res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, "sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'chmod 4755 `+target+`' chmod-outside
+try 'chown 65534 `+target+`' chown-outside
+try 'touch -d 2001-01-01 `+target+`' utimes-outside
+try 'ln `+target+` hardlink' link-outside
+try 'mv `+target+` stolen' rename-outside
+try 'chmod 700 prog' chmod-inside
+`+self(t)+` `+attackCommand+` setuid-bit `+mine)
+	o := out(res)
+	wantLines(t, o, "chmod-outside: denied", "chown-outside: denied", "utimes-outside: denied", "link-outside: denied",
+		"rename-outside: denied", "chmod-inside: allowed", "chmod-setuid: EPERM", "chmod-setgid: EPERM", "open-setuid: EPERM", "chmod-plain: ok")
+	st, err := os.Stat(target)
+	if err != nil || st.Mode().Perm() != 0o644 || st.ModTime().Year() == 2001 || st.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("victim changed: %v %v", st.Mode(), err)
+	}
+	if st, _ := os.Stat(mine); st.Mode()&os.ModeSetuid != 0 {
+		t.Error("setuid bit planted")
+	}
+	if err := unix.Setxattr(target, "user.probe", []byte("1"), 0); err == nil {
+		// The filesystem has user xattrs: the sandbox must refuse them outside.
+		_ = unix.Removexattr(target, "user.probe")
+		res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, "sh", "-c",
+			`if command -v setfattr >/dev/null; then setfattr -n user.x -v 1 `+target+` 2>/dev/null && echo setxattr: allowed || echo setxattr: denied; else echo setxattr: denied; fi`)
+		wantLines(t, out(res), "setxattr: denied")
+		if _, err := unix.Getxattr(target, "user.x", nil); err == nil {
+			t.Error("xattr set outside")
+		}
+	}
+}
+
+// Class 7: --deny-read holds against /proc/PID/root of a process outside,
+// raw block devices and inherited descriptors, with and without --sandbox.
+func TestEscapeDenyReadRoutes(t *testing.T) {
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	secret := filepath.Join(outside, "secret")
+	must(t, os.WriteFile(secret, []byte("TOPSECRET"), 0o600))
+	// A process outside, as a concurrent unsandboxed call would be.
+	other := exec.Command("sleep", "600")
+	must(t, other.Start())
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	// A descriptor the caller leaves open without close-on-exec.
+	fd, err := unix.Open(secret, unix.O_RDONLY, 0)
+	must(t, err)
+	t.Cleanup(func() { unix.Close(fd) })
+	for _, mode := range []string{ModeNone, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			p := Policy{Mode: mode, Workspace: ws, DenyRead: []string{secret}}
+			res, _ := sandboxed(t, p, ws, "sh", "-c", `
+echo "direct=[$(cat `+secret+` 2>/dev/null)]"
+echo "proc=[$(cat /proc/`+strconv.Itoa(other.Process.Pid)+`/root`+secret+` 2>/dev/null)]"
+echo "blockdevs=[$(find /dev -type b 2>/dev/null)]"
+echo "procs=[$(ls /proc | grep -c '^[0-9]')]"
+`+self(t)+` `+attackCommand+` readfd`)
+			o := out(res)
+			wantLines(t, o, "direct=[]", "proc=[]", "blockdevs=[]", "readfd: done")
+			if strings.Contains(o, "TOPSECRET") {
+				t.Fatalf("secret read: %s", o)
+			}
+		})
+	}
+	// Control: without the sandbox the inherited descriptor and /proc route work.
+	cmd := exec.Command("sh", "-c", "cat /proc/"+strconv.Itoa(other.Process.Pid)+"/root"+secret+"; cat /proc/self/fd/"+strconv.Itoa(fd))
+	b, _ := cmd.Output()
+	if !strings.Contains(string(b), "TOPSECRET") {
+		t.Fatalf("control run could not read the secret: %q", b)
+	}
+}
+
+// Class 8: processes and IPC outside are out of reach.
+func TestEscapeProcessesOutside(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	other := exec.Command("sleep", "600")
+	must(t, other.Start())
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	pid := strconv.Itoa(other.Process.Pid)
+	shm, err := unix.SysvShmGet(unix.IPC_PRIVATE, 4096, unix.IPC_CREAT|0o666)
+	must(t, err)
+	t.Cleanup(func() { _, _ = unix.SysvShmCtl(shm, unix.IPC_RMID, nil) })
+	for _, mode := range []string{ModeNone, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			p := Policy{Mode: mode, Workspace: ws, Nofile: 256}
+			res, _ := sandboxed(t, p, ws, self(t), attackCommand, "prlimit", pid)
+			res2, _ := sandboxed(t, p, ws, "sh", "-c", self(t)+" "+attackCommand+" kill "+pid+"; "+
+				self(t)+" "+attackCommand+" shm "+strconv.Itoa(shm)+"; "+self(t)+" "+attackCommand+" prlimit-self; "+
+				"echo ipcs=[$(ipcs -m | grep -c '^0x')]")
+			o := out(res) + out(res2)
+			// prlimit is refused twice over: the pid does not exist in the
+			// namespace (ESRCH) and the filter refuses other pids (EPERM).
+			wantLines(t, o, "kill: ESRCH", "prlimit-self: ok", "ipcs=[0]")
+			if strings.Contains(o, "shm: ok") || strings.Contains(o, "prlimit: ok") {
+				t.Errorf("host shared memory attached: %s", o)
+			}
+		})
+	}
+	if err := unix.Kill(other.Process.Pid, 0); err != nil {
+		t.Fatalf("the outside process died: %v", err)
+	}
+}
+
+// Class 9: --net none reaches no host daemon on a pathname Unix socket,
+// and no vsock, io_uring or key ring.
+func TestEscapeNetNoneUnixSockets(t *testing.T) {
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	sock := filepath.Join(outside, "daemon.sock")
+	ln, err := net.Listen("unix", sock)
+	must(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	res, prep := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, ws, "sh", "-c",
+		self(t)+" "+attackCommand+" unix "+sock+"; "+self(t)+" "+attackCommand+" vsock; "+
+			self(t)+" "+attackCommand+" io_uring; "+self(t)+" "+attackCommand+" keyctl")
+	o := out(res)
+	if strings.Contains(o, "unix: ok") {
+		t.Errorf("host Unix socket reached under --net none: %s", o)
+	}
+	wantLines(t, o, "vsock: EAFNOSUPPORT", "io_uring: ENOSYS", "keyctl: ENOSYS")
+	if n, _ := prep.Report["hidden_unix_sockets"].(int); n < 1 {
+		t.Errorf("report: %v", prep.Report["hidden_unix_sockets"])
+	}
+	// Control: with the host network the same socket answers.
+	res, _ = sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, self(t), attackCommand, "unix", sock)
+	wantLines(t, out(res), "unix: ok")
+}
+
+// Class 10: limits without --sandbox cannot be left by moving out of the
+// cgroup; a limit that was hit is reported although the command exits 0.
+func TestEscapeLimitsCgroup(t *testing.T) {
+	requireRoot(t)
+	if Probe().CgroupV1Pids == "" {
+		t.Skip("no cgroup v1 pids controller")
+	}
+	res, prep := sandboxed(t, Policy{Pids: 16}, "", "sh", "-c", `
+for f in /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs; do
+  [ -e "$f" ] || continue
+  if (echo $$ > "$f") 2>/dev/null; then echo "escape $f: allowed"; else echo "escape $f: denied"; fi
+done
+echo "cgroup=[$(grep pids /proc/self/cgroup)]"
+sh -c 'i=0; while [ $i -lt 40 ]; do sleep 5 & i=$((i+1)); done' 2>/dev/null
+exit 0`)
+	o := out(res)
+	if strings.Contains(o, ": allowed") {
+		t.Fatalf("left the cgroup: %s", o)
+	}
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s %s", res.ExitCode, o, text(res.Stderr))
+	}
+	hit := prep.LimitsHit()
+	if len(hit) != 1 || hit[0] != result.CodePidsLimit {
+		t.Errorf("limits hit %v, want [pids_limit] (output %s)", hit, o)
+	}
+}
+
+// The tree cannot outlive its runner: SIGKILL of the helper (as when the
+// runner dies: the helper has a parent-death signal) kills every process
+// of the namespace, setsid and double forks included.
+func TestEscapeOutliveRunner(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, self(t))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	cmd := exec.Command(self(t))
+	cmd.Args = prep.Argv([]string{"sh", "-c", "setsid sh -c 'sleep 600 & sleep 600' & (sleep 600 &) ; echo started; exec sleep 600"})
+	cmd.Env = append(os.Environ(), prep.Env...)
+	cmd.Dir = ws
+	cmd.SysProcAttr = prep.SysProcAttr
+	pipe, _ := cmd.StdoutPipe()
+	must(t, cmd.Start())
+	buf := make([]byte, 8)
+	if _, err := pipe.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the sleeps exist: four of them below the helper.
+	deadline := time.Now().Add(10 * time.Second)
+	var desc []proctree.Stat
+	for time.Now().Before(deadline) {
+		snap, _ := proctree.Snapshot()
+		desc = proctree.Descendants(snap, cmd.Process.Pid)
+		n := 0
+		for _, d := range desc {
+			if c, _ := os.ReadFile("/proc/" + strconv.Itoa(d.PID) + "/comm"); strings.TrimSpace(string(c)) == "sleep" {
+				n++
+			}
+		}
+		if n >= 4 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	deadline = time.Now().Add(5 * time.Second)
+	for _, d := range desc {
+		for proctree.Alive(d.PID, d.StartTime) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if proctree.Alive(d.PID, d.StartTime) {
+			t.Errorf("pid %d outlived the helper", d.PID)
+		}
+	}
+	if len(desc) < 4 {
+		t.Errorf("only %d descendants seen", len(desc))
+	}
+}
+
+// A runner killed with SIGKILL leaves its private directory; the next
+// Prepare removes it once its owner is provably dead, and keeps a live
+// owner's.
+func TestSweepStale(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dead := exec.Command("true")
+	must(t, dead.Start())
+	deadStart, _ := proctree.StartTime(dead.Process.Pid)
+	must(t, dead.Wait())
+	boot, _ := proctree.BootID()
+	mk := func(name, owner string) string {
+		d := filepath.Join(tmp, tempPrefix+name)
+		must(t, os.MkdirAll(filepath.Join(d, "tmp"), 0o700))
+		must(t, os.WriteFile(filepath.Join(d, ownerFile), []byte(owner+" "+boot+"\n"), 0o600))
+		return d
+	}
+	stale := mk("stale", strconv.Itoa(dead.Process.Pid)+"."+strconv.FormatUint(deadStart, 10))
+	live := mk("live", ownerID())
+	otherBoot := filepath.Join(tmp, tempPrefix+"oldboot")
+	must(t, os.MkdirAll(otherBoot, 0o700))
+	must(t, os.WriteFile(filepath.Join(otherBoot, ownerFile), []byte(ownerID()+" another-boot\n"), 0o600))
+	sweepStale("")
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("stale directory of a dead owner kept")
+	}
+	if _, err := os.Stat(otherBoot); err == nil {
+		t.Error("directory from another boot kept")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Error("a live owner's directory was removed")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The helper's own program, installed beside the caller, is used instead
+// of the caller and enforces the same sandbox.
+func TestHelperProgram(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go is not installed: cannot build the helper program")
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, HelperProgram), "github.com/agentplane/agentplane/cmd/agentplane-sandbox")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	_, ws, outside := dirs(t)
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, filepath.Join(bin, "agentsh"))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	if prep.Path != filepath.Join(bin, HelperProgram) {
+		t.Fatalf("helper path %s", prep.Path)
+	}
+	cmd := exec.Command(prep.Path)
+	cmd.Args = prep.Argv([]string{"sh", "-c", "echo x > " + outside + "/f 2>/dev/null || echo denied; echo in > inside && echo wrote; kill -TERM $$"})
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	b, _ := cmd.Output()
+	if string(b) != "denied\nwrote\n" {
+		t.Fatalf("output %q", b)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatal(err)
+	}
+	code, sig := prep.ExitStatus(cmd.ProcessState.ExitCode(), "")
+	if code != 143 || sig != "SIGTERM" {
+		t.Errorf("exit %d %q, want 143 SIGTERM", code, sig)
+	}
+}
+
+// A helper from another build refuses a spec it does not know rather than
+// enforcing less than was asked.
+func TestHelperRefusesOtherVersion(t *testing.T) {
+	status := filepath.Join(t.TempDir(), "status")
+	enc := base64RawURL(`{"v":1,"status":"` + status + `","uid":-1,"gid":-1}`)
+	cmd := exec.Command(self(t), HelperCommand, enc, "--", "true")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitSetupFailed {
+		t.Fatalf("run: %v", err)
+	}
+	if e := readFailure(status); e == nil || !strings.Contains(e.Error(), "another build") {
+		t.Fatalf("failure %v", e)
+	}
+}

@@ -1,0 +1,253 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The mount namespace is where most of the confinement is drawn, as
+// bubblewrap draws it: the whole tree read-only with the writable roots
+// bound read-write on top (so chmod, chown, utimes and setxattr outside them
+// fail with EROFS whatever the capabilities), a fresh /proc for the new PID
+// namespace (no /proc/PID/root of any process outside), a minimal /dev
+// (no block devices to read a deny-read file around the filesystem),
+// agentplane's control files bound read-only, its secrets and the host's
+// Unix sockets covered, and the cgroup filesystem read-only so that limits
+// cannot be left. The helper builds it as PID 1 of the new namespaces and
+// before it gives up its capabilities; nothing in it propagates outside.
+
+// devNodes are the character devices a command may use; everything else
+// in the host's /dev is absent.
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+type clonedMount struct {
+	path string
+	fd   int
+}
+
+// setupMounts builds the command's view of the filesystem. beforeReadOnly
+// runs just before the root turns read-only, which fails while a file is
+// open for writing on it: the helper moves its status file aside then.
+func setupMounts(sp spec, beforeReadOnly func() error) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("cannot make the mount namespace private: %v", err)
+	}
+	// Detached copies of what must survive the read-only remount or the
+	// new /dev: the writable roots with their own flags, and the devices.
+	var writable, devs []clonedMount
+	defer func() {
+		for _, c := range append(writable, devs...) {
+			_ = unix.Close(c.fd)
+		}
+	}()
+	if sp.ReadOnlyRoot {
+		for _, w := range sp.Writable {
+			fd, err := unix.OpenTree(unix.AT_FDCWD, w, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+			if err != nil {
+				return fmt.Errorf("cannot clone writable root %s: %v", w, err)
+			}
+			writable = append(writable, clonedMount{w, fd})
+		}
+	}
+	if sp.MinimalDev {
+		for _, name := range devNodes {
+			path := "/dev/" + name
+			fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+			if errors.Is(err, unix.ENOENT) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("cannot clone %s: %v", path, err)
+			}
+			devs = append(devs, clonedMount{path, fd})
+		}
+	}
+	if sp.ReadOnlyRoot {
+		if err := beforeReadOnly(); err != nil {
+			return err
+		}
+		if err := setAttr("/", true, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
+			return fmt.Errorf("cannot make the root read-only: %v", err)
+		}
+		// Parents before children, so that a nested root lands on top.
+		sort.SliceStable(writable, func(i, j int) bool { return len(writable[i].path) < len(writable[j].path) })
+		for _, c := range writable {
+			if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+				return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
+			}
+			if err := setAttr(c.path, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0); err != nil {
+				return fmt.Errorf("cannot restrict writable root %s: %v", c.path, err)
+			}
+		}
+	} else if err := setAttr("/sys/fs/cgroup", true, unix.MOUNT_ATTR_RDONLY, 0); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		// Without a read-only root, the cgroup tree still must not be
+		// writable: a command would move itself out of its limits.
+		return fmt.Errorf("cannot make /sys/fs/cgroup read-only: %v", err)
+	}
+	if err := freshProc(); err != nil {
+		return err
+	}
+	if sp.MinimalDev {
+		if err := minimalDev(devs); err != nil {
+			return err
+		}
+	}
+	for _, p := range sp.ReadOnly {
+		if err := bindReadOnly(p); err != nil {
+			return fmt.Errorf("cannot protect %s: %v", p, err)
+		}
+	}
+	return hidePaths(sp.DenyDirs, sp.DenyFiles)
+}
+
+// setAttr changes mount attributes of path's mount (and below, when
+// recursive) with mount_setattr(2).
+func setAttr(path string, recursive bool, set, clr uint64) error {
+	flags := uint(0)
+	if recursive {
+		flags = unix.AT_RECURSIVE
+	}
+	return unix.MountSetattr(unix.AT_FDCWD, path, flags, &unix.MountAttr{Attr_set: set, Attr_clr: clr})
+}
+
+// bindReadOnly makes path (a file or a directory) a read-only mount of
+// itself. What is mounted below it keeps its flags: a writable root inside
+// a protected directory (the private cache in the state directory) stays
+// writable, and everything else below is read-only already.
+func bindReadOnly(path string) error {
+	if err := unix.Mount(path, path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return setAttr(path, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+}
+
+// freshProc mounts a procfs of the new PID namespace over /proc and keeps
+// its kernel knobs read-only (a root command could otherwise write host-wide
+// sysctls such as kernel.core_pattern).
+func freshProc() error {
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("proc", "/proc", "proc", flags, ""); err != nil {
+		return fmt.Errorf("cannot mount a private /proc: %v", err)
+	}
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := bindReadOnly(p); err != nil {
+			return fmt.Errorf("cannot make %s read-only: %v", p, err)
+		}
+	}
+	return nil
+}
+
+// minimalDev replaces /dev by a small tmpfs holding the harmless character
+// devices (bound from the host), a private devpts, /dev/shm and the usual
+// links.
+func minimalDev(devs []clonedMount) error {
+	if err := unix.Mount("agentplane-dev", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
+		return fmt.Errorf("cannot mount a private /dev: %v", err)
+	}
+	for _, d := range devs {
+		f, err := os.OpenFile(d.path, os.O_CREATE|os.O_WRONLY, 0o666)
+		if err != nil {
+			return fmt.Errorf("cannot create %s: %v", d.path, err)
+		}
+		f.Close()
+		if err := unix.MoveMount(d.fd, "", unix.AT_FDCWD, d.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("cannot bind %s: %v", d.path, err)
+		}
+	}
+	for _, dir := range []string{"/dev/pts", "/dev/shm"} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("cannot mount a private /dev/pts: %v", err)
+	}
+	if err := unix.Mount("agentplane-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("cannot mount /dev/shm: %v", err)
+	}
+	links := [][2]string{{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
+		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"}}
+	for _, l := range links {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			return err
+		}
+	}
+	// Nothing can be added to /dev afterwards (the submounts stay as they are).
+	if err := setAttr("/dev", false, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
+		return fmt.Errorf("cannot make /dev read-only: %v", err)
+	}
+	return nil
+}
+
+// hidePaths covers directories with an empty read-only tmpfs and files
+// (sockets included) with /dev/null. Landlock cannot carve a hole in an
+// allowed tree; mounts can. The command cannot lift them: it has no
+// CAP_SYS_ADMIN, and Landlock forbids mount changes.
+func hidePaths(dirs, files []string) error {
+	for _, d := range dirs {
+		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+		if err := unix.Mount("agentplane-deny", d, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555"); err != nil {
+			return fmt.Errorf("cannot hide %s: %v", d, err)
+		}
+	}
+	for _, f := range files {
+		if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // gone since Prepare looked: nothing to hide
+			}
+			return fmt.Errorf("cannot hide %s: %v", f, err)
+		}
+		_ = setAttr(f, false, unix.MOUNT_ATTR_RDONLY, 0)
+	}
+	return nil
+}
+
+// hostUnixSockets lists the pathname Unix sockets bound in the caller's
+// network namespace, for --net none to cover: neither a network namespace
+// nor Landlock (before ABI 9) stops a connect() to one.
+func hostUnixSockets() []string {
+	data, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 || !filepath.IsAbs(f[7]) || seen[f[7]] {
+			continue
+		}
+		p := f[7]
+		seen[p] = true
+		if st, err := os.Lstat(p); err == nil && st.Mode().Type() == os.ModeSocket {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// openDetached opens path for writing through a detached copy of the
+// mount of its directory, which keeps its own (writable) flags when the
+// attached tree turns read-only, and is visible to no one else.
+func openDetached(path string) (*os.File, error) {
+	mfd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Dir(path), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(mfd)
+	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}

@@ -1,0 +1,14 @@
+package sandbox
+
+import "golang.org/x/sys/unix"
+
+// seccompArch: this architecture has a filter.
+const seccompArch = true
+
+const auditArch = unix.AUDIT_ARCH_AARCH64
+
+// arm64 has no second syscall ABI to refuse.
+const x32Bit = 0
+
+// archRules is empty: arm64 has only the *at syscalls.
+func archRules() []syscallRule { return nil }
