@@ -79,7 +79,7 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 	f.IntVar(&o.MaxRestarts, "max-restarts", 0, "give up after `N` automatic restarts (0 = no limit; the backoff bounds the rate)")
 	f.Var(clikit.SizeValue{N: &o.LogLimit}, "log-limit", "keep at most `BYTES` of each log stream, the newest part")
 	for _, n := range []string{"ready-timeout", "log-limit", "max-restarts"} {
-		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+		clikit.MarkFlags(f, clikit.Configurable, n)
 	}
 	agentsh.AddSandboxFlags(f, &o.Sandbox)
 	agentsh.AddSandboxLockFlag(f)

@@ -61,13 +61,7 @@ type RunOptions struct {
 	Guard       guard.Options
 }
 
-func config(fs interface {
-	SetAnnotation(string, string, []string) error
-}, names ...string) {
-	for _, n := range names {
-		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
-	}
-}
+func config(fs clikit.Marker, names ...string) { clikit.MarkFlags(fs, clikit.Configurable, names...) }
 
 func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	o.Timeout, o.KillAfter, o.Drain, o.MaxOutput = DefaultTimeout, DefaultKillAfter, DefaultDrain, DefaultMaxOutput

@@ -54,8 +54,9 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
 	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
 	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
-	_ = fs.SetAnnotation("user-caches", clikit.AnnotNoRequest, []string{"true"})
+	clikit.MarkFlags(fs, clikit.NoRequest, "user-caches")
 	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -223,6 +224,8 @@ func AddSandboxLockFlag(fs *pflag.FlagSet) {
 	fs.BoolVar(&lock, "sandbox-lock", false, "refuse calls that loosen the configured sandbox")
 	_ = fs.MarkHidden("sandbox-lock")
 	config(fs, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.NoRequest, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox-lock")
 }
 
 // sandboxNotes is the man page's account of the layers (docs/sandbox.md

@@ -306,9 +306,8 @@ func NewRoot(env *Env) *cobra.Command {
 	pf.StringVar(&env.ConfigFile, "config", "", "read configuration from `FILE` instead of the user's config file")
 	pf.BoolVar(&env.Verbose, "verbose", false, "write diagnostics for humans to stderr")
 	pf.StringVar(&env.Description, "description", "", "the human-readable intent of this call, recorded for approval prompts and audit logs")
-	for _, n := range []string{"pretty", "query", "request", "config", "verbose"} {
-		_ = pf.SetAnnotation(n, AnnotNoRequest, []string{"true"})
-	}
+	MarkFlags(pf, NoRequest, "pretty", "query", "request", "config", "verbose")
+	MarkFlags(pf, Operator, "config")
 
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return env.prepare(cmd)

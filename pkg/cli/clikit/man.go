@@ -182,6 +182,7 @@ func writeFlags(b *bytes.Buffer, section string, fs *pflag.FlagSet) {
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" && f.DefValue != "0s" {
 			usage += " (default " + f.DefValue + ")"
 		}
+		usage += markNote(f)
 		fmt.Fprintf(b, ".TP\n%s\n%s\n", head, roff(usage))
 	}
 }
@@ -197,6 +198,24 @@ func writeErrors(b *bytes.Buffer, p *Program) {
 	for _, c := range codes {
 		fmt.Fprintf(b, ".TP\n.B %s\n%s (exit status %d)\n", roff(c.Code), roff(c.Meaning), p.ExitCode(c.Code))
 	}
+}
+
+// markNote is the man text of a flag's ownership marks.
+func markNote(f *pflag.Flag) string {
+	var notes []string
+	if HasMark(f, Operator) {
+		notes = append(notes, "the operator's setting: never an MCP tool argument")
+	}
+	if HasMark(f, NoRequest) {
+		notes = append(notes, "never a request key")
+	}
+	if HasMark(f, TightenOnly) {
+		notes = append(notes, "a request may only tighten it")
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(notes, "; ") + "]"
 }
 
 func writeEnvironment(b *bytes.Buffer, p *Program, c *cobra.Command) {
