@@ -29,7 +29,10 @@
 // leave a hidden ".NAME.agentfs-*.tmp" or ".bak" file behind but never a
 // half-written target; only a crash inside the rename phase of a multi-file Apply can
 // leave that change set partly applied, with the originals still beside the
-// files as ".NAME.agentfs-*.bak".
+// files as ".NAME.agentfs-*.bak". Side files carry their maker's pid, start
+// time and boot, and the next operation that locks the directory removes
+// the temp files whose maker is provably gone (and backups that are only a
+// second link to the file itself); a differing backup is kept.
 //
 // Text: files are UTF-8. A NUL byte in the first 8 KiB (or a UTF-16 byte
 // order mark) makes a file binary_file for text operations; other invalid
@@ -121,6 +124,7 @@ type session struct {
 	rootReal string // the same with symlinks resolved
 	confined bool
 	base     string // absolute directory relative paths start from
+	ownerTag string // see owner
 }
 
 func (f *FS) open() (*session, error) {

@@ -5,15 +5,20 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/textdiff"
 )
@@ -218,6 +223,11 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 			return nil, newErr(result.CodeIOError, "lock %s: %v", s.display(d), err)
 		}
 	}
+	// Every agentfs writer of these directories is held off now: what
+	// killed ones left behind can go.
+	for _, d := range order {
+		s.sweep(d)
+	}
 	return release, nil
 }
 
@@ -238,18 +248,110 @@ func randomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// sideName is a hidden sibling of rel used during a commit.
-func sideName(rel, kind string) string {
+// sideName is a hidden sibling of rel used during a commit:
+// ".NAME.agentfs-OWNER-RANDOM.KIND", where OWNER names the process that
+// made it (see ownerTag), so that a later operation can tell a leftover of
+// a killed one from a live one's.
+func (s *session) sideName(rel, kind string) string {
 	base := path.Base(rel)
 	if len(base) > maxSideBase {
 		// Stay under NAME_MAX (255) whatever the file's own name length.
 		base = base[:maxSideBase]
 	}
-	return path.Join(path.Dir(rel), "."+base+".agentfs-"+randomSuffix()+"."+kind)
+	return path.Join(path.Dir(rel), "."+base+sideMark+s.owner()+"-"+randomSuffix()+"."+kind)
 }
 
 // maxSideBase is how much of a file's name its temp and backup names keep.
 const maxSideBase = 200
+
+// sideMark begins the agentfs part of a side file's name.
+const sideMark = ".agentfs-"
+
+// owner is this process's tag in side file names: its pid, its start time
+// and the first bytes of the boot id, "PID-START-BOOT".
+func (s *session) owner() string {
+	if s.ownerTag == "" {
+		pid := os.Getpid()
+		start, _ := proctree.StartTime(pid)
+		boot, _ := proctree.BootID()
+		boot = strings.ReplaceAll(boot, "-", "")
+		s.ownerTag = fmt.Sprintf("%d-%d-%.12s", pid, start, boot)
+	}
+	return s.ownerTag
+}
+
+// sweep removes from dir (a directory this session holds the lock of) the
+// temp files that killed agentfs operations left: only names agentfs
+// makes, and only when the process that made them is provably gone (its
+// pid and start time no longer match, or the machine rebooted since). A
+// leftover backup is removed only when it is a second link to the file
+// itself, so it holds nothing the file does not; one that differs is the
+// original of a change set cut off in its rename phase, kept for recovery.
+func (s *session) sweep(dir string) {
+	d, err := s.root.Open(dir)
+	if err != nil {
+		return
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	for _, name := range names {
+		base, owner, kind, ok := parseSideName(name)
+		if !ok || !s.ownerGone(owner) {
+			continue
+		}
+		side := path.Join(dir, name)
+		switch kind {
+		case "tmp":
+			_ = s.root.Remove(side)
+		case "bak":
+			if len(base) >= maxSideBase {
+				continue // the file's name was cut: which file is unknown
+			}
+			a, aerr := s.root.Lstat(side)
+			b, berr := s.root.Lstat(path.Join(dir, base))
+			if aerr == nil && berr == nil && os.SameFile(a, b) {
+				_ = s.root.Remove(side)
+			}
+		}
+	}
+}
+
+// parseSideName splits ".NAME.agentfs-PID-START-BOOT-RANDOM.KIND".
+func parseSideName(name string) (base, owner, kind string, ok bool) {
+	if !strings.HasPrefix(name, ".") {
+		return "", "", "", false
+	}
+	i := strings.LastIndex(name, sideMark)
+	if i < 1 {
+		return "", "", "", false
+	}
+	rest := name[i+len(sideMark):]
+	dot := strings.LastIndexByte(rest, '.')
+	if dot < 0 {
+		return "", "", "", false
+	}
+	kind = rest[dot+1:]
+	parts := strings.Split(rest[:dot], "-")
+	if (kind != "tmp" && kind != "bak") || len(parts) != 4 {
+		return "", "", "", false // a name of another program, or of an agentfs that did not sign them
+	}
+	return name[1:i], strings.Join(parts[:3], "-"), kind, true
+}
+
+// ownerGone reports whether the process an owner tag names is provably
+// not running: another boot, or its pid no longer has that start time.
+func (s *session) ownerGone(owner string) bool {
+	parts := strings.Split(owner, "-")
+	pid, perr := strconv.Atoi(parts[0])
+	start, serr := strconv.ParseUint(parts[1], 10, 64)
+	if perr != nil || serr != nil || pid <= 0 {
+		return false
+	}
+	if mine := strings.Split(s.owner(), "-"); parts[2] != mine[2] {
+		return mine[2] != "" // another boot: nothing of it runs
+	}
+	return !proctree.Alive(pid, start)
+}
 
 // stage writes p's new content to a temp file beside the target, with the
 // target's mode and owner, and syncs it.
@@ -261,7 +363,7 @@ func (s *session) stage(p *plan) error {
 			mode = p.cur.mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		}
 	}
-	name := sideName(p.t.rel, "tmp")
+	name := s.sideName(p.t.rel, "tmp")
 	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return osError(err, p.t.given)
@@ -271,7 +373,11 @@ func (s *session) stage(p *plan) error {
 		f.Close()
 		return osError(err, p.t.given)
 	}
-	if _, err := f.Write(p.data); err != nil {
+	if _, err := f.Write(p.data[:len(p.data)/2]); err != nil {
+		return fail(err)
+	}
+	faultpoint.Hit("agentfs.stage.half")
+	if _, err := f.Write(p.data[len(p.data)/2:]); err != nil {
 		return fail(err)
 	}
 	if p.cur.exists && p.cur.uid >= 0 {
@@ -312,6 +418,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			}
 		}
 	}
+	faultpoint.Hit("agentfs.staged")
 	if s.fs.afterStage != nil {
 		if err := s.fs.afterStage(); err != nil {
 			return err
@@ -328,7 +435,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	for i, p := range plans {
 		if p.cur.exists {
-			p.backup = sideName(p.t.rel, "bak")
+			p.backup = s.sideName(p.t.rel, "bak")
 			if p.remove {
 				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
 					p.backup = ""
@@ -352,6 +459,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			p.tmp = ""
 			p.renamed = true
 		}
+		faultpoint.Hit("agentfs.renamed")
 		if s.fs.afterRename != nil {
 			if err := s.fs.afterRename(i); err != nil {
 				return err

@@ -17,9 +17,24 @@
 // once by Start), status.json (written only by the job's supervisor, always
 // by atomic replace), stdout.log and stderr.log (appended only by the
 // supervisor), a sidecar per log counting the bytes the cap dropped, reader
-// cursors, a stop request and a lost marker. Ids come from a counter and
+// cursors, a stop request, a lost marker, the run lock (supervisor.lock)
+// and the space reserve. Ids come from a counter and
 // are never reused, so a handle that verifies but whose directory is gone
 // answers job_expired.
+//
+// Under faults (see faults_test.go, which kills at every named step with
+// internal/faultpoint): a job starts through a gate that opens only once
+// status.json names its pid, so a supervisor killed before that leaves a
+// job that never ran; everything else it started is in its Unix session,
+// which Start can kill by the supervisor's pid (remains.go). Stop kills a
+// supervisor that died or froze during the grace, and the job, itself, and
+// never answers success while a process of the job runs. A log trim
+// announces the trimmed copy's dropped count, keyed by its inode, before
+// the rename, so offsets never tear. A supervisor holds a small space
+// reserve, written before the start is confirmed, so that an end on a full
+// disk is still recorded. A damaged status.json makes that job
+// state_corrupt, still listed and stoppable through the identity its
+// supervisor keeps in its run lock (svlock.go).
 //
 // Status never claims more than it can prove: a recorded end is final; a
 // different boot id means lost (host_restarted); otherwise the supervisor

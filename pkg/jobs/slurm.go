@@ -602,8 +602,7 @@ func (st *Store) stopSlurm(ctx context.Context, id string, s Status, sig syscall
 	if s.Ended() {
 		return s, nil
 	}
-	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
-	if err := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600); err != nil {
+	if err := st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}); err != nil {
 		return s, err
 	}
 	if sid == "" {

@@ -31,6 +31,9 @@ const (
 const (
 	LostHostRestarted  = "host_restarted"
 	LostSupervisorDied = "supervisor_died"
+	// LostStateCorrupt: the job's status.json is damaged and no
+	// supervisor of it runs, so nothing can say how it ended.
+	LostStateCorrupt = "state_corrupt"
 	// LostNodeFailed: the scheduler reports the job's node failed.
 	LostNodeFailed = "node_failed"
 	// LostUnknownToScheduler: the scheduler no longer knows the job, its

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
@@ -17,10 +18,12 @@ const (
 	specFile      = "spec.json"
 	statusFile    = "status.json"
 	stopFile      = "stop.json"
+	stopLockFile  = "stop.lock"
 	lostMarker    = "lost"
 	logLockFile   = "logs.lock"
 	svLogFile     = "supervisor.log"
 	cursorsDir    = "cursors"
+	reserveFile   = "reserve"
 	startingGrace = time.Minute // how long a job with no status yet may still be starting
 )
 
@@ -52,6 +55,10 @@ type record struct {
 	Reason          string   `json:"reason,omitempty"`
 	StdoutBytes     int64    `json:"stdout_bytes,omitempty"`
 	StderrBytes     int64    `json:"stderr_bytes,omitempty"`
+	// StdoutLost and StderrLost count output that could not be written
+	// (a full disk).
+	StdoutLost int64 `json:"stdout_lost_bytes,omitempty"`
+	StderrLost int64 `json:"stderr_lost_bytes,omitempty"`
 	// Backend, the Slurm job id and the supervisor's host: a supervisor
 	// placed by a scheduler may run on another node, where its PID means
 	// nothing to this one.
@@ -78,6 +85,11 @@ type Status struct {
 	StdoutBytes int64   `json:"stdout_bytes"`
 	StderrBytes int64   `json:"stderr_bytes"`
 	Description string  `json:"description"`
+	// StdoutLostBytes and StderrLostBytes are output the job wrote that
+	// could not be kept (the state directory's disk was full); it is in
+	// no offset.
+	StdoutLostBytes int64 `json:"stdout_lost_bytes,omitempty"`
+	StderrLostBytes int64 `json:"stderr_lost_bytes,omitempty"`
 	// Reason says why a job failed when no exit code does:
 	// ready_timeout, or the code of a start failure.
 	Reason     string `json:"reason,omitempty"`
@@ -96,6 +108,9 @@ type Status struct {
 	// SchedulerError says why the scheduler could not be consulted; the
 	// status is then what the supervisor's record proves.
 	SchedulerError string `json:"scheduler_error,omitempty"`
+	// Error is set, in a list, on a job whose state cannot be read
+	// (state_corrupt): it is still listed, and still stoppable.
+	Error *result.Error `json:"-"`
 
 	// ID is the job's id inside the state directory, for the engine's
 	// callers that need to address files; it is not shown to users.
@@ -166,6 +181,7 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 	}
 	if rec.Final {
 		s.StdoutBytes, s.StderrBytes = rec.StdoutBytes, rec.StderrBytes
+		s.StdoutLostBytes, s.StderrLostBytes = rec.StdoutLost, rec.StderrLost
 		return s
 	}
 	s.StdoutBytes, s.StderrBytes = logTotal(dir, "stdout"), logTotal(dir, "stderr")
@@ -214,7 +230,11 @@ func commandOf(shell string, argv []string) any {
 func (st *Store) noRecord(id string) (Status, error) {
 	fi, err := os.Stat(filepath.Join(st.jobDir(id), specFile))
 	if err != nil {
-		return Status{}, jobErr(result.CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
+		// A Start killed before it wrote the spec leaves the bare
+		// directory, which its age then shows lost.
+		if fi, err = os.Stat(st.jobDir(id)); err != nil {
+			return Status{}, jobErr(result.CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
+		}
 	}
 	var spec Spec
 	_ = state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec)
@@ -242,4 +262,25 @@ func (st *Store) lose(s *Status, reason string) {
 	}
 	_ = f.Close()
 	_, _ = st.dir.AppendEvent(state.Event{Handle: s.Handle, Name: s.Name, Type: StatusLost, Reason: reason})
+}
+
+// removeStaleTemps removes what killed writes of the supervisor's own
+// files left in a job directory: temp files of status.json and the log
+// sidecars, and trim copies. The caller holds the run lock, so the
+// supervisor that wrote them is dead; files others write (stop.json,
+// cursors) are not touched.
+func removeStaleTemps(dir string) {
+	state.RemoveTemps(dir, statusFile, Stdout+".meta.json", Stderr+".meta.json")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		for _, stream := range []string{Stdout, Stderr} {
+			if strings.HasPrefix(e.Name(), trimPrefix(stream)) {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	_ = os.Remove(filepath.Join(dir, reserveFile))
 }

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/reexec"
@@ -83,7 +84,8 @@ func (st *Store) Dir() *state.Dir { return st.dir }
 // returns once the supervisor confirms the job runs. A job that cannot
 // start (missing program, missing cwd) is an error, and leaves no job
 // behind.
-func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
+func (st *Store) Start(ctx context.Context, spec Spec) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	if err := spec.Validate(); err != nil {
 		return Status{}, err
 	}
@@ -109,10 +111,12 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		return Status{}, err
 	}
 	dir := st.jobDir(id)
+	faultpoint.Hit("start.dir")
 	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
+	faultpoint.Hit("start.spec")
 	if spec.Backend == BackendSlurm {
 		err = st.submit(ctx, id, &spec)
 	} else {
@@ -122,6 +126,7 @@ func (st *Store) Start(ctx context.Context, spec Spec) (Status, error) {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
+	faultpoint.Hit("start.launched")
 	if spec.Name != "" {
 		if err := st.setName(spec.Name, id); err != nil {
 			return Status{}, err
@@ -138,7 +143,7 @@ func (st *Store) newJobDir() (string, error) {
 		return "", err
 	}
 	for {
-		n, err := st.dir.NextID("job")
+		n, err := st.dir.NextIDRepairing("job", st.highestJobID)
 		if err != nil {
 			return "", err
 		}
@@ -149,6 +154,25 @@ func (st *Store) newJobDir() (string, error) {
 		}
 		return id, err
 	}
+}
+
+// highestJobID is the highest job id still to be found, for repairing a
+// damaged id counter: the job directories and the handles in the event
+// log (which names every job that started, removed ones included).
+func (st *Store) highestJobID() uint64 {
+	var top uint64
+	if ids, err := st.ids(); err == nil && len(ids) > 0 {
+		top = ids[0]
+	}
+	evs, _ := st.dir.ReadEvents(0, nil)
+	for _, e := range evs {
+		if id, err := st.dir.Parse("job", e.Handle); err == nil {
+			if n, err := strconv.ParseUint(id, 10, 64); err == nil && n > top {
+				top = n
+			}
+		}
+	}
+	return top
 }
 
 // launch starts the supervisor of job id and waits for its confirmation on
@@ -197,32 +221,42 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if p == nil {
 		return fmt.Errorf("jobs: start supervisor: %w", rerr)
 	}
+	// No confirmation: whatever the supervisor started must not outlive
+	// this answer, whichever step it died (or hung, and launch killed it)
+	// at; a refusal too, for a supervisor refused after it forked.
+	<-exited
+	st.killUnconfirmed(id, p.Pid)
 	var refused *result.Error
 	if errors.As(rerr, &refused) {
-		<-exited
 		return refused
 	}
-	st.killUnconfirmed(id, p.Pid)
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(result.CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
 }
 
-// killUnconfirmed kills the job process that the supervisor svPID
-// recorded, if it is still alive: a supervisor that died between starting
-// the job and confirming it leaves a process no handle will reach.
+// killUnconfirmed kills the supervisor svPID of job id, if it still runs,
+// and everything it started: a supervisor that died (or stalled) between
+// starting the job and confirming it leaves processes no handle will
+// reach. It returns once they are gone, so the caller's error is true.
+//
+// The supervisor is dead by now (launch killed one that did not answer);
+// its start time, which names its session's mark, is in its run lock,
+// written before it starts anything. No identity there means it died
+// before it could start anything.
 func (st *Store) killUnconfirmed(id string, svPID int) {
-	var rec record
-	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil || rec.Final || rec.SupervisorPID != svPID {
+	sv, _ := st.lockHolder(id)
+	if sv.PID != svPID {
 		return
 	}
-	job := proctree.ID{PID: rec.PID, Start: rec.PIDStart}
-	if rec.PID > 0 && job.Alive() {
-		// Return only once it is gone, so the caller's error is true.
-		ctx, cancel := context.WithTimeout(context.Background(), killWait)
-		defer cancel()
-		proctree.Terminate(ctx, proctree.Tree{Main: job, Group: job.PID, Root: job.PID}, syscall.SIGKILL, 0, nil)
+	r := remains{sv: proctree.ID{PID: svPID, Start: sv.StartTime}}
+	var rec record
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) == nil && rec.SupervisorPID == svPID {
+		r.main = proctree.ID{PID: rec.PID, Start: rec.PIDStart}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*killWait)
+	defer cancel()
+	_ = r.kill(ctx, syscall.SIGKILL, 0)
 }
 
 func tailBytes(b []byte, n int) []byte {
@@ -303,7 +337,8 @@ func (st *Store) dropName(name, id string) {
 
 // Status returns the status of the job ref (handle or name). It reads only
 // that job's files.
-func (st *Store) Status(ref string) (Status, error) {
+func (st *Store) Status(ref string) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -367,9 +402,10 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 	// Records first, statuses second: the slurm jobs among them are then
 	// resolved from one scheduler query instead of one each.
 	type item struct {
-		id     string
-		rec    record
-		queued *Spec // a slurm job without a record yet
+		id      string
+		rec     record
+		queued  bool  // no record yet
+		damaged error // the record does not parse
 	}
 	items := make([]item, 0, len(ids))
 	var sids []string
@@ -377,25 +413,29 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 		id := strconv.FormatUint(n, 10)
 		var sb unix.Stat_t
 		if unix.Fstatat(dirfd, id+"/"+statusFile, &sb, 0) != nil {
-			// Removed meanwhile, or its supervisor has not written yet;
-			// a slurm job may wait in the queue with no supervisor at all.
+			// Removed meanwhile, or its supervisor has not written yet
+			// (a start in progress, or the remains of one that was
+			// killed: listed, so that gc can see them); a slurm job may
+			// wait in the queue with no supervisor at all.
 			if spec, ok := st.queuedSpec(id); ok {
-				items = append(items, item{id: id, queued: spec})
 				sids = append(sids, spec.SlurmJobID)
 			}
+			items = append(items, item{id: id, queued: true})
 			continue
 		}
 		key := fileKey{Ino: sb.Ino, Mtime: sb.Mtim.Nano(), Size: sb.Size}
 		var rec record
 		if e, ok := cache[id]; ok && e.Key == key {
-			rec = e.Rec
+			rec = e.record()
 			fresh[id] = e
 		} else {
 			if err := state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec); err != nil {
+				// A damaged record: still listed (and stoppable).
+				items = append(items, item{id: id, damaged: err})
 				continue
 			}
 			if rec.Final {
-				fresh[id] = cacheEntry{Key: key, Rec: rec}
+				fresh[id] = newCacheEntry(key, rec)
 				dirty = true
 			}
 		}
@@ -408,12 +448,15 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 	out := make([]Status, 0, len(items))
 	for i := range items {
 		var s Status
-		if items[i].queued != nil {
+		switch {
+		case items[i].queued:
 			var err error
 			if s, err = st.noRecord(items[i].id); err != nil {
 				continue
 			}
-		} else {
+		case items[i].damaged != nil:
+			s = st.corruptStatus(items[i].id, items[i].damaged)
+		default:
 			s = st.fromRecord(items[i].id, &items[i].rec)
 		}
 		if len(statuses) == 0 || slices.Contains(statuses, s.Status) {
@@ -428,8 +471,10 @@ func (st *Store) List(statuses ...string) ([]Status, error) {
 
 // listCacheFile caches ended jobs' records for List. It is only a cache:
 // unreadable means empty, and every entry is checked against its file. It
-// is gob, not JSON, because decoding it is most of List's cost.
-const listCacheFile = ".list-cache.gob"
+// is gob, not JSON, because decoding it is most of List's cost. (v2: gob
+// does not transmit zero values, so a pointer to exit code 0 came back
+// nil from v1; entries now carry the exit code beside the record.)
+const listCacheFile = ".list-cache.v2.gob"
 
 type fileKey struct {
 	Ino   uint64 `json:"ino"`
@@ -438,8 +483,30 @@ type fileKey struct {
 }
 
 type cacheEntry struct {
-	Key fileKey `json:"key"`
-	Rec record  `json:"rec"`
+	Key fileKey
+	Rec record
+	// Exit is Rec.ExitCode, which gob would lose when it is 0.
+	Exit    int
+	HasExit bool
+}
+
+func newCacheEntry(key fileKey, rec record) cacheEntry {
+	e := cacheEntry{Key: key, Rec: rec}
+	if rec.ExitCode != nil {
+		e.Exit, e.HasExit = *rec.ExitCode, true
+	}
+	return e
+}
+
+// record is the cached record as it was written.
+func (e cacheEntry) record() record {
+	rec := e.Rec
+	rec.ExitCode = nil
+	if e.HasExit {
+		code := e.Exit
+		rec.ExitCode = &code
+	}
+	return rec
 }
 
 func (st *Store) loadListCache() map[string]cacheEntry {
@@ -457,12 +524,26 @@ func (st *Store) loadListCache() map[string]cacheEntry {
 
 // saveListCache replaces the cache by rename, without fsync: losing it in
 // a crash only costs the next List some reads.
+//
+// Savers take turns on a lock, without waiting: a List that finds another
+// saving leaves the cache to it. Holding the lock proves that any temp
+// file of the cache is a killed saver's, and it is removed.
 func (st *Store) saveListCache(m map[string]cacheEntry) {
 	var b bytes.Buffer
 	if gob.NewEncoder(&b).Encode(m) != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(st.dir.Join("jobs"), listCacheFile+".tmp*")
+	jobsDir := st.dir.Join("jobs")
+	lock, err := os.OpenFile(filepath.Join(jobsDir, listCacheFile+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return
+	}
+	defer lock.Close()
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return
+	}
+	state.RemoveTemps(jobsDir, listCacheFile)
+	tmp, err := os.CreateTemp(jobsDir, state.TempPrefix(listCacheFile)+"*")
 	if err != nil {
 		return
 	}
@@ -476,12 +557,16 @@ func (st *Store) saveListCache(m map[string]cacheEntry) {
 // Remove deletes a job's files. Its handle then answers job_expired, since
 // ids are never reused. A job that still runs is refused with job_running
 // unless force, which stops it first.
-func (st *Store) Remove(ctx context.Context, ref string, force bool) (Status, error) {
+func (st *Store) Remove(ctx context.Context, ref string, force bool) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
 	}
 	s, err := st.statusOf(id)
+	if state.IsCorrupt(err) {
+		s, err = st.corruptStatus(id, err), nil
+	}
 	if err != nil {
 		return Status{}, err
 	}
@@ -512,7 +597,8 @@ func (st *Store) removeDir(id, name string) error {
 
 // GC removes jobs that ended (lost jobs with a live orphan excepted) more
 // than olderThan before now, and returns their statuses.
-func (st *Store) GC(olderThan time.Duration, now time.Time) ([]Status, error) {
+func (st *Store) GC(olderThan time.Duration, now time.Time) (_ []Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	all, err := st.List()
 	if err != nil {
 		return nil, err
@@ -557,10 +643,19 @@ type stopRequest struct {
 
 // Stop stops the job's whole process tree: sig to its process group and
 // every descendant, SIGKILL to what remains after grace (0: at once). It
-// returns once the job has ended. Stopping a job that
-// already ended is not an error (it returns the status). A lost job whose
-// process is still alive is killed directly.
-func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {
+// returns once the job has ended. Stopping a job that already ended is not
+// an error (it returns the status). A lost job whose processes still run
+// is killed directly.
+//
+// What it answers is true after it acted: it never returns success while
+// a process of the job runs, and never a running status for a job it
+// killed. When its supervisor does not finish the stop (SIGKILLed or
+// frozen meanwhile), Stop kills the supervisor and the job itself. On a
+// state directory where stop.json cannot be written (full, read-only) the
+// supervisor is asked with SIGTERM alone and Stop applies sig and grace to
+// the job itself.
+func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace time.Duration) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -572,63 +667,169 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if err == nil && s.Backend == BackendSlurm {
 		return st.stopSlurm(ctx, id, s, sig, grace)
 	}
-	if err != nil || (s.Ended() && s.OrphanPID == 0) {
-		return s, err
+	if err != nil {
+		return st.stopUnreadable(ctx, id, sig, grace, err)
 	}
-	if s.OrphanPID != 0 {
-		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
-		return st.statusOf(id)
+	if s.Ended() {
+		return st.stopRemains(ctx, id, s, sig, grace)
 	}
-	req := stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()}
-	if err := state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600); err != nil {
-		return s, err
+	werr := st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()})
+	if werr != nil && state.Classify(werr) == nil {
+		return s, werr
 	}
+	faultpoint.Hit("stop.requested")
 	// Re-read after writing the request: if the supervisor is gone now,
 	// signalling its old PID could hit a stranger.
-	s, err = st.statusOf(id)
-	if err != nil || s.Ended() && s.OrphanPID == 0 {
+	if s, err = st.statusOf(id); err != nil {
 		return s, err
 	}
-	if s.OrphanPID != 0 {
-		killOrphan(ctx, s.OrphanPID, s.orphanStart, sig, grace)
-		return st.statusOf(id)
+	if s.Ended() {
+		return st.stopRemains(ctx, id, s, sig, grace)
 	}
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGTERM)
+	}
+	faultpoint.Hit("stop.signalled")
+	if werr != nil {
+		// The supervisor stops with SIGTERM and its default grace; the
+		// caller's signal and grace are applied here.
+		st.stopWithoutRequest(ctx, s, sig, grace)
 	}
 	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
 	defer cancel()
 	got, err := st.waitIDs(wctx, []string{id}, ForExit, false)
 	if err == nil && len(got) == 1 {
-		return got[0], nil
+		return st.stopRemains(ctx, id, got[0], sig, grace)
 	}
-	// The supervisor did not finish the stop: do it without it.
+	// The supervisor did not finish the stop (it is frozen, say): kill it
+	// and the job without it. Then nothing records an end, and the answer
+	// is lost, which is what the record can prove.
+	r := remainsOf(s, s.PID, st.pidStart(id))
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
+		kctx, cancel := context.WithTimeout(ctx, killWait)
+		_ = proctree.Wait(kctx, proctree.ID{PID: s.svPID, Start: s.svStart})
+		cancel()
 	}
-	if s.PID > 0 {
-		_ = proctree.SignalGroup(s.PID, syscall.SIGKILL)
+	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
+}
+
+// writeStopRequest writes stop.json under the stop lock, which every
+// writer of it holds, so that the temp files of killed writers can go.
+func (st *Store) writeStopRequest(id string, req stopRequest) error {
+	unlock, err := state.Lock(filepath.Join(st.jobDir(id), stopLockFile))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	state.RemoveTemps(st.jobDir(id), stopFile)
+	return state.WriteJSONAtomic(filepath.Join(st.jobDir(id), stopFile), req, 0o600)
+}
+
+// stopRemains finishes a stop of a job that has ended: a job whose
+// supervisor died (lost) may have left processes running, the job's own
+// or anything else in the supervisor's session, and those are stopped
+// with sig and grace.
+func (st *Store) stopRemains(ctx context.Context, id string, s Status, sig syscall.Signal, grace time.Duration) (Status, error) {
+	if s.Status != StatusLost || s.LostReason == LostHostRestarted {
+		return s, nil
+	}
+	r := remainsOf(s, s.PID, st.pidStart(id))
+	if len(r.live()) == 0 {
+		return s, nil
+	}
+	return st.afterKill(id, r.kill(ctx, sig, grace))
+}
+
+// afterKill is the answer of a stop that killed the job's processes
+// itself: the status now, or an error if something survived.
+func (st *Store) afterKill(id string, kerr error) (Status, error) {
+	s, err := st.statusOf(id)
+	if err != nil {
+		return s, err
+	}
+	if kerr != nil {
+		return s, jobErr(result.CodeStopFailed, "job %s: %v", s.Handle, kerr).With("status", s.Status)
+	}
+	if !s.Ended() {
+		// Its supervisor is dead and every process is gone: whatever the
+		// record said last is no longer true.
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, nil
+}
+
+// stopWithoutRequest applies sig and grace to the job directly, for a stop
+// whose request could not be written: the supervisor was told with SIGTERM
+// (and stops with SIGTERM and the default grace); a different signal, or a
+// shorter grace, is the caller's to deliver.
+func (st *Store) stopWithoutRequest(ctx context.Context, s Status, sig syscall.Signal, grace time.Duration) {
+	job := proctree.ID{PID: s.PID, Start: st.pidStart(s.ID)}
+	if job.PID <= 0 || !job.Alive() {
+		return
+	}
+	tree := proctree.Tree{Main: job, Group: job.PID, Root: job.PID}
+	if sig != syscall.SIGTERM {
+		tree.Signal(sig)
+	}
+	if grace < DefaultKillGrace {
+		gctx, cancel := context.WithTimeout(ctx, grace)
+		if proctree.Wait(gctx, job) != nil {
+			tree.Signal(syscall.SIGKILL)
+		}
+		cancel()
+	}
+}
+
+// stopUnreadable stops a job whose status.json cannot be read (damaged
+// outside agentplane): its supervisor is found by the run lock it holds
+// and the identity it keeps in that file, and asked to stop as usual. It
+// then rewrites status.json, which repairs it.
+func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Signal, grace time.Duration, rerr error) (Status, error) {
+	if !state.IsCorrupt(rerr) {
+		return Status{}, rerr
+	}
+	sv, ok := st.lockHolder(id)
+	if !ok {
+		// No supervisor runs: there is nothing of the job to stop but what
+		// may be left in a dead supervisor's session.
+		if sv.PID > 0 {
+			r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
+			if err := r.kill(ctx, sig, grace); err != nil {
+				return Status{}, jobErr(result.CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
+			}
+		}
+		return st.corruptStatus(id, rerr), rerr
+	}
+	_ = st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()})
+	_ = syscall.Kill(sv.PID, syscall.SIGTERM)
+	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	defer cancel()
+	if proctree.Wait(wctx, proctree.ID{PID: sv.PID, Start: sv.StartTime}) != nil {
+		_ = syscall.Kill(sv.PID, syscall.SIGKILL)
+	}
+	r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
+	if err := r.kill(ctx, syscall.SIGKILL, 0); err != nil {
+		return Status{}, jobErr(result.CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 	}
 	return st.statusOf(id)
 }
 
-// killOrphan kills a job process whose supervisor is gone, with its group
-// and descendants (those that left the group were adopted elsewhere and
-// are found only if they are still below it).
-func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
-	job := proctree.ID{PID: pid, Start: start}
-	if !job.Alive() {
-		return
+// pidStart is the recorded start time of job id's main process (0 when
+// unknown), which Status does not carry.
+func (st *Store) pidStart(id string) uint64 {
+	var rec record
+	if state.ReadJSON(filepath.Join(st.jobDir(id), statusFile), &rec) != nil {
+		return 0
 	}
-	kctx, cancel := context.WithTimeout(ctx, grace+5*time.Second)
-	defer cancel()
-	proctree.Terminate(kctx, proctree.Tree{Main: job, Group: pid, Root: pid}, sig, grace, nil)
+	return rec.PIDStart
 }
 
 // Restart stops the job if it still runs and starts a new run of it under
 // the same handle, with a new supervisor; its restarts count goes up and a
 // restarted event is recorded. Logs continue at the same offsets.
-func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
+func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) {
+	defer func() { err = state.Coded(err) }()
 	id, err := st.Resolve(ref)
 	if err != nil {
 		return Status{}, err
@@ -651,6 +852,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (Status, error) {
 	if s.Backend == BackendSlurm {
 		return st.resubmit(ctx, id)
 	}
+	faultpoint.Hit("restart.stopped")
 	if err := st.launch(ctx, id); err != nil {
 		return Status{}, err
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -18,8 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentplane/agentplane/pkg/audit"
-	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -60,13 +58,19 @@ type supervisor struct {
 	mu    sync.Mutex
 	known map[int]bool
 
-	hooks hooks
+	// reserve is a file of reserveSize bytes that the supervisor gives
+	// back when the disk is full, so that it can still record the end.
+	reserve string
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
 	// ctl reaches the sandbox helper of the current run, which runs the
 	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
 	ctl *sandbox.Control
+
+	// prevTotals are the stream totals the previous run's end recorded,
+	// from which a damaged log sidecar is rebuilt.
+	prevTotals [2]int64
 
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
@@ -106,7 +110,7 @@ func (sv *supervisor) execArgv() ([]string, error) {
 // every transition in status.json and the event log, and returns when the
 // job has ended and nothing of its process tree remains.
 func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
-	return runSupervisor(ctx, d, id, "", hooks{})
+	return runSupervisor(ctx, d, id, "")
 }
 
 // RunScheduledSupervisor is RunSupervisor for a job that a cluster
@@ -114,7 +118,7 @@ func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
 // allocated node): there is no confirmation pipe, since the submitter
 // returned long ago, and the record carries the scheduler's job id.
 func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
-	return runSupervisor(ctx, d, id, slurmJobID, hooks{})
+	return runSupervisor(ctx, d, id, slurmJobID)
 }
 
 // ReasonSchedulerSignal is the reason of a slurm job that its supervisor
@@ -123,15 +127,8 @@ func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID st
 // which it was.
 const ReasonSchedulerSignal = "scheduler_signal"
 
-// hooks let crash tests stop the supervisor at chosen moments; production
-// leaves them nil.
-type hooks struct {
-	afterBegin    func() // status.json says starting, no job yet
-	afterJobStart func() // the job runs and status.json says so, unconfirmed
-}
-
-func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h hooks) error {
-	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, hooks: h, slurmJobID: slurmJobID}
+func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
+	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, slurmJobID: slurmJobID}
 	// The pipe must not leak into the job: a job holding it would keep
 	// Start waiting for EOF. A scheduled supervisor has none, and its fd 3
 	// is whatever the scheduler left there.
@@ -169,10 +166,18 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h h
 		sv.answer(err)
 		return err
 	}
+	if self, err := proctree.ReadStat(os.Getpid()); err == nil {
+		writeLockIdentity(lock, self)
+	}
+	faultpoint.Hit("supervisor.locked")
+	// Holding the run lock proves that whoever wrote the temp files of
+	// this directory's supervisor-owned files is dead.
+	removeStaleTemps(sv.dir)
 	if err := sv.begin(); err != nil {
 		sv.answer(err)
 		return err
 	}
+	faultpoint.Hit("supervisor.began")
 	if err := proctree.SetSubreaper(); err != nil {
 		sv.answer(err)
 		return err
@@ -187,9 +192,6 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, h h
 			return err
 		}
 		defer sv.sandbox.Cleanup()
-	}
-	if sv.hooks.afterBegin != nil {
-		sv.hooks.afterBegin()
 	}
 	return sv.loop(ctx, sigs, chld)
 }
@@ -209,6 +211,8 @@ func (sv *supervisor) answer(err error) {
 	switch {
 	case errors.As(err, &ce):
 		err = result.Errorf(ce.code, "%s", err.Error()).Wrap(err)
+	case err != nil && state.Classify(err) != nil:
+		err = state.Classify(err) // a full or read-only disk, told as such
 	case err != nil && !errors.As(err, &re):
 		err = result.Errorf(result.CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
@@ -247,6 +251,7 @@ func (sv *supervisor) begin() error {
 		sv.rec.Backend, sv.rec.SlurmJobID, sv.rec.Host = BackendSlurm, sv.slurmJobID, host
 	}
 	if hadPrev {
+		sv.prevTotals = [2]int64{prev.StdoutBytes, prev.StderrBytes}
 		// A manual restart: a new run of the same job.
 		sv.rec.Run = prev.Run + 1
 		sv.rec.Restarts = prev.Restarts + 1
@@ -275,7 +280,9 @@ func (sv *supervisor) save() error {
 	if err != nil {
 		return err
 	}
-	return state.WriteFileAtomic(filepath.Join(sv.dir, statusFile), append(b, '\n'), 0o600)
+	return sv.withSpace(func() error {
+		return state.WriteFileAtomic(filepath.Join(sv.dir, statusFile), append(b, '\n'), 0o600)
+	})
 }
 
 func (sv *supervisor) event(typ string) {
@@ -284,7 +291,40 @@ func (sv *supervisor) event(typ string) {
 	if typ == "restarted" {
 		e.Restarts = sv.rec.Restarts
 	}
-	_, _ = sv.d.AppendEvent(e)
+	_ = sv.withSpace(func() error { _, err := sv.d.AppendEvent(e); return err })
+}
+
+// reserveSize is how much space a supervisor sets aside for its last
+// records: an end that happens on a full disk must still be written, or a
+// job that ran to its end would read as lost. A few pages: the status.json
+// temp file, the growth of the event log.
+const reserveSize = 16 << 10
+
+// reserveSpace writes the reserve file before the job is confirmed: a
+// disk too full for it is too full to start a job on (no_space).
+func (sv *supervisor) reserveSpace() error {
+	if sv.reserve != "" {
+		return nil
+	}
+	path := filepath.Join(sv.dir, reserveFile)
+	if err := os.WriteFile(path, make([]byte, reserveSize), 0o600); err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	sv.reserve = path
+	return nil
+}
+
+// withSpace runs write and, if it fails for want of space, gives the
+// reserve back to the filesystem and tries once more.
+func (sv *supervisor) withSpace(write func() error) error {
+	err := write()
+	if err == nil || sv.reserve == "" || !state.IsNoSpace(err) {
+		return err
+	}
+	_ = os.Remove(sv.reserve)
+	sv.reserve = ""
+	return write()
 }
 
 // runResult is how one run of the job ended.
@@ -302,13 +342,13 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 		defer t.Stop()
 		deadline = t.C
 	}
-	outSink, err := openSink(sv.dir, Stdout, sv.spec.LogLimit)
+	outSink, err := openSink(sv.dir, Stdout, sv.spec.LogLimit, sv.prevTotals[0])
 	if err != nil {
 		sv.answer(err)
 		return err
 	}
 	defer outSink.Close()
-	errSink, err := openSink(sv.dir, Stderr, sv.spec.LogLimit)
+	errSink, err := openSink(sv.dir, Stderr, sv.spec.LogLimit, sv.prevTotals[1])
 	if err != nil {
 		sv.answer(err)
 		return err
@@ -350,6 +390,7 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 		}
 		sv.rec.Status, sv.rec.Ready = StatusStarting, false
 		_ = sv.save()
+		faultpoint.Hit("supervisor.restart.backoff")
 		// Wait out the backoff, still answering stop requests and the
 		// overall timeout.
 		t := time.NewTimer(backoff)
@@ -395,336 +436,14 @@ func (sv *supervisor) shouldRestart(res runResult) bool {
 // whoever sees the final status also finds the event, and a supervisor
 // killed in between leaves the event, not a silent end.
 func (sv *supervisor) finish(out, errs *logSink) {
+	faultpoint.Hit("supervisor.final.event")
 	sv.rec.EndedAt = state.FormatTime(time.Now())
 	sv.rec.StdoutBytes, sv.rec.StderrBytes = out.total(), errs.total()
+	sv.rec.StdoutLost, sv.rec.StderrLost = out.lost, errs.lost
 	_ = sv.save()
-}
-
-// startError classifies a failure to start the job.
-func startError(spec *Spec, err error) error {
-	var pe *fs.PathError
-	switch {
-	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir"):
-		return &codedError{result.CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
-	case errors.As(err, &pe) && pe.Op == "chdir":
-		return &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
-	case errors.Is(err, fs.ErrPermission):
-		return &codedError{result.CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
-	}
-	return &codedError{result.CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
-}
-
-// runOnce starts the job once and supervises it until it ends and its whole
-// process tree is gone. An error means it could not be started.
-func (sv *supervisor) runOnce(ctx context.Context, first bool, outSink, errSink *logSink,
-	sigs, chld chan os.Signal, deadline <-chan time.Time) (runResult, error) {
-	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
-		return runResult{}, &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
-	}
-	argv, err := sv.execArgv()
-	if err != nil {
-		return runResult{}, err
-	}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
-	afterStart := func() {}
-	if sv.sandbox != nil {
-		// A program that does not exist must still fail the start, not
-		// become a job whose helper exits 127.
-		if cmd.Err != nil {
-			return runResult{}, startError(&sv.spec, cmd.Err)
-		}
-		exe, err := os.Executable()
-		if err != nil {
-			return runResult{}, err
-		}
-		ctl, started, err := sv.sandboxProbe(cmd)
-		if err != nil {
-			return runResult{}, err
-		}
-		sv.ctl, afterStart = ctl, started
-		defer started()
-		if ctl != nil {
-			defer ctl.Close()
-		}
-		w := sv.sandbox.Wrap(exe, "agentjob", argv, cmd.Env)
-		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
-	}
-	g, err := sv.guard(cmd, sv.sandbox != nil)
-	if err != nil {
-		return runResult{}, err
-	}
-	if g != nil {
-		defer g.Cleanup()
-	}
-	cmd.SysProcAttr.Setpgid = true
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return runResult{}, err
-	}
-	defer devnull.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return runResult{}, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return runResult{}, err
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, outW, errW
-	err = sv.startKnown(cmd)
-	afterStart()
-	outW.Close()
-	errW.Close()
-	if err != nil {
-		outR.Close()
-		errR.Close()
-		return runResult{}, startError(&sv.spec, err)
-	}
-	pid := cmd.Process.Pid
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait() // the outcome is read from cmd.ProcessState
-		sv.forget(pid)
-		close(exited)
-	}()
-
-	pctx, stopProbe := context.WithCancel(ctx)
-	readyCh := make(chan struct{})
-	var readyOnce sync.Once
-	markReady := func() { readyOnce.Do(func() { close(readyCh) }) }
-	var logRE *regexp.Regexp
-	if sv.spec.Ready.Log != "" {
-		logRE = regexp.MustCompile(sv.spec.Ready.Log) // validated by Start
-	}
-	var copiers sync.WaitGroup
-	copiers.Go(func() { copyLog(outR, outSink, logRE, markReady) })
-	copiers.Go(func() { copyLog(errR, errSink, logRE, markReady) })
-	copied := make(chan struct{})
-	go func() { copiers.Wait(); close(copied) }()
-
-	st, _ := proctree.ReadStat(pid)
-	sv.rec.Status, sv.rec.Ready = StatusRunning, false
-	sv.rec.PID, sv.rec.PIDStart = pid, st.StartTime
-	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
-	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
-	_ = sv.save()
-	if sv.hooks.afterJobStart != nil {
-		sv.hooks.afterJobStart()
-	}
-	// Confirm before appending the event: the caller of Start waits only
-	// for the record, and the event's fsync need not delay it.
-	sv.answer(nil)
-	switch {
-	case first && sv.rec.Run == 1:
-		sv.event("started")
-	default:
-		sv.event("restarted")
-	}
-
-	var probes sync.WaitGroup
-	var readyTimeout <-chan time.Time
-	if sv.spec.Ready.Set() {
-		rt := time.NewTimer(sv.spec.Ready.Timeout)
-		defer rt.Stop()
-		readyTimeout = rt.C
-		if logRE == nil {
-			probes.Go(func() { sv.probe(pctx, markReady) })
-		}
-	}
-	finishProbes := func() { stopProbe(); probes.Wait() }
-	defer finishProbes()
-
-	res := runResult{}
-	terminate := func(status string, sig syscall.Signal, grace time.Duration, reason string) {
-		res.status, res.reason = status, reason
-		// Descendants that left the group (setsid) are still below the
-		// supervisor, a subreaper.
-		proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: os.Getpid()}, sig, grace, exited)
-	}
-wait:
-	for {
-		select {
-		case <-exited:
-			break wait
-		case <-readyCh:
-			readyCh = nil
-			readyTimeout = nil
-			sv.rec.Status, sv.rec.Ready = StatusReady, true
-			_ = sv.save()
-			sv.event(StatusReady)
-		case <-readyTimeout:
-			terminate(StatusFailed, syscall.SIGTERM, sv.spec.KillGrace, "ready_timeout")
-		case <-deadline:
-			terminate(StatusTimeout, syscall.SIGTERM, sv.spec.KillGrace, "")
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				continue // no terminal to lose; stay up
-			}
-			req := stopRequest{Signal: int(syscall.SIGTERM), GraceMS: DefaultKillGrace.Milliseconds()}
-			reason := ""
-			if state.ReadJSON(filepath.Join(sv.dir, stopFile), &req) != nil && sv.slurmJobID != "" {
-				reason = ReasonSchedulerSignal
-			}
-			terminate(StatusStopped, syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond, reason)
-		case <-chld:
-			sv.reapOrphans()
-		}
-		if res.status != "" {
-			<-exited
-			break
-		}
-	}
-	finishProbes()
-	// The main process is gone. Give output still in flight a moment, then
-	// kill everything it left behind, so no process and no pipe writer
-	// outlives the run.
-	dt := time.NewTimer(drainTime)
-	select {
-	case <-copied:
-	case <-dt.C:
-	}
-	dt.Stop()
-	proctree.KillAllDescendants(killWait)
-	ct := time.NewTimer(drainTime)
-	select {
-	case <-copied:
-	case <-ct.C:
-		// A writer escaped (it was never our descendant): stop reading.
-		outR.Close()
-		errR.Close()
-		<-copied
-	}
-	ct.Stop()
-	outR.Close()
-	errR.Close()
-
-	if cmd.ProcessState == nil {
-		// Waiting failed, so the exit status is unknown: say so rather
-		// than report a success.
-		if res.status == "" {
-			res.status, res.reason = StatusFailed, "exit_status_unknown"
-		}
-		return res, nil
-	}
-	if g != nil {
-		rep := g.Report()
-		if rep.Error != nil {
-			return runResult{}, &codedError{rep.Error.Code, errors.New(rep.Error.Message)}
-		}
-		sv.auditRuntime(rep)
-		if rep.Killed != nil {
-			// The guard killed a program the policy refused, and the
-			// run with it.
-			res.status, res.reason = StatusFailed, result.AsError(rep.Err()).Code
-		}
-	}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	code, sig := ws.ExitStatus(), ""
-	if ws.Signaled() {
-		sig = proctree.SignalName(ws.Signal())
-	}
-	if sv.sandbox != nil {
-		// The sandbox helper is PID 1 of the job's namespace and reports
-		// a signal death of the job through its status file.
-		code, sig = sv.sandbox.ExitStatus(code, sig)
-	}
-	if sig != "" {
-		res.signal = sig
-	} else {
-		res.exitCode = &code
-	}
-	if res.status == "" {
-		res.status = StatusFailed
-		if res.exitCode != nil && *res.exitCode == 0 {
-			res.status = StatusExited
-		}
-	}
-	return res, nil
-}
-
-// guard puts cmd under the job's runtime policy, when it has one: cmd then
-// runs this program as the guard, which runs and polices what cmd was.
-// sandboxed says cmd already starts the sandbox helper.
-func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, error) {
-	if sv.spec.Policy == nil {
-		return nil, nil
-	}
-	// A program that does not exist fails the start, as without a guard.
-	if cmd.Err != nil {
-		return nil, startError(&sv.spec, cmd.Err)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, &codedError{result.CodePolicyUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
-	}
-	g, err := execguard.Prepare(sv.spec.Policy, sv.spec.PolicyApproved, exe)
-	if err != nil {
-		return nil, &codedError{result.CodePolicyUnavailable, err}
-	}
-	if sandboxed {
-		g.TrustFirst()
-	}
-	cmd.Args, cmd.Path = g.Argv(cmd.Path, cmd.Args), exe
-	return g, nil
-}
-
-// auditRuntime records in the environment's audit log what the runtime
-// guard refused or let run on approval during one run of the job.
-func (sv *supervisor) auditRuntime(rep *execguard.Report) {
-	if rep.Killed == nil && len(rep.Approved) == 0 {
-		return
-	}
-	var command any = sv.spec.Argv
-	if sv.spec.Shell != "" {
-		command = sv.spec.Shell
-	}
-	rec := audit.Record{Program: "agentjob", Operation: "run", Command: command, Cwd: sv.spec.Cwd,
-		Description: sv.spec.Description, Handle: sv.d.Mint("job", sv.id), Status: "completed",
-		PolicyRuntime: rep, Approved: sv.spec.PolicyApproved && len(rep.Approved) > 0}
-	if err := rep.Err(); err != nil {
-		rec.Status, rec.ErrorCode = "refused", result.AsError(err).Code
-	}
-	_ = (&audit.Log{Path: sv.d.Join(audit.FileName)}).Append(rec)
-}
-
-// startKnown starts cmd while holding the reaper lock, so the reaper never
-// mistakes the new child for an orphan before it is registered.
-func (sv *supervisor) startKnown(cmd *exec.Cmd) error {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	sv.known[cmd.Process.Pid] = true
-	return nil
-}
-
-func (sv *supervisor) forget(pid int) {
-	sv.mu.Lock()
-	delete(sv.known, pid)
-	sv.mu.Unlock()
-}
-
-// reapOrphans collects the zombies of adopted orphans while the job runs
-// (a subreaper inherits them), leaving alone the children exec.Cmd waits
-// for.
-func (sv *supervisor) reapOrphans() {
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return
-	}
-	self := os.Getpid()
-	for _, s := range snap {
-		if s.PPID == self && s.Dead() && !sv.known[s.PID] {
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(s.PID, &ws, syscall.WNOHANG, nil)
-		}
+	faultpoint.Hit("supervisor.final.saved")
+	if sv.reserve != "" {
+		_ = os.Remove(sv.reserve)
 	}
 }
 

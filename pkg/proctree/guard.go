@@ -247,6 +247,14 @@ func Detach(cmd *exec.Cmd) (done func(), err error) {
 	return leaveGuardCgroup(cmd)
 }
 
+// bearsToken reports whether pid's environment carries token in EnvToken.
+// A process whose environment cannot be read (another user's, on macOS)
+// does not.
+func bearsToken(pid int, token string) bool {
+	env, err := Environ(pid)
+	return err == nil && carriesToken(env, token)
+}
+
 // carriesToken reports whether the environment env holds token in
 // EnvToken's ':'-separated list.
 func carriesToken(env []string, token string) bool {

@@ -40,13 +40,3 @@ func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
 func killGuardCgroup(string) bool { return false }
 
 func leaveGuardCgroup(*exec.Cmd) (func(), error) { return func() {}, nil }
-
-// bearsToken reports whether pid's environment carries token in EnvToken.
-// A process of another user, whose arguments macOS does not show, does not.
-func bearsToken(pid int, token string) bool {
-	_, _, env, err := procArgs(pid)
-	if err != nil {
-		return false
-	}
-	return carriesToken(env, token)
-}

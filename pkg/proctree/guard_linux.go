@@ -83,14 +83,6 @@ const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
 echo 1 > "$1/cgroup.kill" || exit 1
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
 
-func bearsToken(pid int, token string) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return false
-	}
-	return carriesToken(strings.Split(string(b), "\x00"), token)
-}
-
 // cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
 // of /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
 // hybrid one.

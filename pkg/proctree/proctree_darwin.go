@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -175,4 +176,43 @@ func procArgs(pid int) (string, []string, []string, error) {
 		return "", nil, nil, err
 	}
 	return parseProcArgs(pid, b)
+}
+
+// Environ returns the environment pid was started with, from
+// kern.procargs2 (only for processes of the caller's user, or as root).
+func Environ(pid int) ([]string, error) {
+	_, _, env, err := procArgs(pid)
+	return env, err
+}
+
+// The parts of <sys/proc_info.h> Cwd needs: proc_pidinfo is the
+// proc_info system call with PROC_INFO_CALL_PIDINFO, and the flavor
+// PROC_PIDVNODEPATHINFO fills a struct proc_vnodepathinfo, whose first
+// member is the working directory's struct vnode_info_path: a 152-byte
+// struct vnode_info, then the path in MAXPATHLEN bytes.
+const (
+	procInfoCallPidInfo  = 2
+	procPidVnodePathInfo = 9
+	sizeofVnodeInfo      = 152
+	maxPathLen           = 1024
+	sizeofVnodePathInfo  = 2 * (sizeofVnodeInfo + maxPathLen)
+)
+
+// Cwd returns pid's working directory as the kernel knows it
+// (proc_pidinfo PROC_PIDVNODEPATHINFO), whatever $PWD says.
+func Cwd(pid int) (string, error) {
+	var buf [sizeofVnodePathInfo]byte
+	n, _, errno := unix.Syscall6(unix.SYS_PROC_INFO, procInfoCallPidInfo, uintptr(pid), procPidVnodePathInfo, 0,
+		uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+	if errno != 0 {
+		return "", &os.SyscallError{Syscall: "proc_pidinfo", Err: errno}
+	}
+	if int(n) < sizeofVnodeInfo+maxPathLen {
+		return "", fmt.Errorf("proctree: short proc_pidinfo answer for pid %d", pid)
+	}
+	path := unix.ByteSliceToString(buf[sizeofVnodeInfo : sizeofVnodeInfo+maxPathLen])
+	if path == "" {
+		return "", fmt.Errorf("proctree: no working directory for pid %d", pid)
+	}
+	return path, nil
 }

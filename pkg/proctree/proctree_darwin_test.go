@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,5 +180,26 @@ func TestDarwinSetsidOrphanEscapes(t *testing.T) {
 	_ = SignalGroup(sid, syscall.SIGKILL)
 	if waitGone(t, orphan) {
 		t.Fatal("the setsid orphan was killed: update the README's Platforms section")
+	}
+}
+
+func TestDarwinCwdAndEnviron(t *testing.T) {
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "600")
+	cmd.Dir = dir
+	cmd.Env = []string{"AGENTPLANE_TEST_MARK=here", "PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if got, err := Cwd(cmd.Process.Pid); err != nil || got != dir {
+		t.Fatalf("Cwd = %q, %v; want %q", got, err, dir)
+	}
+	env, err := Environ(cmd.Process.Pid)
+	if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
+		t.Fatalf("Environ = %q, %v", env, err)
 	}
 }

@@ -113,3 +113,23 @@ func Argv(pid int) ([]string, error) {
 func Executable(pid int) (os.FileInfo, error) {
 	return os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
 }
+
+// Environ returns the environment pid was started with
+// (/proc/PID/environ).
+func Environ(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(b), "\x00"), nil
+}
+
+// Cwd returns pid's working directory as the kernel knows it
+// (/proc/PID/cwd), whatever $PWD says.
+func Cwd(pid int) (string, error) {
+	p, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/cwd")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(p, " (deleted)"), nil
+}

@@ -2,6 +2,7 @@ package proctree
 
 import (
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,5 +77,23 @@ func TestDescendantsFindsSetsidGrandchild(t *testing.T) {
 			t.Fatalf("setsid grandchild %s not found below %d", want, cmd.Process.Pid)
 		}
 		time.Sleep(10 * time.Millisecond) // polling /proc for a process that is being exec'd
+	}
+}
+
+func TestCwdAndEnviron(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("sleep", "600")
+	cmd.Dir = dir
+	cmd.Env = []string{"AGENTPLANE_TEST_MARK=here", "PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if got, err := Cwd(cmd.Process.Pid); err != nil || got != dir {
+		t.Fatalf("Cwd = %q, %v; want %q", got, err, dir)
+	}
+	env, err := Environ(cmd.Process.Pid)
+	if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
+		t.Fatalf("Environ = %q, %v", env, err)
 	}
 }

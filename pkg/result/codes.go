@@ -138,7 +138,7 @@ var Codes = []CodeInfo{
 	{CodeAudit, "the audit log cannot be written, read or followed", progRun, false},
 	{CodeNoSpace, "the filesystem holding the state (or the file) is full (ENOSPC or a quota); free space and retry", progAll, false},
 	{CodeStateReadOnly, "the state directory is on a read-only mount, so an operation that records something cannot run", progAll, false},
-	{CodeStateCorrupt, "a state file does not parse (damaged outside agentplane); only what depends on it is affected", progAll, false},
+	{CodeStateCorrupt, "a state file does not parse (damaged outside agentplane); the error names the file, and only what depends on it is affected", progAll, false},
 
 	{CodeWaitTimeout, "a wait's timeout passed before what it waited for happened", progJob, true},
 	{CodeJobFailed, "the awaited job ended, but not well (failed, stopped, timeout, lost)", progJob, true},
@@ -176,7 +176,7 @@ var Codes = []CodeInfo{
 	{CodeJobExpired, "the job was removed by rm or gc; its id is never reused", progJob, false},
 	{CodeJobRunning, "the operation needs an ended job (rm without --force)", progJob, false},
 	{CodeSubmitFailed, "the scheduler refused the job (sbatch failed)", progJob, false},
-	{CodeStopFailed, "stop could not confirm that the job's processes are gone", progJob, false},
+	{CodeStopFailed, "a process of the job still ran after stop SIGKILLed it and waited; the job is not stopped", progJob, false},
 
 	{CodeFileNotFound, "the file does not exist", progFS, false},
 	{CodeIsDirectory, "the path is a directory where a file is needed", progFS, false},

@@ -4,16 +4,24 @@
 // variables, functions, aliases and set -o options persist from one call to
 // the next because every call is sourced into the same shell.
 //
-// A call is sent to the shell as one line:
+// The files, one job each:
 //
-//	. CALL.sh < STDIN > OUT.fifo 2> ERR.fifo; printf '\nMARKER %d\n%s\n' $? "$PWD"
+//	server.go      lifecycle: start, accept loop, idle and exit watches, the end
+//	shell.go       the shell protocol: the call line, the prompt that carries
+//	               the status, the interrupt that stops a whole call
+//	call.go        one call: the busy token, output pumps, timeout,
+//	               cancellation, exec, reset, the bookkeeping after it
+//	calldir.go     call files the shell cannot plant anything among
+//	background.go  processes calls left running; bglog.go their bounded log
+//	wire.go        client/server messages and the socket; auth*.go who may call
+//	manager.go     the client side: start, call, status, list, stop, logs
 //
-// The command text is a file, so a syntax error in it cannot make the shell
-// read the bookkeeping as part of a quoted string; its stdin is /dev/null or
-// the caller's data, so it cannot swallow the next line; its output goes to
-// per-call FIFOs that the server captures with the same bounded capture as a
-// one-shot run; and the marker is random per call, so output that imitates
-// it changes nothing (it never reaches the shell's own stdout anyway).
+// A call's command text is a file, so a syntax error in it cannot make the
+// shell read the bookkeeping as part of a quoted string; its stdin is
+// /dev/null or the caller's data, so it cannot swallow the next line; its
+// output goes to per-call FIFOs that the server captures with the same
+// bounded capture as a one-shot run, and, once the call has returned, into
+// the session's background log for whatever still writes to them.
 package session
 
 import (

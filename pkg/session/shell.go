@@ -38,7 +38,7 @@ import (
 // mode back before the user's text runs. The exit status and the fact that
 // the call is over reach the server through the prompt the shell prints
 // after the line, so no command (printf, echo, builtin) is involved; the
-// working directory is read from /proc/PID/cwd, so $PWD cannot lie to it.
+// working directory is read from the kernel (proctree.Cwd), so $PWD cannot lie to it.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
@@ -266,11 +266,11 @@ func (sh *shell) gone() bool {
 
 // cwd is the shell's real working directory, whatever $PWD says.
 func (sh *shell) cwd() string {
-	p, err := os.Readlink("/proc/" + strconv.Itoa(sh.id.PID) + "/cwd")
+	p, err := proctree.Cwd(sh.id.PID)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSuffix(p, " (deleted)")
+	return p
 }
 
 // interrupt brings a shell that is running a call back to its prompt, as

@@ -2,11 +2,16 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/internal/faultpoint"
 )
 
 // WriteFileAtomic replaces path with data so that a reader, or the file after
@@ -40,14 +45,15 @@ func WriteJSONAtomic(path string, v any, perm os.FileMode) error {
 }
 
 // ReadJSON decodes the JSON file at path into v. Errors from os.ReadFile are
-// returned unchanged, so callers can test for fs.ErrNotExist.
+// returned unchanged, so callers can test for fs.ErrNotExist; a file that
+// does not parse is a state_corrupt error (see IsCorrupt).
 func ReadJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("state: %s: %w", path, err)
+		return corrupt(path, err)
 	}
 	return nil
 }
@@ -56,7 +62,7 @@ func ReadJSON(path string, v any) error {
 // returns its path. The name starts with '.' so listings of the directory
 // can skip temp files left by a crash.
 func writeTemp(dir, base string, data []byte, perm os.FileMode) (string, error) {
-	f, err := os.CreateTemp(dir, "."+base+".tmp*")
+	f, err := os.CreateTemp(dir, TempPrefix(base)+"*")
 	if err != nil {
 		return "", err
 	}
@@ -72,6 +78,7 @@ func writeTemp(dir, base string, data []byte, perm os.FileMode) (string, error) 
 	if _, err := f.Write(data); err != nil {
 		return fail(err)
 	}
+	faultpoint.Hit("state.temp.written")
 	if err := f.Sync(); err != nil {
 		return fail(err)
 	}
@@ -102,13 +109,34 @@ func Lock(path string) (unlock func(), err error) {
 }
 
 // LockShared takes a shared flock(2) on path: many readers may hold it at
-// once, and none while someone holds the exclusive lock.
+// once, and none while someone holds the exclusive lock. A reader needs no
+// write access: flock works on a descriptor opened read-only, and on a
+// read-only state directory where the lock file was never created there
+// is no writer to exclude (nothing can write there), so the lock is then
+// a no-op.
 func LockShared(path string) (unlock func(), err error) {
 	return lockFile(path, unix.LOCK_SH)
 }
 
+// openLockFile opens the lock file: read-write (created if missing) for
+// an exclusive lock, read-only for a shared one.
+func openLockFile(path string, how int) (*os.File, error) {
+	if how == unix.LOCK_EX {
+		return os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return f, err
+	}
+	f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
+		return os.Open(os.DevNull) // nothing to lock against; see LockShared
+	}
+	return f, err
+}
+
 func lockFile(path string, how int) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := openLockFile(path, how)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,12 @@
 // a crash or SIGKILL at any moment leaves files that still parse: whole files
 // are replaced by rename, and the event log is appended one line per write(2)
 // with readers ignoring a torn last line.
+//
+// Faults get stable codes (Classify): a full filesystem is no_space, a
+// read-only one state_read_only, a file damaged from outside state_corrupt.
+// Readers need no write access (shared locks are taken on read-only
+// descriptors); the temp files of killed atomic writes are removed by the
+// next writer that holds the lock proving their writer dead (RemoveTemps).
 package state
 
 import (
@@ -116,7 +122,7 @@ func readKey(path string) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) != keySize {
-		return nil, fmt.Errorf("state: secret key %s has %d bytes, want %d", path, len(b), keySize)
+		return nil, corrupt(path, fmt.Errorf("%d bytes, want %d", len(b), keySize))
 	}
 	return b, nil
 }
@@ -124,8 +130,18 @@ func readKey(path string) ([]byte, error) {
 // NextID allocates the next id of kind ("job", "ses", …) from a counter kept
 // under a lock, so ids are never reused while the state directory exists. A
 // handle whose tag verifies therefore names an id this environment
-// allocated: if its files are gone it was removed, not guessed.
+// allocated: if its files are gone it was removed, not guessed. A counter
+// that does not parse is an error; see NextIDRepairing.
 func (d *Dir) NextID(kind string) (uint64, error) {
+	return d.NextIDRepairing(kind, nil)
+}
+
+// NextIDRepairing is NextID that repairs a damaged counter instead of
+// failing every allocation from then on: floor returns the highest id of
+// kind that the caller can still find in use or handed out (its
+// directories, the handles in the event log), and counting goes on after
+// it. With a nil floor a damaged counter is an error (state_corrupt).
+func (d *Dir) NextIDRepairing(kind string, floor func() uint64) (uint64, error) {
 	if !validKind(kind) {
 		return 0, fmt.Errorf("state: invalid id kind %q", kind)
 	}
@@ -139,13 +155,18 @@ func (d *Dir) NextID(kind string) (uint64, error) {
 		return 0, err
 	}
 	defer unlock()
+	// The lock is held: temp files of the counter are of killed writers.
+	RemoveTemps(dir, kind)
 	var n uint64
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
 		n, err = strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("state: counter %s: %w", path, err)
+			if floor == nil {
+				return 0, corrupt(path, err)
+			}
+			n = floor()
 		}
 	case errors.Is(err, fs.ErrNotExist):
 	default:

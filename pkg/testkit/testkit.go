@@ -273,13 +273,13 @@ func scriptProcesses(ts *testscript.TestScript, pattern string) []string {
 }
 
 func otherWork(pid int, work string) bool {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	env, err := proctree.Environ(pid)
 	if err != nil {
 		return false
 	}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if v, ok := bytes.CutPrefix(kv, []byte("WORK=")); ok {
-			return string(v) != work
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "WORK="); ok {
+			return v != work
 		}
 	}
 	return false

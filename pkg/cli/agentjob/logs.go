@@ -29,6 +29,7 @@ type LogsOptions struct {
 	MaxBytes  int64
 	Follow    bool
 	Grep      string
+	Raw       bool
 
 	offsetSet, tailSet, readerSet bool
 }
@@ -41,13 +42,19 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 		Short: "Read a job's output by absolute byte offsets",
 		Long: "Read a job's stdout and stderr by absolute byte offsets: from --offset (next_offset of the last " +
 			"read), what a named reader has not read yet (--since-last), or the last lines (--tail). --grep " +
-			"returns matching lines with their offsets; --follow streams NDJSON until the job ends.",
+			"returns matching lines with their offsets; --follow streams NDJSON until the job ends. data never " +
+			"ends inside a UTF-8 character (next_offset says where the next read begins; lossy says invalid bytes " +
+			"were replaced) and is cleaned like agentsh's output (ANSI escapes removed, carriage-return redraws " +
+			"collapsed, per read) unless --raw. A damaged --since-last cursor starts again from the oldest byte " +
+			"kept (cursor_reset). Reading needs no write access to the state directory, except --since-last, " +
+			"which moves its cursor.",
 		Annotations: jobAnnotations("agentjob_logs", clikit.Hints{ReadOnly: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.Annotations[clikit.AnnotToolDoc] = "Read a job's stdout and stderr by absolute byte offsets: from offset (the next_offset " +
 		"of the last read), what a named reader has not read yet (since_last), or the last tail lines; grep returns the " +
-		"matching lines with their offsets. The result always carries the job's status."
+		"matching lines with their offsets. data never splits a UTF-8 character and is cleaned of terminal escapes and " +
+		"carriage-return redraws unless raw. The result always carries the job's status."
 	f := cmd.Flags()
 	f.Var(clikit.EnumValue{S: &o.Stream, Allowed: []string{jobs.Stdout, jobs.Stderr, "both"}}, "stream", "which stream: stdout, stderr or both")
 	f.Int64Var(&o.Offset, "offset", 0, "read from absolute byte `N` of each stream")
@@ -57,6 +64,7 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 	f.Var(clikit.SizeValue{N: &o.MaxBytes}, "max-bytes", "read at most `N` bytes of each stream")
 	f.BoolVar(&o.Follow, "follow", false, "stream new output as NDJSON until the job ends")
 	f.StringVar(&o.Grep, "grep", "", "return only the lines that match `REGEX`, with their offsets")
+	f.BoolVar(&o.Raw, "raw", false, "keep ANSI escapes and carriage returns in data (it is still valid UTF-8)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		ref, err := oneRef(env, cmd, args)
 		if err != nil {
@@ -102,6 +110,10 @@ func (o *LogsOptions) check() (*regexp.Regexp, error) {
 	return re, nil
 }
 
+func (o *LogsOptions) readOptions() jobs.ReadOptions {
+	return jobs.ReadOptions{MaxBytes: o.MaxBytes, Raw: o.Raw}
+}
+
 func (o *LogsOptions) streams() []string {
 	if o.Stream == "both" {
 		return []string{jobs.Stdout, jobs.Stderr}
@@ -143,11 +155,11 @@ func logsRun(o *LogsOptions) (*clikit.Outcome, error) {
 		var c jobs.LogChunk
 		switch {
 		case o.SinceLast:
-			c, err = st.ReadSince(o.Job, stream, o.Reader, o.MaxBytes)
+			c, err = st.ReadSince(o.Job, stream, o.Reader, o.readOptions())
 		case o.tailSet:
-			c, err = st.Tail(o.Job, stream, o.Tail, o.MaxBytes)
+			c, err = st.Tail(o.Job, stream, o.Tail, o.readOptions())
 		default:
-			c, err = st.ReadLog(o.Job, stream, o.Offset, o.MaxBytes)
+			c, err = st.ReadLog(o.Job, stream, o.Offset, o.readOptions())
 		}
 		if err != nil {
 			return nil, err
@@ -163,7 +175,7 @@ func logsResult(o *LogsOptions, s jobs.Status, parts map[string]*result.Object) 
 	obj := result.New().Set("success", true).Set("handle", s.Handle).Set("status", s.Status)
 	if o.Stream != "both" {
 		p := parts[o.Stream]
-		for _, k := range []string{"data", "matches", "offset", "next_offset", "eof", "dropped_bytes"} {
+		for _, k := range []string{"data", "matches", "offset", "next_offset", "eof", "dropped_bytes", "lossy", "cursor_reset"} {
 			if v, ok := p.Get(k); ok {
 				obj.Set(k, v)
 			}
@@ -177,6 +189,12 @@ func chunkObject(o *result.Object, c jobs.LogChunk) *result.Object {
 	o.Set("data", string(c.Data)).Set("offset", c.Offset).Set("next_offset", c.NextOffset).Set("eof", c.EOF)
 	if c.DroppedBytes > 0 {
 		o.Set("dropped_bytes", c.DroppedBytes)
+	}
+	if c.Lossy {
+		o.Set("lossy", true)
+	}
+	if c.CursorReset {
+		o.Set("cursor_reset", true)
 	}
 	return o
 }
@@ -206,7 +224,7 @@ func follow(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) (*clikit.Outcome,
 	for _, stream := range o.streams() {
 		f := &follower{env: env, stream: stream, pos: o.Offset}
 		if o.tailSet {
-			c, err := st.Tail(o.Job, stream, o.Tail, o.MaxBytes)
+			c, err := st.Tail(o.Job, stream, o.Tail, o.readOptions())
 			if err != nil {
 				return nil, err
 			}
@@ -256,13 +274,19 @@ func follow(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) (*clikit.Outcome,
 
 // drain reads the stream from f.pos to its current end and emits it.
 func (f *follower) drain(o *LogsOptions, st *jobs.Store, re *regexp.Regexp) error {
+	opt := o.readOptions()
+	if re != nil {
+		// Lines are matched, and their offsets counted, in the log's own
+		// bytes, as --grep without --follow does.
+		opt.Raw = true
+	}
 	for {
 		var c jobs.LogChunk
 		var err error
 		if o.SinceLast {
-			c, err = st.ReadSince(o.Job, f.stream, o.Reader, o.MaxBytes)
+			c, err = st.ReadSince(o.Job, f.stream, o.Reader, opt)
 		} else {
-			c, err = st.ReadLog(o.Job, f.stream, f.pos, o.MaxBytes)
+			c, err = st.ReadLog(o.Job, f.stream, f.pos, opt)
 		}
 		if err != nil {
 			return err

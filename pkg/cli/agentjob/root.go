@@ -38,7 +38,7 @@ func Program() *clikit.Program {
 		Build:    build,
 		ExitStatus: [][2]string{
 			{"0", "the operation succeeded; for wait, what it waited for happened and went well (exited 0, or ready)"},
-			{"1", "the operation failed and the JSON says why (invalid_handle, job_expired, command_not_found, cwd_not_found, job_running, …); for wait, a job ended otherwise (failed, stopped, timeout, lost)"},
+			{"1", "the operation failed and the JSON says why (invalid_handle, job_expired, command_not_found, cwd_not_found, job_running, stop_failed, no_space for a full state disk, state_read_only for a read-only state directory, state_corrupt for a damaged state file, …); for wait, a job ended otherwise (failed, stopped, timeout, lost)"},
 			{"2", "usage error or invalid request"},
 			{"124", "a wait whose --timeout passed first; the result is the current status"},
 		},
@@ -171,7 +171,29 @@ func statusObject(o *result.Object, s jobs.Status) *result.Object {
 	if s.SchedulerError != "" {
 		o.Set("scheduler_error", s.SchedulerError)
 	}
+	if s.StdoutLostBytes != 0 {
+		o.Set("stdout_lost_bytes", s.StdoutLostBytes)
+	}
+	if s.StderrLostBytes != 0 {
+		o.Set("stderr_lost_bytes", s.StderrLostBytes)
+	}
+	if s.Error != nil {
+		o.Set("error", errorViewOf(s.Error))
+	}
 	return o
+}
+
+// errorView is the error of one job in a list (its state is damaged).
+type errorView struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func errorViewOf(e *result.Error) *errorView {
+	if e == nil {
+		return nil
+	}
+	return &errorView{Code: e.Code, Message: e.Message}
 }
 
 // statusResult is the result of a call that reports one job.
@@ -216,6 +238,11 @@ type statusView struct {
 	// SchedulerState and SchedulerError are a slurm job's scheduler view.
 	SchedulerState string `json:"scheduler_state,omitempty"`
 	SchedulerError string `json:"scheduler_error,omitempty"`
+	// StdoutLostBytes and StderrLostBytes are output a full disk lost.
+	StdoutLostBytes int64 `json:"stdout_lost_bytes,omitempty"`
+	StderrLostBytes int64 `json:"stderr_lost_bytes,omitempty"`
+	// Error is set on a job whose state is damaged (state_corrupt).
+	Error *errorView `json:"error,omitempty"`
 }
 
 func viewOf(s jobs.Status) statusView {
@@ -231,6 +258,7 @@ func viewOf(s jobs.Status) statusView {
 		Ready: s.Ready, Restarts: s.Restarts, StdoutBytes: s.StdoutBytes, StderrBytes: s.StderrBytes,
 		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
 		Backend: ptr(s.Backend), SlurmJobID: s.SlurmJobID, SchedulerState: s.SchedulerState, SchedulerError: s.SchedulerError,
+		StdoutLostBytes: s.StdoutLostBytes, StderrLostBytes: s.StderrLostBytes, Error: errorViewOf(s.Error),
 	}
 }
 

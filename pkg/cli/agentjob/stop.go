@@ -28,7 +28,11 @@ func NewCmdStop(env *clikit.Env, stateDir *string, runF func(*StopOptions) (*cli
 		Short: "Stop a job's whole process tree; stopping an ended job is not an error",
 		Long: "Send --signal to the job's process group and every descendant (including those that left the " +
 			"group), and SIGKILL what remains after --grace. Returns once the job has ended. A lost job whose " +
-			"process survived (orphan_pid) is killed too.",
+			"process survived (orphan_pid) is killed too, and so is a supervisor that does not finish the stop " +
+			"(killed or frozen meanwhile): the answer is never success while a process of the job runs " +
+			"(stop_failed), nor running for a job it killed. It works on a full or read-only state directory " +
+			"(the supervisor is then asked with SIGTERM and its default grace; --signal and a shorter --grace " +
+			"are applied to the job directly) and on a job whose status.json is damaged.",
 		Annotations: jobAnnotations("agentjob_stop", clikit.Hints{Destructive: true, Idempotent: true}, "job", "the job's handle or name"),
 		Args:        cobra.ArbitraryArgs,
 	}
