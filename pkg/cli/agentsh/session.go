@@ -293,6 +293,9 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if o.Command == "" {
 		return nil, result.Errorf(result.CodeUsage, "no command: use --session HANDLE -c 'STRING'")
 	}
+	if _, err := validateCall(cmd, o); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{"cwd", "env", "clear-env", "save-output", "tee", "shell", "signal"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			return nil, result.Errorf(result.CodeUsage, "--%s does not apply to a session call: the session keeps its own shell state (use cd or export in it)", name)
