@@ -96,6 +96,18 @@ type Record struct {
 	PID int `json:"pid,omitempty"`
 	// User is the OS user who ran it; Append fills it when empty.
 	User string `json:"user"`
+	// Network, on a record with status "denied" and error code
+	// network_denied, is the connection the network allowlist refused
+	// while the command ran: one record per refused attempt.
+	Network *NetworkDenial `json:"network,omitempty"`
+}
+
+// NetworkDenial is one connection the network allowlist refused.
+type NetworkDenial struct {
+	Host     string `json:"host"`
+	Port     int    `json:"port"`
+	Protocol string `json:"protocol"` // http, connect or socks5
+	Reason   string `json:"reason"`
 }
 
 // Log is an audit log file with its rotated predecessors. The zero values

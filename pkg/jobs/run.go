@@ -214,7 +214,23 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, jc *jobCmd, outSink, errSink *logS
 		}
 		cmd.ExtraFiles = []*os.File{gateR}
 	}
+	launched := func() {}
+	if sv.sandbox != nil {
+		// Each run hands over the proxy listener of its own namespace,
+		// after the readiness control socket if the probe has one.
+		files, started, err := sv.sandbox.Launch()
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return nil, err
+		}
+		launched = started
+		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
+	}
 	err = sv.startKnown(cmd)
+	launched()
 	jc.started()
 	jc.started = func() {}
 	outW.Close()

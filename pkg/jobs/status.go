@@ -1,6 +1,8 @@
 package jobs
 
 import (
+	"github.com/agentplane/agentplane/pkg/netproxy"
+
 	"errors"
 	"io/fs"
 	"os"
@@ -65,6 +67,9 @@ type record struct {
 	Backend    string `json:"backend,omitempty"`
 	SlurmJobID string `json:"slurm_job_id,omitempty"`
 	Host       string `json:"host,omitempty"`
+	// Proxy: the job runs under --net proxy, and networkFile reports
+	// its network.
+	Proxy bool `json:"proxy,omitempty"`
 }
 
 // Status is a job's status as CONTRACT §3 reports it.
@@ -111,6 +116,9 @@ type Status struct {
 	// Error is set, in a list, on a job whose state cannot be read
 	// (state_corrupt): it is still listed, and still stoppable.
 	Error *result.Error `json:"-"`
+	// Network is the allowlist and the connections it refused, for a job
+	// under --net proxy (since its supervisor started).
+	Network *netproxy.Report `json:"network,omitempty"`
 
 	// ID is the job's id inside the state directory, for the engine's
 	// callers that need to address files; it is not shown to users.
@@ -167,6 +175,9 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
 		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
 		Backend: BackendLocal, svLocal: true,
+	}
+	if rec.Proxy {
+		s.Network = readNetwork(dir)
 	}
 	if rec.Signal != "" {
 		sig := rec.Signal

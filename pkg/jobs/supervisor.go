@@ -192,6 +192,11 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 			return err
 		}
 		defer sv.sandbox.Cleanup()
+		if nr := sv.recordNetwork(sv.sandbox); nr != nil {
+			sv.rec.Proxy = true
+			// Before Cleanup (deferred earlier, so run later) closes the proxy.
+			defer nr.close()
+		}
 	}
 	return sv.loop(ctx, sigs, chld)
 }

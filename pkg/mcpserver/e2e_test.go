@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -210,7 +212,7 @@ func TestListTools(t *testing.T) {
 		return s.Properties
 	}
 	run := props("agentsh_run")
-	for _, k := range []string{"sandbox", "allow_write", "net", "memory", "stream", "tee"} {
+	for _, k := range []string{"sandbox", "allow_write", "net", "allow_host", "memory", "stream", "tee"} {
 		if _, ok := run[k]; ok {
 			t.Errorf("agentsh_run offers the operator's or server's key %q", k)
 		}
@@ -295,6 +297,9 @@ func TestOperatorKeysRefused(t *testing.T) {
 		{"agentsh_run", map[string]any{"command": "true", "stream": true}},
 		{"agentsh_run", map[string]any{"command": "cat", "stdin_file": "/etc/hostname"}},
 		{"agentsh_session_start", map[string]any{"net": "host"}},
+		{"agentsh_run", map[string]any{"command": "true", "allow_host": []string{"evil.example"}}},
+		{"agentsh_session_start", map[string]any{"allow_host": []string{"evil.example"}}},
+		{"agentjob_start", map[string]any{"command": "true", "allow_host": []string{"evil.example"}}},
 		{"agentfs_read", map[string]any{"path": "x", "root": "/"}},
 		{"agentfs_write", map[string]any{"path": "x", "content_file": "/etc/hostname"}},
 		{"agentfs_edit", map[string]any{"path": "x", "edits": "@/etc/hostname"}},
@@ -304,6 +309,9 @@ func TestOperatorKeysRefused(t *testing.T) {
 		e, _ := m["error"].(map[string]any)
 		if !res.IsError || e["code"] != "invalid_request" {
 			t.Errorf("%s %v: isError=%v result %v", c.tool, c.args, res.IsError, m)
+		}
+		if _, ok := c.args["allow_host"]; ok && !strings.Contains(fmt.Sprint(e["message"]), "allow_host") {
+			t.Errorf("%s: the refusal does not name allow_host: %v", c.tool, e)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
@@ -334,6 +342,28 @@ func TestPolicyRefusal(t *testing.T) {
 	e, _ = m["error"].(map[string]any)
 	if !res.IsError || e["code"] != "policy_denied" {
 		t.Fatalf("agentjob_start: isError=%v result %v", res.IsError, m)
+	}
+	// A tool call cannot route around the policy with the shell or an
+	// environment variable that injects code.
+	for _, args := range []map[string]any{
+		{"command": "true", "shell": "/usr/bin/python3"},
+		{"command": "true", "env": []any{"BASH_ENV=/tmp/x"}},
+		{"command": "true", "env": []any{"LD_PRELOAD=/tmp/x.so"}},
+	} {
+		res, m = s.call(testCtx(t), "agentsh_run", args)
+		e, _ = m["error"].(map[string]any)
+		if !res.IsError || e["code"] != "invalid_request" {
+			t.Fatalf("%v: isError=%v result %v", args, res.IsError, m)
+		}
+	}
+	// An exec the string check cannot see is stopped while it runs.
+	res, m = s.call(testCtx(t), "agentsh_run", map[string]any{"command": "printf '#!/bin/sh\\nrm keep\\n' > s.sh; chmod +x s.sh; ./s.sh"})
+	e, _ = m["error"].(map[string]any)
+	if !res.IsError || e["code"] != "policy_denied" {
+		t.Fatalf("runtime: isError=%v result %v", res.IsError, m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
+		t.Fatal("the refused command ran")
 	}
 }
 
@@ -724,6 +754,31 @@ func TestJobLogsStreamArgument(t *testing.T) {
 			t.Fatal("no stderr")
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+// TestOperatorAllowHost: the server's --allow-host applies to every call;
+// the result reports what the allowlist let through and refused.
+func TestOperatorAllowHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the network namespace")
+	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("needs curl")
+	}
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	defer ok.Close()
+	denied := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "leaked") }))
+	defer denied.Close()
+	s := start(t, "agentsh", t.TempDir(), "--allow-host", ok.Listener.Addr().String())
+	res, m := s.call(testCtx(t), "agentsh_run", map[string]any{"command": "curl -sS " + ok.URL + "; curl -sS " + denied.URL})
+	if res.IsError || m["stdout"] == nil || !strings.HasPrefix(m["stdout"].(string), "ok") || strings.Contains(m["stdout"].(string), "leaked") {
+		t.Fatalf("isError=%v result %v", res.IsError, m)
+	}
+	n, _ := m["network"].(map[string]any)
+	d, _ := n["denied"].([]any)
+	if len(d) != 1 || d[0].(map[string]any)["port"] != float64(denied.Listener.Addr().(*net.TCPAddr).Port) {
+		t.Fatalf("network %v", n)
 	}
 }
 

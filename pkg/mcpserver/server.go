@@ -53,7 +53,7 @@ const DefaultEventBurst = 20
 // What a tool call is refused is read from the marks (ToolSpec.Operator).
 func OperatorFlags() []string {
 	return []string{
-		"sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids",
+		"sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids",
 		"file-size", "nofile", "user", "user-caches", "sandbox-lock",
 		"policy", "policy-default", "approved",
 		"root", "deny", "max-file-size",

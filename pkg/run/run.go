@@ -86,6 +86,9 @@ type Request struct {
 
 	// SysProcAttr is applied to the child; Setsid is always forced on.
 	SysProcAttr *syscall.SysProcAttr
+	// ExtraFiles are the child's descriptors 3 on (the sandbox's
+	// Prepared.Launch); the runner closes them once the child started.
+	ExtraFiles []*os.File
 
 	// Guard, when set, contains the command's tree (proctree.StartGuard):
 	// it is killed even when this process is SIGKILLed before it can clean
@@ -240,6 +243,12 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	attr.Setsid = true
 	attr.Setpgid = false
 	cmd.SysProcAttr = attr
+	cmd.ExtraFiles = req.ExtraFiles
+	defer func() {
+		for _, f := range req.ExtraFiles {
+			f.Close()
+		}
+	}()
 	if r.guard != nil {
 		r.guard.Apply(attr)
 		cmd.Env = r.guard.Env(cmd.Env)

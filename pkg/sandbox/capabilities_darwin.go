@@ -57,6 +57,7 @@ func Check() map[string]any {
 			ModeReadOnly:       seatbelt,
 			ModeWorkspaceWrite: seatbelt,
 			"net_none":         seatbelt,
+			"net_proxy":        false,
 			"deny_read":        seatbelt,
 			"memory":           false,
 			"pids":             false,

@@ -300,8 +300,8 @@ func TestEscapeProcessesOutside(t *testing.T) {
 	}
 }
 
-// Class 9: --net none reaches no host daemon on a pathname Unix socket,
-// and no vsock, io_uring or key ring.
+// Class 9: --net none (and --net proxy) reaches no host daemon on a
+// pathname Unix socket, and no vsock, io_uring or key ring.
 func TestEscapeNetNoneUnixSockets(t *testing.T) {
 	requireSandbox(t)
 	_, ws, outside := dirs(t)
@@ -318,19 +318,23 @@ func TestEscapeNetNoneUnixSockets(t *testing.T) {
 			c.Close()
 		}
 	}()
-	res, prep := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, ws, "sh", "-c",
-		self(t)+" "+attackCommand+" unix "+sock+"; "+self(t)+" "+attackCommand+" vsock; "+
-			self(t)+" "+attackCommand+" io_uring; "+self(t)+" "+attackCommand+" keyctl")
-	o := out(res)
-	if strings.Contains(o, "unix: ok") {
-		t.Errorf("host Unix socket reached under --net none: %s", o)
-	}
-	wantLines(t, o, "vsock: EAFNOSUPPORT", "io_uring: ENOSYS", "keyctl: ENOSYS")
-	if n, _ := prep.Report["hidden_unix_sockets"].(int); n < 1 {
-		t.Errorf("report: %v", prep.Report["hidden_unix_sockets"])
+	// --net proxy is the same namespace with one door, the proxy.
+	for _, p := range []Policy{{Net: NetNone}, {Net: NetProxy, AllowHosts: []string{"127.0.0.1:1"}}} {
+		p.Mode, p.Workspace = ModeWorkspaceWrite, ws
+		res, prep := sandboxed(t, p, ws, "sh", "-c",
+			self(t)+" "+attackCommand+" unix "+sock+"; "+self(t)+" "+attackCommand+" vsock; "+
+				self(t)+" "+attackCommand+" io_uring; "+self(t)+" "+attackCommand+" keyctl")
+		o := out(res)
+		if strings.Contains(o, "unix: ok") {
+			t.Errorf("host Unix socket reached under --net %s: %s", p.Net, o)
+		}
+		wantLines(t, o, "vsock: EAFNOSUPPORT", "io_uring: ENOSYS", "keyctl: ENOSYS")
+		if n, _ := prep.Report["hidden_unix_sockets"].(int); n < 1 {
+			t.Errorf("--net %s: report: %v", p.Net, prep.Report["hidden_unix_sockets"])
+		}
 	}
 	// Control: with the host network the same socket answers.
-	res, _ = sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, self(t), attackCommand, "unix", sock)
+	res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, self(t), attackCommand, "unix", sock)
 	wantLines(t, out(res), "unix: ok")
 }
 

@@ -37,6 +37,13 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
+	if sp.ProxyPort > 0 {
+		// In the new network namespace, before anything else can use
+		// the descriptor: the listener goes out to the runner's proxy.
+		if err := handOverProxyListener(sp.proxyFD(), sp.ProxyPort); err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
+		}
+	}
 	cwd, cwdErr := os.Getwd()
 	reopen := func() error {
 		f, err := openDetached(sp.Status)
@@ -103,10 +110,14 @@ func (h *helper) run(argv []string) int {
 	// Only stdin, stdout, stderr and what the runner passes on purpose
 	// reach the target: a descriptor the caller of agentplane left open
 	// (a secret file, a socket) is closed at exec.
-	// The control socket (fd 3 when there is one) is the helper's own.
+	// The control socket (fd 3 when there is one) is the helper's own,
+	// and so was the proxy's handover socket after it (closed above).
 	first := 3
 	if sp.Control {
 		first = controlFD + 1
+	}
+	if sp.ProxyPort > 0 {
+		first++
 	}
 	files := []uintptr{0, 1, 2}
 	for i := 0; i < sp.KeepFDs; i++ {

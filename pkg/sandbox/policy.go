@@ -29,7 +29,10 @@
 //	req.Path, req.Argv = prep.Path, prep.Argv(req.Argv)
 //	req.Env = append(req.Env, prep.Env...)
 //	req.SysProcAttr = prep.SysProcAttr
+//	files, started, err := prep.Launch()          // --net proxy: fd 3 on
+//	req.ExtraFiles = files
 //	res, err := run.Run(ctx, req)
+//	started()
 //	if err := prep.Failure(); err != nil { … the helper could not set up … }
 //	res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 //	code := prep.Classify(res.ExitCode, res.Signal)
@@ -53,6 +56,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -66,8 +70,9 @@ const (
 
 // Network policies.
 const (
-	NetHost = "host"
-	NetNone = "none"
+	NetHost  = "host"
+	NetNone  = "none"
+	NetProxy = "proxy" // a network namespace whose only way out is the allowlist proxy
 )
 
 // HelperCommand is the hidden first argument that marks a re-exec of the
@@ -89,7 +94,10 @@ type Policy struct {
 	Workspace  string   // writable in workspace-write mode
 	AllowWrite []string // more writable directories (workspace-write)
 	DenyRead   []string // files and directories hidden from the command
-	Net        string   // host (or ""), none
+	Net        string   // host (or ""), none, proxy
+	// AllowHosts are the allowlist's patterns (netproxy.ParseRule) for
+	// --net proxy; given with Net "" or host, they imply proxy.
+	AllowHosts []string `json:",omitempty"`
 	Memory     int64    // bytes; 0 means no limit
 	CPUTime    time.Duration
 	Pids       int   // processes and threads of the whole tree
@@ -124,7 +132,7 @@ type Policy struct {
 // the command can run without the helper.
 func (p Policy) Empty() bool {
 	return (p.Mode == "" || p.Mode == ModeNone) && (p.Net == "" || p.Net == NetHost) &&
-		len(p.DenyRead) == 0 && p.Memory == 0 && p.CPUTime == 0 && p.Pids == 0 &&
+		len(p.AllowHosts) == 0 && len(p.DenyRead) == 0 && p.Memory == 0 && p.CPUTime == 0 && p.Pids == 0 &&
 		p.FileSize == 0 && p.Nofile == 0 && p.User == ""
 }
 
@@ -136,7 +144,8 @@ type Prepared struct {
 	// environment, after the restrictions are in place.
 	Argv func(argv []string) []string
 	// Env holds the variables to add to the command's environment (after
-	// the caller's, so they win): TMPDIR, TMP and TEMP.
+	// the caller's, so they win): TMPDIR, TMP and TEMP, and under --net
+	// proxy HTTP_PROXY and its kin naming ProxyAddr.
 	Env []string
 	// SysProcAttr carries the namespaces to create (and, for a caller
 	// that is not root, the user namespace they need); Setsid is left to
@@ -170,8 +179,39 @@ type Prepared struct {
 	// the first extra descriptor (NewControl); set it before Argv.
 	Control bool
 
+	// OnDeny, when set before the first Launch, is called for each
+	// connection the network allowlist refused (for the audit log).
+	OnDeny func(netproxy.Denial)
+
 	exitStatus func(exitCode int, signal string) (int, string)
 	limitsHit  func() []string
+	net        *netProxy // with --net proxy
+}
+
+// Launch is called before each start of the command (a job's restart is a
+// new start): the files it returns must be the command's extra files right
+// after the control socket (fd 3 on, or fd 4 on with Control) and before
+// the KeepFDs ones; started must be called once the start returned,
+// whether it succeeded or not. Without --net proxy it returns no files and
+// a started that does nothing.
+func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
+	if p.net == nil {
+		return nil, func() {}, nil
+	}
+	if p.OnDeny != nil {
+		p.net.proxy.SetOnDeny(p.OnDeny)
+	}
+	return p.net.launch()
+}
+
+// Network reports the allowlist and its refusals so far, with --net
+// proxy; nil otherwise.
+func (p *Prepared) Network() *netproxy.Report {
+	if p.net == nil {
+		return nil
+	}
+	r := p.net.proxy.Report()
+	return &r
 }
 
 // ExitStatus turns the helper's exit status into the command's. On Linux
@@ -205,7 +245,7 @@ const HelperProgram = "agentplane-sandbox"
 
 // specVersion changes whenever spec changes meaning: a helper from another
 // build refuses the spec rather than enforcing less than asked.
-const specVersion = 2
+const specVersion = 3
 
 // helperPath returns the helper program beside self when there is one,
 // else self (which must route HelperCommand to HelperMain).
@@ -219,20 +259,24 @@ func helperPath(self string) string {
 
 // spec is what the parent hands to the helper, as base64 JSON in argv.
 type spec struct {
-	V           int         `json:"v"`
-	Status      string      `json:"status"` // file the helper writes its error to
-	LandlockABI int         `json:"landlock_abi,omitempty"`
-	Writable    []string    `json:"writable,omitempty"`
-	WriteFiles  []string    `json:"write_files,omitempty"`
-	DenyDirs    []string    `json:"deny_dirs,omitempty"`
-	DenyFiles   []string    `json:"deny_files,omitempty"`
-	NetNone     bool        `json:"net_none,omitempty"`
-	Cgroups     []string    `json:"cgroups,omitempty"` // directories to join
-	Rlimits     []rlimitSet `json:"rlimits,omitempty"`
-	UID         int         `json:"uid"` // -1: keep
-	GID         int         `json:"gid"`
-	Groups      []int       `json:"groups,omitempty"`
-	DropCaps    bool        `json:"drop_caps,omitempty"`
+	V           int      `json:"v"`
+	Status      string   `json:"status"` // file the helper writes its error to
+	LandlockABI int      `json:"landlock_abi,omitempty"`
+	Writable    []string `json:"writable,omitempty"`
+	WriteFiles  []string `json:"write_files,omitempty"`
+	DenyDirs    []string `json:"deny_dirs,omitempty"`
+	DenyFiles   []string `json:"deny_files,omitempty"`
+	NetNone     bool     `json:"net_none,omitempty"`
+	// ProxyPort, with --net proxy: listen there inside the namespace and
+	// hand the listener over the descriptor after the control socket
+	// (proxyFD).
+	ProxyPort int         `json:"proxy_port,omitempty"`
+	Cgroups   []string    `json:"cgroups,omitempty"` // directories to join
+	Rlimits   []rlimitSet `json:"rlimits,omitempty"`
+	UID       int         `json:"uid"` // -1: keep
+	GID       int         `json:"gid"`
+	Groups    []int       `json:"groups,omitempty"`
+	DropCaps  bool        `json:"drop_caps,omitempty"`
 	// ClearAmbient: the helper got ambient capabilities in its user
 	// namespace that the target must not inherit.
 	ClearAmbient bool `json:"clear_ambient,omitempty"`
@@ -330,9 +374,22 @@ func normalize(p Policy) (Policy, error) {
 	switch p.Net {
 	case "":
 		p.Net = NetHost
-	case NetHost, NetNone:
+	case NetHost, NetNone, NetProxy:
 	default:
-		return p, invalid("unknown network policy %q (want host or none)", p.Net)
+		return p, invalid("unknown network policy %q (want host, none or proxy)", p.Net)
+	}
+	if len(p.AllowHosts) > 0 {
+		if _, err := netproxy.ParseRules(p.AllowHosts); err != nil {
+			return p, invalid("--allow-host: %v", err)
+		}
+		switch p.Net {
+		case NetHost:
+			p.Net = NetProxy // --allow-host alone implies --net proxy
+		case NetNone:
+			// None is stricter than any allowlist, so a request or flag
+			// asking for it wins over configured hosts.
+			p.AllowHosts = nil
+		}
 	}
 	if p.Memory < 0 || p.CPUTime < 0 || p.Pids < 0 || p.FileSize < 0 || p.Nofile < 0 {
 		return p, invalid("sandbox limits must not be negative")

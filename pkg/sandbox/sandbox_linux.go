@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -61,13 +62,15 @@ type builder struct {
 	memCgroup string
 	pidCgroup string
 	memRlimit bool
+	net       *netProxy // with --net proxy, closed by cleanup
+	netEnv    []string  // the proxy's variables for the command
 }
 
 // isolating reports whether the policy draws a boundary that root's
 // capabilities could cross (setns, umount, open_by_handle_at), in which case
 // the helper shrinks the capability bounding set.
 func (b *builder) isolating() bool {
-	return b.p.Mode != ModeNone || b.p.Net == NetNone || len(b.p.DenyRead) > 0 || b.p.User != ""
+	return b.p.Mode != ModeNone || b.p.Net == NetNone || b.p.Net == NetProxy || len(b.p.DenyRead) > 0 || b.p.User != ""
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -79,8 +82,8 @@ func (b *builder) check() error {
 		}
 	}
 	nsOK := c.Root || c.UserNS
-	if p.Net == NetNone && !(c.NetNS && nsOK) {
-		return unavailable("--net none needs network namespaces%s", ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	if (p.Net == NetNone || p.Net == NetProxy) && !(c.NetNS && nsOK) {
+		return unavailable("--net %s needs network namespaces%s", p.Net, ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
 	// Every sandboxed run gets its own mount, PID, IPC and cgroup
 	// namespaces and a seccomp filter; a machine without them runs nothing
@@ -229,7 +232,11 @@ func (b *builder) build() (*Prepared, error) {
 		Pdeathsig: syscall.SIGKILL,
 	}
 	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
-	if b.network(attr) {
+	netns, err := b.network(attr)
+	if err != nil {
+		return nil, err
+	}
+	if netns {
 		namespaces = append(namespaces, "net")
 	}
 	if !b.caps.Root {
@@ -268,10 +275,15 @@ func (b *builder) build() (*Prepared, error) {
 	cgroups := b.cgroups
 	sp := b.sp
 	self := b.self
+	np := b.net
+	env = append(env, b.netEnv...)
 
 	var once sync.Once
 	cleanup := func() {
 		once.Do(func() {
+			if np != nil {
+				np.close()
+			}
 			for i := len(cgroups) - 1; i >= 0; i-- {
 				removeCgroup(cgroups[i])
 			}
@@ -289,6 +301,7 @@ func (b *builder) build() (*Prepared, error) {
 			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
+		net:     np,
 		exitStatus: func(exitCode int, signal string) (int, string) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
@@ -305,24 +318,40 @@ func (b *builder) build() (*Prepared, error) {
 	return prep, nil
 }
 
-// network sets up the network policy: under --net none a network
-// namespace of its own (only lo, brought up by the helper) and the host's
-// pathname Unix sockets covered, since neither the namespace nor Landlock
-// (before ABI 9) stops a connect() to one. It reports whether the run gets
-// a network namespace.
-func (b *builder) network(attr *syscall.SysProcAttr) bool {
-	if b.p.Net != NetNone {
+// network sets up the network policy: under --net none and --net proxy a
+// network namespace of its own (only lo, brought up by the helper) and the
+// host's pathname Unix sockets covered, since neither the namespace nor
+// Landlock (before ABI 9) stops a connect() to one. Under --net proxy the
+// helper also listens on ProxyAddr inside the namespace and hands the
+// listener to b.net, the allowlist proxy the runner serves on it, and the
+// command's environment names the proxy. It reports whether the run gets a
+// network namespace.
+func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
+	switch b.p.Net {
+	case NetNone:
+		b.report["network"] = "namespace"
+	case NetProxy:
+		rules, err := netproxy.ParseRules(b.p.AllowHosts)
+		if err != nil {
+			return false, invalid("--allow-host: %v", err)
+		}
+		b.sp.ProxyPort = ProxyPort
+		b.net = newNetProxy(rules)
+		b.netEnv = proxyEnv(rules)
+		b.report["network"] = NetProxy
+		b.report["proxy"] = ProxyAddr
+		b.report["allow_hosts"] = rules.Patterns()
+	default:
 		b.report["network"] = NetHost
-		return false
+		return false, nil
 	}
 	attr.Cloneflags |= syscall.CLONE_NEWNET
 	b.sp.NetNone = true
-	b.report["network"] = "namespace"
 	if socks := hostUnixSockets(); len(socks) > 0 {
 		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
 		b.report["hidden_unix_sockets"] = len(socks)
 	}
-	return true
+	return true, nil
 }
 
 // control adds agentplane's control files to the spec: read-only those
@@ -528,6 +557,9 @@ func writeCgroup(dir, file, value string) error {
 }
 
 func (b *builder) cleanup() {
+	if b.net != nil {
+		b.net.close()
+	}
 	for i := len(b.cgroups) - 1; i >= 0; i-- {
 		removeCgroup(b.cgroups[i])
 	}

@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 			os.Exit(HelperMain(os.Args[2:]))
 		case netProbeCommand:
 			os.Exit(netProbe())
+		case proxyProbeCommand:
+			os.Exit(proxyProbe(os.Args[2:]))
 		case attackCommand:
 			os.Exit(attack(os.Args[2:]))
 		}
@@ -106,6 +108,10 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 	}
 	t.Cleanup(prep.Cleanup)
 	env := append(os.Environ(), prep.Env...)
+	files, started, err := prep.Launch() // --net proxy's handover
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
 	res, err := run.Run(context.Background(), run.Request{
 		Argv:        prep.Argv(argv),
 		Dir:         dir,
@@ -115,7 +121,9 @@ func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result,
 		Drain:       200 * time.Millisecond,
 		MaxOutput:   64 << 10,
 		SysProcAttr: prep.SysProcAttr,
+		ExtraFiles:  files,
 	})
+	started()
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -669,7 +677,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-test.v", "-test.count=1",
-		"-test.run", "^(TestWorkspaceWrite|TestReadOnly|TestDenyRead|TestNetNone|TestFileSize|TestNofile|TestHelperFailure)$")
+		"-test.run", "^(TestWorkspaceWrite|TestReadOnly|TestDenyRead|TestNetNone|TestNetProxy|TestFileSize|TestNofile|TestHelperFailure)$")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AGENTPLANE_SANDBOX_UNPRIVILEGED=1", "TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -680,8 +688,8 @@ func TestUnprivileged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("as nobody: %v\n%s", err, b)
 	}
-	if n := strings.Count(string(b), "--- PASS"); n < 7 || strings.Contains(string(b), "--- SKIP") {
-		t.Fatalf("as nobody, expected 7 passing tests:\n%s", b)
+	if n := strings.Count(string(b), "--- PASS"); n < 8 || strings.Contains(string(b), "--- SKIP") {
+		t.Fatalf("as nobody, expected 8 passing tests:\n%s", b)
 	}
 }
 

@@ -16,7 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -62,6 +65,8 @@ type server struct {
 	// without a watchdog command.
 	guard    *proctree.Guard
 	watchdog []string
+	// policy is the shell's runtime policy guard, with Spec.PolicyGuard.
+	policy *execguard.Session
 }
 
 // markRecord asks the recorder to write the record soon.
@@ -166,6 +171,10 @@ func (s *server) start() error {
 			return err
 		}
 		s.sandbox = prep
+		// Each connection the network allowlist refuses is an audit
+		// record of this session.
+		prep.OnDeny = netproxy.Auditor(&audit.Log{Path: s.dir.Join(audit.FileName)},
+			audit.Record{Program: "agentsh", Operation: "session", Session: s.handle, Cwd: s.spec.Cwd, Description: s.spec.Description}, nil)
 	}
 	s.bg = newBackground(filepath.Join(s.sdir, "bg.log"), bgLogLimit)
 	self, _ := proctree.ReadStat(os.Getpid())
@@ -327,6 +336,11 @@ func (s *server) killShell() {
 		return
 	}
 	pid := sh.id.PID
+	if s.policy != nil {
+		// The shell runs under the policy guard, which leads the group:
+		// killing the guard kills every process it traces (EXITKILL).
+		_ = sh.cmd.Process.Kill()
+	}
 	// The shell is a child not yet reaped until exited closes, so its pid
 	// is current; it leads its own session and group (Setsid).
 	proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: pid}, syscall.SIGKILL, 0, sh.exited)
@@ -358,6 +372,9 @@ func (s *server) finish(reason string) {
 	// Background jobs that left the shell's group are still ours: the
 	// server is a subreaper and owns nothing else but the watchdog, which
 	// goes last.
+	if s.policy != nil {
+		defer s.policy.Close()
+	}
 	if s.guard != nil {
 		s.guard.Kill(5 * time.Second)
 		proctree.KillAllDescendantsExcept(5*time.Second, s.guard.IsWatchdog)

@@ -40,7 +40,7 @@ func main() {
 	write := flag.String("o", "docs/BENCHMARKS.md", "file to write the results to ('' for stdout only)")
 	flag.Parse()
 
-	cases := allCases()
+	cases := append(allCases(), policyCases()...)
 	if *only != "" {
 		want := map[string]bool{}
 		for _, n := range strings.Split(*only, ",") {
@@ -194,6 +194,9 @@ func allCases() []benchCase {
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed, each cache warmed by one\n" +
 			"run first. Target: within 1.1x.", benchSandboxBuild},
+		{"network proxy", "A 100 MiB download from 127.0.0.1 with curl through the --net proxy allowlist proxy (plain\n" +
+			"HTTP, a CONNECT tunnel, SOCKS5) against the same download with the host's network, and the\n" +
+			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
 			"1 MB of output through a session against the same through a one-shot call, and a call that starts\n" +
 			"a chatty background process (its output goes to the session's log) against one that starts a quiet one.", benchSession},

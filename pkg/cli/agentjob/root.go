@@ -4,6 +4,8 @@
 package agentjob
 
 import (
+	"github.com/agentplane/agentplane/pkg/netproxy"
+
 	"context"
 	"io"
 	"os"
@@ -180,6 +182,9 @@ func statusObject(o *result.Object, s jobs.Status) *result.Object {
 	if s.Error != nil {
 		o.Set("error", errorViewOf(s.Error))
 	}
+	if s.Network != nil {
+		o.Set("network", s.Network)
+	}
 	return o
 }
 
@@ -243,6 +248,8 @@ type statusView struct {
 	StderrLostBytes int64 `json:"stderr_lost_bytes,omitempty"`
 	// Error is set on a job whose state is damaged (state_corrupt).
 	Error *errorView `json:"error,omitempty"`
+	// Network is a --net proxy job's allowlist and refusals.
+	Network *netproxy.Report `json:"network,omitempty"`
 }
 
 func viewOf(s jobs.Status) statusView {
@@ -259,6 +266,7 @@ func viewOf(s jobs.Status) statusView {
 		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
 		Backend: ptr(s.Backend), SlurmJobID: s.SlurmJobID, SchedulerState: s.SchedulerState, SchedulerError: s.SchedulerError,
 		StdoutLostBytes: s.StdoutLostBytes, StderrLostBytes: s.StderrLostBytes, Error: errorViewOf(s.Error),
+		Network: s.Network,
 	}
 }
 

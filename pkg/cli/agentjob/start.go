@@ -210,13 +210,14 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	}
 	spec.PolicyApproved = o.Guard.Approved
 	var report map[string]any
+	// The floor holds also for a call that asks for no sandbox at all.
+	if o.cmd != nil {
+		if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
+			return nil, err
+		}
+	}
 	o.Sandbox.StateDir = o.StateDir
 	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {
-		if o.cmd != nil {
-			if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
-				return nil, err
-			}
-		}
 		// Refuse here what the machine cannot enforce, and learn what
 		// will be enforced; the supervisor prepares its own for the job.
 		exe, err := os.Executable()

@@ -268,6 +268,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := run.CheckDir(s.cwd); err != nil {
 		return startErr(err)
 	}
+	// The floor is checked also when the call asks for no sandbox at all:
+	// that is the loosest request.
+	if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+		return nil, err
+	}
 	o.Sandbox.StateDir = stateDir
 	policy := o.Sandbox.Policy(env, s.cwd)
 	var prep *sandbox.Prepared
@@ -287,9 +292,6 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		return nil
 	}
 	if !policy.Empty() {
-		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
-			return nil, err
-		}
 		if err := refuseFileKeys(cmd, env); err != nil {
 			return nil, err
 		}
@@ -306,6 +308,13 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		w := prep.Wrap(exe, "agentsh", s.req.Argv, s.req.Env)
 		s.req.Path, s.req.Argv, s.req.Env, s.req.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
+		prep.OnDeny = networkAuditor(env, stateDir, &rec)
+		files, started, err := prep.Launch()
+		if err != nil {
+			return startErr(err)
+		}
+		defer started()
+		s.req.ExtraFiles = files
 	} else if err := viaFile(""); err != nil {
 		return startErr(err)
 	}
@@ -369,6 +378,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if prep != nil {
 		obj.Set("sandbox", prep.Report)
+		if n := prep.Network(); n != nil {
+			obj.Set("network", n)
+		}
 		if hit := prep.LimitsHit(); len(hit) > 0 {
 			// Reported even when the command exited 0: a fork or an
 			// allocation inside it failed.

@@ -10,7 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -24,6 +27,7 @@ type SandboxOptions struct {
 	AllowWrite []string
 	DenyRead   []string
 	Net        string
+	AllowHost  []string
 	Memory     int64
 	CPUTime    time.Duration
 	Pids       int
@@ -46,7 +50,11 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.StringVar(&o.Workspace, "workspace", "", "with workspace-write, the writable `DIR` (default: the cwd)")
 	fs.StringArrayVar(&o.AllowWrite, "allow-write", nil, "also allow writes under `DIR` (repeatable)")
 	fs.StringArrayVar(&o.DenyRead, "deny-read", nil, "hide `PATH` from the command (repeatable)")
-	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none"}}, "net", "network: host, or none (loopback only)")
+	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none", "proxy"}}, "net", "network: host, none (loopback only), or proxy (only the hosts the operator allows, through agentplane's proxy)")
+	fs.StringArrayVar(&o.AllowHost, "allow-host", nil, "with --net proxy, allow connections to `PATTERN`: a host, *.domain, or an IP address, with an optional :port (repeatable; implies --net proxy)")
+	// The allowlist is the operator's: never a request key or a tool
+	// argument (mcpserver.OperatorFlags lists it too).
+	clikit.MarkFlags(fs, clikit.NoRequest, "allow-host")
 	fs.Var(clikit.SizeValue{N: &o.Memory}, "memory", "memory limit in `BYTES` (cgroup where available, else address space)")
 	fs.Var(clikit.DurationValue{D: &o.CPUTime}, "cpu-time", "CPU time limit `D`")
 	fs.IntVar(&o.Pids, "pids", 0, "limit on processes and threads `N`")
@@ -55,8 +63,8 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
 	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
 	clikit.MarkFlags(fs, clikit.NoRequest, "user-caches")
-	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
-	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -68,7 +76,7 @@ func (o *SandboxOptions) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 		here = cmdCwd
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
-		DenyRead: absAll(here, o.DenyRead), Net: o.Net, Memory: o.Memory, CPUTime: o.CPUTime,
+		DenyRead: absAll(here, o.DenyRead), Net: o.Net, AllowHosts: o.AllowHost, Memory: o.Memory, CPUTime: o.CPUTime,
 		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
 	o.control(env, &p)
 	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
@@ -155,6 +163,9 @@ func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *SandboxOptions) error {
 	if v, ok := env.Configured(cmd, "net"); ok && len(v) > 0 && v[0] == "none" && o.Net != "none" {
 		return locked("net", "none", o.Net)
 	}
+	if v, ok := env.Configured(cmd, "net"); ok && len(v) > 0 && v[0] == "proxy" && o.Net == "host" && len(o.AllowHost) == 0 {
+		return locked("net", "proxy", "host")
+	}
 	limits := []struct {
 		name string
 		got  int64
@@ -180,6 +191,17 @@ func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *SandboxOptions) error {
 		for _, a := range o.AllowWrite {
 			if !allowed[a] {
 				return locked("allow-write", strings.Join(v, ","), a)
+			}
+		}
+	}
+	if v, ok := env.Configured(cmd, "allow-host"); ok {
+		allowed := map[string]bool{}
+		for _, a := range v {
+			allowed[a] = true
+		}
+		for _, a := range o.AllowHost {
+			if !allowed[a] {
+				return locked("allow-host", strings.Join(v, ","), a)
 			}
 		}
 	}
@@ -268,4 +290,18 @@ func newCmdSandbox(env *clikit.Env) *cobra.Command {
 	})
 	cmd.AddCommand(check)
 	return cmd
+}
+
+// networkAuditor logs each connection the network allowlist refuses during
+// the run described by rec.
+func networkAuditor(env *clikit.Env, stateDir string, rec *audit.Record) func(netproxy.Denial) {
+	d, err := env.OpenStateDir(stateDir)
+	if err != nil {
+		return nil
+	}
+	base := *rec
+	if base.Description == "" {
+		base.Description = env.Description
+	}
+	return netproxy.Auditor(guard.AuditLog(d), base, func(err error) { env.Logf("cannot write the audit log: %v", err) })
 }

@@ -100,10 +100,15 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		if spec.Sandbox != nil {
-			if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
-				return nil, err
-			}
+		// With a policy in force, the shell is traced for its life so
+		// that every call's policy also holds while the call runs.
+		if pol, err := o.Guard.RuntimePolicy(); err != nil {
+			return nil, err
+		} else if pol != nil {
+			spec.PolicyGuard = true
+		}
+		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
@@ -343,6 +348,11 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		guard.Audit(env, stateDir, rec)
 		return nil, err
 	}
+	// ... and while it runs, when the session's shell is traced.
+	if req.Policy, err = o.Guard.RuntimePolicy(); err != nil {
+		return nil, err
+	}
+	req.PolicyApproved = o.Guard.Approved
 	var onEvent func(stream, data string)
 	if o.Stream {
 		env.Pretty = false
@@ -364,9 +374,18 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		PID      int    `json:"pid"`
 		Session  string `json:"session"`
 		Sandbox  any    `json:"sandbox"`
+		Error    *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+		Policy *struct {
+			Runtime any `json:"runtime"`
+		} `json:"policy"`
 	}
 	_ = json.Unmarshal(raw, &probe)
 	code := probe.ExitCode
+	if probe.Policy != nil {
+		rec.PolicyRuntime = probe.Policy.Runtime
+	}
 	rec.Status, rec.ExitCode, rec.Cwd, rec.PID, rec.Sandbox = probe.Status, &code, probe.Cwd, probe.PID, probe.Sandbox
 	if probe.Session != "" {
 		rec.Session = probe.Session
@@ -376,6 +395,11 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	exit := probe.ExitCode
 	if probe.Status == "timeout" {
 		exit = ExitTimeout
+	}
+	if probe.Error != nil && (probe.Error.Code == result.CodePolicyDenied || probe.Error.Code == result.CodeApprovalRequired) {
+		// The policy refused an exec while the call ran.
+		rec.ErrorCode = probe.Error.Code
+		exit = ExitFailed
 	}
 	return &clikit.Outcome{Value: raw, Exit: exit}, nil
 }
