@@ -141,9 +141,9 @@ func (r *Report) Err() error {
 	if k == nil {
 		return nil
 	}
-	code, verb := policy.CodeDenied, "is forbidden by the policy"
+	code, verb := result.CodePolicyDenied, "is forbidden by the policy"
 	if k.Decision != policy.Forbidden {
-		code, verb = policy.CodeApprovalRequired, "needs approval"
+		code, verb = result.CodeApprovalRequired, "needs approval"
 	}
 	if k.Justification != "" {
 		verb += ": " + k.Justification
@@ -151,7 +151,7 @@ func (r *Report) Err() error {
 	e := result.Errorf(code, "%s %s (stopped at run time)", strings.Join(k.Argv, " "), verb).
 		With("argv", k.Argv).With("chain", k.Chain).With("rule", k.Rule).With("source", k.Source).
 		With("decision", k.Decision)
-	if code == policy.CodeApprovalRequired {
+	if code == result.CodeApprovalRequired {
 		e.With("hint", "ask a human about this command; run the call again with --approved if they agree")
 	}
 	return e
@@ -173,7 +173,7 @@ func Prepare(p *policy.Policy, approved bool, self string) (*Guard, error) {
 	}
 	dir, err := os.MkdirTemp("", "agentplane-guard-")
 	if err != nil {
-		return nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's directory: %v", err)
+		return nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's directory: %v", err)
 	}
 	g := &Guard{dir: dir, self: self, sp: spec{Rules: p.Rules, Default: p.Default, Approved: approved}}
 	if g.sp.Rules == nil {

@@ -52,19 +52,19 @@ func PrepareSession(self string) (*Session, []*os.File, error) {
 	}
 	dir, err := os.MkdirTemp("", "agentplane-guard-")
 	if err != nil {
-		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's directory: %v", err)
+		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's directory: %v", err)
 	}
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
 		os.RemoveAll(dir)
-		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's pipes: %v", err)
+		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
 	}
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
 		os.RemoveAll(dir)
 		ctlR.Close()
 		ctlW.Close()
-		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's pipes: %v", err)
+		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
 	}
 	evR, evW, err := os.Pipe()
 	if err != nil {
@@ -72,7 +72,7 @@ func PrepareSession(self string) (*Session, []*os.File, error) {
 		for _, f := range []*os.File{ctlR, ctlW, ackR, ackW} {
 			f.Close()
 		}
-		return nil, nil, result.Errorf(policy.CodeUnavailable, "cannot make the guard's pipes: %v", err)
+		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
 	}
 	g := &Guard{dir: dir, self: self, sp: spec{Rules: []policy.Rule{}, Session: true}}
 	s := &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR), ev: evR, denied: map[int]chan struct{}{}}
@@ -104,12 +104,12 @@ func (s *Session) Started(timeout time.Duration) (int, error) {
 			s.mu.Lock()
 			s.dead = true
 			s.mu.Unlock()
-			return 0, result.Errorf(policy.CodeUnavailable, "the policy guard did not start the shell")
+			return 0, result.Errorf(result.CodePolicyUnavailable, "the policy guard did not start the shell")
 		}
 		return a.pid, nil
 	case <-t.C:
 		s.Close()
-		return 0, result.Errorf(policy.CodeUnavailable, "the policy guard did not start the shell in %s", timeout)
+		return 0, result.Errorf(result.CodePolicyUnavailable, "the policy guard did not start the shell in %s", timeout)
 	}
 }
 
@@ -185,17 +185,17 @@ func (s *Session) ask(m sessionMessage, out any) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.dead {
-		return result.Errorf(policy.CodeUnavailable, "the session's policy guard is gone")
+		return result.Errorf(result.CodePolicyUnavailable, "the session's policy guard is gone")
 	}
 	b, _ := json.Marshal(m)
 	if _, err := s.ctl.Write(append(b, '\n')); err != nil {
 		s.dead = true
-		return result.Errorf(policy.CodeUnavailable, "the session's policy guard is gone: %v", err)
+		return result.Errorf(result.CodePolicyUnavailable, "the session's policy guard is gone: %v", err)
 	}
 	line, err := s.r.ReadBytes('\n')
 	if err != nil {
 		s.dead = true
-		return result.Errorf(policy.CodeUnavailable, "the session's policy guard is gone: %v", err)
+		return result.Errorf(result.CodePolicyUnavailable, "the session's policy guard is gone: %v", err)
 	}
 	return json.Unmarshal(line, out)
 }

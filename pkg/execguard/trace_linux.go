@@ -21,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/policy"
-	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Available reports whether runtime enforcement can work on this platform
@@ -52,7 +52,7 @@ func Main(args []string) int {
 	}
 	sp, err := readSpec(dir)
 	if err != nil {
-		return fail(policy.CodeUnavailable, "the guard cannot read its spec: %v", err)
+		return fail(result.CodePolicyUnavailable, "the guard cannot read its spec: %v", err)
 	}
 	t := &tracer{
 		pol:     &policy.Policy{Rules: sp.Rules, Default: sp.Default},
@@ -65,9 +65,9 @@ func Main(args []string) int {
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
 			if errors.Is(err, exec.ErrNotFound) {
-				return fail(run.CodeCommandNotFound, "command not found: %s", argv[0])
+				return fail(result.CodeCommandNotFound, "command not found: %s", argv[0])
 			}
-			return fail(run.CodeCommandNotExecutable, "command cannot be executed: %s: %v", argv[0], err)
+			return fail(result.CodeCommandNotExecutable, "command cannot be executed: %s: %v", argv[0], err)
 		}
 	}
 	if sp.Session {
@@ -461,19 +461,19 @@ func fileSum(path string) []byte {
 func (t *tracer) startFailure(path string, argv []string, err error) int {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
-		t.rep.Error = &Failure{Code: run.CodeCommandNotFound, Message: "command not found: " + argv[0]}
+		t.rep.Error = &Failure{Code: result.CodeCommandNotFound, Message: "command not found: " + argv[0]}
 	case errors.Is(err, syscall.EPERM):
 		// PTRACE_TRACEME is refused when the process is traced already
 		// (strace -f, gdb) or the kernel forbids tracing (Yama, seccomp).
 		return t.unavailable("the kernel refused to trace the command (%v): is agentplane itself traced, or ptrace forbidden here?", err)
 	default:
-		t.rep.Error = &Failure{Code: run.CodeCommandNotExecutable, Message: fmt.Sprintf("command cannot be executed: %s: %v", path, err)}
+		t.rep.Error = &Failure{Code: result.CodeCommandNotExecutable, Message: fmt.Sprintf("command cannot be executed: %s: %v", path, err)}
 	}
 	return exitRefused
 }
 
 func (t *tracer) unavailable(format string, a ...any) int {
-	t.rep.Error = &Failure{Code: policy.CodeUnavailable, Message: fmt.Sprintf(format, a...) +
+	t.rep.Error = &Failure{Code: result.CodePolicyUnavailable, Message: fmt.Sprintf(format, a...) +
 		"; use --policy-enforce static to rely on the check before the call only"}
 	return exitRefused
 }

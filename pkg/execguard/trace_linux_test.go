@@ -133,8 +133,8 @@ func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
 			if code != exitRefused {
 				t.Fatalf("exit %d, want %d", code, exitRefused)
 			}
-			if re := result.AsError(rep.Err()); re.Code != policy.CodeDenied {
-				t.Fatalf("error %v, want %s", re, policy.CodeDenied)
+			if re := result.AsError(rep.Err()); re.Code != result.CodePolicyDenied {
+				t.Fatalf("error %v, want %s", re, result.CodePolicyDenied)
 			}
 		})
 	}
@@ -192,7 +192,7 @@ func TestPromptNeedsApproval(t *testing.T) {
 	if rep.Killed == nil || rep.Killed.Decision != policy.Prompt || code != exitRefused {
 		t.Fatalf("unapproved prompt exec was not stopped: %+v exit %d", rep, code)
 	}
-	if re := result.AsError(rep.Err()); re.Code != policy.CodeApprovalRequired {
+	if re := result.AsError(rep.Err()); re.Code != result.CodeApprovalRequired {
 		t.Fatalf("error %v, want approval_required", re)
 	}
 	rep, code, out := guarded(t, p, true, t.TempDir(), "bash", "-c", "x=curl; $x --version >/dev/null")
@@ -246,7 +246,7 @@ func TestTracedAlreadyIsUnavailable(t *testing.T) {
 	cmd := exec.Command("strace", append([]string{"-f", "-o", "/dev/null", self}, args[1:]...)...)
 	out, _ := cmd.CombinedOutput()
 	rep := g.Report()
-	if rep.Error == nil || rep.Error.Code != policy.CodeUnavailable {
+	if rep.Error == nil || rep.Error.Code != result.CodePolicyUnavailable {
 		t.Fatalf("report %+v, output %s", rep, out)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {

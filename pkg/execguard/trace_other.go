@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Available reports whether runtime enforcement can work on this platform
 // (policy_unavailable when it cannot).
 func Available() error {
-	return result.Errorf(policy.CodeUnavailable,
+	return result.Errorf(result.CodePolicyUnavailable,
 		"runtime enforcement of the policy needs Linux ptrace; use --policy-enforce static to rely on the check before the call only")
 }
 

@@ -3,6 +3,8 @@ package files
 import (
 	"bytes"
 	"io/fs"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Actions of a Change.
@@ -81,7 +83,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 			return nil, err
 		}
 		if t.rel == "." {
-			return nil, newErr(CodeIsDirectory, "%s is a directory", c.Path)
+			return nil, newErr(result.CodeIsDirectory, "%s is a directory", c.Path)
 		}
 		if err := claim(t); err != nil {
 			return nil, err
@@ -100,7 +102,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 				return nil, err
 			}
 			if d.rel == "." {
-				return nil, newErr(CodeIsDirectory, "%s is a directory", c.MoveTo)
+				return nil, newErr(result.CodeIsDirectory, "%s is a directory", c.MoveTo)
 			}
 			if err := claim(d); err != nil {
 				return nil, err
@@ -141,11 +143,11 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		}
 		if c.Action == ActionAdd {
 			if cur.exists {
-				return nil, newErr(CodeFileExists, "%s already exists", c.Path)
+				return nil, newErr(result.CodeFileExists, "%s already exists", c.Path)
 			}
 		} else {
 			if !cur.exists {
-				return nil, newErr(CodeFileNotFound, "%s does not exist", c.Path)
+				return nil, newErr(result.CodeFileNotFound, "%s does not exist", c.Path)
 			}
 			if err := checkExpect(c.Path, cur, c.ExpectSHA256); err != nil {
 				return nil, err
@@ -182,7 +184,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 				return nil, err
 			}
 			if dcur.exists {
-				return nil, newErr(CodeFileExists, "%s already exists", c.MoveTo)
+				return nil, newErr(result.CodeFileExists, "%s already exists", c.MoveTo)
 			}
 			from := &plan{t: it.src, cur: cur, remove: true}
 			to := &plan{t: it.dst, cur: dcur, data: data, mode: cur.mode.Perm()}

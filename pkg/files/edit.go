@@ -71,10 +71,10 @@ func applyEdit(path string, body []byte, eol string, e EditSpec, fuzzy bool) ([]
 		return nil, rep, invalid("old_string is empty")
 	}
 	if e.Old == e.New {
-		return nil, rep, newErr(CodeNoChange, "old_string and new_string are the same")
+		return nil, rep, newErr(result.CodeNoChange, "old_string and new_string are the same")
 	}
 	if !utf8.ValidString(e.Old) || !utf8.ValidString(e.New) {
-		return nil, rep, newErr(CodeInvalidEncoding, "old_string and new_string must be valid UTF-8")
+		return nil, rep, newErr(result.CodeInvalidEncoding, "old_string and new_string must be valid UTF-8")
 	}
 	newText := []byte(toEOL(e.New, eol))
 
@@ -95,13 +95,13 @@ func applyEdit(path string, body []byte, eol string, e EditSpec, fuzzy bool) ([]
 		return nil, rep, notFound(path, body, e.Old)
 	}
 	if e.ExpectedCount != nil && *e.ExpectedCount != len(spans) {
-		return nil, rep, newErr(CodeCountMismatch, "expected %d matches of old_string in %s, found %d",
+		return nil, rep, newErr(result.CodeCountMismatch, "expected %d matches of old_string in %s, found %d",
 			*e.ExpectedCount, path, len(spans)).
 			With("expected", *e.ExpectedCount).With("actual", len(spans)).With("lines", spanLines(body, spans))
 	}
 	if len(spans) > 1 && !e.ReplaceAll && e.ExpectedCount == nil {
 		lines := spanLines(body, spans)
-		return nil, rep, newErr(CodeOldStringNotUnique,
+		return nil, rep, newErr(result.CodeOldStringNotUnique,
 			"old_string matches %d times in %s (lines %s); add context to make it unique or use replace_all",
 			len(spans), path, joinInts(lines)).
 			With("lines", lines).With("count", len(spans))
@@ -355,7 +355,7 @@ func reindent(newText string, oldLines []string, body []byte, lines []lineSpan, 
 	from, to := leadingWS(oldLines[base]), leadingWS(lineText(lines[at+base]))
 
 	conflict := func(format string, args ...any) *result.Error {
-		return newErr(CodeIndentationConflict, format, args...).
+		return newErr(result.CodeIndentationConflict, format, args...).
 			With("hint", "give old_string and new_string with the file's own indentation, or edit without fuzzy")
 	}
 	// The text's style, from old_string and new_string together.

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func intp(n int) *int { return &n }
@@ -31,7 +33,7 @@ func TestEdit(t *testing.T) {
 		},
 		{
 			name: "not unique", before: "x\ny\nx\n", edits: []EditSpec{{Old: "x", New: "z"}},
-			code: CodeOldStringNotUnique, details: map[string]any{"count": 2},
+			code: result.CodeOldStringNotUnique, details: map[string]any{"count": 2},
 		},
 		{
 			name: "replace all", before: "x\ny\nx\n", edits: []EditSpec{{Old: "x", New: "z", ReplaceAll: true}},
@@ -43,10 +45,10 @@ func TestEdit(t *testing.T) {
 		},
 		{
 			name: "count mismatch", before: "x x x", edits: []EditSpec{{Old: "x", New: "y", ReplaceAll: true, ExpectedCount: intp(2)}},
-			code: CodeCountMismatch, details: map[string]any{"expected": 2, "actual": 3},
+			code: result.CodeCountMismatch, details: map[string]any{"expected": 2, "actual": 3},
 		},
 		{
-			name: "no change", before: "a\n", edits: []EditSpec{{Old: "a", New: "a"}}, code: CodeNoChange,
+			name: "no change", before: "a\n", edits: []EditSpec{{Old: "a", New: "a"}}, code: result.CodeNoChange,
 		},
 		{
 			name: "empty old", before: "a\n", edits: []EditSpec{{Old: "", New: "a"}}, code: "invalid_request",
@@ -54,7 +56,7 @@ func TestEdit(t *testing.T) {
 		{
 			name: "not found with hint", before: "func main() {\n\tfmt.Println(\"hello\")\n}\n",
 			edits: []EditSpec{{Old: "\tfmt.Printn(\"hello\")", New: "x"}},
-			code:  CodeOldStringNotFound, details: map[string]any{"start_line": 2, "end_line": 2},
+			code:  result.CodeOldStringNotFound, details: map[string]any{"start_line": 2, "end_line": 2},
 		},
 		{
 			name: "crlf file, lf old", before: "one\r\ntwo\r\nthree\r\n",
@@ -112,20 +114,20 @@ func TestEdit(t *testing.T) {
 		{
 			name: "fuzzy refuses new text that mixes tabs and spaces", before: "f() {\n\tx()\n}\n", fuzzy: true,
 			edits: []EditSpec{{Old: "    x()", New: "    y()\n\tz()"}},
-			code:  CodeIndentationConflict,
+			code:  result.CodeIndentationConflict,
 		},
 		{
 			name: "fuzzy refuses to indent left of column 0", before: "x()\n", fuzzy: true,
 			edits: []EditSpec{{Old: "    x()", New: "y()"}},
-			code:  CodeIndentationConflict,
+			code:  result.CodeIndentationConflict,
 		},
 		{
 			name: "whitespace differs without fuzzy", before: "  a  b\n", edits: []EditSpec{{Old: "a b", New: "x"}},
-			code: CodeOldStringNotFound,
+			code: result.CodeOldStringNotFound,
 		},
 		{
 			name: "fuzzy not unique", before: " a\n  a\n", fuzzy: true, edits: []EditSpec{{Old: "a ", New: "x"}},
-			code: CodeOldStringNotUnique,
+			code: result.CodeOldStringNotUnique,
 		},
 		{
 			name: "fuzzy delete lines", before: "keep\n  drop me\nkeep2\n", fuzzy: true,
@@ -140,13 +142,13 @@ func TestEdit(t *testing.T) {
 		{
 			name: "several edits, second fails, nothing written", before: "a\nb\n",
 			edits: []EditSpec{{Old: "a", New: "A"}, {Old: "zzz", New: "y"}},
-			code:  CodeOldStringNotFound, details: map[string]any{"edit_index": 1},
+			code:  result.CodeOldStringNotFound, details: map[string]any{"edit_index": 1},
 		},
 		{
-			name: "binary", before: "ab\x00cd", edits: []EditSpec{{Old: "ab", New: "x"}}, code: CodeBinaryFile,
+			name: "binary", before: "ab\x00cd", edits: []EditSpec{{Old: "ab", New: "x"}}, code: result.CodeBinaryFile,
 		},
 		{
-			name: "invalid utf-8", before: "caf\xe9\n", edits: []EditSpec{{Old: "caf", New: "x"}}, code: CodeInvalidEncoding,
+			name: "invalid utf-8", before: "caf\xe9\n", edits: []EditSpec{{Old: "caf", New: "x"}}, code: result.CodeInvalidEncoding,
 		},
 	}
 	for _, tt := range tests {
@@ -202,7 +204,7 @@ func TestEditNotUniqueLines(t *testing.T) {
 	put(t, filepath.Join(root, "f"), "x\n\nx\n\nx\n")
 	_, err := fsys.Edit("f", []EditSpec{{Old: "x", New: "y"}}, EditOptions{})
 	lines, _ := details(err)["lines"].([]int)
-	if code(err) != CodeOldStringNotUnique || len(lines) != 3 || lines[0] != 1 || lines[1] != 3 || lines[2] != 5 {
+	if code(err) != result.CodeOldStringNotUnique || len(lines) != 3 || lines[0] != 1 || lines[1] != 3 || lines[2] != 5 {
 		t.Fatalf("%v %v", err, details(err))
 	}
 }
@@ -212,7 +214,7 @@ func TestEditNearMissText(t *testing.T) {
 	put(t, filepath.Join(root, "f"), "alpha\nbeta\ngamma\ndelta\n")
 	_, err := fsys.Edit("f", []EditSpec{{Old: "beta\ngamna\n", New: "x"}}, EditOptions{})
 	d := details(err)
-	if code(err) != CodeOldStringNotFound || d["closest_match"] != "beta\ngamma" || d["start_line"] != 2 || d["end_line"] != 3 {
+	if code(err) != result.CodeOldStringNotFound || d["closest_match"] != "beta\ngamma" || d["start_line"] != 2 || d["end_line"] != 3 {
 		t.Fatalf("%v %v", err, d)
 	}
 	if _, ok := d["hint"].(string); !ok {
@@ -229,7 +231,7 @@ func TestEditExpectSHA(t *testing.T) {
 	}
 	put(t, filepath.Join(root, "f"), "a\nb\n")
 	_, err = fsys.Edit("f", []EditSpec{{Old: "a", New: "c"}}, EditOptions{ExpectSHA256: r.SHA256})
-	if code(err) != CodeFileChanged {
+	if code(err) != result.CodeFileChanged {
 		t.Fatalf("got %v", err)
 	}
 	r, _ = fsys.Read("f", ReadOptions{})
@@ -240,13 +242,13 @@ func TestEditExpectSHA(t *testing.T) {
 
 func TestEditMissingAndDirectory(t *testing.T) {
 	fsys, root := newTestFS(t)
-	if _, err := fsys.Edit("nope", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != CodeFileNotFound {
+	if _, err := fsys.Edit("nope", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != result.CodeFileNotFound {
 		t.Fatalf("got %v", err)
 	}
 	if err := os.Mkdir(filepath.Join(root, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fsys.Edit("d", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != CodeIsDirectory {
+	if _, err := fsys.Edit("d", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != result.CodeIsDirectory {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -255,10 +257,10 @@ func TestEditTooLarge(t *testing.T) {
 	fsys, root := newTestFS(t)
 	fsys.MaxFileSize = 10
 	put(t, filepath.Join(root, "f"), strings.Repeat("a", 11))
-	if _, err := fsys.Edit("f", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != CodeFileTooLarge {
+	if _, err := fsys.Edit("f", []EditSpec{{Old: "a", New: "b"}}, EditOptions{}); code(err) != result.CodeFileTooLarge {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := fsys.Read("f", ReadOptions{}); code(err) != CodeFileTooLarge {
+	if _, err := fsys.Read("f", ReadOptions{}); code(err) != result.CodeFileTooLarge {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -132,7 +132,7 @@ func (f *FS) open() (*session, error) {
 	if f.Root != "" {
 		abs, err := filepath.Abs(f.Root)
 		if err != nil {
-			return nil, newErr(CodeIOError, "root %s: %v", f.Root, err)
+			return nil, newErr(result.CodeIOError, "root %s: %v", f.Root, err)
 		}
 		s.rootAbs = abs
 		real, err := filepath.EvalSymlinks(abs)
@@ -152,14 +152,14 @@ func (f *FS) open() (*session, error) {
 		wd, err := os.Getwd()
 		if err != nil {
 			r.Close()
-			return nil, newErr(CodeIOError, "working directory: %v", err)
+			return nil, newErr(result.CodeIOError, "working directory: %v", err)
 		}
 		s.base = wd
 	} else if !filepath.IsAbs(s.base) {
 		abs, err := filepath.Abs(s.base)
 		if err != nil {
 			r.Close()
-			return nil, newErr(CodeIOError, "dir %s: %v", s.base, err)
+			return nil, newErr(result.CodeIOError, "dir %s: %v", s.base, err)
 		}
 		s.base = abs
 	}
@@ -212,7 +212,7 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 	abs = filepath.Clean(abs)
 	lexical, ok := s.relToRoot(abs)
 	if !ok {
-		return target{}, newErr(CodeOutsideRoot, "%s is outside the root %s", p, s.fs.Root)
+		return target{}, newErr(result.CodeOutsideRoot, "%s is outside the root %s", p, s.fs.Root)
 	}
 	if err := s.checkDeny(p, lexical); err != nil {
 		return target{}, err
@@ -229,7 +229,7 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 			continue
 		case "..":
 			if len(resolved) == 0 {
-				return target{}, newErr(CodeOutsideRoot, "%s resolves outside the root", p)
+				return target{}, newErr(result.CodeOutsideRoot, "%s resolves outside the root", p)
 			}
 			resolved = resolved[:len(resolved)-1]
 			continue
@@ -246,7 +246,7 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 				// the kernel would not walk ".." out of it either.
 				for _, c := range pending {
 					if c == ".." {
-						return target{}, newErr(CodeFileNotFound, "%s does not exist", p)
+						return target{}, newErr(result.CodeFileNotFound, "%s does not exist", p)
 					}
 				}
 				resolved = append(resolved, comp)
@@ -262,7 +262,7 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 		}
 		links++
 		if links > maxSymlinks {
-			return target{}, newErr(CodeIOError, "%s: too many levels of symbolic links", p)
+			return target{}, newErr(result.CodeIOError, "%s: too many levels of symbolic links", p)
 		}
 		dest, err := s.root.Readlink(cand)
 		if err != nil {
@@ -271,7 +271,7 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 		if filepath.IsAbs(dest) {
 			r, ok := s.relToRoot(filepath.Clean(dest))
 			if !ok {
-				return target{}, newErr(CodeOutsideRoot, "%s is a symlink to %s, outside the root", p, dest)
+				return target{}, newErr(result.CodeOutsideRoot, "%s is a symlink to %s, outside the root", p, dest)
 			}
 			resolved = nil
 			dest = r
@@ -313,7 +313,7 @@ func (s *session) denied(rel string) (string, bool) {
 
 func (s *session) checkDeny(given, rel string) error {
 	if g, ok := s.denied(rel); ok {
-		return newErr(CodePathDenied, "%s is denied by the rule %s", given, g).With("rule", g)
+		return newErr(result.CodePathDenied, "%s is denied by the rule %s", given, g).With("rule", g)
 	}
 	return nil
 }
@@ -321,7 +321,7 @@ func (s *session) checkDeny(given, rel string) error {
 // checkSize refuses a file over MaxFileSize.
 func (s *session) checkSize(t target, size int64) *result.Error {
 	if max := s.fs.MaxFileSize; max > 0 && size > max {
-		return newErr(CodeFileTooLarge, "%s is %d bytes, over the limit of %d", t.given, size, max).
+		return newErr(result.CodeFileTooLarge, "%s is %d bytes, over the limit of %d", t.given, size, max).
 			With("size", size).With("limit", max)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/result"
 	"golang.org/x/sys/unix"
 )
 
@@ -158,7 +159,7 @@ func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
 }
 
 func historyError(err error) error {
-	return newErr(CodeIOError, "undo history: %v", err).Wrap(err)
+	return newErr(result.CodeIOError, "undo history: %v", err).Wrap(err)
 }
 
 // dropHistory removes an entry, meta first so that no half entry is ever
@@ -202,7 +203,7 @@ func (h *historyEntry) readData() ([]byte, error) {
 		return nil, historyError(err)
 	}
 	if sha(b) != h.Meta.PrevSHA256 {
-		return nil, newErr(CodeIOError, "undo history of %s is damaged (saved content does not match its hash)", h.Meta.Path)
+		return nil, newErr(result.CodeIOError, "undo history of %s is damaged (saved content does not match its hash)", h.Meta.Path)
 	}
 	return b, nil
 }

@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"path"
 	"sort"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // StatResult describes one path. A symlink is described itself (Kind
@@ -124,7 +126,7 @@ func (f *FS) List(dir string, opt ListOptions) (*ListResult, error) {
 		return nil, osError(err, dir)
 	}
 	if !fi.IsDir() {
-		return nil, newErr(CodeNotRegularFile, "%s is not a directory", dir)
+		return nil, newErr(result.CodeNotRegularFile, "%s is not a directory", dir)
 	}
 	depth := max(opt.Depth, 1)
 	limit := opt.MaxEntries

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Bounds of the near-miss search, so that a failed edit in a huge file still
@@ -24,7 +26,7 @@ const (
 // notFound builds old_string_not_found with the closest window of lines as a
 // hint, so the caller can see what the file really says there.
 func notFound(path string, body []byte, old string) error {
-	e := newErr(CodeOldStringNotFound, "old_string was not found in %s", path)
+	e := newErr(result.CodeOldStringNotFound, "old_string was not found in %s", path)
 	text, start, end, score := nearMiss(body, old)
 	if score >= minHintSimilarity {
 		e.Message = fmt.Sprintf("old_string was not found in %s; the closest text is at lines %d-%d (%.0f%% similar)",

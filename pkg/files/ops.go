@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // ReadOptions selects what Read returns.
@@ -48,7 +50,7 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 		return nil, err
 	}
 	if !cur.exists {
-		return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+		return nil, newErr(result.CodeFileNotFound, "%s does not exist", path)
 	}
 	r := &ReadResult{Path: path, SHA256: cur.sha, Size: int64(len(cur.content))}
 	if !isText(cur.content) {
@@ -60,7 +62,7 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 	r.TotalLines = countLines(body)
 	first := max(opt.Offset, 1)
 	if first > r.TotalLines && !(r.TotalLines == 0 && first == 1) {
-		return nil, newErr(CodeLineOutOfRange, "offset %d is past the end of %s (%d lines)", first, path, r.TotalLines).
+		return nil, newErr(result.CodeLineOutOfRange, "offset %d is past the end of %s (%d lines)", first, path, r.TotalLines).
 			With("total_lines", r.TotalLines)
 	}
 	if r.TotalLines == 0 {
@@ -133,7 +135,7 @@ type WriteOptions struct {
 func (f *FS) Write(path string, content []byte, opt WriteOptions) (*Mutation, error) {
 	return f.mutateOne(path, opt.NoMkdir, true, func(t target, cur current) (*plan, error) {
 		if opt.ExpectAbsent && cur.exists {
-			return nil, newErr(CodeFileExists, "%s already exists", path).With("sha256", cur.sha)
+			return nil, newErr(result.CodeFileExists, "%s already exists", path).With("sha256", cur.sha)
 		}
 		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
 			return nil, err
@@ -174,7 +176,7 @@ func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, er
 	var reports []EditReport
 	m, err := f.mutateOne(path, true, true, func(t target, cur current) (*plan, error) {
 		if !cur.exists {
-			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+			return nil, newErr(result.CodeFileNotFound, "%s does not exist", path)
 		}
 		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
 			return nil, err
@@ -190,7 +192,7 @@ func (f *FS) Edit(path string, edits []EditSpec, opt EditOptions) (*Mutation, er
 		reports = reps
 		data := txt.bytes(body)
 		if bytes.Equal(data, cur.content) {
-			return nil, newErr(CodeNoChange, "the edits leave %s unchanged", path)
+			return nil, newErr(result.CodeNoChange, "the edits leave %s unchanged", path)
 		}
 		return &plan{t: t, cur: cur, data: data, text: true}, nil
 	})
@@ -209,14 +211,14 @@ type InsertOptions struct {
 // the file's line ending. A file without a final newline keeps lacking one.
 func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mutation, error) {
 	if text == "" {
-		return nil, newErr(CodeNoChange, "nothing to insert")
+		return nil, newErr(result.CodeNoChange, "nothing to insert")
 	}
 	if !utf8.ValidString(text) {
-		return nil, newErr(CodeInvalidEncoding, "the text to insert is not valid UTF-8")
+		return nil, newErr(result.CodeInvalidEncoding, "the text to insert is not valid UTF-8")
 	}
 	return f.mutateOne(path, true, true, func(t target, cur current) (*plan, error) {
 		if !cur.exists {
-			return nil, newErr(CodeFileNotFound, "%s does not exist", path)
+			return nil, newErr(result.CodeFileNotFound, "%s does not exist", path)
 		}
 		if err := checkExpect(path, cur, opt.ExpectSHA256); err != nil {
 			return nil, err
@@ -228,7 +230,7 @@ func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mut
 		body := txt.body
 		total := countLines(body)
 		if line < 0 || line > total {
-			return nil, newErr(CodeLineOutOfRange, "line %d is outside %s (0 to %d)", line, path, total).
+			return nil, newErr(result.CodeLineOutOfRange, "line %d is outside %s (0 to %d)", line, path, total).
 				With("total_lines", total)
 		}
 		ins := toEOL(text, txt.eol)
@@ -259,7 +261,7 @@ func (f *FS) Insert(path string, line int, text string, opt InsertOptions) (*Mut
 // version further back.
 func (f *FS) Undo(path string) (*Mutation, error) {
 	if f.HistoryDir == "" {
-		return nil, newErr(CodeNothingToUndo, "no undo history is kept")
+		return nil, newErr(result.CodeNothingToUndo, "no undo history is kept")
 	}
 	var entry *historyEntry
 	m, err := f.mutateOne(path, false, false, func(t target, cur current) (*plan, error) {
@@ -282,7 +284,7 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 				}
 				continue
 			}
-			e := newErr(CodeUndoConflict, "%s changed since agentfs last wrote it; undo would lose those changes", path).
+			e := newErr(result.CodeUndoConflict, "%s changed since agentfs last wrote it; undo would lose those changes", path).
 				With("expected_sha256", h.WrittenSHA256)
 			if cur.exists {
 				e.With("current_sha256", cur.sha)
@@ -290,7 +292,7 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 			return nil, e
 		}
 		if entry == nil {
-			return nil, newErr(CodeNothingToUndo, "no change of %s to undo", path)
+			return nil, newErr(result.CodeNothingToUndo, "no change of %s to undo", path)
 		}
 		p := &plan{t: t, cur: cur, remove: !entry.Meta.PrevExists}
 		if entry.Meta.PrevExists {
@@ -325,7 +327,7 @@ func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, cur
 		return nil, err
 	}
 	if t.rel == "." {
-		return nil, newErr(CodeIsDirectory, "%s is a directory", path)
+		return nil, newErr(result.CodeIsDirectory, "%s is a directory", path)
 	}
 	if f.DryRun {
 		// The same checks and the same report, nothing created, locked
@@ -399,10 +401,10 @@ func checkExpect(path string, cur current, want string) error {
 		return nil
 	}
 	if !cur.exists {
-		return newErr(CodeFileChanged, "%s no longer exists", path).With("expected_sha256", want)
+		return newErr(result.CodeFileChanged, "%s no longer exists", path).With("expected_sha256", want)
 	}
 	if !strings.EqualFold(cur.sha, strings.TrimSpace(want)) {
-		return newErr(CodeFileChanged, "%s changed since it was read (sha256 differs)", path).
+		return newErr(result.CodeFileChanged, "%s changed since it was read (sha256 differs)", path).
 			With("expected_sha256", want).With("current_sha256", cur.sha)
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func TestRead(t *testing.T) {
@@ -30,7 +32,7 @@ func TestRead(t *testing.T) {
 		{name: "bom not shown", content: "\uFEFFx\n", want: ReadResult{Content: "x\n", TotalLines: 1, LineStart: 1, LineEnd: 1, BOM: true}},
 		{name: "empty", content: "", want: ReadResult{}},
 		{name: "binary", content: "\x00\x01\x02", want: ReadResult{Binary: true}},
-		{name: "offset past end", content: "a\n", opt: ReadOptions{Offset: 3}, code: CodeLineOutOfRange},
+		{name: "offset past end", content: "a\n", opt: ReadOptions{Offset: 3}, code: result.CodeLineOutOfRange},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -54,20 +56,20 @@ func TestRead(t *testing.T) {
 
 func TestReadErrors(t *testing.T) {
 	fsys, root := newTestFS(t)
-	if _, err := fsys.Read("missing", ReadOptions{}); code(err) != CodeFileNotFound {
+	if _, err := fsys.Read("missing", ReadOptions{}); code(err) != result.CodeFileNotFound {
 		t.Fatalf("got %v", err)
 	}
 	os.Mkdir(filepath.Join(root, "d"), 0o755)
-	if _, err := fsys.Read("d", ReadOptions{}); code(err) != CodeIsDirectory {
+	if _, err := fsys.Read("d", ReadOptions{}); code(err) != result.CodeIsDirectory {
 		t.Fatalf("got %v", err)
 	}
 	if err := mkfifo(filepath.Join(root, "fifo")); err != nil {
 		t.Skip(err)
 	}
-	if _, err := fsys.Read("fifo", ReadOptions{}); code(err) != CodeNotRegularFile {
+	if _, err := fsys.Read("fifo", ReadOptions{}); code(err) != result.CodeNotRegularFile {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := fsys.Write("fifo", []byte("x"), WriteOptions{}); code(err) != CodeNotRegularFile {
+	if _, err := fsys.Write("fifo", []byte("x"), WriteOptions{}); code(err) != result.CodeNotRegularFile {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -80,7 +82,7 @@ func TestReadPermissionDenied(t *testing.T) {
 	p := filepath.Join(root, "f")
 	put(t, p, "x")
 	os.Chmod(p, 0)
-	if _, err := fsys.Read("f", ReadOptions{}); code(err) != CodePermissionDenied {
+	if _, err := fsys.Read("f", ReadOptions{}); code(err) != result.CodePermissionDenied {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -109,16 +111,16 @@ func TestWrite(t *testing.T) {
 		t.Fatalf("rewrite: %+v %v", m, err)
 	}
 
-	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectAbsent: true}); code(err) != CodeFileExists {
+	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectAbsent: true}); code(err) != result.CodeFileExists {
 		t.Fatalf("expect absent: %v", err)
 	}
-	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != CodeFileChanged {
+	if _, err := fsys.Write("sub/dir/new.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != result.CodeFileChanged {
 		t.Fatalf("expect sha: %v", err)
 	}
-	if _, err := fsys.Write("gone.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != CodeFileChanged {
+	if _, err := fsys.Write("gone.txt", []byte("x"), WriteOptions{ExpectSHA256: sha([]byte("other"))}); code(err) != result.CodeFileChanged {
 		t.Fatalf("expect sha of missing: %v", err)
 	}
-	if _, err := fsys.Write("nodir/x.txt", []byte("x"), WriteOptions{NoMkdir: true}); code(err) != CodeFileNotFound {
+	if _, err := fsys.Write("nodir/x.txt", []byte("x"), WriteOptions{NoMkdir: true}); code(err) != result.CodeFileNotFound {
 		t.Fatalf("no mkdir: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "nodir")); !os.IsNotExist(err) {
@@ -146,7 +148,7 @@ func TestWrite(t *testing.T) {
 	if err != nil || !m.Binary || !m.ContentOmitted || get(t, filepath.Join(root, "bin")) != "\x00\x01\x02\xff" {
 		t.Fatalf("binary: %+v %v", m, err)
 	}
-	if _, err := fsys.Write(".", []byte("x"), WriteOptions{}); code(err) != CodeIsDirectory {
+	if _, err := fsys.Write(".", []byte("x"), WriteOptions{}); code(err) != result.CodeIsDirectory {
 		t.Fatalf("root dir: %v", err)
 	}
 	noSideFiles(t, root)
@@ -208,10 +210,10 @@ func TestInsert(t *testing.T) {
 		{name: "bom", before: "\uFEFFa\n", line: 0, text: "x", want: "\uFEFFx\na\n"},
 		{name: "empty file", before: "", line: 0, text: "x", want: "x\n"},
 		{name: "tabs", before: "a\n", line: 1, text: "\tx", want: "a\n\tx\n"},
-		{name: "out of range", before: "a\n", line: 2, text: "x", code: CodeLineOutOfRange},
-		{name: "negative", before: "a\n", line: -1, text: "x", code: CodeLineOutOfRange},
-		{name: "nothing", before: "a\n", line: 0, text: "", code: CodeNoChange},
-		{name: "binary", before: "\x00", line: 0, text: "x", code: CodeBinaryFile},
+		{name: "out of range", before: "a\n", line: 2, text: "x", code: result.CodeLineOutOfRange},
+		{name: "negative", before: "a\n", line: -1, text: "x", code: result.CodeLineOutOfRange},
+		{name: "nothing", before: "a\n", line: 0, text: "", code: result.CodeNoChange},
+		{name: "binary", before: "\x00", line: 0, text: "x", code: result.CodeBinaryFile},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,7 +236,7 @@ func TestInsert(t *testing.T) {
 		})
 	}
 	fsys, _ := newTestFS(t)
-	if _, err := fsys.Insert("missing", 0, "x", InsertOptions{}); code(err) != CodeFileNotFound {
+	if _, err := fsys.Insert("missing", 0, "x", InsertOptions{}); code(err) != result.CodeFileNotFound {
 		t.Fatalf("missing: %v", err)
 	}
 }
@@ -260,7 +262,7 @@ func TestStatAndList(t *testing.T) {
 	if err != nil || st.Kind != "directory" {
 		t.Fatalf("%+v %v", st, err)
 	}
-	if _, err := fsys.Stat("nope"); code(err) != CodeFileNotFound {
+	if _, err := fsys.Stat("nope"); code(err) != result.CodeFileNotFound {
 		t.Fatalf("%v", err)
 	}
 
@@ -290,7 +292,7 @@ func TestStatAndList(t *testing.T) {
 	if len(l.Entries) != 2 || !l.Truncated {
 		t.Fatalf("limit: %+v", l)
 	}
-	if _, err := fsys.List("a.txt", ListOptions{}); code(err) != CodeNotRegularFile {
+	if _, err := fsys.List("a.txt", ListOptions{}); code(err) != result.CodeNotRegularFile {
 		t.Fatalf("list a file: %v", err)
 	}
 }
@@ -299,7 +301,7 @@ func TestUndo(t *testing.T) {
 	fsys, root := newTestFS(t)
 	p := filepath.Join(root, "f")
 
-	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("empty: %v", err)
 	}
 	for _, v := range []string{"v1\n", "v2\n", "v3\n"} {
@@ -336,7 +338,7 @@ func TestUndo(t *testing.T) {
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
 		t.Fatal("file still there")
 	}
-	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("end of chain: %v", err)
 	}
 	noSideFiles(t, root)
@@ -351,14 +353,14 @@ func TestUndoConflict(t *testing.T) {
 	}
 	put(t, p, "human\n")
 	_, err := fsys.Undo("f")
-	if code(err) != CodeUndoConflict || details(err)["current_sha256"] != sha([]byte("human\n")) {
+	if code(err) != result.CodeUndoConflict || details(err)["current_sha256"] != sha([]byte("human\n")) {
 		t.Fatalf("got %v %v", err, details(err))
 	}
 	if get(t, p) != "human\n" {
 		t.Fatal("conflicting undo changed the file")
 	}
 	os.Remove(p)
-	if _, err := fsys.Undo("f"); code(err) != CodeUndoConflict {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeUndoConflict {
 		t.Fatalf("deleted file: %v", err)
 	}
 }
@@ -369,7 +371,7 @@ func TestUndoWithoutHistory(t *testing.T) {
 	if _, err := fsys.Write("f", []byte("x"), WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -385,7 +387,7 @@ func TestUndoHistoryBounded(t *testing.T) {
 	n := 0
 	for {
 		if _, err := fsys.Undo("f"); err != nil {
-			if code(err) != CodeNothingToUndo {
+			if code(err) != result.CodeNothingToUndo {
 				t.Fatal(err)
 			}
 			break
@@ -407,7 +409,7 @@ func TestUndoHistoryBounded(t *testing.T) {
 	if _, err := fsys.Undo("g"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fsys.Undo("g"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("g"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -476,11 +478,11 @@ func TestApplyAllOrNothing(t *testing.T) {
 		changes []Change
 		code    string
 	}{
-		{name: "add existing", code: CodeFileExists, changes: []Change{
+		{name: "add existing", code: result.CodeFileExists, changes: []Change{
 			{Action: ActionUpdate, Path: "a", NewContent: []byte("A")},
 			{Action: ActionAdd, Path: "b", NewContent: []byte("x")},
 		}},
-		{name: "update missing", code: CodeFileNotFound, changes: []Change{
+		{name: "update missing", code: result.CodeFileNotFound, changes: []Change{
 			{Action: ActionAdd, Path: "dir/new", NewContent: []byte("x")},
 			{Action: ActionUpdate, Path: "missing", NewContent: []byte("x")},
 		}},
@@ -490,10 +492,10 @@ func TestApplyAllOrNothing(t *testing.T) {
 				return nil, newErr("patch_failed", "hunk 1 does not apply")
 			}},
 		}},
-		{name: "stale", code: CodeFileChanged, changes: []Change{
+		{name: "stale", code: result.CodeFileChanged, changes: []Change{
 			{Action: ActionUpdate, Path: "a", NewContent: []byte("A"), ExpectSHA256: sha([]byte("old"))},
 		}},
-		{name: "move onto existing", code: CodeFileExists, changes: []Change{
+		{name: "move onto existing", code: result.CodeFileExists, changes: []Change{
 			{Action: ActionMove, Path: "a", MoveTo: "b"},
 		}},
 		{name: "same file twice", code: "invalid_request", changes: []Change{
@@ -528,17 +530,17 @@ func TestOSErrorMapping(t *testing.T) {
 		err  error
 		code string
 	}{
-		{errors.New("boom"), CodeIOError},
-		{pe(syscall.EIO), CodeIOError},
-		{pe(syscall.ENOSPC), CodeIOError},
-		{pe(errors.New("path escapes from parent")), CodeOutsideRoot},
-		{pe(syscall.ENOENT), CodeFileNotFound},
-		{pe(syscall.ENOTDIR), CodeFileNotFound},
-		{pe(syscall.EISDIR), CodeIsDirectory},
-		{pe(syscall.EACCES), CodePermissionDenied},
-		{pe(syscall.EPERM), CodePermissionDenied},
-		{pe(syscall.EROFS), CodePermissionDenied},
-		{pe(syscall.EEXIST), CodeFileExists},
+		{errors.New("boom"), result.CodeIOError},
+		{pe(syscall.EIO), result.CodeIOError},
+		{pe(syscall.ENOSPC), result.CodeIOError},
+		{pe(errors.New("path escapes from parent")), result.CodeOutsideRoot},
+		{pe(syscall.ENOENT), result.CodeFileNotFound},
+		{pe(syscall.ENOTDIR), result.CodeFileNotFound},
+		{pe(syscall.EISDIR), result.CodeIsDirectory},
+		{pe(syscall.EACCES), result.CodePermissionDenied},
+		{pe(syscall.EPERM), result.CodePermissionDenied},
+		{pe(syscall.EROFS), result.CodePermissionDenied},
+		{pe(syscall.EEXIST), result.CodeFileExists},
 	}
 	for _, tt := range tests {
 		e := osError(tt.err, "x")
@@ -564,7 +566,7 @@ func TestUndoDamagedHistory(t *testing.T) {
 		t.Fatalf("history files: %v", datas)
 	}
 	os.WriteFile(datas[0], []byte("tampered\n"), 0o600)
-	if _, err := fsys.Undo("f"); code(err) != CodeIOError {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeIOError {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -576,7 +578,7 @@ func TestUndoLargeFile(t *testing.T) {
 	p := filepath.Join(root, "big")
 	orig := strings.Repeat("0123456789abcdef\n", 2*linkMinSize/17)
 	put(t, p, orig)
-	if _, err := fsys.Edit("big", []EditSpec{{Old: "0123456789abcdef\n", New: "changed\n"}, {Old: "changed\n0123", New: "x"}}, EditOptions{Fuzzy: false}); code(err) != CodeOldStringNotUnique {
+	if _, err := fsys.Edit("big", []EditSpec{{Old: "0123456789abcdef\n", New: "changed\n"}, {Old: "changed\n0123", New: "x"}}, EditOptions{Fuzzy: false}); code(err) != result.CodeOldStringNotUnique {
 		t.Fatalf("got %v", err)
 	}
 	if _, err := fsys.Edit("big", []EditSpec{{Old: "0123456789abcdef\n", New: "changed\n", ReplaceAll: true}}, EditOptions{}); err != nil {
@@ -655,10 +657,10 @@ func TestNoRootRelativePaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Symlink("nodir/../../x", filepath.Join(dir, "odd"))
-	if _, err := fsys.Read("odd", ReadOptions{}); code(err) != CodeFileNotFound {
+	if _, err := fsys.Read("odd", ReadOptions{}); code(err) != result.CodeFileNotFound {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := fsys.Undo("a/b.txt"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("a/b.txt"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // TestPermissionDenied needs an unprivileged process: as a normal user it
@@ -64,13 +66,13 @@ func TestPermissionHelper(t *testing.T) {
 
 func checkPermissionDenied(t *testing.T, dir string) {
 	fsys := &FS{Root: dir, Dir: dir}
-	if _, err := fsys.Read("secret", ReadOptions{}); code(err) != CodePermissionDenied {
+	if _, err := fsys.Read("secret", ReadOptions{}); code(err) != result.CodePermissionDenied {
 		t.Errorf("read: %v", err)
 	}
-	if _, err := fsys.Write("ro/new", []byte("x"), WriteOptions{}); code(err) != CodePermissionDenied {
+	if _, err := fsys.Write("ro/new", []byte("x"), WriteOptions{}); code(err) != result.CodePermissionDenied {
 		t.Errorf("write in a read-only directory: %v", err)
 	}
-	if _, err := fsys.Edit("ro-file", []EditSpec{{Old: "x", New: "y"}}, EditOptions{}); code(err) != CodePermissionDenied {
+	if _, err := fsys.Edit("ro-file", []EditSpec{{Old: "x", New: "y"}}, EditOptions{}); code(err) != result.CodePermissionDenied {
 		t.Errorf("edit in a directory not ours: %v", err)
 	}
 	if get(t, filepath.Join(dir, "ro-file")) != "x\n" {

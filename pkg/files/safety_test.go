@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func TestMatchGlob(t *testing.T) {
@@ -68,17 +70,17 @@ func TestConfinement(t *testing.T) {
 		"sub/../../x",
 	}
 	for _, p := range paths {
-		if _, err := fsys.Read(p, ReadOptions{}); code(err) != CodeOutsideRoot {
+		if _, err := fsys.Read(p, ReadOptions{}); code(err) != result.CodeOutsideRoot {
 			t.Errorf("read %s: %v", p, err)
 		}
-		if _, err := fsys.Write(p, []byte("pwned\n"), WriteOptions{}); code(err) != CodeOutsideRoot {
+		if _, err := fsys.Write(p, []byte("pwned\n"), WriteOptions{}); code(err) != result.CodeOutsideRoot {
 			t.Errorf("write %s: %v", p, err)
 		}
-		if _, err := fsys.Edit(p, []EditSpec{{Old: "secret", New: "pwned"}}, EditOptions{}); code(err) != CodeOutsideRoot {
+		if _, err := fsys.Edit(p, []EditSpec{{Old: "secret", New: "pwned"}}, EditOptions{}); code(err) != result.CodeOutsideRoot {
 			t.Errorf("edit %s: %v", p, err)
 		}
 	}
-	if _, err := fsys.Apply([]Change{{Action: ActionMove, Path: "in.txt", MoveTo: secret + ".moved"}}, ApplyOptions{}); code(err) != CodeOutsideRoot {
+	if _, err := fsys.Apply([]Change{{Action: ActionMove, Path: "in.txt", MoveTo: secret + ".moved"}}, ApplyOptions{}); code(err) != result.CodeOutsideRoot {
 		t.Errorf("move out: %v", err)
 	}
 	if get(t, secret) != "secret\n" || len(entriesOf(t, outside)) != 1 {
@@ -127,11 +129,11 @@ func TestSymlinkSwappedIn(t *testing.T) {
 			if err := os.Symlink(dest, filepath.Join(root, "sub")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.readCurrent(tg); code(err) != CodeOutsideRoot {
+			if _, err := s.readCurrent(tg); code(err) != result.CodeOutsideRoot {
 				t.Fatalf("read after swap: %v", err)
 			}
 			p := &plan{t: tg, cur: current{}, data: []byte("pwned\n")}
-			if err := s.commit([]*plan{p}, false); code(err) != CodeOutsideRoot {
+			if err := s.commit([]*plan{p}, false); code(err) != result.CodeOutsideRoot {
 				t.Fatalf("commit after swap: %v", err)
 			}
 			if get(t, filepath.Join(outside, "f")) != "outside\n" || len(entriesOf(t, outside)) != 1 {
@@ -153,7 +155,7 @@ func TestFinalSymlinkSwappedIn(t *testing.T) {
 	tg, _ := s.resolve("f", true)
 	os.Remove(filepath.Join(root, "f"))
 	os.Symlink(filepath.Join(outside, "f"), filepath.Join(root, "f"))
-	if _, err := s.readCurrent(tg); code(err) != CodeNotRegularFile {
+	if _, err := s.readCurrent(tg); code(err) != result.CodeNotRegularFile {
 		t.Fatalf("got %v", err)
 	}
 }
@@ -167,18 +169,18 @@ func TestDeny(t *testing.T) {
 	os.Symlink(".env", filepath.Join(root, "innocent"))
 	os.Symlink(".git", filepath.Join(root, "g"))
 	for _, p := range []string{".env", "app/.env", ".git/config", ".git", ".git/new", "innocent", "g/config", filepath.Join(root, ".env")} {
-		if _, err := fsys.Read(p, ReadOptions{}); code(err) != CodePathDenied {
+		if _, err := fsys.Read(p, ReadOptions{}); code(err) != result.CodePathDenied {
 			t.Errorf("read %s: %v", p, err)
 		}
-		if _, err := fsys.Write(p, []byte("x"), WriteOptions{}); code(err) != CodePathDenied {
+		if _, err := fsys.Write(p, []byte("x"), WriteOptions{}); code(err) != result.CodePathDenied {
 			t.Errorf("write %s: %v", p, err)
 		}
 		// Stat describes a final symlink itself, which reveals no content.
-		if _, err := fsys.Stat(p); p != "innocent" && code(err) != CodePathDenied {
+		if _, err := fsys.Stat(p); p != "innocent" && code(err) != result.CodePathDenied {
 			t.Errorf("stat %s: %v", p, err)
 		}
 	}
-	if _, err := fsys.Apply([]Change{{Action: ActionMove, Path: "app/.env", MoveTo: "app/env.txt"}}, ApplyOptions{}); code(err) != CodePathDenied {
+	if _, err := fsys.Apply([]Change{{Action: ActionMove, Path: "app/.env", MoveTo: "app/env.txt"}}, ApplyOptions{}); code(err) != result.CodePathDenied {
 		t.Errorf("move: %v", err)
 	}
 	l, err := fsys.List(".", ListOptions{Depth: 3})
@@ -192,10 +194,10 @@ func TestDeny(t *testing.T) {
 	}
 	// Without a root the globs see the absolute path.
 	fsys.Root = ""
-	if _, err := fsys.Read(filepath.Join(root, "app/.env"), ReadOptions{}); code(err) != CodePathDenied {
+	if _, err := fsys.Read(filepath.Join(root, "app/.env"), ReadOptions{}); code(err) != result.CodePathDenied {
 		t.Errorf("no root: %v", err)
 	}
-	if _, err := fsys.Read(filepath.Join(root, "innocent"), ReadOptions{}); code(err) != CodePathDenied {
+	if _, err := fsys.Read(filepath.Join(root, "innocent"), ReadOptions{}); code(err) != result.CodePathDenied {
 		t.Errorf("no root, link: %v", err)
 	}
 }
@@ -234,7 +236,7 @@ func TestCrashAfterStaging(t *testing.T) {
 		t.Fatal("created directories left behind")
 	}
 	fsys.afterStage = nil
-	if _, err := fsys.Undo("f"); code(err) != CodeNothingToUndo {
+	if _, err := fsys.Undo("f"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("undo after failed edit: %v", err)
 	}
 }
@@ -273,7 +275,7 @@ func TestCrashMidCommit(t *testing.T) {
 				}
 			}
 			fsys.afterRename = nil
-			if _, err := fsys.Undo("a"); code(err) != CodeNothingToUndo {
+			if _, err := fsys.Undo("a"); code(err) != result.CodeNothingToUndo {
 				t.Fatalf("history of a failed change: %v", err)
 			}
 		})
@@ -336,7 +338,7 @@ func TestConcurrentExpectSHA(t *testing.T) {
 				if err == nil {
 					return
 				}
-				if code(err) != CodeFileChanged {
+				if code(err) != result.CodeFileChanged {
 					t.Error(err)
 					return
 				}

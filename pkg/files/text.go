@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"unicode/utf8"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // binarySniffLen is how much of a file is searched for a NUL byte, the
@@ -36,11 +38,11 @@ func isBinary(b []byte) bool {
 // only for messages.
 func parseText(path string, content []byte) (text, error) {
 	if isBinary(content) {
-		return text{}, newErr(CodeBinaryFile, "%s is a binary file", path)
+		return text{}, newErr(result.CodeBinaryFile, "%s is a binary file", path)
 	}
 	if !utf8.Valid(content) {
 		off := firstInvalidUTF8(content)
-		return text{}, newErr(CodeInvalidEncoding, "%s is not valid UTF-8 (first bad byte at offset %d)", path, off).
+		return text{}, newErr(result.CodeInvalidEncoding, "%s is not valid UTF-8 (first bad byte at offset %d)", path, off).
 			With("offset", off)
 	}
 	t := text{body: content, eol: "\n"}

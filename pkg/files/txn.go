@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/textdiff"
 )
 
@@ -81,9 +82,9 @@ func (s *session) readCurrent(t target) (current, error) {
 	}
 	switch {
 	case fi.IsDir():
-		return current{}, newErr(CodeIsDirectory, "%s is a directory", t.given)
+		return current{}, newErr(result.CodeIsDirectory, "%s is a directory", t.given)
 	case !fi.Mode().IsRegular():
-		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file (%s)", t.given, kindOf(fi.Mode()))
+		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file (%s)", t.given, kindOf(fi.Mode()))
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
@@ -98,7 +99,7 @@ func (s *session) readCurrent(t target) (current, error) {
 		return current{}, osError(err, t.given)
 	}
 	if !fi.Mode().IsRegular() {
-		return current{}, newErr(CodeNotRegularFile, "%s is not a regular file", t.given)
+		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file", t.given)
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
@@ -149,7 +150,7 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			fi, err := s.root.Stat(d)
 			if err == nil {
 				if !fi.IsDir() {
-					return created, newErr(CodeFileNotFound, "a parent of %s is not a directory", t.given)
+					return created, newErr(result.CodeFileNotFound, "a parent of %s is not a directory", t.given)
 				}
 				break
 			}
@@ -162,7 +163,7 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			continue
 		}
 		if noMkdir {
-			return created, newErr(CodeFileNotFound, "the directory of %s does not exist", t.given).
+			return created, newErr(result.CodeFileNotFound, "the directory of %s does not exist", t.given).
 				With("hint", "create it first, or allow parents to be created")
 		}
 		if !create {
@@ -219,7 +220,7 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 		held = append(held, f)
 		if err := flock(f); err != nil {
 			release()
-			return nil, newErr(CodeIOError, "lock %s: %v", s.display(d), err)
+			return nil, newErr(result.CodeIOError, "lock %s: %v", s.display(d), err)
 		}
 	}
 	// Every agentfs writer of these directories is held off now: what

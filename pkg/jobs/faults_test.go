@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // The fault tests stop the supervisor (or the caller of Start, Stop or
@@ -88,7 +89,7 @@ func TestStartSupervisorKilledAtEachStep(t *testing.T) {
 					ctx = ctxT(t, 2*time.Second)
 				}
 				_, err := st.Start(ctx, spec)
-				if code(err) != CodeStartFailed {
+				if code(err) != result.CodeStartFailed {
 					t.Fatalf("start: %v", err)
 				}
 				if l, _ := st.List(); len(l) != 0 {
@@ -263,7 +264,7 @@ func TestRestartKilledAtEachStep(t *testing.T) {
 			if step == "restart.stopped" && !killed {
 				t.Fatalf("caller not killed: %s", out)
 			}
-			if step != "restart.stopped" && !strings.Contains(out, CodeStartFailed) {
+			if step != "restart.stopped" && !strings.Contains(out, result.CodeStartFailed) {
 				t.Fatalf("restart with its supervisor killed at %s: %s", step, out)
 			}
 			got, err := st.Status(s.Handle)
@@ -462,7 +463,7 @@ func TestDamagedState(t *testing.T) {
 		if c.Handle == a.Handle || c.Handle == b.Handle {
 			t.Fatalf("id reused: %s", c.Handle)
 		}
-		if _, err := st.Status(b.Handle); code(err) != CodeJobExpired {
+		if _, err := st.Status(b.Handle); code(err) != result.CodeJobExpired {
 			t.Fatalf("removed job: %v", err)
 		}
 	})

@@ -20,20 +20,20 @@ func TestHandlesRemoveAndGC(t *testing.T) {
 	if _, err := st.Status(tampered); code(err) != result.CodeInvalidHandle {
 		t.Fatalf("tampered: %v", err)
 	}
-	if _, err := st.Status("nobody"); code(err) != CodeJobNotFound {
+	if _, err := st.Status("nobody"); code(err) != result.CodeJobNotFound {
 		t.Fatalf("unknown name: %v", err)
 	}
 	running := start(t, st, Spec{Argv: []string{"sleep", "300"}})
-	if _, err := st.Remove(ctxT(t, 10*time.Second), running.Handle, false); code(err) != CodeJobRunning {
+	if _, err := st.Remove(ctxT(t, 10*time.Second), running.Handle, false); code(err) != result.CodeJobRunning {
 		t.Fatalf("remove running: %v", err)
 	}
 	if _, err := st.Remove(ctxT(t, 10*time.Second), "gone", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Status(s.Handle); code(err) != CodeJobExpired {
+	if _, err := st.Status(s.Handle); code(err) != result.CodeJobExpired {
 		t.Fatalf("removed: %v", err)
 	}
-	if _, err := st.Status("gone"); code(err) != CodeJobNotFound {
+	if _, err := st.Status("gone"); code(err) != result.CodeJobNotFound {
 		t.Fatalf("removed name: %v", err)
 	}
 	done := start(t, st, Spec{Argv: []string{"true"}})
@@ -45,7 +45,7 @@ func TestHandlesRemoveAndGC(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Handle != done.Handle {
 		t.Fatalf("gc %+v, %v", got, err)
 	}
-	if _, err := st.Status(done.Handle); code(err) != CodeJobExpired {
+	if _, err := st.Status(done.Handle); code(err) != result.CodeJobExpired {
 		t.Fatalf("gc'd: %v", err)
 	}
 	if _, err := st.Status(running.Handle); err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/execguard"
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -94,7 +93,7 @@ func (jc *jobCmd) close() {
 // process group of its own.
 func (sv *supervisor) command() (*exec.Cmd, *jobCmd, error) {
 	if fi, err := os.Stat(sv.spec.Cwd); err != nil || !fi.IsDir() {
-		return nil, nil, &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
+		return nil, nil, &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", sv.spec.Cwd)}
 	}
 	argv, err := sv.execArgv()
 	if err != nil {
@@ -494,11 +493,11 @@ func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, er
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, &codedError{policy.CodeUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
+		return nil, &codedError{result.CodePolicyUnavailable, fmt.Errorf("cannot find the executable for the policy guard: %v", err)}
 	}
 	g, err := execguard.Prepare(sv.spec.Policy, sv.spec.PolicyApproved, exe)
 	if err != nil {
-		return nil, &codedError{policy.CodeUnavailable, err}
+		return nil, &codedError{result.CodePolicyUnavailable, err}
 	}
 	if sandboxed {
 		g.TrustFirst()
@@ -531,13 +530,13 @@ func startError(spec *Spec, err error) error {
 	var pe *fs.PathError
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist) && !(errors.As(err, &pe) && pe.Op == "chdir"):
-		return &codedError{CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
+		return &codedError{result.CodeCommandNotFound, fmt.Errorf("command not found: %s", spec.execArgv()[0])}
 	case errors.As(err, &pe) && pe.Op == "chdir":
-		return &codedError{CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
+		return &codedError{result.CodeCwdNotFound, fmt.Errorf("working directory %s does not exist", spec.Cwd)}
 	case errors.Is(err, fs.ErrPermission):
-		return &codedError{CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
+		return &codedError{result.CodeCommandNotExecutable, fmt.Errorf("command cannot be executed: %s", spec.execArgv()[0])}
 	}
-	return &codedError{CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
+	return &codedError{result.CodeStartFailed, fmt.Errorf("start %s: %w", spec.execArgv()[0], err)}
 }
 
 // startKnown starts cmd while holding the reaper lock, so the reaper never

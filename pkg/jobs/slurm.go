@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/slurm"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -84,7 +85,7 @@ func (st *Store) submit(ctx context.Context, id string, spec *Spec) error {
 	if exe == "" {
 		p, err := exec.LookPath(st.supervisorArgv[0])
 		if err != nil {
-			return jobErr(CodeStartFailed, "cannot find the supervisor program %s: %v", st.supervisorArgv[0], err)
+			return jobErr(result.CodeStartFailed, "cannot find the supervisor program %s: %v", st.supervisorArgv[0], err)
 		}
 		if exe, err = filepath.Abs(p); err != nil {
 			return err
@@ -100,10 +101,10 @@ func (st *Store) submit(ctx context.Context, id string, spec *Spec) error {
 	if err != nil {
 		var se *slurm.Error
 		if errors.As(err, &se) {
-			return jobErr(CodeSubmitFailed, "sbatch refused the job: %s", strings.TrimSpace(firstLine(se.Stderr, se.Err.Error()))).
+			return jobErr(result.CodeSubmitFailed, "sbatch refused the job: %s", strings.TrimSpace(firstLine(se.Stderr, se.Err.Error()))).
 				With("sbatch_stderr", strings.TrimSpace(se.Stderr))
 		}
-		return jobErr(CodeSubmitFailed, "sbatch: %v", err)
+		return jobErr(result.CodeSubmitFailed, "sbatch: %v", err)
 	}
 	spec.SlurmJobID = sid
 	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
@@ -605,7 +606,7 @@ func (st *Store) stopSlurm(ctx context.Context, id string, s Status, sig syscall
 		return s, err
 	}
 	if sid == "" {
-		return s, jobErr(CodeStartFailed, "job %s has no Slurm job id yet; stop it again in a moment", s.Handle)
+		return s, jobErr(result.CodeStartFailed, "job %s has no Slurm job id yet; stop it again in a moment", s.Handle)
 	}
 	supervised := s.svPID > 0 && s.Status != StatusPending
 	var cerr error

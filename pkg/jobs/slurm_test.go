@@ -141,8 +141,8 @@ func TestSlurmSubmitRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "invalid partition") {
 		t.Fatalf("err = %v", err)
 	}
-	if code := errCode(err); code != CodeSubmitFailed {
-		t.Errorf("code %q, want %s", code, CodeSubmitFailed)
+	if code := errCode(err); code != result.CodeSubmitFailed {
+		t.Errorf("code %q, want %s", code, result.CodeSubmitFailed)
 	}
 	if list, _ := st.List(); len(list) != 0 {
 		t.Errorf("a refused job was left behind: %+v", list)

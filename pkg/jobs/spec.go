@@ -47,23 +47,6 @@ const (
 	BackendSlurm = "slurm"
 )
 
-// Error codes produced by this package.
-const (
-	CodeJobNotFound          = "job_not_found"
-	CodeJobExpired           = "job_expired"
-	CodeJobRunning           = "job_running"
-	CodeCommandNotFound      = "command_not_found"
-	CodeCommandNotExecutable = "command_not_executable"
-	CodeCwdNotFound          = "cwd_not_found"
-	CodeStartFailed          = "start_failed"
-	// CodeSubmitFailed: the scheduler refused the job (sbatch failed).
-	CodeSubmitFailed = "submit_failed"
-	// CodeStopFailed: a process of the job still ran after stop had
-	// SIGKILLed it and waited (one the kernel does not let die, or a stop
-	// interrupted by the caller); the job is not stopped.
-	CodeStopFailed = "stop_failed"
-)
-
 // Restart policies.
 const (
 	RestartNo        = "no"

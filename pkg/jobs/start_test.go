@@ -68,10 +68,10 @@ func TestStartFailures(t *testing.T) {
 		spec Spec
 		code string
 	}{
-		{Spec{Argv: []string{"agentplane-no-such-program"}, Cwd: t.TempDir()}, CodeCommandNotFound},
-		{Spec{Argv: []string{"/nonexistent/prog"}, Cwd: t.TempDir()}, CodeCommandNotFound},
-		{Spec{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, CodeCwdNotFound},
-		{Spec{Argv: []string{os.DevNull}, Cwd: t.TempDir()}, CodeCommandNotExecutable},
+		{Spec{Argv: []string{"agentplane-no-such-program"}, Cwd: t.TempDir()}, result.CodeCommandNotFound},
+		{Spec{Argv: []string{"/nonexistent/prog"}, Cwd: t.TempDir()}, result.CodeCommandNotFound},
+		{Spec{Argv: []string{"true"}, Cwd: "/nonexistent/dir"}, result.CodeCwdNotFound},
+		{Spec{Argv: []string{os.DevNull}, Cwd: t.TempDir()}, result.CodeCommandNotExecutable},
 		{Spec{Cwd: t.TempDir()}, result.CodeInvalidRequest},
 		{Spec{Argv: []string{"true"}, Ready: Probe{Log: "("}}, result.CodeInvalidRequest},
 		{Spec{Argv: []string{"true"}, Restart: "sometimes"}, result.CodeInvalidRequest},
@@ -211,7 +211,7 @@ func TestConcurrentStartProcesses(t *testing.T) {
 func TestSecondSupervisorRefused(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
-	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != CodeJobRunning {
+	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != result.CodeJobRunning {
 		t.Fatalf("second supervisor: %v", err)
 	}
 	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {

@@ -244,7 +244,7 @@ func (st *Store) noRecord(id string) (Status, error) {
 		// A Start killed before it wrote the spec leaves the bare
 		// directory, which its age then shows lost.
 		if fi, err = os.Stat(st.jobDir(id)); err != nil {
-			return Status{}, jobErr(CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
+			return Status{}, jobErr(result.CodeJobExpired, "job %s was removed", st.dir.Mint("job", id))
 		}
 	}
 	var spec Spec

@@ -104,7 +104,7 @@ func (st *Store) Start(ctx context.Context, spec Spec) (_ Status, err error) {
 		spec.Cwd = abs
 	}
 	if fi, err := os.Stat(spec.Cwd); err != nil || !fi.IsDir() {
-		return Status{}, jobErr(CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
+		return Status{}, jobErr(result.CodeCwdNotFound, "working directory %s does not exist or is not a directory", spec.Cwd)
 	}
 	id, err := st.newJobDir()
 	if err != nil {
@@ -231,7 +231,7 @@ func (st *Store) launch(ctx context.Context, id string) error {
 		return refused
 	}
 	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
-	return jobErr(CodeStartFailed, "the job supervisor did not confirm the start").
+	return jobErr(result.CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
 }
 
@@ -277,7 +277,7 @@ func (st *Store) Resolve(ref string) (string, error) {
 			return "", err
 		}
 		if _, err := os.Stat(st.jobDir(id)); err != nil {
-			return "", jobErr(CodeJobExpired, "job %s was removed", ref)
+			return "", jobErr(result.CodeJobExpired, "job %s was removed", ref)
 		}
 		return id, nil
 	}
@@ -291,7 +291,7 @@ func (st *Store) Resolve(ref string) (string, error) {
 			return id, nil
 		}
 	}
-	return "", jobErr(CodeJobNotFound, "no job is named %q in this environment", ref)
+	return "", jobErr(result.CodeJobNotFound, "no job is named %q in this environment", ref)
 }
 
 // namePath is the name index entry: names are hex-encoded so that any
@@ -572,7 +572,7 @@ func (st *Store) Remove(ctx context.Context, ref string, force bool) (_ Status, 
 	}
 	if !s.Ended() || s.OrphanPID != 0 {
 		if !force {
-			return s, jobErr(CodeJobRunning, "job %s is %s; stop it first or force the removal", s.Handle, s.Status).With("status", s.Status)
+			return s, jobErr(result.CodeJobRunning, "job %s is %s; stop it first or force the removal", s.Handle, s.Status).With("status", s.Status)
 		}
 		if s, err = st.Stop(ctx, ref, syscall.SIGTERM, DefaultKillGrace); err != nil {
 			return s, err
@@ -749,7 +749,7 @@ func (st *Store) afterKill(id string, kerr error) (Status, error) {
 		return s, err
 	}
 	if kerr != nil {
-		return s, jobErr(CodeStopFailed, "job %s: %v", s.Handle, kerr).With("status", s.Status)
+		return s, jobErr(result.CodeStopFailed, "job %s: %v", s.Handle, kerr).With("status", s.Status)
 	}
 	if !s.Ended() {
 		// Its supervisor is dead and every process is gone: whatever the
@@ -796,7 +796,7 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 		if sv.PID > 0 {
 			r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
 			if err := r.kill(ctx, sig, grace); err != nil {
-				return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
+				return Status{}, jobErr(result.CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 			}
 		}
 		return st.corruptStatus(id, rerr), rerr
@@ -810,7 +810,7 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 	}
 	r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
 	if err := r.kill(ctx, syscall.SIGKILL, 0); err != nil {
-		return Status{}, jobErr(CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
+		return Status{}, jobErr(result.CodeStopFailed, "job %s: %v", st.dir.Mint("job", id), err)
 	}
 	return st.statusOf(id)
 }
@@ -839,7 +839,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 		return s, err
 	}
 	if !s.Ended() || s.OrphanPID != 0 {
-		return s, jobErr(CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
+		return s, jobErr(result.CodeJobRunning, "job %s could not be stopped for the restart", s.Handle)
 	}
 	// The old supervisor records the end before it has cleaned up and
 	// exited; until it exits it holds the job's run lock, and a new

@@ -162,7 +162,7 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 	}
 	defer lock.Close()
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		err = &codedError{CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
+		err = &codedError{result.CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
 		sv.answer(err)
 		return err
 	}
@@ -219,7 +219,7 @@ func (sv *supervisor) answer(err error) {
 	case err != nil && state.Classify(err) != nil:
 		err = state.Classify(err) // a full or read-only disk, told as such
 	case err != nil && !errors.As(err, &re):
-		err = result.Errorf(CodeStartFailed, "%s", err.Error()).Wrap(err)
+		err = result.Errorf(result.CodeStartFailed, "%s", err.Error()).Wrap(err)
 	}
 	launch.Answer(sv.hs, err)
 	sv.hs = nil
@@ -373,7 +373,7 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			if errors.As(err, &ce) {
 				sv.rec.Reason = ce.code
 			} else {
-				sv.rec.Reason = CodeStartFailed
+				sv.rec.Reason = result.CodeStartFailed
 			}
 			if !first {
 				sv.event(StatusFailed)

@@ -44,10 +44,13 @@ const DefaultEventInterval = time.Second
 // client either; events over the bound wait for the next interval.
 const DefaultEventBurst = 20
 
-// OperatorFlags returns the settings that belong to whoever started the
-// server, never to a tool call: the sandbox and its limits, the command
-// policy, agentfs's root, deny list and size limit, and where state lives.
-// A tool call naming one of them as an argument is refused.
+// OperatorFlags returns the names of the server's own flags that forward
+// the operator's settings (the sandbox and its limits, the command policy,
+// agentfs's root, deny list and size limit, where state lives) to every
+// call. They are the flags marked clikit.Operator in the three programs;
+// the server cannot build the other programs' trees to read the marks at
+// flag-definition time, so a test checks this list against the marks.
+// What a tool call is refused is read from the marks (ToolSpec.Operator).
 func OperatorFlags() []string {
 	return []string{
 		"sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids",
@@ -113,6 +116,9 @@ type ToolSpec struct {
 	// Hints are what the operation does, declared on its command; they
 	// become the tool's MCP annotations.
 	Hints *clikit.Hints `json:"hints"`
+	// Operator are the request keys of the command's flags marked
+	// clikit.Operator: the server refuses them as arguments.
+	Operator []string `json:"operator,omitempty"`
 }
 
 // Config is what the server needs to know.
@@ -192,6 +198,13 @@ func New(cfg Config) (*Server, error) {
 		cfg.Environ = func() []string { return nil }
 	}
 	s := &Server{cfg: cfg, refused: refusedKeys(), sessions: map[string]bool{}}
+	for _, set := range cfg.Sets {
+		for _, spec := range set.Tools {
+			for _, k := range spec.Operator {
+				s.refused[k] = whyOperator
+			}
+		}
+	}
 	seen := map[string]bool{}
 	for _, set := range cfg.Sets {
 		if set.Executable == "" {
@@ -218,12 +231,11 @@ const (
 	whyFile     = "it names a file the program would read or write itself, outside the sandbox and the root; give the content inline"
 )
 
-// refusedKeys maps the request keys a tool call may not give to why.
+// refusedKeys maps the request keys a tool call may not give, whatever the
+// tool, to why; the operator's keys are added from the marks of the tools'
+// flags (operatorKeys).
 func refusedKeys() map[string]string {
 	m := map[string]string{}
-	for _, n := range OperatorFlags() {
-		m[clikit.ConfigKey(n)] = whyOperator
-	}
 	for _, n := range serverOwned() {
 		m[n] = whyServer
 	}
@@ -255,7 +267,11 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 	}
 	env := &clikit.Env{Program: p, LookupEnv: o.LookupEnv, Environ: o.Environ, ConfigFile: o.ConfigFile, Ctx: context.Background()}
 	root := clikit.NewRoot(env)
+	operator := clikit.MarkedFlags(root, clikit.Operator)
 	refused := refusedKeys()
+	for _, n := range operator {
+		refused[clikit.ConfigKey(n)] = whyOperator
+	}
 	set := &ToolSet{Program: p.Name, Executable: o.Executable}
 	for _, t := range clikit.Tools(root) {
 		flags, err := operatorArgs(env, t, o)
@@ -265,9 +281,26 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 		set.Tools = append(set.Tools, ToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
 			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags, Hints: t.Hints,
+			Operator: operatorKeys(t),
 		})
 	}
 	return set, nil
+}
+
+// operatorKeys returns the request keys of t's flags marked clikit.Operator.
+func operatorKeys(t clikit.Tool) []string {
+	var keys []string
+	seen := map[string]bool{}
+	for _, fs := range []*pflag.FlagSet{t.Command.Flags(), t.Command.InheritedFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) {
+			if clikit.HasMark(f, clikit.Operator) && !seen[f.Name] {
+				seen[f.Name] = true
+				keys = append(keys, clikit.ConfigKey(f.Name))
+			}
+		})
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // lookupFlag finds a flag of a command, its own or inherited.

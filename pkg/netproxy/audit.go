@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // MaxAuditedDenials is how many refused attempts one proxy writes to the
@@ -29,7 +30,7 @@ func Auditor(log *audit.Log, base audit.Record, onErr func(error)) func(Denial) 
 			return
 		}
 		rec := base
-		rec.Time, rec.Status, rec.ErrorCode, rec.ExitCode, rec.DurationMS = "", "denied", CodeDenied, nil, 0
+		rec.Time, rec.Status, rec.ErrorCode, rec.ExitCode, rec.DurationMS = "", "denied", result.CodeNetworkDenied, nil, 0
 		rec.Network = &audit.NetworkDenial{Host: d.Host, Port: d.Port, Protocol: d.Protocol, Reason: d.Reason}
 		if seq == MaxAuditedDenials+1 {
 			rec.Network.Reason = "more connections were refused; they are counted in the result but not logged one by one"

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/audit"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func TestAuditorBoundsRecords(t *testing.T) {
@@ -22,7 +23,7 @@ func TestAuditorBoundsRecords(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(recs), MaxAuditedDenials+1)
 	}
 	r := recs[0]
-	if r.Status != "denied" || r.ErrorCode != CodeDenied || r.Network == nil || r.Network.Host != "evil.example" ||
+	if r.Status != "denied" || r.ErrorCode != result.CodeNetworkDenied || r.Network == nil || r.Network.Host != "evil.example" ||
 		r.Network.Port != 443 || r.Network.Protocol != ProtoConnect || r.Command != "curl x" || r.Program != "agentsh" {
 		t.Fatalf("record %+v", r)
 	}

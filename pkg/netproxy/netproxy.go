@@ -35,10 +35,6 @@ import (
 	"github.com/elazarl/goproxy"
 )
 
-// CodeDenied is the error code of a connection the allowlist refused, as
-// audit records carry it.
-const CodeDenied = "network_denied"
-
 // Protocols a Denial names.
 const (
 	ProtoHTTP    = "http"    // a plain HTTP request through the proxy

@@ -2,6 +2,8 @@ package patch
 
 import (
 	"testing"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 func agentPatch(body string) string { return "*** Begin Patch\n" + body + "*** End Patch\n" }
@@ -130,37 +132,37 @@ func TestAgent(t *testing.T) {
 		{
 			name: "missing anchor", tree: memTree{"f": []byte("a\n")},
 			patch: agentPatch("*** Update File: f\n@@ nothere\n-a\n+b\n"),
-			code:  CodeFailed, details: map[string]any{"path": "f", "hunk": 1, "context": []string{"nothere"}},
+			code:  result.CodePatchFailed, details: map[string]any{"path": "f", "hunk": 1, "context": []string{"nothere"}},
 		},
 		{
 			name: "second chunk fails", tree: memTree{"f": []byte("a\nb\n")},
 			patch: agentPatch("*** Update File: f\n@@\n-a\n+A\n@@\n-zz\n+b\n"),
-			code:  CodeFailed, details: map[string]any{"path": "f", "hunk": 2, "context": []string{"zz"}},
+			code:  result.CodePatchFailed, details: map[string]any{"path": "f", "hunk": 2, "context": []string{"zz"}},
 		},
 		{
 			name: "chunks are found in order", tree: memTree{"f": []byte("a\nb\n")},
 			patch: agentPatch("*** Update File: f\n@@\n-b\n+B\n@@\n-a\n+A\n"),
-			code:  CodeFailed, details: map[string]any{"hunk": 2},
+			code:  result.CodePatchFailed, details: map[string]any{"hunk": 2},
 		},
 		{
 			name: "delete of a file deleted earlier in the patch", tree: memTree{"f": []byte("a\n")},
-			patch: agentPatch("*** Delete File: f\n*** Delete File: f\n"), code: CodeFileNotFound,
+			patch: agentPatch("*** Delete File: f\n*** Delete File: f\n"), code: result.CodeFileNotFound,
 		},
 		{
 			name: "bad line in chunk", patch: agentPatch("*** Update File: f\n@@\nnope\n"),
-			code: CodeParse, details: map[string]any{"line": 4, "text": "nope"},
+			code: result.CodePatchParse, details: map[string]any{"line": 4, "text": "nope"},
 		},
 		{
 			name: "@@ missing between chunks", patch: agentPatch("*** Update File: f\n@@\n-a\n+b\n*** End of File\n-c\n"),
-			code: CodeParse,
+			code: result.CodePatchParse,
 		},
-		{name: "no begin", patch: "*** Update File: f\n", code: CodeParse},
-		{name: "no end", patch: "*** Begin Patch\n*** Add File: f\n+x\n", code: CodeParse, details: map[string]any{"line": 3}},
-		{name: "absolute", patch: agentPatch("*** Add File: /tmp/x\n+x\n"), code: CodeOutsideRoot},
-		{name: "escaping", patch: agentPatch("*** Delete File: a/../../x\n"), code: CodeOutsideRoot},
-		{name: "escaping move", patch: agentPatch("*** Update File: a\n*** Move to: ../b\n"), code: CodeOutsideRoot},
-		{name: "windows absolute", patch: agentPatch("*** Add File: C:\\x\n+x\n"), code: CodeOutsideRoot},
-		{name: "empty path", patch: agentPatch("*** Add File: \n+x\n"), code: CodeParse},
+		{name: "no begin", patch: "*** Update File: f\n", code: result.CodePatchParse},
+		{name: "no end", patch: "*** Begin Patch\n*** Add File: f\n+x\n", code: result.CodePatchParse, details: map[string]any{"line": 3}},
+		{name: "absolute", patch: agentPatch("*** Add File: /tmp/x\n+x\n"), code: result.CodeOutsideRoot},
+		{name: "escaping", patch: agentPatch("*** Delete File: a/../../x\n"), code: result.CodeOutsideRoot},
+		{name: "escaping move", patch: agentPatch("*** Update File: a\n*** Move to: ../b\n"), code: result.CodeOutsideRoot},
+		{name: "windows absolute", patch: agentPatch("*** Add File: C:\\x\n+x\n"), code: result.CodeOutsideRoot},
+		{name: "empty path", patch: agentPatch("*** Add File: \n+x\n"), code: result.CodePatchParse},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, tc.check)

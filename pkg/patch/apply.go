@@ -318,7 +318,7 @@ func applyHunks(content []byte, fp *FilePatch, format Format) ([]byte, matchLeve
 	prev := 0
 	for k, r := range reps {
 		if k > 0 && r.start < reps[k-1].start+reps[k-1].n {
-			return nil, 0, result.Errorf(CodeFailed, "hunks %d and %d of %s overlap", k, k+1, fp.Path).With("path", fp.Path).With("hunk", k+1)
+			return nil, 0, result.Errorf(result.CodePatchFailed, "hunks %d and %d of %s overlap", k, k+1, fp.Path).With("path", fp.Path).With("hunk", k+1)
 		}
 		out = append(out, lines[prev:r.start]...)
 		out = append(out, r.lines...)
@@ -372,7 +372,7 @@ func hunkFailed(path string, hi int, h *Hunk, context []string, format string, a
 	if context == nil {
 		context = []string{}
 	}
-	return result.Errorf(CodeFailed, format, args...).
+	return result.Errorf(result.CodePatchFailed, format, args...).
 		With("path", path).
 		With("hunk", hi+1).
 		With("context", context).

@@ -39,12 +39,12 @@ func checkParsed(t *testing.T, data []byte, p *Patch, err error) {
 			t.Fatalf("untyped error %T: %v", err, err)
 		}
 		switch re.Code {
-		case CodeParse:
+		case result.CodePatchParse:
 			line, ok := re.Details["line"].(int)
 			if !ok || line < 0 || line > bytes.Count(data, []byte("\n"))+1 {
 				t.Fatalf("parse error line %v out of range: %v", re.Details["line"], err)
 			}
-		case CodeOutsideRoot:
+		case result.CodeOutsideRoot:
 		default:
 			t.Fatalf("unexpected code %s: %v", re.Code, err)
 		}
@@ -152,7 +152,7 @@ func FuzzPlan(f *testing.F) {
 			if !errors.As(err, &re) || re.Code == "" {
 				t.Fatalf("untyped error %v", err)
 			}
-			if re.Code == CodeFailed {
+			if re.Code == result.CodePatchFailed {
 				if _, ok := re.Details["path"].(string); !ok {
 					t.Fatalf("patch_failed without path: %v", re.Details)
 				}

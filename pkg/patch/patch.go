@@ -46,24 +46,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
-// Error codes produced by this package, beside the shared ones in pkg/result.
-const (
-	// CodeParse is a patch that could not be read; Details carry "line"
-	// (1-based, in the patch) and "text" (that line).
-	CodeParse = "patch_parse_error"
-	// CodeFailed is a hunk that does not match the file it targets; Details
-	// carry "path", "hunk" (1-based within that file) and "context".
-	CodeFailed = "patch_failed"
-	// CodeFileNotFound is an update, delete or move of a file that is absent.
-	CodeFileNotFound = "file_not_found"
-	// CodeFileExists is a unified diff creating a file that already exists.
-	CodeFileExists = "file_exists"
-	// CodeOutsideRoot is a path that is absolute or climbs out with "..".
-	CodeOutsideRoot = "outside_root"
-	// CodeIO is a read failure that is neither absence nor a typed error.
-	CodeIO = "io_error"
-)
-
 // Format is the syntax a patch was written in.
 type Format int
 
@@ -200,7 +182,7 @@ func splitPatchLines(data []byte) []string {
 
 // parseError builds a patch_parse_error pointing at a 1-based patch line.
 func parseError(line int, text, format string, args ...any) *result.Error {
-	return result.Errorf(CodeParse, format, args...).With("line", line).With("text", text)
+	return result.Errorf(result.CodePatchParse, format, args...).With("line", line).With("text", text)
 }
 
 // cleanPath validates a path written in a patch and returns it cleaned. Paths
@@ -215,12 +197,12 @@ func cleanPath(p string, line int, text string) (string, error) {
 		return "", parseError(line, text, "file name contains a NUL byte")
 	}
 	if strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`) || hasDriveLetter(p) {
-		return "", result.Errorf(CodeOutsideRoot, "absolute path %q in patch", p).
+		return "", result.Errorf(result.CodeOutsideRoot, "absolute path %q in patch", p).
 			With("line", line).With("text", text).With("path", p)
 	}
 	c := path.Clean(p)
 	if c == ".." || strings.HasPrefix(c, "../") {
-		return "", result.Errorf(CodeOutsideRoot, "path %q in patch leaves the directory it applies to", p).
+		return "", result.Errorf(result.CodeOutsideRoot, "path %q in patch leaves the directory it applies to", p).
 			With("line", line).With("text", text).With("path", p)
 	}
 	if c == "." {

@@ -68,7 +68,7 @@ type planner struct {
 // an existing file is refused with file_exists, as git apply does.
 func Plan(p *Patch, read func(path string) ([]byte, error)) ([]Change, error) {
 	if p == nil || len(p.Files) == 0 {
-		return nil, result.Errorf(CodeParse, "the patch contains no file operations")
+		return nil, result.Errorf(result.CodePatchParse, "the patch contains no file operations")
 	}
 	pl := &planner{read: read, format: p.Format, files: map[string]*fileState{}, moved: map[string]string{}}
 	for i := range p.Files {
@@ -98,7 +98,7 @@ func (pl *planner) state(path string) (*fileState, error) {
 		if errors.As(err, &re) {
 			return nil, err
 		}
-		return nil, result.Errorf(CodeIO, "cannot read %s: %v", path, err).With("path", path).Wrap(err)
+		return nil, result.Errorf(result.CodeIOError, "cannot read %s: %v", path, err).With("path", path).Wrap(err)
 	}
 	pl.files[path] = st
 	pl.order = append(pl.order, path)
@@ -106,12 +106,12 @@ func (pl *planner) state(path string) (*fileState, error) {
 }
 
 func notFound(fp *FilePatch) error {
-	return result.Errorf(CodeFileNotFound, "cannot %s %s: no such file", fp.Action, fp.Path).
+	return result.Errorf(result.CodeFileNotFound, "cannot %s %s: no such file", fp.Action, fp.Path).
 		With("path", fp.Path).With("patch_line", fp.Line)
 }
 
 func exists(fp *FilePatch, path string) error {
-	return result.Errorf(CodeFileExists, "cannot %s %s: the file already exists", fp.Action, path).
+	return result.Errorf(result.CodeFileExists, "cannot %s %s: the file already exists", fp.Action, path).
 		With("path", path).With("patch_line", fp.Line)
 }
 
@@ -145,7 +145,7 @@ func (pl *planner) apply(fp *FilePatch) error {
 				return err
 			}
 			if len(rest) > 0 {
-				return result.Errorf(CodeFailed, "%s has lines the patch does not delete", fp.Path).
+				return result.Errorf(result.CodePatchFailed, "%s has lines the patch does not delete", fp.Path).
 					With("path", fp.Path).With("hunk", len(fp.Hunks)).With("context", []string{}).With("patch_line", fp.Line)
 			}
 		}
@@ -195,7 +195,7 @@ func (pl *planner) apply(fp *FilePatch) error {
 		}
 
 	default:
-		return result.Errorf(CodeParse, "unknown action %q for %s", fp.Action, fp.Path)
+		return result.Errorf(result.CodePatchParse, "unknown action %q for %s", fp.Action, fp.Path)
 	}
 	return nil
 }

@@ -283,55 +283,55 @@ func TestUnified(t *testing.T) {
 		{
 			name: "context mismatch", tree: memTree{"f": []byte("a\nb\n")},
 			patch: "--- f\n+++ f\n@@ -1,2 +1,2 @@\n a\n-c\n+C\n", strip: -1,
-			code: CodeFailed, details: map[string]any{"path": "f", "hunk": 1, "context": []string{"a", "c"}},
+			code: result.CodePatchFailed, details: map[string]any{"path": "f", "hunk": 1, "context": []string{"a", "c"}},
 		},
 		{
 			name: "second hunk fails, nothing changes", tree: memTree{"f": []byte("a\nb\n"), "g": []byte("x\n")},
 			patch: "--- g\n+++ g\n@@ -1 +1 @@\n-x\n+y\n--- f\n+++ f\n@@ -1 +1 @@\n-a\n+A\n@@ -2 +2 @@\n-q\n+Q\n", strip: -1,
-			code: CodeFailed, details: map[string]any{"path": "f", "hunk": 2},
+			code: result.CodePatchFailed, details: map[string]any{"path": "f", "hunk": 2},
 		},
 		{
 			name: "update of missing file", tree: memTree{},
-			patch: "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", strip: -1, code: CodeFileNotFound,
+			patch: "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", strip: -1, code: result.CodeFileNotFound,
 		},
 		{
 			name: "create over existing file", tree: memTree{"f": []byte("x\n")},
-			patch: "--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+a\n", strip: -1, code: CodeFileExists,
+			patch: "--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+a\n", strip: -1, code: result.CodeFileExists,
 		},
 		{
 			name: "delete checks content", tree: memTree{"f": []byte("x\ny\n")},
-			patch: "--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n", strip: -1, code: CodeFailed,
+			patch: "--- a/f\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n", strip: -1, code: result.CodePatchFailed,
 		},
 		{
 			name: "invalid hunk header", patch: "--- f\n+++ f\n@@ -x +1 @@\n-a\n", strip: -1,
-			code: CodeParse, details: map[string]any{"line": 3, "text": "@@ -x +1 @@"},
+			code: result.CodePatchParse, details: map[string]any{"line": 3, "text": "@@ -x +1 @@"},
 		},
 		{
 			name: "truncated hunk", patch: "--- f\n+++ f\n@@ -1,3 +1,3 @@\n a\n-b\n", strip: -1,
-			code: CodeParse, details: map[string]any{"line": 3},
+			code: result.CodePatchParse, details: map[string]any{"line": 3},
 		},
 		{
 			name: "hunk longer than header", patch: "--- f\n+++ f\n@@ -1 +1 @@\n-a\n+b\n+c\n", strip: -1,
-			code: CodeParse, details: map[string]any{"line": 6},
+			code: result.CodePatchParse, details: map[string]any{"line": 6},
 		},
 		{
 			name: "absolute path", patch: "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n", strip: 0,
-			code: CodeOutsideRoot,
+			code: result.CodeOutsideRoot,
 		},
 		{
 			name: "escaping path", patch: "--- a/../x\n+++ b/../x\n@@ -1 +1 @@\n-a\n+b\n", strip: -1,
-			code: CodeOutsideRoot,
+			code: result.CodeOutsideRoot,
 		},
 		{
-			name: "strip too deep", patch: "--- f\n+++ f\n@@ -1 +1 @@\n-a\n+b\n", strip: 3, code: CodeParse,
+			name: "strip too deep", patch: "--- f\n+++ f\n@@ -1 +1 @@\n-a\n+b\n", strip: 3, code: result.CodePatchParse,
 		},
 		{
 			name: "binary", patch: "diff --git a/b.png b/b.png\nindex 1..2 100644\nBinary files a/b.png and b/b.png differ\n", strip: -1,
-			code: CodeParse,
+			code: result.CodePatchParse,
 		},
-		{name: "no diff at all", patch: "hello\nworld\n", strip: -1, code: CodeParse, details: map[string]any{"line": 1}},
-		{name: "empty", patch: "", strip: -1, code: CodeParse},
-		{name: "hunk without header", patch: "@@ -1 +1 @@\n-a\n+b\n", strip: -1, code: CodeParse},
+		{name: "no diff at all", patch: "hello\nworld\n", strip: -1, code: result.CodePatchParse, details: map[string]any{"line": 1}},
+		{name: "empty", patch: "", strip: -1, code: result.CodePatchParse},
+		{name: "hunk without header", patch: "@@ -1 +1 @@\n-a\n+b\n", strip: -1, code: result.CodePatchParse},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, tc.check)

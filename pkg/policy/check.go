@@ -183,8 +183,8 @@ func (p *Policy) defaultDecision() string {
 	return p.Default
 }
 
-// Err returns nil for an Allow decision, a CodeDenied error for Forbidden and
-// a CodeApprovalRequired error for Prompt, naming the first command (or
+// Err returns nil for an Allow decision, a result.CodePolicyDenied error for Forbidden and
+// a result.CodeApprovalRequired error for Prompt, naming the first command (or
 // unresolved item) responsible. The details carry the decision's commands and
 // unresolved items, so a caller can report them as they are.
 func (d Decision) Err() error {
@@ -193,9 +193,9 @@ func (d Decision) Err() error {
 	case Allow:
 		return nil
 	case Forbidden:
-		code, verb = CodeDenied, "is forbidden by the policy"
+		code, verb = result.CodePolicyDenied, "is forbidden by the policy"
 	default:
-		code, verb = CodeApprovalRequired, "needs approval"
+		code, verb = result.CodeApprovalRequired, "needs approval"
 	}
 	what := ""
 	for _, c := range d.Commands {

@@ -122,7 +122,7 @@
 //
 // String examples are split with go-shellwords. Every example is checked
 // against its own rule when the file loads; a failure, an unknown function or
-// keyword, or a wrong type is a [CodeInvalid] error naming the file, the line,
+// keyword, or a wrong type is a [result.CodePolicyInvalid] error naming the file, the line,
 // the rule and the example.
 //
 // # Decisions

@@ -10,22 +10,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
-// Error codes of the policy engine.
-const (
-	// CodeParseError: a shell string could not be parsed.
-	CodeParseError = "policy_parse_error"
-	// CodeInvalid: a rules file, or a setting of the policy, is wrong.
-	CodeInvalid = "policy_invalid"
-	// CodeDenied: a command was decided forbidden.
-	CodeDenied = "policy_denied"
-	// CodeApprovalRequired: a command was decided prompt and was not approved.
-	CodeApprovalRequired = "approval_required"
-	// CodeUnavailable: the policy cannot be enforced while the command runs
-	// (the kernel refused to trace it), and static-only enforcement was not
-	// chosen.
-	CodeUnavailable = "policy_unavailable"
-)
-
 // Limits that keep extraction bounded whatever the input: a hostile string
 // must cost the caller milliseconds, not its memory or its stack.
 const (
@@ -90,20 +74,20 @@ type Unresolved struct {
 
 // Extract returns every simple command script would run and what cannot be
 // resolved statically. A script that does not parse, or is longer than
-// MaxScriptBytes, is a *result.Error with code CodeParseError.
+// MaxScriptBytes, is a *result.Error with code result.CodePolicyParse.
 func Extract(script string) ([]Command, []Unresolved, error) {
 	if len(script) > MaxScriptBytes {
-		return nil, nil, result.Errorf(CodeParseError,
+		return nil, nil, result.Errorf(result.CodePolicyParse,
 			"the script is %d bytes, more than the %d the policy reads", len(script), MaxScriptBytes).
 			With("limit", MaxScriptBytes)
 	}
 	if d := nesting(script); d > maxNesting {
-		return nil, nil, result.Errorf(CodeParseError,
+		return nil, nil, result.Errorf(result.CodePolicyParse,
 			"the script nests more than %d levels deep", maxNesting).With("limit", maxNesting)
 	}
 	f, err := parse(script)
 	if err != nil {
-		e := result.Errorf(CodeParseError, "cannot parse the script: %v", err).Wrap(err)
+		e := result.Errorf(result.CodePolicyParse, "cannot parse the script: %v", err).Wrap(err)
 		var pe syntax.ParseError
 		if errors.As(err, &pe) {
 			e.With("line", pe.Pos.Line()).With("column", pe.Pos.Col())

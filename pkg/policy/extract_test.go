@@ -211,8 +211,8 @@ func TestExtractParseError(t *testing.T) {
 	for _, s := range []string{`echo "unterminated`, `if true; then`, `ls |`, `(`, `echo $(`} {
 		_, _, err := Extract(s)
 		var e *result.Error
-		if !errors.As(err, &e) || e.Code != CodeParseError {
-			t.Errorf("Extract(%q) error = %v, want a %s *result.Error", s, err, CodeParseError)
+		if !errors.As(err, &e) || e.Code != result.CodePolicyParse {
+			t.Errorf("Extract(%q) error = %v, want a %s *result.Error", s, err, result.CodePolicyParse)
 		}
 	}
 }
@@ -220,8 +220,8 @@ func TestExtractParseError(t *testing.T) {
 func TestExtractTooLong(t *testing.T) {
 	_, _, err := Extract(strings.Repeat("x", MaxScriptBytes+1))
 	var e *result.Error
-	if !errors.As(err, &e) || e.Code != CodeParseError {
-		t.Fatalf("Extract(too long) error = %v, want %s", err, CodeParseError)
+	if !errors.As(err, &e) || e.Code != result.CodePolicyParse {
+		t.Fatalf("Extract(too long) error = %v, want %s", err, result.CodePolicyParse)
 	}
 }
 
@@ -330,8 +330,8 @@ func TestExtractAdversarial(t *testing.T) {
 	for name, s := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, unres, err := Extract(s)
-			if err != nil && result.AsError(err).Code != CodeParseError {
-				t.Fatalf("error %v, want none or %s", err, CodeParseError)
+			if err != nil && result.AsError(err).Code != result.CodePolicyParse {
+				t.Fatalf("error %v, want none or %s", err, result.CodePolicyParse)
 			}
 			if len(got)+len(unres) > maxItems+1 {
 				t.Fatalf("%d items, over the bound", len(got)+len(unres))

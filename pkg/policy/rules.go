@@ -76,7 +76,7 @@ func LoadSource(name string, src []byte) (*Policy, error) {
 func (p *Policy) AddFile(path string) error {
 	src, err := os.ReadFile(path)
 	if err != nil {
-		return result.Errorf(CodeInvalid, "cannot read policy file %s: %v", path, unwrapPathError(err)).
+		return result.Errorf(result.CodePolicyInvalid, "cannot read policy file %s: %v", path, unwrapPathError(err)).
 			With("file", path).Wrap(err)
 	}
 	return p.AddSource(path, src)
@@ -93,7 +93,7 @@ func unwrapPathError(err error) error {
 // SetDefault sets the decision for unmatched commands after checking it.
 func (p *Policy) SetDefault(decision string) error {
 	if rank(decision) < 0 {
-		return result.Errorf(CodeInvalid, "default decision %q is not allow, prompt or forbidden", decision).
+		return result.Errorf(result.CodePolicyInvalid, "default decision %q is not allow, prompt or forbidden", decision).
 			With("decision", decision)
 	}
 	p.Default = decision
@@ -150,14 +150,14 @@ func starlarkError(name string, err error) *result.Error {
 	if !strings.HasPrefix(msg, name) {
 		msg = name + ": " + msg
 	}
-	return result.Errorf(CodeInvalid, "invalid policy: %s", msg).With("file", name).Wrap(err)
+	return result.Errorf(result.CodePolicyInvalid, "invalid policy: %s", msg).With("file", name).Wrap(err)
 }
 
 // parseRule builds and checks one rule from the arguments of prefix_rule.
 func parseRule(file string, pos syntax.Position, fname string, args starlark.Tuple, kwargs []starlark.Tuple) (Rule, *result.Error) {
 	where := fmt.Sprintf("%s:%d", file, pos.Line)
 	invalid := func(format string, a ...any) *result.Error {
-		return result.Errorf(CodeInvalid, "invalid policy: %s: %s", pos, fmt.Sprintf(format, a...)).
+		return result.Errorf(result.CodePolicyInvalid, "invalid policy: %s: %s", pos, fmt.Sprintf(format, a...)).
 			With("file", file).With("line", pos.Line)
 	}
 	var patternV, matchV, notMatchV starlark.Value
@@ -224,7 +224,7 @@ func parseRule(file string, pos syntax.Position, fname string, args starlark.Tup
 				if !ex.match {
 					verb = "matches"
 				}
-				return Rule{}, result.Errorf(CodeInvalid,
+				return Rule{}, result.Errorf(result.CodePolicyInvalid,
 					"invalid policy: %s: rule %s: %s example %s %s the rule", where, r.PatternText(), ex.kw, quoteArgv(argv), verb).
 					With("file", file).With("line", pos.Line).
 					With("rule", r.PatternText()).With("example", argv)

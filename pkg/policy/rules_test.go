@@ -118,8 +118,8 @@ func TestLoadInvalid(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := LoadSource("bad.rules", []byte(tc.src))
 			var e *result.Error
-			if !errors.As(err, &e) || e.Code != CodeInvalid {
-				t.Fatalf("LoadSource = %v, %v; want a %s error", p, err, CodeInvalid)
+			if !errors.As(err, &e) || e.Code != result.CodePolicyInvalid {
+				t.Fatalf("LoadSource = %v, %v; want a %s error", p, err, result.CodePolicyInvalid)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(e.Message, w) {
@@ -161,8 +161,8 @@ func TestLoadFiles(t *testing.T) {
 		t.Errorf("rm -rf x = %+v, want forbidden by %s:2", d, b)
 	}
 	_, err = Load(a, filepath.Join(dir, "missing.rules"))
-	if e := result.AsError(err); e == nil || e.Code != CodeInvalid || !strings.Contains(e.Message, "missing.rules") {
-		t.Errorf("missing file: %v, want %s naming it", err, CodeInvalid)
+	if e := result.AsError(err); e == nil || e.Code != result.CodePolicyInvalid || !strings.Contains(e.Message, "missing.rules") {
+		t.Errorf("missing file: %v, want %s naming it", err, result.CodePolicyInvalid)
 	}
 }
 
@@ -200,8 +200,8 @@ prefix_rule(pattern=["git"], decision="allow")
 	if d := p.Check("make && git status"); d.Decision != Prompt || d.Commands[0].Rule != "" || d.Commands[1].Decision != Allow {
 		t.Errorf("default prompt: %+v", d)
 	}
-	if err := p.SetDefault("yes"); result.AsError(err).Code != CodeInvalid {
-		t.Errorf("SetDefault(yes) = %v, want %s", err, CodeInvalid)
+	if err := p.SetDefault("yes"); result.AsError(err).Code != result.CodePolicyInvalid {
+		t.Errorf("SetDefault(yes) = %v, want %s", err, result.CodePolicyInvalid)
 	}
 	p.Default = "nonsense" // set directly: fails closed
 	if d := p.Check("make"); d.Decision != Prompt {
@@ -237,11 +237,11 @@ func TestDecisionErr(t *testing.T) {
 		t.Errorf("allow: %v", err)
 	}
 	e := result.AsError(p.Check("ls; rm -rf /").Err())
-	if e.Code != CodeDenied || !strings.Contains(e.Message, "rm -rf /") || !strings.Contains(e.Message, "deletes files") {
+	if e.Code != result.CodePolicyDenied || !strings.Contains(e.Message, "rm -rf /") || !strings.Contains(e.Message, "deletes files") {
 		t.Errorf("forbidden: %v %q", e.Code, e.Message)
 	}
 	e = result.AsError(p.Check("$CMD").Err())
-	if e.Code != CodeApprovalRequired || !strings.Contains(e.Message, "parameter expansion") {
+	if e.Code != result.CodeApprovalRequired || !strings.Contains(e.Message, "parameter expansion") {
 		t.Errorf("prompt: %v %q", e.Code, e.Message)
 	}
 }

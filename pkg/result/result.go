@@ -59,50 +59,6 @@ func AsError(err error) *Error {
 	return &Error{Code: CodeInternal, Message: err.Error(), Err: err}
 }
 
-// Shared error codes. Program-specific codes live beside their engines; these
-// are the ones the CLI layer itself produces.
-const (
-	CodeUsage          = "usage_error"
-	CodeInvalidRequest = "invalid_request"
-	CodeInvalidConfig  = "invalid_config"
-	CodeInternal       = "internal_error"
-	CodeInvalidHandle  = "invalid_handle"
-)
-
-// State directory conditions a caller can act on, whichever program and
-// operation met them.
-const (
-	// CodeNoSpace: the filesystem holding the state (or the file) is full
-	// (ENOSPC, or a quota: EDQUOT); free space and retry.
-	CodeNoSpace = "no_space"
-	// CodeStateReadOnly: the state directory is on a read-only mount, so
-	// an operation that records something cannot run; reads still work.
-	CodeStateReadOnly = "state_read_only"
-	// CodeStateCorrupt: a state file does not parse (it was damaged
-	// outside agentplane); the error names the file, and only what
-	// depends on that file is affected.
-	CodeStateCorrupt = "state_corrupt"
-)
-
-// Outcome codes report how the work the caller asked for ended, not a
-// failure to do it: the call did what was asked and its result says how
-// that went. Hosts that tell the two apart (MCP's isError) ask IsOutcome.
-const (
-	CodeWaitTimeout = "wait_timeout" // a wait's timeout passed before what it waited for happened
-	CodeJobFailed   = "job_failed"   // the awaited job ended, but not well (failed, stopped, timeout, lost)
-	CodeNotReady    = "not_ready"    // a job started to be awaited ready ended, or timed out, before it was ready
-)
-
-// IsOutcome reports whether code is an outcome code: a result that fails
-// with it is a normal answer, not an error of the tool.
-func IsOutcome(code string) bool {
-	switch code {
-	case CodeWaitTimeout, CodeJobFailed, CodeNotReady:
-		return true
-	}
-	return false
-}
-
 // Object is a result under construction: an ordered set of fields. Order is
 // kept so that "success" comes first and humans can read the output.
 type Object struct {

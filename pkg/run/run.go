@@ -35,16 +35,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
-// Error codes the runner reports.
-const (
-	CodeCommandNotFound      = "command_not_found"
-	CodeCommandNotExecutable = "command_not_executable"
-	CodeCwdNotFound          = "cwd_not_found"
-	CodeStdinFile            = "stdin_file_error"
-	CodeSaveOutput           = "save_output_error"
-	CodeStartFailed          = "start_failed"
-)
-
 // Status values of a finished run.
 const (
 	StatusCompleted = "completed"
@@ -141,7 +131,7 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 	}
 	if req.ReapAll {
 		if err := proctree.SetSubreaper(); err != nil {
-			return nil, result.Errorf(CodeStartFailed, "cannot become a child subreaper: %v", err).Wrap(err)
+			return nil, result.Errorf(result.CodeStartFailed, "cannot become a child subreaper: %v", err).Wrap(err)
 		}
 	}
 	if req.Dir != "" {
@@ -169,10 +159,10 @@ func Run(ctx context.Context, req Request) (*Result, error) {
 func CheckDir(dir string) error {
 	st, err := os.Stat(dir)
 	if err != nil {
-		return result.Errorf(CodeCwdNotFound, "working directory %s does not exist", dir).Wrap(err)
+		return result.Errorf(result.CodeCwdNotFound, "working directory %s does not exist", dir).Wrap(err)
 	}
 	if !st.IsDir() {
-		return result.Errorf(CodeCwdNotFound, "working directory %s is not a directory", dir)
+		return result.Errorf(result.CodeCwdNotFound, "working directory %s is not a directory", dir)
 	}
 	return nil
 }
@@ -181,7 +171,7 @@ func CheckDir(dir string) error {
 // not agentsh's, so that --env PATH=… and --clear-env behave as a shell would.
 func lookPath(name string, env []string) (string, error) {
 	notFound := func() error {
-		return result.Errorf(CodeCommandNotFound, "command not found: %s", name).With("hint", "check the program name and PATH")
+		return result.Errorf(result.CodeCommandNotFound, "command not found: %s", name).With("hint", "check the program name and PATH")
 	}
 	check := func(p string) (string, error) {
 		st, err := os.Stat(p)
@@ -189,10 +179,10 @@ func lookPath(name string, env []string) (string, error) {
 			if errors.Is(err, fs.ErrNotExist) {
 				return "", notFound()
 			}
-			return "", result.Errorf(CodeCommandNotExecutable, "cannot run %s: %v", name, err)
+			return "", result.Errorf(result.CodeCommandNotExecutable, "cannot run %s: %v", name, err)
 		}
 		if st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", result.Errorf(CodeCommandNotExecutable, "%s is not an executable file", p)
+			return "", result.Errorf(result.CodeCommandNotExecutable, "%s is not an executable file", p)
 		}
 		return p, nil
 	}
@@ -215,7 +205,7 @@ func lookPath(name string, env []string) (string, error) {
 		if err == nil {
 			return p, nil
 		}
-		if firstErr == nil && result.AsError(err).Code == CodeCommandNotExecutable {
+		if firstErr == nil && result.AsError(err).Code == result.CodeCommandNotExecutable {
 			firstErr = err
 		}
 	}
@@ -437,13 +427,13 @@ func (r *runner) openStdin() (*os.File, error) {
 	case r.req.StdinFile != "":
 		f, err := os.Open(r.req.StdinFile)
 		if err != nil {
-			return nil, result.Errorf(CodeStdinFile, "cannot open stdin file %s: %v", r.req.StdinFile, unwrapPathErr(err)).Wrap(err)
+			return nil, result.Errorf(result.CodeStdinFile, "cannot open stdin file %s: %v", r.req.StdinFile, unwrapPathErr(err)).Wrap(err)
 		}
 		return f, nil
 	case r.req.Stdin != nil:
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
+			return nil, result.Errorf(result.CodeStartFailed, "pipe: %v", err)
 		}
 		data := r.req.Stdin
 		go func() {
@@ -456,7 +446,7 @@ func (r *runner) openStdin() (*os.File, error) {
 	default:
 		f, err := os.Open(os.DevNull)
 		if err != nil {
-			return nil, result.Errorf(CodeStartFailed, "open %s: %v", os.DevNull, err)
+			return nil, result.Errorf(result.CodeStartFailed, "open %s: %v", os.DevNull, err)
 		}
 		return f, nil
 	}
@@ -471,7 +461,7 @@ func (r *runner) openStreams(cmd *exec.Cmd) ([]*stream, error) {
 	for _, name := range names {
 		pr, pw, err := os.Pipe()
 		if err != nil {
-			return nil, result.Errorf(CodeStartFailed, "pipe: %v", err)
+			return nil, result.Errorf(result.CodeStartFailed, "pipe: %v", err)
 		}
 		s := &stream{name: name, r: pr, cap: capture.NewHeadTail(r.req.MaxOutput, r.req.Keep)}
 		if r.req.SaveDir != "" {
@@ -510,19 +500,19 @@ func (r *runner) openStreams(cmd *exec.Cmd) ([]*stream, error) {
 
 func createSaveFile(dir, stream string) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, result.Errorf(CodeSaveOutput, "cannot create %s: %v", dir, unwrapPathErr(err)).Wrap(err)
+		return nil, result.Errorf(result.CodeSaveOutput, "cannot create %s: %v", dir, unwrapPathErr(err)).Wrap(err)
 	}
 	prefix := "agentsh-" + time.Now().UTC().Format("20060102T150405") + "-" + strconv.Itoa(os.Getpid()) + "-*." + stream
 	f, err := os.CreateTemp(dir, prefix)
 	if err != nil {
-		return nil, result.Errorf(CodeSaveOutput, "cannot create an output file in %s: %v", dir, unwrapPathErr(err)).Wrap(err)
+		return nil, result.Errorf(result.CodeSaveOutput, "cannot create an output file in %s: %v", dir, unwrapPathErr(err)).Wrap(err)
 	}
 	abs, err := filepath.Abs(f.Name())
 	if err == nil && abs != f.Name() {
 		// Report an absolute path: the caller's cwd may differ from ours.
 		f.Close()
 		if f, err = os.OpenFile(abs, os.O_WRONLY, 0); err != nil {
-			return nil, result.Errorf(CodeSaveOutput, "reopen %s: %v", abs, err)
+			return nil, result.Errorf(result.CodeSaveOutput, "reopen %s: %v", abs, err)
 		}
 	}
 	return f, nil
@@ -565,11 +555,11 @@ func startError(name string, err error) error {
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return result.Errorf(CodeCommandNotFound, "command not found: %s", name).Wrap(err)
+		return result.Errorf(result.CodeCommandNotFound, "command not found: %s", name).Wrap(err)
 	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
-		return result.Errorf(CodeCommandNotExecutable, "cannot run %s: %v", name, err).Wrap(err)
+		return result.Errorf(result.CodeCommandNotExecutable, "cannot run %s: %v", name, err).Wrap(err)
 	}
-	return result.Errorf(CodeStartFailed, "cannot start %s: %v", name, err).Wrap(err)
+	return result.Errorf(result.CodeStartFailed, "cannot start %s: %v", name, err).Wrap(err)
 }
 
 func unwrapPathErr(err error) error {

@@ -91,14 +91,14 @@ func TestStartErrors(t *testing.T) {
 		req  Request
 		code string
 	}{
-		{Request{Argv: []string{"no-such-program-xyz"}, Env: env()}, CodeCommandNotFound},
-		{Request{Argv: []string{noexec}, Env: env()}, CodeCommandNotExecutable},
-		{Request{Argv: []string{dir}, Env: env()}, CodeCommandNotExecutable},
-		{Request{Argv: []string{"true"}, Env: env(), Dir: filepath.Join(dir, "missing")}, CodeCwdNotFound},
-		{Request{Argv: []string{"true"}, Env: env(), StdinFile: filepath.Join(dir, "missing")}, CodeStdinFile},
+		{Request{Argv: []string{"no-such-program-xyz"}, Env: env()}, result.CodeCommandNotFound},
+		{Request{Argv: []string{noexec}, Env: env()}, result.CodeCommandNotExecutable},
+		{Request{Argv: []string{dir}, Env: env()}, result.CodeCommandNotExecutable},
+		{Request{Argv: []string{"true"}, Env: env(), Dir: filepath.Join(dir, "missing")}, result.CodeCwdNotFound},
+		{Request{Argv: []string{"true"}, Env: env(), StdinFile: filepath.Join(dir, "missing")}, result.CodeStdinFile},
 		{Request{Argv: nil}, result.CodeInvalidRequest},
 		// PATH comes from the command's environment, not ours.
-		{Request{Argv: []string{"true"}, Env: []string{"PATH=" + dir}}, CodeCommandNotFound},
+		{Request{Argv: []string{"true"}, Env: []string{"PATH=" + dir}}, result.CodeCommandNotFound},
 	}
 	for _, c := range cases {
 		_, err := Run(context.Background(), c.req)

@@ -50,7 +50,7 @@ func ScriptArgv(shell, script, dir string) (argv []string, remove func(), err er
 	perm := os.FileMode(0o644) // readable by a sandbox's --user in its temp dir
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "agentsh-script-"); err != nil {
-			return nil, nil, result.Errorf(CodeStartFailed, "cannot create a directory for the command: %v", err)
+			return nil, nil, result.Errorf(result.CodeStartFailed, "cannot create a directory for the command: %v", err)
 		}
 		made := dir
 		remove = func() { os.RemoveAll(made) }
@@ -59,7 +59,7 @@ func ScriptArgv(shell, script, dir string) (argv []string, remove func(), err er
 	f, err := os.CreateTemp(dir, "command-*.sh")
 	if err != nil {
 		remove()
-		return nil, nil, result.Errorf(CodeStartFailed, "cannot write the command to a file: %v", err)
+		return nil, nil, result.Errorf(result.CodeStartFailed, "cannot write the command to a file: %v", err)
 	}
 	path, removeDir := f.Name(), remove
 	remove = func() { os.Remove(path); removeDir() }
@@ -72,7 +72,7 @@ func ScriptArgv(shell, script, dir string) (argv []string, remove func(), err er
 	}
 	if err != nil {
 		remove()
-		return nil, nil, result.Errorf(CodeStartFailed, "cannot write the command to a file: %v", err)
+		return nil, nil, result.Errorf(result.CodeStartFailed, "cannot write the command to a file: %v", err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {

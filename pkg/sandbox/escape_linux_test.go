@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // The escape suite: one or more attacks for each class of escape a red team
@@ -360,7 +361,7 @@ exit 0`)
 		t.Fatalf("exit %d: %s %s", res.ExitCode, o, text(res.Stderr))
 	}
 	hit := prep.LimitsHit()
-	if len(hit) != 1 || hit[0] != CodePidsLimit {
+	if len(hit) != 1 || hit[0] != result.CodePidsLimit {
 		t.Errorf("limits hit %v, want [pids_limit] (output %s)", hit, o)
 	}
 }

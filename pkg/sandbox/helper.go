@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // HelperMain is the sandbox helper: args are what follows HelperCommand on
@@ -53,7 +55,7 @@ func HelperMain(args []string) int {
 	}
 	h := &helper{sp: sp, status: status}
 	if sp.V != specVersion {
-		return h.fail(exitSetupFailed, CodeFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, specVersion)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, specVersion)
 	}
 	return h.run(args[2:])
 }
@@ -83,7 +85,7 @@ func (h *helper) exec(argv []string) int {
 	path, code, err := lookPath(argv[0])
 	if err != nil {
 		exit := exitNotExecutable
-		if code == CodeCommandNotFound {
+		if code == result.CodeCommandNotFound {
 			exit = exitNotFound
 		}
 		return h.fail(exit, code, "%v", err)
@@ -93,14 +95,14 @@ func (h *helper) exec(argv []string) int {
 	for _, r := range sp.Rlimits {
 		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot set resource limit %d: %v", r.Resource, err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(exitNotFound, CodeCommandNotFound, "command not found: %s", argv[0])
+		return h.fail(exitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
 	}
-	return h.fail(exitNotExecutable, CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+	return h.fail(exitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
 }
 
 // lookPath resolves name against the PATH of the helper's environment, which
@@ -112,12 +114,12 @@ func lookPath(name string) (string, string, error) {
 			// A PATH entry this user cannot search holds nothing it can
 			// run, as for a shell.
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTDIR) {
-				return CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
+				return result.CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
 			}
-			return CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, unwrap(err))
+			return result.CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, unwrap(err))
 		}
 		if st.IsDir() || st.Mode()&0o111 == 0 {
-			return CodeCommandNotExecutable, fmt.Errorf("%s is not an executable file", p)
+			return result.CodeCommandNotExecutable, fmt.Errorf("%s is not an executable file", p)
 		}
 		return "", nil
 	}
@@ -140,14 +142,14 @@ func lookPath(name string) (string, string, error) {
 		if err == nil {
 			return p, "", nil
 		}
-		if firstErr == nil && code == CodeCommandNotExecutable {
+		if firstErr == nil && code == result.CodeCommandNotExecutable {
 			firstCode, firstErr = code, err
 		}
 	}
 	if firstErr != nil {
 		return "", firstCode, firstErr
 	}
-	return "", CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
+	return "", result.CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
 }
 
 // seatbeltArgv is the argv the macOS helper execs: argv itself when the
@@ -163,7 +165,7 @@ func (h *helper) seatbeltArgv(argv []string) ([]string, int) {
 	path, code, err := lookPath(argv[0])
 	if err != nil {
 		exit := exitNotExecutable
-		if code == CodeCommandNotFound {
+		if code == result.CodeCommandNotFound {
 			exit = exitNotFound
 		}
 		return nil, h.fail(exit, code, "%v", err)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
@@ -21,7 +22,7 @@ func (h *helper) run(argv []string) int {
 	for _, dir := range sp.Cgroups {
 		// "0" is this process; everything it starts stays inside.
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
 	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
@@ -29,18 +30,18 @@ func (h *helper) run(argv []string) int {
 	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
 	// only, which is the one that starts the target.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "cannot create a cgroup namespace: %v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot create a cgroup namespace: %v", err)
 	}
 	if sp.NetNone {
 		if err := loopbackUp(); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot bring up the loopback interface: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
 	if sp.ProxyPort > 0 {
 		// In the new network namespace, before anything else can use
 		// the descriptor: the listener goes out to the runner's proxy.
 		if err := handOverProxyListener(sp.proxyFD(), sp.ProxyPort); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot set up the network proxy: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
 		}
 	}
 	cwd, cwdErr := os.Getwd()
@@ -54,54 +55,54 @@ func (h *helper) run(argv []string) int {
 		return nil
 	}
 	if err := setupMounts(sp, reopen); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "%v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
 	}
 	// The cwd still points into the mounts it was on before; entering it
 	// again by name lands on the writable bind (or the cover) on top.
 	if cwdErr == nil {
 		if err := os.Chdir(cwd); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
 		}
 	}
 	if sp.DropCaps {
 		if err := dropBoundingSet(sp.DropFileCaps); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	if sp.ClearAmbient {
 		// A non-root target then starts with no capabilities at all, in
 		// its user namespace too, so it cannot undo the mounts.
 		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot clear ambient capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot clear ambient capabilities: %v", err)
 		}
 	}
 	if sp.UID >= 0 {
 		if err := switchUser(sp.UID, sp.GID, sp.Groups); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot switch to uid %d: %v", sp.UID, err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot switch to uid %d: %v", sp.UID, err)
 		}
 	}
 	if sp.DropCaps {
 		if err := limitCaps(sp.DropFileCaps); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot drop capabilities: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	// Set on every sandboxed run: a setuid or file-capability binary then
 	// runs without gaining anything.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "cannot set no_new_privs: %v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set no_new_privs: %v", err)
 	}
 	if sp.LandlockABI > 0 {
 		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot apply the Landlock policy: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}
 	if err := loadFilter(); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "cannot load the seccomp filter: %v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
 	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {
 		exit := exitNotExecutable
-		if code == CodeCommandNotFound {
+		if code == result.CodeCommandNotFound {
 			exit = exitNotFound
 		}
 		return h.fail(exit, code, "%v", err)
@@ -126,7 +127,7 @@ func (h *helper) run(argv []string) int {
 		unix.CloseOnExec(controlFD)
 	}
 	if err := closeOnExecFrom(first + sp.KeepFDs); err != nil {
-		return h.fail(exitSetupFailed, CodeFailed, "cannot close inherited descriptors: %v", err)
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot close inherited descriptors: %v", err)
 	}
 	// Last, so that the helper's own Go runtime is held to the command's
 	// limits as briefly as possible (rlimits are per process; the helper
@@ -134,7 +135,7 @@ func (h *helper) run(argv []string) int {
 	for _, r := range sp.Rlimits {
 		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "cannot set resource limit %d: %v", r.Resource, err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
 	// The target is a child of this thread, so it inherits the thread's
@@ -147,10 +148,10 @@ func (h *helper) run(argv []string) int {
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(exitNotFound, CodeCommandNotFound, "command not found: %s", argv[0])
+		return h.fail(exitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
 	}
 	if err != nil {
-		return h.fail(exitNotExecutable, CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+		return h.fail(exitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
 	}
 	if sp.Control {
 		return h.serve(pid, os.NewFile(controlFD, "sandbox-control"))
@@ -170,7 +171,7 @@ func (h *helper) reap(target int) int {
 			continue
 		}
 		if err != nil {
-			return h.fail(exitSetupFailed, CodeFailed, "wait for the command: %v", err)
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "wait for the command: %v", err)
 		}
 		if pid != target || ws.Stopped() || ws.Continued() {
 			continue

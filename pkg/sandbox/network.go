@@ -70,7 +70,7 @@ func newNetProxy(rules netproxy.Rules) *netProxy {
 func (n *netProxy) launch() ([]*os.File, func(), error) {
 	fds, err := handoverPair()
 	if err != nil {
-		return nil, nil, result.Errorf(CodeFailed, "cannot create the proxy's socket pair: %v", err)
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "cannot create the proxy's socket pair: %v", err)
 	}
 	child := os.NewFile(uintptr(fds[1]), "agentplane-proxy-handoff")
 	pf := os.NewFile(uintptr(fds[0]), "agentplane-proxy-handoff")
@@ -78,7 +78,7 @@ func (n *netProxy) launch() ([]*os.File, func(), error) {
 	pf.Close()
 	if err != nil {
 		child.Close()
-		return nil, nil, result.Errorf(CodeFailed, "cannot use the proxy's socket pair: %v", err)
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "cannot use the proxy's socket pair: %v", err)
 	}
 	uc := c.(*net.UnixConn)
 	n.mu.Lock()

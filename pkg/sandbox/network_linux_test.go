@@ -189,8 +189,8 @@ func TestNetProxyPolicy(t *testing.T) {
 	}{
 		{Policy{AllowHosts: []string{"http://github.com/"}}, full, result.CodeInvalidRequest},
 		{Policy{AllowHosts: []string{"*"}}, full, result.CodeInvalidRequest},
-		{Policy{Net: NetProxy}, Capabilities{Root: true}, CodeUnavailable},
-		{Policy{AllowHosts: []string{"github.com"}}, Capabilities{NetNS: true}, CodeUnavailable},
+		{Policy{Net: NetProxy}, Capabilities{Root: true}, result.CodeSandboxUnavailable},
+		{Policy{AllowHosts: []string{"github.com"}}, Capabilities{NetNS: true}, result.CodeSandboxUnavailable},
 	} {
 		prep, err := PrepareWith(tc.p, "/nonexistent", tc.caps)
 		var e *result.Error

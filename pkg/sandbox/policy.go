@@ -75,19 +75,6 @@ const (
 	NetProxy = "proxy" // a network namespace whose only way out is the allowlist proxy
 )
 
-// Error codes of this package. The last two are the same codes pkg/run
-// uses, so the CLI maps them to exit statuses 127 and 126 the same way.
-const (
-	CodeUnavailable          = "sandbox_unavailable"
-	CodeFailed               = "sandbox_failed"
-	CodeMemoryLimit          = "memory_limit"
-	CodeCPULimit             = "cpu_limit"
-	CodeFileSizeLimit        = "file_size_limit"
-	CodePidsLimit            = "pids_limit"
-	CodeCommandNotFound      = "command_not_found"
-	CodeCommandNotExecutable = "command_not_executable"
-)
-
 // HelperCommand is the hidden first argument that marks a re-exec of the
 // program as the sandbox helper. The program's main must call
 // HelperMain(os.Args[2:]) when os.Args[1] equals it, before any other work.
@@ -370,7 +357,7 @@ func invalid(format string, args ...any) error {
 }
 
 func unavailable(format string, args ...any) *result.Error {
-	return result.Errorf(CodeUnavailable, format, args...).
+	return result.Errorf(result.CodeSandboxUnavailable, format, args...).
 		With("hint", "run `agentsh sandbox check` to see what this machine can enforce")
 }
 
@@ -519,11 +506,11 @@ func processRlimits(p Policy, report map[string]any) []rlimitSet {
 func rlimitHit(p Policy, sig unix.Signal) string {
 	switch {
 	case sig == unix.SIGXCPU && p.CPUTime > 0:
-		return CodeCPULimit
+		return result.CodeCPULimit
 	case sig == unix.SIGKILL && p.CPUTime > 0:
-		return CodeCPULimit
+		return result.CodeCPULimit
 	case sig == unix.SIGXFSZ && p.FileSize > 0:
-		return CodeFileSizeLimit
+		return result.CodeFileSizeLimit
 	}
 	return ""
 }
@@ -554,7 +541,7 @@ func readHelperError(status string) (*helperError, error) {
 		return &e, nil
 	}
 	if err := json.Unmarshal(data, &e); err != nil || e.Code == "" {
-		return &helperError{Code: CodeFailed, Message: "the sandbox helper failed: " + strings.TrimSpace(string(data))}, nil
+		return &helperError{Code: result.CodeSandboxFailed, Message: "the sandbox helper failed: " + strings.TrimSpace(string(data))}, nil
 	}
 	return &e, nil
 }

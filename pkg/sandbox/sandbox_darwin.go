@@ -17,7 +17,7 @@ func prepare(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	}
 	base, err := os.MkdirTemp("", "agentplane-sandbox-")
 	if err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
 	var once sync.Once
 	cleanup := func() { once.Do(func() { _ = os.RemoveAll(base) }) }

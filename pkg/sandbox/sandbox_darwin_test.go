@@ -179,7 +179,7 @@ func TestDarwinNetNone(t *testing.T) {
 func TestDarwinFileSizeLimit(t *testing.T) {
 	ws := realTempDir(t)
 	res, prep := sandboxedDarwin(t, Policy{FileSize: 4096}, ws, "sh", "-c", `head -c 100000 /dev/zero > big`)
-	if code := prep.Classify(res.ExitCode, res.Signal); code != CodeFileSizeLimit {
+	if code := prep.Classify(res.ExitCode, res.Signal); code != result.CodeFileSizeLimit {
 		t.Fatalf("classified %q (exit %d, signal %q)", code, res.ExitCode, res.Signal)
 	}
 }
@@ -188,8 +188,8 @@ func TestDarwinCommandNotFound(t *testing.T) {
 	requireSeatbelt(t)
 	_, prep := sandboxedDarwin(t, Policy{Mode: ModeReadOnly}, realTempDir(t), "no-such-command-agentplane")
 	var re *result.Error
-	if err := prep.Failure(); !errors.As(err, &re) || re.Code != CodeCommandNotFound {
-		t.Fatalf("failure %v, want %s", err, CodeCommandNotFound)
+	if err := prep.Failure(); !errors.As(err, &re) || re.Code != result.CodeCommandNotFound {
+		t.Fatalf("failure %v, want %s", err, result.CodeCommandNotFound)
 	}
 }
 
@@ -198,8 +198,8 @@ func TestDarwinRefusals(t *testing.T) {
 	for _, p := range []Policy{{Memory: 1 << 30}, {Pids: 64}, {User: "nobody"}} {
 		_, err := PrepareWith(p, exe, Capabilities{SandboxExec: SeatbeltExec})
 		var re *result.Error
-		if !errors.As(err, &re) || re.Code != CodeUnavailable {
-			t.Errorf("%+v: got %v, want %s", p, err, CodeUnavailable)
+		if !errors.As(err, &re) || re.Code != result.CodeSandboxUnavailable {
+			t.Errorf("%+v: got %v, want %s", p, err, result.CodeSandboxUnavailable)
 		}
 	}
 	if _, err := PrepareWith(Policy{Mode: ModeReadOnly}, exe, Capabilities{}); err == nil {

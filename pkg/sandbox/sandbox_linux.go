@@ -134,20 +134,20 @@ func (b *builder) build() (*Prepared, error) {
 	sweepStale(parent)
 	base, err := os.MkdirTemp(parent, tempPrefix)
 	if err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
 	b.base = base
 	// 0711: a --user target must reach tmp/ but not list or read the
 	// status file beside it.
 	if err := os.Chmod(base, 0o711); err != nil {
-		return nil, result.Errorf(CodeFailed, "chmod %s: %v", base, unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", base, unwrap(err))
 	}
 	if err := writeOwner(base); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot record the sandbox's owner: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot record the sandbox's owner: %v", unwrap(err))
 	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails or the target dies of
@@ -156,7 +156,7 @@ func (b *builder) build() (*Prepared, error) {
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
 	if err := os.WriteFile(status, nil, 0o600); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's status file: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's status file: %v", unwrap(err))
 	}
 	b.sp.DenyFiles = append(b.sp.DenyFiles, status, filepath.Join(base, ownerFile))
 
@@ -473,7 +473,7 @@ func (b *builder) user(tmp string) error {
 	sort.Ints(groups)
 	b.sp.UID, b.sp.GID, b.sp.Groups = uid, gid, groups
 	if err := os.Chown(tmp, uid, gid); err != nil {
-		return result.Errorf(CodeFailed, "chown %s: %v", tmp, unwrap(err))
+		return result.Errorf(result.CodeSandboxFailed, "chown %s: %v", tmp, unwrap(err))
 	}
 	b.report["user"] = map[string]any{"name": u.Username, "uid": uid, "gid": gid}
 	return nil
@@ -596,13 +596,13 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	}
 	sig := signalOf(exitCode, signal)
 	if memCg != "" && memoryHit(memCg, sig) {
-		return CodeMemoryLimit
+		return result.CodeMemoryLimit
 	}
 	if code := rlimitHit(p, sig); code != "" {
 		return code
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
-		return CodePidsLimit
+		return result.CodePidsLimit
 	}
 	return ""
 }
@@ -676,16 +676,16 @@ func (b *builder) caches() ([]string, []string, error) {
 		dir, kind = filepath.Join(b.base, "tmp", ".cache"), "run"
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, nil, result.Errorf(CodeFailed, "cannot create the toolchain cache %s: %v", dir, unwrap(err))
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "cannot create the toolchain cache %s: %v", dir, unwrap(err))
 	}
 	if b.sp.UID >= 0 {
 		if err := os.Chown(dir, b.sp.UID, b.sp.GID); err != nil {
-			return nil, nil, result.Errorf(CodeFailed, "chown %s: %v", dir, unwrap(err))
+			return nil, nil, result.Errorf(result.CodeSandboxFailed, "chown %s: %v", dir, unwrap(err))
 		}
 	}
 	real, err := realPath(dir)
 	if err != nil {
-		return nil, nil, result.Errorf(CodeFailed, "toolchain cache %s: %v", dir, err)
+		return nil, nil, result.Errorf(result.CodeSandboxFailed, "toolchain cache %s: %v", dir, err)
 	}
 	env := []string{
 		"XDG_CACHE_HOME=" + filepath.Join(real, "xdg"),
@@ -747,10 +747,10 @@ func userCacheDirs(home string) []string {
 func limitsHit(memCg, pidCg string) []string {
 	var hit []string
 	if memCg != "" && counter(filepath.Join(memCg, "memory.oom_control"), "oom_kill") > 0 {
-		hit = append(hit, CodeMemoryLimit)
+		hit = append(hit, result.CodeMemoryLimit)
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
-		hit = append(hit, CodePidsLimit)
+		hit = append(hit, result.CodePidsLimit)
 	}
 	return hit
 }

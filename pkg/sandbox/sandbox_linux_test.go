@@ -399,8 +399,8 @@ func TestForkBomb(t *testing.T) {
 	if strings.Contains(out(res), "spawned 1000") {
 		t.Fatalf("all 1000 processes started under pids 64")
 	}
-	if got := prep.Classify(res.ExitCode, res.Signal); got != CodePidsLimit {
-		t.Errorf("Classify = %q, want %s (exit %d, stderr %q)", got, CodePidsLimit, res.ExitCode, text(res.Stderr))
+	if got := prep.Classify(res.ExitCode, res.Signal); got != result.CodePidsLimit {
+		t.Errorf("Classify = %q, want %s (exit %d, stderr %q)", got, result.CodePidsLimit, res.ExitCode, text(res.Stderr))
 	}
 	if prep.Report["pids"] != "cgroup_v1" {
 		t.Errorf("report %v", prep.Report)
@@ -417,8 +417,8 @@ func TestMemoryHog(t *testing.T) {
 	if res.ExitCode != 128+int(syscall.SIGKILL) {
 		t.Errorf("exit %d, want 137 (stderr %q)", res.ExitCode, text(res.Stderr))
 	}
-	if got := prep.Classify(res.ExitCode, res.Signal); got != CodeMemoryLimit {
-		t.Errorf("Classify = %q, want %s", got, CodeMemoryLimit)
+	if got := prep.Classify(res.ExitCode, res.Signal); got != result.CodeMemoryLimit {
+		t.Errorf("Classify = %q, want %s", got, result.CodeMemoryLimit)
 	}
 	if prep.Report["memory"] != "cgroup_v1" {
 		t.Errorf("report %v", prep.Report)
@@ -437,7 +437,7 @@ func TestFileSize(t *testing.T) {
 	if res.Signal != "SIGXFSZ" || res.ExitCode != 153 {
 		t.Errorf("signal %q exit %d, want SIGXFSZ 153", res.Signal, res.ExitCode)
 	}
-	if got := prep.Classify(res.ExitCode, res.Signal); got != CodeFileSizeLimit {
+	if got := prep.Classify(res.ExitCode, res.Signal); got != result.CodeFileSizeLimit {
 		t.Errorf("Classify = %q", got)
 	}
 	if st, err := os.Stat(big); err != nil || st.Size() > 1<<20 {
@@ -454,7 +454,7 @@ func TestCPUTime(t *testing.T) {
 	if res.Signal != "SIGXCPU" && res.Signal != "SIGKILL" {
 		t.Errorf("signal %q exit %d", res.Signal, res.ExitCode)
 	}
-	if got := prep.Classify(res.ExitCode, res.Signal); got != CodeCPULimit {
+	if got := prep.Classify(res.ExitCode, res.Signal); got != result.CodeCPULimit {
 		t.Errorf("Classify = %q", got)
 	}
 }
@@ -486,10 +486,10 @@ func TestHelperFailure(t *testing.T) {
 		t.Errorf("exit %d", res.ExitCode)
 	}
 	e := result.AsError(prep.Failure())
-	if e == nil || e.Code != CodeCommandNotFound {
+	if e == nil || e.Code != result.CodeCommandNotFound {
 		t.Fatalf("Failure = %v", e)
 	}
-	if prep.Classify(res.ExitCode, res.Signal) != CodeCommandNotFound {
+	if prep.Classify(res.ExitCode, res.Signal) != result.CodeCommandNotFound {
 		t.Error("Classify ignores the helper failure")
 	}
 }
@@ -534,17 +534,17 @@ func TestPrepareRefuses(t *testing.T) {
 		caps Capabilities
 		code string
 	}{
-		{"no landlock", Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, Capabilities{Root: true}, CodeUnavailable},
-		{"landlock too old", Policy{Mode: ModeReadOnly}, Capabilities{Root: true, LandlockABI: 2}, CodeUnavailable},
-		{"no netns", Policy{Net: NetNone}, Capabilities{Root: true, LandlockABI: 7}, CodeUnavailable},
-		{"no userns unprivileged", Policy{Net: NetNone}, Capabilities{NetNS: true, LandlockABI: 7}, CodeUnavailable},
-		{"deny-read no mountns", Policy{DenyRead: []string{ws}}, Capabilities{Root: true}, CodeUnavailable},
-		{"pids as root without cgroup", Policy{Pids: 10}, full, CodeUnavailable},
-		{"no pid namespace", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.PidNS = false }), CodeUnavailable},
-		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), CodeUnavailable},
-		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), CodeUnavailable},
-		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), CodeUnavailable},
-		{"user without root", Policy{User: "nobody"}, Capabilities{}, CodeUnavailable},
+		{"no landlock", Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, Capabilities{Root: true}, result.CodeSandboxUnavailable},
+		{"landlock too old", Policy{Mode: ModeReadOnly}, Capabilities{Root: true, LandlockABI: 2}, result.CodeSandboxUnavailable},
+		{"no netns", Policy{Net: NetNone}, Capabilities{Root: true, LandlockABI: 7}, result.CodeSandboxUnavailable},
+		{"no userns unprivileged", Policy{Net: NetNone}, Capabilities{NetNS: true, LandlockABI: 7}, result.CodeSandboxUnavailable},
+		{"deny-read no mountns", Policy{DenyRead: []string{ws}}, Capabilities{Root: true}, result.CodeSandboxUnavailable},
+		{"pids as root without cgroup", Policy{Pids: 10}, full, result.CodeSandboxUnavailable},
+		{"no pid namespace", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.PidNS = false }), result.CodeSandboxUnavailable},
+		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), result.CodeSandboxUnavailable},
+		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), result.CodeSandboxUnavailable},
+		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), result.CodeSandboxUnavailable},
+		{"user without root", Policy{User: "nobody"}, Capabilities{}, result.CodeSandboxUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},
 		{"no workspace", Policy{Mode: ModeWorkspaceWrite}, full, result.CodeInvalidRequest},

@@ -312,17 +312,17 @@ func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
 	report := map[string]any{"mode": p.Mode}
 	// 0711 like on Linux: the status file beside tmp/ is the helper's.
 	if err := os.Chmod(base, 0o711); err != nil {
-		return nil, result.Errorf(CodeFailed, "chmod %s: %v", base, unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", base, unwrap(err))
 	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
 	// Seatbelt matches real paths: $TMPDIR is below /var, a symlink to
 	// /private/var.
 	realTmp, err := filepath.EvalSymlinks(tmp)
 	if err != nil {
-		return nil, result.Errorf(CodeFailed, "cannot resolve the sandbox's temp dir: %v", unwrap(err))
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot resolve the sandbox's temp dir: %v", unwrap(err))
 	}
 	status := filepath.Join(base, "status")
 	sp := spec{Status: status, UID: -1, GID: -1}

@@ -624,8 +624,8 @@ func TestSeatbeltRefusal(t *testing.T) {
 				return
 			}
 			var re *result.Error
-			if !errors.As(err, &re) || re.Code != CodeUnavailable {
-				t.Fatalf("got %v, want %s", err, CodeUnavailable)
+			if !errors.As(err, &re) || re.Code != result.CodeSandboxUnavailable {
+				t.Fatalf("got %v, want %s", err, result.CodeSandboxUnavailable)
 			}
 		})
 	}
@@ -681,10 +681,10 @@ func TestBuildSeatbelt(t *testing.T) {
 
 	// Classify names the rlimit a signal reports, and the helper's error
 	// first.
-	if c := prep.Classify(128+int(unix.SIGXFSZ), ""); c != CodeFileSizeLimit {
+	if c := prep.Classify(128+int(unix.SIGXFSZ), ""); c != result.CodeFileSizeLimit {
 		t.Fatalf("SIGXFSZ classified %q", c)
 	}
-	if c := prep.Classify(0, "SIGXCPU"); c != CodeCPULimit {
+	if c := prep.Classify(0, "SIGXCPU"); c != result.CodeCPULimit {
 		t.Fatalf("SIGXCPU classified %q", c)
 	}
 	if c := prep.Classify(1, ""); c != "" {
@@ -697,7 +697,7 @@ func TestBuildSeatbelt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var re *result.Error
-	if err := prep.Failure(); !errors.As(err, &re) || re.Code != CodeCommandNotFound {
+	if err := prep.Failure(); !errors.As(err, &re) || re.Code != result.CodeCommandNotFound {
 		t.Fatalf("failure %v", err)
 	}
 
@@ -732,7 +732,7 @@ func TestSeatbeltArgv(t *testing.T) {
 	if got != nil || exit != exitNotFound {
 		t.Fatalf("not found: %q exit %d", got, exit)
 	}
-	if e, _ := readHelperError(status.Name()); e == nil || e.Code != CodeCommandNotFound {
+	if e, _ := readHelperError(status.Name()); e == nil || e.Code != result.CodeCommandNotFound {
 		t.Fatalf("status %+v", e)
 	}
 	h.sp.Seatbelt = nil

@@ -62,18 +62,18 @@ func (a *authority) publish(sdir string) error {
 // admit checks one connection and the secret its first message carried.
 func (a *authority) admit(c net.Conn, token string) error {
 	if subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) != 1 {
-		return result.Errorf(CodeRefused, "the caller did not present this session's secret")
+		return result.Errorf(result.CodeSessionRefused, "the caller did not present this session's secret")
 	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return result.Errorf(CodeRefused, "not a Unix socket connection")
+		return result.Errorf(result.CodeSessionRefused, "not a Unix socket connection")
 	}
 	peer, err := peerOf(uc)
 	if err != nil {
-		return result.Errorf(CodeRefused, "cannot identify the caller: %v", err)
+		return result.Errorf(result.CodeSessionRefused, "cannot identify the caller: %v", err)
 	}
 	if why := a.self.refuses(peer); why != "" {
-		return result.Errorf(CodeRefused, "the caller may not drive this session: %s", why)
+		return result.Errorf(result.CodeSessionRefused, "the caller may not drive this session: %s", why)
 	}
 	return nil
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/execguard"
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -174,7 +173,7 @@ func (s *server) release() {
 // call runs one command in the shell and renders its result.
 func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal, enc *lineWriter) (*result.Object, bool, error) {
 	if !s.acquire(req.BusyTimeout) {
-		return nil, false, result.Errorf(CodeSessionBusy, "the session is running another command").
+		return nil, false, result.Errorf(result.CodeSessionBusy, "the session is running another command").
 			With("hint", "wait for it, or pass --busy-timeout to wait up to that long")
 	}
 	sh := s.currentShell()
@@ -196,7 +195,7 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() 
 	s.mu.Lock()
 	reason := s.rec.EndedReason
 	s.mu.Unlock()
-	return nil, false, result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
+	return nil, false, result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
 }
 
 // outcome is what became of the session during a call.
@@ -215,7 +214,7 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 
 	if req.Policy != nil && s.policy == nil {
 		s.release()
-		return nil, false, result.Errorf(policy.CodeUnavailable,
+		return nil, false, result.Errorf(result.CodePolicyUnavailable,
 			"this session was started without runtime policy enforcement, so the call's policy cannot hold while it runs").
 			With("hint", "start the session with the policy in force, or use --policy-enforce static")
 	}

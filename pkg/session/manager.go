@@ -57,19 +57,19 @@ type BackgroundInfo struct {
 // answers, or with the reason it did not start.
 func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	if st, err := os.Stat(spec.Cwd); err != nil || !st.IsDir() {
-		return nil, result.Errorf("cwd_not_found", "working directory %s does not exist", spec.Cwd)
+		return nil, result.Errorf(result.CodeCwdNotFound, "working directory %s does not exist", spec.Cwd)
 	}
 	n, err := m.Dir.NextID(Kind)
 	if err != nil {
-		return nil, result.Errorf(CodeStartFailed, "cannot allocate a session id: %v", err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot allocate a session id: %v", err)
 	}
 	id := strconv.FormatUint(n, 10)
 	sdir := m.sessionDir(id)
 	if err := os.MkdirAll(sdir, 0o700); err != nil {
-		return nil, result.Errorf(CodeStartFailed, "cannot create %s: %v", sdir, err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot create %s: %v", sdir, err)
 	}
 	if err := state.WriteJSONAtomic(filepath.Join(sdir, "spec.json"), spec, 0o600); err != nil {
-		return nil, result.Errorf(CodeStartFailed, "cannot write the session spec: %v", err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot write the session spec: %v", err)
 	}
 	argv := append(append([]string(nil), serverArgv...), id)
 	exe := m.Exe
@@ -88,13 +88,13 @@ func (m *Manager) Start(spec Spec, serverArgv []string) (*Info, error) {
 	// the caller's tree and the guard of an agentsh command that starts it.
 	if _, _, err := launch.Start(context.Background(), cmd); err != nil {
 		if errors.Is(err, launch.ErrNoAnswer) {
-			return nil, result.Errorf(CodeStartFailed, "the session server exited before it was ready")
+			return nil, result.Errorf(result.CodeSessionStartFailed, "the session server exited before it was ready")
 		}
 		var refused *result.Error
 		if errors.As(err, &refused) {
 			return nil, refused
 		}
-		return nil, result.Errorf(CodeStartFailed, "cannot start the session server: %v", err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot start the session server: %v", err)
 	}
 	return m.Status(m.Dir.Mint(Kind, id))
 }
@@ -104,7 +104,7 @@ func (m *Manager) resolve(handleOrName string) (string, error) {
 	id, err := m.Dir.Parse(Kind, handleOrName)
 	if err == nil {
 		if _, serr := os.Stat(m.sessionDir(id)); serr != nil {
-			return "", result.Errorf(CodeSessionEnded, "session %s no longer exists", handleOrName)
+			return "", result.Errorf(result.CodeSessionEnded, "session %s no longer exists", handleOrName)
 		}
 		return id, nil
 	}
@@ -135,7 +135,7 @@ func (m *Manager) Spec(handle string) (*Spec, error) {
 	}
 	var spec Spec
 	if err := state.ReadJSON(filepath.Join(m.sessionDir(id), "spec.json"), &spec); err != nil {
-		return nil, result.Errorf(CodeSessionEnded, "session %s has no readable spec", handle)
+		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", handle)
 	}
 	return &spec, nil
 }
@@ -156,7 +156,7 @@ func (m *Manager) info(id string) (*Info, error) {
 	sdir := m.sessionDir(id)
 	var spec Spec
 	if err := state.ReadJSON(filepath.Join(sdir, "spec.json"), &spec); err != nil {
-		return nil, result.Errorf(CodeSessionEnded, "session %s has no readable spec", id)
+		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", id)
 	}
 	var rec Record
 	_ = state.ReadJSON(filepath.Join(sdir, "status.json"), &rec)
@@ -344,7 +344,7 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		if readable && rec.State != StateEnded && deadReason(rec) == "" && rec.EndedReason == "" {
 			// The server runs but cannot be reached: say so now rather
 			// than wait for it.
-			return result.Errorf(CodeUnreachable, "the session's server runs but its socket cannot be reached").
+			return result.Errorf(result.CodeSessionUnreachable, "the session's server runs but its socket cannot be reached").
 				With("hint", "stop it with 'agentsh session stop' and start a new one")
 		}
 		if readable && rec.State != StateEnded && deadReason(rec) == "" {
@@ -360,7 +360,7 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		if ierr == nil && info.EndedReason != "" {
 			reason = info.EndedReason
 		}
-		return result.Errorf(CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
+		return result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
 			With("hint", "start a new one with 'agentsh session start'")
 	}
 	dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)

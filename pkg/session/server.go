@@ -128,25 +128,25 @@ func Serve(dir *state.Dir, id string, handshake *os.File, watchdog []string) err
 func (s *server) start() error {
 	unix.Umask(0o077)
 	if err := state.ReadJSON(filepath.Join(s.sdir, "spec.json"), &s.spec); err != nil {
-		return result.Errorf(CodeStartFailed, "cannot read the session spec: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot read the session spec: %v", err)
 	}
 	if err := proctree.SetSubreaper(); err != nil {
-		return result.Errorf(CodeStartFailed, "cannot become a subreaper: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot become a subreaper: %v", err)
 	}
 	if len(s.watchdog) > 0 {
 		g, err := proctree.StartGuard(s.watchdog)
 		if err != nil {
-			return result.Errorf(CodeStartFailed, "cannot start the watchdog: %v", err)
+			return result.Errorf(result.CodeSessionStartFailed, "cannot start the watchdog: %v", err)
 		}
 		s.guard = g
 	}
 	if !strings.Contains(filepath.Base(s.spec.Shell), "bash") {
-		return result.Errorf(CodeStartFailed, "sessions need bash, not %s", s.spec.Shell).
+		return result.Errorf(result.CodeSessionStartFailed, "sessions need bash, not %s", s.spec.Shell).
 			With("hint", "install bash or pass --shell with the path of bash")
 	}
 	auth, err := newAuthority()
 	if err != nil {
-		return result.Errorf(CodeStartFailed, "%v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "%v", err)
 	}
 	s.auth = auth
 	sandboxed := s.spec.Sandbox != nil && !s.spec.Sandbox.Empty()
@@ -155,12 +155,12 @@ func (s *server) start() error {
 		user = s.spec.Sandbox.User
 	}
 	if s.calls, err = newCallDir(s.sdir, sandboxed, user); err != nil {
-		return result.Errorf(CodeStartFailed, "cannot create the calls directory: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot create the calls directory: %v", err)
 	}
 	if sandboxed {
 		exe, err := os.Executable()
 		if err != nil {
-			return result.Errorf(sandbox.CodeUnavailable, "cannot find the executable for the sandbox helper: %v", err)
+			return result.Errorf(result.CodeSandboxUnavailable, "cannot find the executable for the sandbox helper: %v", err)
 		}
 		pol := *s.spec.Sandbox
 		// The shell opens each call's FIFOs for writing; the directory
@@ -189,14 +189,14 @@ func (s *server) start() error {
 	}
 	if err := s.auth.publish(s.sdir); err != nil {
 		s.killShell()
-		return result.Errorf(CodeStartFailed, "cannot write the session secret: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot write the session secret: %v", err)
 	}
 	sock := filepath.Join(s.sdir, "sock")
 	_ = os.Remove(sock)
 	l, err := listenUnix(sock)
 	if err != nil {
 		s.killShell()
-		return result.Errorf(CodeStartFailed, "cannot listen on the session socket: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot listen on the session socket: %v", err)
 	}
 	s.listener = l
 	s.lastUsed = time.Now()

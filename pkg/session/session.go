@@ -33,19 +33,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
-// Error codes of sessions.
-const (
-	CodeSessionBusy  = "session_busy"
-	CodeSessionEnded = "session_ended"
-	CodeStartFailed  = "session_start_failed"
-	// CodeUnreachable: the session's server runs but its socket is gone
-	// or refuses; "session stop" still ends it.
-	CodeUnreachable = "session_unreachable"
-	// CodeRefused: the server did not accept the caller (a sandboxed
-	// process, another user, a wrong session secret).
-	CodeRefused = "session_refused"
-)
-
 // Session states.
 const (
 	StateRunning = "running"

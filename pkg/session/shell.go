@@ -166,11 +166,11 @@ func (s *server) startShell(cwd string) error {
 	}
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return result.Errorf(CodeStartFailed, "pipe: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "pipe: %v", err)
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		return result.Errorf(CodeStartFailed, "pipe: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "pipe: %v", err)
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if s.sandbox != nil {
@@ -191,7 +191,7 @@ func (s *server) startShell(cwd string) error {
 	}
 	if err != nil {
 		pr.Close()
-		return result.Errorf(CodeStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
+		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
 	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
 	shellPID := cmd.Process.Pid
@@ -225,7 +225,7 @@ func (s *server) startShell(cwd string) error {
 	s.mu.Unlock()
 
 	if _, err := io.WriteString(in, shellInit(sh.marker)+probeLine(sh.marker, "init")); err != nil {
-		return result.Errorf(CodeStartFailed, "the shell did not accept input: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "the shell did not accept input: %v", err)
 	}
 	t := time.NewTimer(30 * time.Second)
 	defer t.Stop()
@@ -236,7 +236,7 @@ func (s *server) startShell(cwd string) error {
 				return err
 			}
 		}
-		return result.Errorf(CodeStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
+		return result.Errorf(result.CodeSessionStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
 	}
 	return nil
 }

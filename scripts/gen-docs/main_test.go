@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // TestNoDrift fails when the committed man pages or completions differ
@@ -96,5 +97,45 @@ func TestManPagesHaveSections(t *testing.T) {
 			}
 		}
 		walk(root)
+	}
+}
+
+// TestManPagesNameEveryCode checks that each program's page has an ERRORS
+// section naming every code of result.Codes the program reports, and no
+// code of another program only.
+func TestManPagesNameEveryCode(t *testing.T) {
+	files, err := Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Programs() {
+		page := string(files["man/man1/"+p.Name+".1"])
+		_, errs, ok := strings.Cut(page, ".SH ERRORS\n")
+		if !ok {
+			t.Errorf("%s.1 has no ERRORS section", p.Name)
+			continue
+		}
+		errs, _, _ = strings.Cut(errs, "\n.SH ")
+		named := map[string]bool{}
+		for _, line := range strings.Split(errs, "\n") {
+			if c, ok := strings.CutPrefix(line, ".B "); ok {
+				named[c] = true
+			}
+		}
+		mine := map[string]bool{}
+		for _, c := range result.CodesOf(p.Name) {
+			mine[c.Code] = true
+			if !named[c.Code] {
+				t.Errorf("%s.1 does not name %s", p.Name, c.Code)
+			}
+		}
+		for c := range named {
+			if !mine[c] {
+				t.Errorf("%s.1 names %s, which %s does not report", p.Name, c, p.Name)
+			}
+		}
+		if len(named) < 10 {
+			t.Errorf("%s.1 names only %d codes", p.Name, len(named))
+		}
 	}
 }

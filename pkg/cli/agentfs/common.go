@@ -41,10 +41,6 @@ func (c *CommonOptions) addDryRunFlag(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&c.DryRun, "dry-run", false, "report the same result (texts, diff, hashes) without changing the file or its undo history")
 }
 
-// boundaryFlags are the operator's limits: a request may tighten them but
-// never loosen them (see tightenFromRequest).
-var boundaryFlags = []string{"root", "deny", "max-file-size", "max-content"}
-
 func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
 	c := &CommonOptions{Output: OutputFull, MaxContent: files.DefaultMaxContent}
 	pf := root.PersistentFlags()
@@ -57,14 +53,15 @@ func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
 	pf.Var(clikit.SizeValue{N: &c.MaxFileSize}, "max-file-size", "refuse files larger than `SIZE` (0 = no limit; a request can only lower it)")
 	pf.Var(clikit.SizeValue{N: &c.MaxContent}, "max-content", "leave out the texts before and after past `SIZE` (the diff stays)")
 	clikit.AddStateDirFlag(root, &c.StateDir)
-	for _, n := range []string{"root", "deny", "output", "max-file-size", "max-content"} {
-		_ = pf.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
-	}
+	clikit.MarkFlags(pf, clikit.Configurable, "root", "deny", "output", "max-file-size", "max-content")
+	clikit.MarkFlags(pf, clikit.TightenOnly, "root", "deny", "max-file-size", "max-content")
+	clikit.MarkFlags(pf, clikit.Operator, "root", "deny", "max-file-size")
+	boundary := clikit.MarkedOn(pf, clikit.TightenOnly)
 
 	prepare := root.PersistentPreRunE
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		onCmdline := map[string]bool{}
-		for _, n := range boundaryFlags {
+		for _, n := range boundary {
 			onCmdline[n] = clikit.FlagChanged(cmd, n)
 		}
 		if err := prepare(cmd, args); err != nil {
@@ -73,7 +70,7 @@ func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
 		if env.RequestFile == "" {
 			return nil
 		}
-		return c.tightenFromRequest(cmd, env, onCmdline, prepare)
+		return c.tightenFromRequest(cmd, env, boundary, onCmdline, prepare)
 	}
 	return c
 }
@@ -85,12 +82,12 @@ func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
 // did not set are reset and the configuration is applied again on its own;
 // the effective limit is then the tighter of the request's and the
 // configuration's.
-func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, onCmdline map[string]bool,
+func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, boundary []string, onCmdline map[string]bool,
 	prepare func(*cobra.Command, []string) error) error {
 	req := *c
 	req.Deny = append([]string(nil), c.Deny...)
 	var reset []*pflag.Flag
-	for _, n := range boundaryFlags {
+	for _, n := range boundary {
 		f := cmd.Flags().Lookup(n)
 		if f == nil || onCmdline[n] || !f.Changed {
 			continue
@@ -105,6 +102,8 @@ func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, 
 			c.MaxFileSize = 0
 		case "max-content":
 			c.MaxContent = files.DefaultMaxContent
+		default:
+			return result.Errorf(result.CodeInternal, "--%s is marked tighten-only but has no tightening rule", n)
 		}
 		reset = append(reset, f)
 	}
@@ -125,7 +124,7 @@ func (c *CommonOptions) tightenFromRequest(cmd *cobra.Command, env *clikit.Env, 
 				c.Root = req.Root
 			} else if req.Root != c.Root {
 				if !inside(req.Root, c.Root) {
-					return result.Errorf(files.CodeOutsideRoot, "the request's root %s is not inside the configured root %s", req.Root, c.Root).
+					return result.Errorf(result.CodeOutsideRoot, "the request's root %s is not inside the configured root %s", req.Root, c.Root).
 						With("hint", "a request may narrow --root, never widen it")
 				}
 				c.Root = req.Root
@@ -263,7 +262,7 @@ func textInput(env *clikit.Env, file, what string) ([]byte, error) {
 	}
 	b, err := io.ReadAll(env.In)
 	if err != nil {
-		return nil, result.Errorf(files.CodeIOError, "cannot read stdin: %v", err)
+		return nil, result.Errorf(result.CodeIOError, "cannot read stdin: %v", err)
 	}
 	return b, nil
 }

@@ -122,20 +122,20 @@ func patchRun(env *clikit.Env, o *PatchOptions) (*clikit.Outcome, error) {
 func readForPatch(fsys *files.FS, path string) ([]byte, error) {
 	r, err := fsys.Read(path, files.ReadOptions{})
 	if err != nil {
-		if re := result.AsError(err); re.Code == files.CodeFileNotFound {
+		if re := result.AsError(err); re.Code == result.CodeFileNotFound {
 			return nil, fmt.Errorf("%w: %w", fs.ErrNotExist, err)
 		}
 		return nil, err
 	}
 	if r.Binary {
-		return nil, result.Errorf(files.CodeBinaryFile, "%s is not UTF-8 text; patch only changes text files", path).With("path", path)
+		return nil, result.Errorf(result.CodeBinaryFile, "%s is not UTF-8 text; patch only changes text files", path).With("path", path)
 	}
 	raw := []byte(r.Content)
 	if r.Size == int64(len(raw))+3 {
 		raw = append([]byte("\uFEFF"), raw...)
 	}
 	if sha(raw) != r.SHA256 {
-		return nil, result.Errorf(files.CodeFileChanged, "%s changed while it was being read", path).With("path", path)
+		return nil, result.Errorf(result.CodeFileChanged, "%s changed while it was being read", path).With("path", path)
 	}
 	return raw, nil
 }

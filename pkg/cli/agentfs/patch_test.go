@@ -43,7 +43,7 @@ func TestPatchRefusesFileChangedAfterPlan(t *testing.T) {
 			write("b.txt", "two, changed by someone else\n")
 			changes, _ := commitChanges(planned)
 			_, err = fsys.Apply(changes, files.ApplyOptions{})
-			if code := result.AsError(err).Code; code != files.CodeFileChanged {
+			if code := result.AsError(err).Code; code != result.CodeFileChanged {
 				t.Fatalf("Apply after a concurrent change: %v (code %q), want file_changed", err, code)
 			}
 			for name, want := range map[string]string{"a.txt": "one\n", "b.txt": "two, changed by someone else\n"} {
@@ -77,7 +77,7 @@ func TestReadForPatch(t *testing.T) {
 	if _, err := readForPatch(fsys, "missing"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
-	if _, err := readForPatch(fsys, "bin"); result.AsError(err).Code != files.CodeBinaryFile {
+	if _, err := readForPatch(fsys, "bin"); result.AsError(err).Code != result.CodeBinaryFile {
 		t.Errorf("binary file: %v, want binary_file", err)
 	}
 }

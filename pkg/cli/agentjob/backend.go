@@ -35,7 +35,7 @@ func (b *BackendOptions) AddFlags(f *pflag.FlagSet) {
 	f.StringVar(&b.Mem, "mem", "", "slurm: memory for the job, in sbatch mem syntax (`SIZE`: 500M, 4G)")
 	f.StringVar(&b.SbatchArgs, "sbatch-args", "", "slurm: further sbatch `ARGS`, split like a shell would but never run through one")
 	for _, n := range []string{"backend", "partition", "time-limit", "cpus", "mem", "sbatch-args"} {
-		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+		clikit.MarkFlags(f, clikit.Configurable, n)
 	}
 }
 

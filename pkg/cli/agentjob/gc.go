@@ -28,7 +28,7 @@ func NewCmdGC(env *clikit.Env, stateDir *string, runF func(*GCOptions) (*clikit.
 		Args:        cobra.ArbitraryArgs,
 	}
 	cmd.Flags().Var(clikit.DurationValue{D: &o.OlderThan}, "older-than", "remove only jobs that ended more than `D` ago")
-	_ = cmd.Flags().SetAnnotation("older-than", clikit.AnnotConfig, []string{"true"})
+	clikit.MarkFlags(cmd.Flags(), clikit.Configurable, "older-than")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
 			return nil, err

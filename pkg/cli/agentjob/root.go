@@ -120,7 +120,7 @@ func openStore(env *clikit.Env, stateDir string) (*jobs.Store, error) {
 	st := jobs.NewStore(d, []string{"agentjob", reexec.JobSupervisor, d.Path()})
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, result.Errorf(jobs.CodeStartFailed, "cannot find the agentjob executable: %v", err)
+		return nil, result.Errorf(result.CodeStartFailed, "cannot find the agentjob executable: %v", err)
 	}
 	st.SetExecutable(exe)
 	return st, nil

@@ -79,7 +79,7 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 	f.IntVar(&o.MaxRestarts, "max-restarts", 0, "give up after `N` automatic restarts (0 = no limit; the backoff bounds the rate)")
 	f.Var(clikit.SizeValue{N: &o.LogLimit}, "log-limit", "keep at most `BYTES` of each log stream, the newest part")
 	for _, n := range []string{"ready-timeout", "log-limit", "max-restarts"} {
-		_ = f.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
+		clikit.MarkFlags(f, clikit.Configurable, n)
 	}
 	agentsh.AddSandboxFlags(f, &o.Sandbox)
 	agentsh.AddSandboxLockFlag(f)
@@ -222,7 +222,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 		// will be enforced; the supervisor prepares its own for the job.
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentjob executable for the sandbox helper: %v", err)
+			return nil, result.Errorf(result.CodeSandboxUnavailable, "cannot find the agentjob executable for the sandbox helper: %v", err)
 		}
 		prep, err := sandbox.Prepare(p, exe)
 		if err != nil {

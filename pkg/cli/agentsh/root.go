@@ -13,7 +13,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/reexec"
-	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
@@ -78,9 +78,9 @@ const runExamples = `
 // failures to start are 126/127, everything else agentsh reports is 125.
 func exitCode(code string) int {
 	switch code {
-	case run.CodeCommandNotFound:
+	case result.CodeCommandNotFound:
 		return ExitNotFound
-	case run.CodeCommandNotExecutable:
+	case result.CodeCommandNotExecutable:
 		return ExitCannotExecute
 	}
 	return ExitFailed

@@ -61,13 +61,7 @@ type RunOptions struct {
 	Guard       guard.Options
 }
 
-func config(fs interface {
-	SetAnnotation(string, string, []string) error
-}, names ...string) {
-	for _, n := range names {
-		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
-	}
-}
+func config(fs clikit.Marker, names ...string) { clikit.MarkFlags(fs, clikit.Configurable, names...) }
 
 func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	o.Timeout, o.KillAfter, o.Drain, o.MaxOutput = DefaultTimeout, DefaultKillAfter, DefaultDrain, DefaultMaxOutput
@@ -110,6 +104,27 @@ type spec struct {
 	render  capture.RenderOptions
 }
 
+// validateCall checks what a one-shot call and a session call share, once,
+// so that the two paths give the same answer to the same flags: the
+// command string, stdin, the output bound and --keep.
+func validateCall(cmd *cobra.Command, o *RunOptions) (capture.Keep, error) {
+	var keep capture.Keep
+	if strings.ContainsRune(o.Command, 0) {
+		return keep, result.Errorf(result.CodeInvalidRequest, "the command contains a NUL byte")
+	}
+	if clikit.FlagChanged(cmd, "stdin") && o.StdinFile != "" {
+		return keep, result.Errorf(result.CodeUsage, "give either --stdin or --stdin-file, not both")
+	}
+	if o.MaxOutput > 1<<30 {
+		return keep, result.Errorf(result.CodeUsage, "--max-output is limited to 1G: capture is held in memory")
+	}
+	keep, err := capture.ParseKeep(o.Keep)
+	if err != nil {
+		return keep, result.Errorf(result.CodeUsage, "--keep: %v", err)
+	}
+	return keep, nil
+}
+
 func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string) (*spec, error) {
 	argv, err := env.Positional(cmd, args, 0)
 	if err != nil {
@@ -130,8 +145,9 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	default:
 		return nil, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
 	}
-	if strings.ContainsRune(o.Command, 0) {
-		return nil, result.Errorf(result.CodeInvalidRequest, "the command contains a NUL byte")
+	keep, err := validateCall(cmd, o)
+	if err != nil {
+		return nil, err
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -150,9 +166,6 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 		return nil, err
 	}
 	if clikit.FlagChanged(cmd, "stdin") {
-		if o.StdinFile != "" {
-			return nil, result.Errorf(result.CodeUsage, "give either --stdin or --stdin-file, not both")
-		}
 		s.req.Stdin = []byte(o.Stdin)
 	}
 	s.req.StdinFile = o.StdinFile
@@ -162,13 +175,8 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	}
 	s.req.Signal = sig
 	s.req.Timeout, s.req.KillAfter, s.req.Drain = o.Timeout, o.KillAfter, o.Drain
-	if o.MaxOutput > 1<<30 {
-		return nil, result.Errorf(result.CodeUsage, "--max-output is limited to 1G: capture is held in memory")
-	}
 	s.req.MaxOutput = int(o.MaxOutput)
-	if s.req.Keep, err = capture.ParseKeep(o.Keep); err != nil {
-		return nil, result.Errorf(result.CodeUsage, "--keep: %v", err)
-	}
+	s.req.Keep = keep
 	s.req.Merge = o.Merge
 	s.req.SaveDir = o.SaveOutput
 	s.render = capture.RenderOptions{Raw: o.Raw}
@@ -289,7 +297,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, result.Errorf(sandbox.CodeUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
+			return nil, result.Errorf(result.CodeSandboxUnavailable, "cannot find the agentsh executable for the sandbox helper: %v", err)
 		}
 		if prep, err = sandbox.Prepare(policy, exe); err != nil {
 			return startErr(err)
@@ -323,7 +331,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
 	}
 	if s.req.Guard, err = guarded(); err != nil {
-		return startErr(result.Errorf(run.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
+		return startErr(result.Errorf(result.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
 	}
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {

@@ -19,10 +19,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
-// CodeSandboxLocked refuses a call that asks for less protection than the
-// operator's configured floor.
-const CodeSandboxLocked = "sandbox_locked"
-
 // SandboxOptions are the sandbox and limit flags shared by agentsh, session
 // start and agentjob start.
 type SandboxOptions struct {
@@ -58,7 +54,7 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.StringArrayVar(&o.AllowHost, "allow-host", nil, "with --net proxy, allow connections to `PATTERN`: a host, *.domain, or an IP address, with an optional :port (repeatable; implies --net proxy)")
 	// The allowlist is the operator's: never a request key or a tool
 	// argument (mcpserver.OperatorFlags lists it too).
-	_ = fs.SetAnnotation("allow-host", clikit.AnnotNoRequest, []string{"true"})
+	clikit.MarkFlags(fs, clikit.NoRequest, "allow-host")
 	fs.Var(clikit.SizeValue{N: &o.Memory}, "memory", "memory limit in `BYTES` (cgroup where available, else address space)")
 	fs.Var(clikit.DurationValue{D: &o.CPUTime}, "cpu-time", "CPU time limit `D`")
 	fs.IntVar(&o.Pids, "pids", 0, "limit on processes and threads `N`")
@@ -66,8 +62,9 @@ func AddSandboxFlags(fs *pflag.FlagSet, o *SandboxOptions) {
 	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
 	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
 	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
-	_ = fs.SetAnnotation("user-caches", clikit.AnnotNoRequest, []string{"true"})
+	clikit.MarkFlags(fs, clikit.NoRequest, "user-caches")
 	config(fs, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -238,7 +235,7 @@ func limitValue(name, s string) (int64, error) {
 }
 
 func locked(flag, floor, got string) error {
-	return result.Errorf(CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
+	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
 		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
 }
 
@@ -249,6 +246,8 @@ func AddSandboxLockFlag(fs *pflag.FlagSet) {
 	fs.BoolVar(&lock, "sandbox-lock", false, "refuse calls that loosen the configured sandbox")
 	_ = fs.MarkHidden("sandbox-lock")
 	config(fs, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.NoRequest, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox-lock")
 }
 
 // sandboxNotes is the man page's account of the layers (docs/sandbox.md

@@ -15,7 +15,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/launch"
-	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -46,7 +45,7 @@ func manager(env *clikit.Env, stateDir string) (*session.Manager, error) {
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, result.Errorf(session.CodeStartFailed, "cannot find the agentsh executable: %v", err)
+		return nil, result.Errorf(result.CodeSessionStartFailed, "cannot find the agentsh executable: %v", err)
 	}
 	return &session.Manager{Dir: d, Exe: exe}, nil
 }
@@ -143,7 +142,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 	path, err := exec.LookPath(shell)
 	if err != nil {
 		if o.Shell != "" {
-			return session.Spec{}, result.Errorf("command_not_found", "shell not found: %s", shell)
+			return session.Spec{}, result.Errorf(result.CodeCommandNotFound, "shell not found: %s", shell)
 		}
 		path = "/bin/sh"
 	}
@@ -299,6 +298,9 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if o.Command == "" {
 		return nil, result.Errorf(result.CodeUsage, "no command: use --session HANDLE -c 'STRING'")
 	}
+	if _, err := validateCall(cmd, o); err != nil {
+		return nil, err
+	}
 	for _, name := range []string{"cwd", "env", "clear-env", "save-output", "tee", "shell", "signal"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
 			return nil, result.Errorf(result.CodeUsage, "--%s does not apply to a session call: the session keeps its own shell state (use cd or export in it)", name)
@@ -318,7 +320,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	} else if o.StdinFile != "" {
 		b, err := os.ReadFile(o.StdinFile)
 		if err != nil {
-			return nil, result.Errorf("stdin_file_error", "cannot read stdin file %s: %v", o.StdinFile, err)
+			return nil, result.Errorf(result.CodeStdinFile, "cannot read stdin file %s: %v", o.StdinFile, err)
 		}
 		s := string(b)
 		req.Stdin = &s
@@ -394,7 +396,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if probe.Status == "timeout" {
 		exit = ExitTimeout
 	}
-	if probe.Error != nil && (probe.Error.Code == policy.CodeDenied || probe.Error.Code == policy.CodeApprovalRequired) {
+	if probe.Error != nil && (probe.Error.Code == result.CodePolicyDenied || probe.Error.Code == result.CodeApprovalRequired) {
 		// The policy refused an exec while the call ran.
 		rec.ErrorCode = probe.Error.Code
 		exit = ExitFailed

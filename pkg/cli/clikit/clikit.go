@@ -230,9 +230,6 @@ func Run(env *Env, args []string) int {
 // "PROGRAM: error: MESSAGE" with a hint line and the error object.
 func (e *Env) failOnStderr(err error) int {
 	re := result.AsError(err)
-	if re.Code == result.CodeInternal && isCobraUsageError(err) {
-		re = &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
-	}
 	fmt.Fprintf(e.Err, "%s: error: %s\n", e.Program.Name, re.Message)
 	if h, ok := re.Details["hint"].(string); ok && h != "" {
 		fmt.Fprintf(e.Err, "hint: %s\n", h)
@@ -245,27 +242,11 @@ func (e *Env) failOnStderr(err error) int {
 
 func (e *Env) fail(err error) int {
 	re := result.AsError(err)
-	if re.Code == result.CodeInternal && isCobraUsageError(err) {
-		re = &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
-	}
 	if re.Code == result.CodeUsage {
 		re.With("hint", "run '"+e.Program.Name+" --help' for usage")
 	}
 	_ = e.print(result.Failure(re))
 	return e.Program.ExitCode(re.Code)
-}
-
-// isCobraUsageError recognises the errors cobra itself returns for unknown
-// commands and argument-count violations (flag errors are already wrapped
-// by the flag error func).
-func isCobraUsageError(err error) bool {
-	msg := err.Error()
-	for _, s := range []string{"unknown command", "accepts ", "requires at least", "requires at most", "unknown flag", "unknown shorthand", "invalid argument", "flag needs an argument", "required flag"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // print writes the final result, applying --query and --pretty.
@@ -325,9 +306,8 @@ func NewRoot(env *Env) *cobra.Command {
 	pf.StringVar(&env.ConfigFile, "config", "", "read configuration from `FILE` instead of the user's config file")
 	pf.BoolVar(&env.Verbose, "verbose", false, "write diagnostics for humans to stderr")
 	pf.StringVar(&env.Description, "description", "", "the human-readable intent of this call, recorded for approval prompts and audit logs")
-	for _, n := range []string{"pretty", "query", "request", "config", "verbose"} {
-		_ = pf.SetAnnotation(n, AnnotNoRequest, []string{"true"})
-	}
+	MarkFlags(pf, NoRequest, "pretty", "query", "request", "config", "verbose")
+	MarkFlags(pf, Operator, "config")
 
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		return env.prepare(cmd)
@@ -335,7 +315,37 @@ func NewRoot(env *Env) *cobra.Command {
 	p.Build(root, env)
 	addSchemaCmd(root, env)
 	markGroups(root, env)
+	typeArgErrors(root)
 	return root
+}
+
+// typeArgErrors makes cobra's argument checks return usage errors as typed
+// values, so the harness never recognises them by their text. A command
+// without a check gets cobra's own default made explicit: a root with
+// subcommands refuses an unknown one, anything else takes any arguments.
+func typeArgErrors(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		typeArgErrors(sub)
+	}
+	check := c.Args
+	if check == nil {
+		if c.HasParent() || !c.HasSubCommands() {
+			check = cobra.ArbitraryArgs
+		} else {
+			check = func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+				}
+				return nil
+			}
+		}
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &result.Error{Code: result.CodeUsage, Message: err.Error(), Err: err}
+		}
+		return nil
+	}
 }
 
 // markGroups makes a command that only groups subcommands (the root of

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Annotations that feed the man pages.
@@ -108,6 +110,9 @@ func manPage(p *Program, c *cobra.Command) []byte {
 			fmt.Fprintf(&b, ".TP\n.B %s\n%s\n", roff(e[0]), roff(e[1]))
 		}
 	}
+	if !c.HasParent() {
+		writeErrors(&b, p)
+	}
 	writeEnvironment(&b, p, c)
 	b.WriteString(".SH FILES\n.TP\n.B $XDG_CONFIG_HOME/agentplane/config.toml\n" +
 		"The user's configuration (default \\fI~/.config/agentplane/config.toml\\fR); top\\-level keys apply to every program, a [" +
@@ -177,8 +182,40 @@ func writeFlags(b *bytes.Buffer, section string, fs *pflag.FlagSet) {
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" && f.DefValue != "0s" {
 			usage += " (default " + f.DefValue + ")"
 		}
+		usage += markNote(f)
 		fmt.Fprintf(b, ".TP\n%s\n%s\n", head, roff(usage))
 	}
+}
+
+// writeErrors lists the error codes the program reports, from the one
+// table in pkg/result, with their meanings.
+func writeErrors(b *bytes.Buffer, p *Program) {
+	codes := result.CodesOf(p.Name)
+	if len(codes) == 0 {
+		return
+	}
+	b.WriteString(".SH ERRORS\nA failure is \\fB\"success\": false\\fR with \\fBerror.code\\fR, one of:\n")
+	for _, c := range codes {
+		fmt.Fprintf(b, ".TP\n.B %s\n%s (exit status %d)\n", roff(c.Code), roff(c.Meaning), p.ExitCode(c.Code))
+	}
+}
+
+// markNote is the man text of a flag's ownership marks.
+func markNote(f *pflag.Flag) string {
+	var notes []string
+	if HasMark(f, Operator) {
+		notes = append(notes, "the operator's setting: never an MCP tool argument")
+	}
+	if HasMark(f, NoRequest) {
+		notes = append(notes, "never a request key")
+	}
+	if HasMark(f, TightenOnly) {
+		notes = append(notes, "a request may only tighten it")
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(notes, "; ") + "]"
 }
 
 func writeEnvironment(b *bytes.Buffer, p *Program, c *cobra.Command) {

@@ -11,8 +11,9 @@ import (
 // come from PROGRAM_STATE_DIR, AGENTPLANE_STATE_DIR or the config file.
 func AddStateDirFlag(cmd *cobra.Command, dir *string) {
 	cmd.PersistentFlags().StringVar(dir, "state-dir", "", "keep jobs, sessions and history in `DIR` (one directory is one environment)")
-	_ = cmd.PersistentFlags().SetAnnotation("state-dir", AnnotConfig, []string{"true"})
-	_ = cmd.PersistentFlags().SetAnnotation("state-dir", AnnotNoRequest, []string{"true"})
+	MarkFlags(cmd.PersistentFlags(), Configurable, "state-dir")
+	MarkFlags(cmd.PersistentFlags(), NoRequest, "state-dir")
+	MarkFlags(cmd.PersistentFlags(), Operator, "state-dir")
 }
 
 // OpenStateDir opens the environment's state directory: the flag's value,
@@ -25,7 +26,7 @@ func (e *Env) OpenStateDir(flagValue string) (*state.Dir, error) {
 	}
 	d, err := state.Open(dir)
 	if err != nil {
-		return nil, result.Errorf("state_dir_error", "cannot open the state directory %s: %v", dir, err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot open the state directory %s: %v", dir, err)
 	}
 	return d, nil
 }

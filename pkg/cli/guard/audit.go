@@ -94,13 +94,13 @@ func NewCmdAudit(env *clikit.Env, stateDir *string) *cobra.Command {
 			env.Pretty = false
 			err := log.Follow(env.Ctx, t, func(r audit.Record) error { return env.Emit(r) })
 			if err != nil && env.Ctx.Err() == nil {
-				return nil, result.Errorf("audit_error", "cannot follow %s: %v", filepath.Base(log.Path), err)
+				return nil, result.Errorf(result.CodeAudit, "cannot follow %s: %v", filepath.Base(log.Path), err)
 			}
 			return &clikit.Outcome{Value: result.New().Set("success", true).Set("followed", true)}, nil
 		}
 		recs, err := log.Read(t, limit)
 		if err != nil {
-			return nil, result.Errorf("audit_error", "cannot read the audit log: %v", err)
+			return nil, result.Errorf(result.CodeAudit, "cannot read the audit log: %v", err)
 		}
 		if recs == nil {
 			recs = []audit.Record{}

@@ -36,7 +36,8 @@ type Options struct {
 func AddFlags(fs *pflag.FlagSet, o *Options) {
 	AddPolicyFlags(fs, o)
 	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
-	_ = fs.SetAnnotation("approved", clikit.AnnotNoRequest, []string{"true"})
+	clikit.MarkFlags(fs, clikit.NoRequest, "approved")
+	clikit.MarkFlags(fs, clikit.Operator, "approved")
 }
 
 // AddPolicyFlags adds the flags that choose the policy, without
@@ -46,12 +47,9 @@ func AddPolicyFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Var(clikit.EnumValue{S: &o.Default, Allowed: []string{"", policy.Allow, policy.Prompt, policy.Forbidden}}, "policy-default", "decision for commands no rule matches: allow (default), prompt or forbidden")
 	fs.Var(clikit.EnumValue{S: &o.Enforce, Allowed: []string{"", execguard.EnforceRuntime, execguard.EnforceStatic}}, "policy-enforce",
 		"runtime (default with a policy): also decide every program the command executes while it runs; static: decide the command string before the call only")
-	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
-		_ = fs.SetAnnotation(n, clikit.AnnotConfig, []string{"true"})
-	}
-	for _, n := range []string{"policy", "policy-default", "policy-enforce"} {
-		_ = fs.SetAnnotation(n, clikit.AnnotNoRequest, []string{"true"})
-	}
+	clikit.MarkFlags(fs, clikit.Configurable, "policy", "policy-default", "policy-enforce")
+	clikit.MarkFlags(fs, clikit.NoRequest, "policy", "policy-default", "policy-enforce")
+	clikit.MarkFlags(fs, clikit.Operator, "policy", "policy-default")
 }
 
 // Load reads the rules, or returns nil when no policy is in force.

@@ -132,7 +132,7 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	o.SessionIdle = mcpserver.DefaultSessionIdle
 	f.Var(clikit.DurationValue{D: &o.SessionIdle}, "session-idle-timeout", "sessions started through the server stop after `D` without a call, "+
 		"also after the connection that started them closed (0 = stop them when their connection closes)")
-	_ = f.SetAnnotation("session-idle-timeout", clikit.AnnotConfig, []string{"true"})
+	clikit.MarkFlags(f, clikit.Configurable, "session-idle-timeout")
 	for _, n := range mcpserver.OperatorFlags() {
 		switch n {
 		case "config", "state-dir", "approved", "sandbox-lock":
