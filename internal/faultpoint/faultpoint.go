@@ -56,7 +56,7 @@ func Hit(step string) {
 		if action == "stop" {
 			sig = syscall.SIGSTOP
 		}
-		_ = syscall.Kill(os.Getpid(), sig)
+		raise(sig)
 		if sig == syscall.SIGKILL {
 			select {} // the signal is on its way; never run past the step
 		}
