@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"time"
 
@@ -155,4 +156,11 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 // are found only if they are still below it).
 func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
 	_ = remains{main: proctree.ID{PID: pid, Start: start}}.kill(ctx, sig, grace)
+}
+
+// hasEnv reports whether process pid's environment holds the entry kv
+// (KEY=VALUE).
+func hasEnv(pid int, kv string) bool {
+	env, err := proctree.Environ(pid)
+	return err == nil && slices.Contains(env, kv)
 }
