@@ -85,6 +85,9 @@ type spec struct {
 	// TrustFirst: the first image is this program's own sandbox helper,
 	// which is not the command; what it executes is decided.
 	TrustFirst bool `json:"trust_first"`
+	// Session: the guard traces a session's shell; each call's policy
+	// comes from the controller on fds 3 and 4 (see Session).
+	Session bool `json:"session,omitempty"`
 }
 
 // Exec is one image decided at run time.

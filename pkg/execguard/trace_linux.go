@@ -55,11 +55,12 @@ func Main(args []string) int {
 		return fail(policy.CodeUnavailable, "the guard cannot read its spec: %v", err)
 	}
 	t := &tracer{
-		pol:    &policy.Policy{Rules: sp.Rules, Default: sp.Default},
-		sp:     sp,
-		rep:    rep,
-		self:   os.Getpid(),
-		byFile: map[fileID]string{},
+		pol:     &policy.Policy{Rules: sp.Rules, Default: sp.Default},
+		sp:      sp,
+		rep:     rep,
+		self:    os.Getpid(),
+		byFile:  map[fileID]string{},
+		tracees: map[int]bool{},
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -69,6 +70,16 @@ func Main(args []string) int {
 			return fail(run.CodeCommandNotExecutable, "command cannot be executed: %s: %v", argv[0], err)
 		}
 	}
+	if sp.Session {
+		t.session = &sessionState{reports: map[int]*Report{}, events: os.NewFile(5, "guard-events"),
+			ctl: os.NewFile(3, "guard-control"), ack: os.NewFile(4, "guard-answers")}
+		unix.CloseOnExec(3)
+		unix.CloseOnExec(4)
+		unix.CloseOnExec(5)
+	}
+	// Nothing the command runs may open the guard's descriptors or read
+	// its memory through /proc (same user, no root).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	t.learnPrograms()
 	// Termination signals reach the whole process group, the command
 	// included; the guard stays until the command is gone (and if it is
@@ -108,6 +119,10 @@ type tracer struct {
 	// so a hard link or a renamed copy is decided as the program it is.
 	byFile map[fileID]string
 	bySize map[int64][]program
+	// session is set in session mode: the policy changes with each call.
+	session *sessionState
+	// tracees are the processes and threads traced, the main one aside.
+	tracees map[int]bool
 }
 
 type program struct {
@@ -123,15 +138,23 @@ func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
 		Sys: &syscall.SysProcAttr{Ptrace: true}}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
+		if t.session != nil {
+			t.session.ack.Close() // the controller learns it from the report
+		}
 		return 0, t.startFailure(path, argv, err)
 	}
 	t.main = pid
+	if t.session != nil {
+		// The controller signals and inspects the shell itself.
+		_, _ = fmt.Fprintf(t.session.ack, "{\"pid\":%d}\n", pid)
+		go t.session.serve()
+	}
 	var ws unix.WaitStatus
 	// The first image stops with SIGTRAP before its first instruction.
 	if _, err := wait(pid, &ws, unix.WALL); err != nil || !ws.Stopped() {
 		return syscall.WaitStatus(ws), -1
 	}
-	if !t.sp.TrustFirst && !t.decide(pid) {
+	if !t.sp.TrustFirst && !t.decide(pid) && t.session == nil {
 		return 0, exitRefused
 	}
 	// TRACEME gives the legacy ptrace semantics, in which a group stop
@@ -185,6 +208,7 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			return syscall.WaitStatus(ws), exitRefused
 		}
 		if ws.Exited() || ws.Signaled() {
+			delete(t.tracees, pid)
 			if pid == t.main {
 				return syscall.WaitStatus(ws), -1
 			}
@@ -198,7 +222,16 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		switch {
 		case sig == unix.SIGTRAP && event == unix.PTRACE_EVENT_EXEC:
 			if !t.decide(pid) {
-				return 0, exitRefused
+				if t.session == nil {
+					// Nothing of the tree may act after a refusal, nor
+					// touch the report before it is written.
+					for p := range t.tracees {
+						_ = unix.Kill(p, unix.SIGKILL)
+					}
+					return 0, exitRefused
+				}
+				// A session lives on; only the refused image dies.
+				continue
 			}
 			_ = unix.PtraceCont(pid, 0)
 		case event == unix.PTRACE_EVENT_STOP:
@@ -214,6 +247,11 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		case event != 0:
 			// Fork, vfork and clone events: the new task is traced
 			// already and reports its own first stop.
+			if event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE {
+				if child, err := unix.PtraceGetEventMsg(pid); err == nil {
+					t.tracees[int(child)] = true
+				}
+			}
 			_ = unix.PtraceCont(pid, 0)
 		default:
 			// A signal on its way to the tracee: deliver it.
@@ -225,12 +263,41 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 // decide judges the image pid has just executed. It returns false after
 // killing a refused image and recording why.
 func (t *tracer) decide(pid int) bool {
+	pol, approved, rep := t.pol, t.sp.Approved, t.rep
+	var call int
+	if t.session != nil {
+		call, pol, approved = t.session.current()
+		if pol == nil {
+			return true // this call has no policy
+		}
+		var r Report
+		rep = &r
+		defer func() {
+			if r.Killed != nil {
+				t.session.refused(call)
+			}
+		}()
+		defer t.session.record(call, func(cr *Report) {
+			cr.Execs += r.Execs
+			cr.Approved = append(cr.Approved, r.Approved...)
+			if len(cr.Approved) > maxApproved {
+				cr.Approved = cr.Approved[:maxApproved]
+			}
+			if cr.Killed == nil {
+				cr.Killed = r.Killed
+			}
+		})
+	}
+	return t.decideWith(pid, pol, approved, rep)
+}
+
+func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Report) bool {
 	argv := cmdline(pid)
 	exe, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 	if len(argv) == 0 {
 		argv = []string{exe}
 	}
-	d := t.pol.DecideExec(argv)
+	d := pol.DecideExec(argv)
 	names := []string{}
 	if exe != "" && filepath.Base(exe) != filepath.Base(argv[0]) {
 		names = append(names, exe)
@@ -240,20 +307,20 @@ func (t *tracer) decide(pid int) bool {
 	}
 	for _, n := range names {
 		alt := append([]string{n}, argv[1:]...)
-		if d2 := t.pol.DecideExec(alt); policy.Stricter(d2.Decision, d.Decision) {
+		if d2 := pol.DecideExec(alt); policy.Stricter(d2.Decision, d.Decision) {
 			d = d2
 			d.Argv = argv
 		}
 	}
-	t.rep.Execs++
+	rep.Execs++
 	if d.Decision == policy.Allow {
 		return true
 	}
 	x := Exec{PID: pid, Argv: argv, Exe: exe, Chain: t.chain(pid), Decision: d.Decision,
 		Rule: d.Rule, Justification: d.Justification, Source: d.Source, Action: ActionRan}
-	if d.Decision == policy.Prompt && t.sp.Approved {
-		if len(t.rep.Approved) < maxApproved {
-			t.rep.Approved = append(t.rep.Approved, x)
+	if d.Decision == policy.Prompt && approved {
+		if len(rep.Approved) < maxApproved {
+			rep.Approved = append(rep.Approved, x)
 		}
 		return true
 	}
@@ -261,7 +328,7 @@ func (t *tracer) decide(pid int) bool {
 	// instruction.
 	_ = unix.Kill(pid, unix.SIGKILL)
 	x.Action = ActionKilled
-	t.rep.Killed = &x
+	rep.Killed = &x
 	return false
 }
 

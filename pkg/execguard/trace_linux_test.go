@@ -253,3 +253,68 @@ func TestTracedAlreadyIsUnavailable(t *testing.T) {
 		t.Fatal("the command ran untraced")
 	}
 }
+
+// TestToolchainsBehave runs go test, make -j2 and npm test under an
+// allow-by-default policy: they pass, with the same exit status, as they
+// do without the guard.
+func TestToolchainsBehave(t *testing.T) {
+	need(t, "go", "make", "bash")
+	p := loadRules(t, rules)
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":       "module example.com/m\n\ngo 1.21\n",
+		"m.go":         "package m\n\nfunc Add(a, b int) int { return a + b }\n",
+		"m_test.go":    "package m\n\nimport (\"os/exec\"; \"testing\")\n\nfunc TestAdd(t *testing.T) {\n\tif Add(1, 2) != 3 { t.Fatal(\"add\") }\n\tif err := exec.Command(\"true\").Run(); err != nil { t.Fatal(err) }\n}\n",
+		"Makefile":     "all: a b c d\na b c d:\n\t@sleep 0.1; echo $@ > $@.out\nfail:\n\t@exit 3\n",
+		"package.json": `{"name":"m","version":"1.0.0","scripts":{"test":"node -e \"process.exit(require('child_process').spawnSync('true').status)\""}}`,
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name string
+		argv []string
+		code int
+	}{
+		{"go test", []string{"go", "test", "-count=1", "./..."}, 0},
+		{"go vet", []string{"go", "vet", "./..."}, 0},
+		{"make -j2", []string{"make", "-j2"}, 0},
+		{"make failing", []string{"make", "fail"}, 2},
+	}
+	if _, err := exec.LookPath("npm"); err == nil {
+		cases = append(cases, struct {
+			name string
+			argv []string
+			code int
+		}{"npm test", []string{"npm", "test", "--silent"}, 0})
+	}
+	for _, c := range cases {
+		plain := exec.Command(c.argv[0], c.argv[1:]...)
+		plain.Dir = dir
+		want := 0
+		if err := plain.Run(); err != nil {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			want = ee.ExitCode()
+		}
+		if want != c.code {
+			t.Fatalf("%s without the guard exited %d, want %d", c.name, want, c.code)
+		}
+		rep, code, out := guarded(t, p, false, dir, c.argv...)
+		if code != want || rep.Killed != nil || rep.Error != nil {
+			t.Errorf("%s under the guard: exit %d (without: %d), report %+v\n%s", c.name, code, want, rep, out)
+		}
+		if rep.Execs < 1 {
+			t.Errorf("%s: the guard decided no exec", c.name)
+		}
+	}
+	for _, f := range []string{"a", "b", "c", "d"} {
+		if _, err := os.Stat(filepath.Join(dir, f+".out")); err != nil {
+			t.Errorf("make -j2 did not build %s", f)
+		}
+	}
+}

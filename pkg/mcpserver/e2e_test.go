@@ -335,6 +335,28 @@ func TestPolicyRefusal(t *testing.T) {
 	if !res.IsError || e["code"] != "policy_denied" {
 		t.Fatalf("agentjob_start: isError=%v result %v", res.IsError, m)
 	}
+	// A tool call cannot route around the policy with the shell or an
+	// environment variable that injects code.
+	for _, args := range []map[string]any{
+		{"command": "true", "shell": "/usr/bin/python3"},
+		{"command": "true", "env": []any{"BASH_ENV=/tmp/x"}},
+		{"command": "true", "env": []any{"LD_PRELOAD=/tmp/x.so"}},
+	} {
+		res, m = s.call(testCtx(t), "agentsh_run", args)
+		e, _ = m["error"].(map[string]any)
+		if !res.IsError || e["code"] != "invalid_request" {
+			t.Fatalf("%v: isError=%v result %v", args, res.IsError, m)
+		}
+	}
+	// An exec the string check cannot see is stopped while it runs.
+	res, m = s.call(testCtx(t), "agentsh_run", map[string]any{"command": "printf '#!/bin/sh\\nrm keep\\n' > s.sh; chmod +x s.sh; ./s.sh"})
+	e, _ = m["error"].(map[string]any)
+	if !res.IsError || e["code"] != "policy_denied" {
+		t.Fatalf("runtime: isError=%v result %v", res.IsError, m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "keep")); err != nil {
+		t.Fatal("the refused command ran")
+	}
 }
 
 // TestCancel cancels a running command: the call's subprocess gets SIGINT,

@@ -47,7 +47,9 @@ type seatbeltPolicy struct {
 	// Protected lists paths that stay read-only even under a writable
 	// root (a workspace's .git/hooks and .git/config).
 	Protected []string
-	// DenyRead lists paths that can be neither read nor written.
+	// DenyRead lists paths that can be neither read nor written, nor
+	// reached as Unix sockets: --deny-read and agentplane's hidden files
+	// (the secret key, the sessions' sockets and secrets).
 	DenyRead []string
 	// NetNone allows only loopback IP and the Unix sockets under Writable.
 	NetNone bool
@@ -175,8 +177,11 @@ func (sp seatbeltPolicy) profile() seatbeltProfile {
 		g.line("(deny file-write*" + paths(protected) + ")")
 	}
 	if len(denied) > 0 {
-		g.comment("--deny-read paths are neither readable nor writable.")
+		g.comment("--deny-read and hidden paths are neither readable nor writable, and no Unix socket below them (a session's) can be reached.")
 		g.line("(deny file-read* file-write*" + paths(denied) + ")")
+		for _, d := range denied {
+			g.line("(deny network-outbound (remote unix-socket " + subpath(d) + "))")
+		}
 	}
 
 	return seatbeltProfile{Text: g.b.String(), Params: g.defs}
@@ -283,6 +288,11 @@ func seatbeltRefusal(p Policy, haveSeatbelt bool) error {
 	if p.User != "" {
 		return unavailable("--user is not supported on macOS")
 	}
+	if p.Net != NetHost && p.Net != NetNone {
+		// Any network policy Seatbelt was not taught (a proxy allowlist)
+		// is refused, never run with the host's network.
+		return unavailable("--net %s is not supported on macOS (host and none are)", p.Net)
+	}
 	if seatbeltNeeded(p) && !haveSeatbelt {
 		return unavailable("--sandbox, --net none and --deny-read need %s (Seatbelt), which this machine lacks", SeatbeltExec)
 	}
@@ -371,11 +381,34 @@ func seatbeltFor(p Policy, tmp string, report map[string]any) seatbeltPolicy {
 			report["protected"] = sb.Protected
 		}
 	}
+	// agentplane's own files stay read-only (the state directory, the
+	// config file, the user's git configuration) in every Seatbelt run,
+	// and what it hides (the secret key, the sessions) is denied like
+	// --deny-read.
+	for _, path := range p.Protect {
+		sb.Protected = append(sb.Protected, resolveMissing(absPath(path)))
+	}
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		for _, f := range []string{".gitconfig", ".config/git"} {
+			sb.Protected = append(sb.Protected, resolveMissing(filepath.Join(home, f)))
+		}
+	}
+	if len(sb.Protected) > 0 {
+		report["protected"] = sb.Protected
+	}
 	if len(p.DenyRead) > 0 {
 		for _, d := range p.DenyRead {
 			sb.DenyRead = append(sb.DenyRead, resolveMissing(d))
 		}
 		report["deny_read"] = sb.DenyRead
+	}
+	var hidden []string
+	for _, path := range p.Hide {
+		hidden = append(hidden, resolveMissing(absPath(path)))
+	}
+	if len(hidden) > 0 {
+		sb.DenyRead = append(sb.DenyRead, hidden...)
+		report["hidden"] = hidden
 	}
 	sb.NetNone = p.Net == NetNone
 	if sb.NetNone {
@@ -388,13 +421,27 @@ func seatbeltFor(p Policy, tmp string, report map[string]any) seatbeltPolicy {
 
 // protectedUnder lists the paths inside the writable roots that stay
 // read-only to the command: a repository's hooks and config, through which
-// a write would run code, or change what git runs, outside the sandbox.
+// a write would run code, or change what git runs, outside the sandbox
+// (also before they exist: Seatbelt denies creating them), and a .git that
+// is a file (a worktree's), which names the repository git uses.
 func protectedUnder(roots []string) []string {
 	var out []string
 	for _, r := range roots {
-		out = append(out, filepath.Join(r, ".git", "hooks"), filepath.Join(r, ".git", "config"))
+		dotgit := filepath.Join(r, ".git")
+		if st, err := os.Lstat(dotgit); err == nil && !st.IsDir() {
+			out = append(out, dotgit)
+		}
+		out = append(out, filepath.Join(dotgit, "hooks"), filepath.Join(dotgit, "config"))
 	}
 	return out
+}
+
+// absPath is path made absolute, or path itself if that fails.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // resolveMissing returns path with symlinks resolved as far as it exists:

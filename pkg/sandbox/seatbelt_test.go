@@ -535,20 +535,38 @@ func TestSbplString(t *testing.T) {
 func TestSeatbeltFor(t *testing.T) {
 	ws := t.TempDir()
 	aw := t.TempDir()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	state := t.TempDir()
+	if err := os.WriteFile(filepath.Join(aw, ".git"), []byte("gitdir: /elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	report := map[string]any{}
-	sb := seatbeltFor(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{aw}, Net: NetNone, DenyRead: []string{filepath.Join(ws, "secret")}}, "/t", report)
+	sb := seatbeltFor(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{aw}, Net: NetNone,
+		DenyRead: []string{filepath.Join(ws, "secret")},
+		Protect:  []string{state}, Hide: []string{filepath.Join(state, "secret.key"), filepath.Join(state, "sessions")}}, "/t", report)
 	if sb.WriteAll || !reflect.DeepEqual(sb.Writable, []string{ws, aw, "/t"}) || !sb.NetNone {
 		t.Fatalf("workspace-write: %+v", sb)
 	}
-	if !reflect.DeepEqual(sb.Protected, []string{ws + "/.git/hooks", ws + "/.git/config", aw + "/.git/hooks", aw + "/.git/config"}) {
-		t.Fatalf("protected %v", sb.Protected)
+	wantProtected := []string{ws + "/.git/hooks", ws + "/.git/config", aw + "/.git", aw + "/.git/hooks", aw + "/.git/config",
+		state, home + "/.gitconfig", home + "/.config/git"}
+	if !reflect.DeepEqual(sb.Protected, wantProtected) {
+		t.Fatalf("protected %v\nwant %v", sb.Protected, wantProtected)
 	}
-	if report["filesystem"] != "seatbelt" || report["network"] != "seatbelt" {
+	if want := []string{ws + "/secret", state + "/secret.key", state + "/sessions"}; !reflect.DeepEqual(sb.DenyRead, want) {
+		t.Fatalf("denied %v, want %v", sb.DenyRead, want)
+	}
+	if report["filesystem"] != "seatbelt" || report["network"] != "seatbelt" || report["hidden"] == nil {
 		t.Fatalf("report %v", report)
+	}
+	// The sessions' sockets are out of reach as sockets too.
+	text := sb.profile().Text
+	if !strings.Contains(text, `(deny network-outbound (remote unix-socket (subpath (param "DENY_READ_2"))))`) {
+		t.Fatalf("no socket denial for the sessions:\n%s", text)
 	}
 
 	sb = seatbeltFor(Policy{Mode: ModeReadOnly, Net: NetHost}, "/t", map[string]any{})
-	if sb.WriteAll || !reflect.DeepEqual(sb.Writable, []string{"/t"}) || sb.NetNone || len(sb.Protected) != 0 {
+	if sb.WriteAll || !reflect.DeepEqual(sb.Writable, []string{"/t"}) || sb.NetNone || len(sb.Protected) != 2 {
 		t.Fatalf("read-only: %+v", sb)
 	}
 
@@ -591,6 +609,7 @@ func TestSeatbeltRefusal(t *testing.T) {
 		{"read-only without sandbox-exec", Policy{Mode: ModeReadOnly, Net: NetHost}, false, true},
 		{"net none without sandbox-exec", Policy{Mode: ModeNone, Net: NetNone}, false, true},
 		{"deny-read without sandbox-exec", Policy{Mode: ModeNone, Net: NetHost, DenyRead: []string{"/x"}}, false, true},
+		{"a network policy Seatbelt does not know", Policy{Mode: ModeNone, Net: "proxy"}, true, true},
 		{"workspace-write", Policy{Mode: ModeWorkspaceWrite, Net: NetNone, Workspace: "/w"}, true, false},
 		{"rlimits alone need no Seatbelt", Policy{Mode: ModeNone, Net: NetHost, CPUTime: 1e9, FileSize: 1, Nofile: 8}, false, false},
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -211,13 +213,47 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	n := s.seq
 	s.mu.Unlock()
 
+	if req.Policy != nil && s.policy == nil {
+		s.release()
+		return nil, false, result.Errorf(policy.CodeUnavailable,
+			"this session was started without runtime policy enforcement, so the call's policy cannot hold while it runs").
+			With("hint", "start the session with the policy in force, or use --policy-enforce static")
+	}
+	if s.policy != nil {
+		if err := s.policy.Call(n, req.Policy, req.PolicyApproved); err != nil {
+			s.release()
+			return nil, false, err
+		}
+	}
 	c, err := s.prepareCall(n, req, enc)
 	if err != nil {
 		s.release()
 		return nil, false, err
 	}
 	defer c.cleanup()
-	res, out := s.execute(c, req, cancel, cancelSig)
+	callCancel := cancel
+	if s.policy != nil && req.Policy != nil {
+		// An exec refused at run time stops the rest of the call, as a
+		// cancellation does.
+		merged, stop := make(chan struct{}), make(chan struct{})
+		denied := s.policy.Denied(n)
+		go func() {
+			select {
+			case <-cancel:
+			case <-denied:
+			case <-stop:
+				return
+			}
+			close(merged)
+		}()
+		defer close(stop)
+		callCancel = merged
+	}
+	res, out := s.execute(c, req, callCancel, cancelSig)
+	var rt *execguard.Report
+	if s.policy != nil && req.Policy != nil {
+		rt = s.policy.CallReport(n)
+	}
 
 	s.mu.Lock()
 	s.lastUsed = time.Now()
@@ -240,6 +276,14 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	}
 	if s.sandbox != nil {
 		obj.Set("sandbox", s.sandbox.Report)
+	}
+	if rt != nil {
+		obj.Set("policy", result.New().Set("enforce", execguard.EnforceRuntime).Set("runtime", rt))
+		if err := rt.Err(); err != nil {
+			// The refused exec was killed before it ran, and the rest of
+			// the call was interrupted: the call failed.
+			obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.AsError(err)))
+		}
 	}
 	if req.Description != "" {
 		obj.Set("description", req.Description)

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -62,6 +63,8 @@ type server struct {
 	// without a watchdog command.
 	guard    *proctree.Guard
 	watchdog []string
+	// policy is the shell's runtime policy guard, with Spec.PolicyGuard.
+	policy *execguard.Session
 }
 
 // markRecord asks the recorder to write the record soon.
@@ -327,6 +330,11 @@ func (s *server) killShell() {
 		return
 	}
 	pid := sh.id.PID
+	if s.policy != nil {
+		// The shell runs under the policy guard, which leads the group:
+		// killing the guard kills every process it traces (EXITKILL).
+		_ = sh.cmd.Process.Kill()
+	}
 	// The shell is a child not yet reaped until exited closes, so its pid
 	// is current; it leads its own session and group (Setsid).
 	proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: pid}, syscall.SIGKILL, 0, sh.exited)
@@ -358,6 +366,9 @@ func (s *server) finish(reason string) {
 	// Background jobs that left the shell's group are still ours: the
 	// server is a subreaper and owns nothing else but the watchdog, which
 	// goes last.
+	if s.policy != nil {
+		defer s.policy.Close()
+	}
 	if s.guard != nil {
 		s.guard.Kill(5 * time.Second)
 		proctree.KillAllDescendantsExcept(5*time.Second, s.guard.IsWatchdog)

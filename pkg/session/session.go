@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -75,6 +76,10 @@ type Spec struct {
 	// Sandbox, when not empty, confines the shell and everything it runs;
 	// the server prepares it and releases it when the session ends.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+	// PolicyGuard traces the shell with the runtime policy guard for its
+	// whole life: every exec any call makes is decided under that call's
+	// policy (CallRequest.Policy).
+	PolicyGuard bool `json:"policy_guard,omitempty"`
 }
 
 // Record is status.json, written only by the session's server.
@@ -118,6 +123,10 @@ type CallRequest struct {
 	// caller: a cancelled call exits 128 + it (default SIGINT, the
 	// signal the session interrupts a call with).
 	CancelSignal func() syscall.Signal `json:"-"`
+	// Policy, when set, is enforced at run time on every exec of this
+	// call; PolicyApproved lets its prompt-level execs run.
+	Policy         *policy.Policy `json:"policy,omitempty"`
+	PolicyApproved bool           `json:"policy_approved,omitempty"`
 }
 
 // Manager starts, drives, inspects and stops the sessions of one

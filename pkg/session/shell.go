@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -136,6 +137,26 @@ func (s *server) startShell(cwd string) error {
 		w := s.sandbox.Wrap(exe, "agentsh", argv, s.spec.Env)
 		cmd.Path, cmd.Args, cmd.Env, cmd.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 	}
+	// Under a policy the shell runs traced by the policy guard (this
+	// executable again), which decides each exec with the call's policy.
+	var guardFiles []*os.File
+	if s.spec.PolicyGuard {
+		exe, _ := os.Executable()
+		g, files, err := execguard.PrepareSession(exe)
+		if err != nil {
+			return err
+		}
+		if s.policy != nil {
+			s.policy.Close()
+		}
+		s.policy, guardFiles = g, files
+		if s.sandbox != nil {
+			g.Guard().TrustFirst()
+		}
+		cmd.Args = g.Guard().Argv(cmd.Path, cmd.Args)
+		cmd.Path = exe
+		cmd.ExtraFiles = files
+	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
 	cmd.SysProcAttr.Setsid = true
@@ -154,12 +175,29 @@ func (s *server) startShell(cwd string) error {
 	cmd.Stdout, cmd.Stderr = pw, pw
 	err = cmd.Start()
 	pw.Close()
+	for _, f := range guardFiles {
+		f.Close()
+	}
 	if err != nil {
 		pr.Close()
 		return result.Errorf(CodeStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
 	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
-	sh.id, _ = proctree.Identify(cmd.Process.Pid)
+	shellPID := cmd.Process.Pid
+	if s.policy != nil {
+		// The shell is the guard's child: signals, the cwd and the
+		// shell's identity are its own, not the guard's.
+		if shellPID, err = s.policy.Started(30 * time.Second); err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			pr.Close()
+			if rerr := s.policy.Guard().Report().Err(); rerr != nil {
+				return rerr
+			}
+			return err
+		}
+	}
+	sh.id, _ = proctree.Identify(shellPID)
 	if s.guard != nil {
 		s.guard.Watch(sh.id)
 	}

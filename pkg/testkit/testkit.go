@@ -246,11 +246,23 @@ func cmdSetJSON(ts *testscript.TestScript, neg bool, args []string) {
 // cmdNoProc fails if a live process's command line contains the pattern.
 // Zombies do not count: a killed process whose parent has not reaped it
 // yet is dead.
+//
+// With -wait it first waits (generously, for loaded machines) for the
+// matching processes to go, for a guarantee that holds "within a moment"
+// (a watchdog killing a tree after its owner died).
 func cmdNoProc(ts *testscript.TestScript, neg bool, args []string) {
+	wait := false
+	if len(args) == 2 && args[0] == "-wait" && !neg {
+		wait, args = true, args[1:]
+	}
 	if len(args) != 1 {
-		ts.Fatalf("usage: noproc PATTERN")
+		ts.Fatalf("usage: noproc [-wait] PATTERN")
 	}
 	found := scriptProcesses(ts, args[0])
+	for deadline := time.Now().Add(60 * time.Second); wait && len(found) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		found = scriptProcesses(ts, args[0])
+	}
 	if (len(found) == 0) == neg {
 		if neg {
 			ts.Fatalf("noproc: no live process matches %q", args[0])

@@ -40,7 +40,7 @@ func main() {
 	write := flag.String("o", "docs/BENCHMARKS.md", "file to write the results to ('' for stdout only)")
 	flag.Parse()
 
-	cases := allCases()
+	cases := append(allCases(), policyCases()...)
 	if *only != "" {
 		want := map[string]bool{}
 		for _, n := range strings.Split(*only, ",") {

@@ -64,6 +64,7 @@ elapsed_ms, started_at: duration in milliseconds and RFC 3339 UTC start time
 cwd, command, pid: where it ran (after the command, for a session), the string or argv, the main process
 session, session_reset, session_ended: with --session
 sandbox: what the sandbox enforced, when one was asked for
+policy: with a policy, the decision before the call (decision, commands, unresolved), enforce (runtime or static) and runtime: {execs, approved, killed: {argv, exe, chain, decision, rule, source}} (see agentsh check(1))
 error: {code, message, …} when status is error`
 
 const runExamples = `

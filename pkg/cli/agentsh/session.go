@@ -15,6 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -99,6 +100,13 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
+		}
+		// With a policy in force, the shell is traced for its life so
+		// that every call's policy also holds while the call runs.
+		if pol, err := o.Guard.RuntimePolicy(); err != nil {
+			return nil, err
+		} else if pol != nil {
+			spec.PolicyGuard = true
 		}
 		if spec.Sandbox != nil {
 			if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
@@ -340,6 +348,11 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		guard.Audit(env, stateDir, rec)
 		return nil, err
 	}
+	// ... and while it runs, when the session's shell is traced.
+	if req.Policy, err = o.Guard.RuntimePolicy(); err != nil {
+		return nil, err
+	}
+	req.PolicyApproved = o.Guard.Approved
 	var onEvent func(stream, data string)
 	if o.Stream {
 		env.Pretty = false
@@ -361,9 +374,18 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		PID      int    `json:"pid"`
 		Session  string `json:"session"`
 		Sandbox  any    `json:"sandbox"`
+		Error    *struct {
+			Code string `json:"code"`
+		} `json:"error"`
+		Policy *struct {
+			Runtime any `json:"runtime"`
+		} `json:"policy"`
 	}
 	_ = json.Unmarshal(raw, &probe)
 	code := probe.ExitCode
+	if probe.Policy != nil {
+		rec.PolicyRuntime = probe.Policy.Runtime
+	}
 	rec.Status, rec.ExitCode, rec.Cwd, rec.PID, rec.Sandbox = probe.Status, &code, probe.Cwd, probe.PID, probe.Sandbox
 	if probe.Session != "" {
 		rec.Session = probe.Session
@@ -373,6 +395,11 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	exit := probe.ExitCode
 	if probe.Status == "timeout" {
 		exit = ExitTimeout
+	}
+	if probe.Error != nil && (probe.Error.Code == policy.CodeDenied || probe.Error.Code == policy.CodeApprovalRequired) {
+		// The policy refused an exec while the call ran.
+		rec.ErrorCode = probe.Error.Code
+		exit = ExitFailed
 	}
 	return &clikit.Outcome{Value: raw, Exit: exit}, nil
 }
