@@ -92,7 +92,14 @@ func TestCwdAndEnviron(t *testing.T) {
 	if got, err := Cwd(cmd.Process.Pid); err != nil || got != dir {
 		t.Fatalf("Cwd = %q, %v; want %q", got, err, dir)
 	}
+	// Start returns once the exec closed its close-on-exec pipe, which
+	// the kernel does before it lays out the new image's environment: wait
+	// for the layout rather than read a half-made process.
 	env, err := Environ(cmd.Process.Pid)
+	for deadline := time.Now().Add(10 * time.Second); err == nil && !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		env, err = Environ(cmd.Process.Pid)
+	}
 	if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
 		t.Fatalf("Environ = %q, %v", env, err)
 	}
