@@ -15,7 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/agentplane/agentplane/pkg/testkit"
+	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 // agentfsCmd runs this test binary as agentfs in dir.

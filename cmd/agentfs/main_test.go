@@ -9,7 +9,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/agentplane/agentplane/pkg/cli/agentfs"
-	"github.com/agentplane/agentplane/pkg/testkit"
+	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 func TestMain(m *testing.M) {

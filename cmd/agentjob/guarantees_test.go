@@ -19,7 +19,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
-	"github.com/agentplane/agentplane/pkg/testkit"
+	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 // runAgentjob runs this test binary as agentjob on the state directory dir

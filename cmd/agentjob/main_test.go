@@ -19,7 +19,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
-	"github.com/agentplane/agentplane/pkg/testkit"
+	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 func TestMain(m *testing.M) {

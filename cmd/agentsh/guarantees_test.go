@@ -14,7 +14,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/agentplane/agentplane/pkg/testkit"
+	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 // agentshCmd runs this test binary as agentsh.
