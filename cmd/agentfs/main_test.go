@@ -8,8 +8,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/agentplane/agentplane/pkg/cli/agentfs"
 	"github.com/agentplane/agentplane/internal/testkit"
+	"github.com/agentplane/agentplane/pkg/cli/agentfs"
 )
 
 func TestMain(m *testing.M) {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/tidwall/gjson"
 
-	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/internal/testkit"
+	"github.com/agentplane/agentplane/pkg/proctree"
 )
 
 // runAgentjob runs this test binary as agentjob on the state directory dir

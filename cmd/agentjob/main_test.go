@@ -14,12 +14,12 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/cli/agentjob"
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
-	"github.com/agentplane/agentplane/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
