@@ -487,7 +487,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	// what was there before the call.
 	spare := func(p proctree.Stat) bool {
 		st, ok := before[p.PID]
-		return (ok && st == p.StartTime) || p.PID == sh.id.PID
+		return (ok && st == p.StartTime) || p.PID == sh.id.PID || p.PID == sh.self.PID
 	}
 
 	var timer <-chan time.Time

@@ -137,8 +137,17 @@ func probeLine(marker, tag string) string {
 
 // shell is one running shell process and its control channel.
 type shell struct {
-	cmd    *exec.Cmd
-	id     proctree.ID
+	cmd *exec.Cmd
+	// id is the process the server started and waits for: the shell, or
+	// the sandbox helper (PID 1 of the sandbox's PID namespace) or the
+	// policy guard's traced first process that the shell runs under. Its
+	// death is the shell's end, and killing its group kills everything.
+	id proctree.ID
+	// self is the shell itself, which the interrupt stops and signals
+	// and whose working directory is the session's: id, or the helper's
+	// only child in a sandbox (the helper ignores signals and stays where
+	// it started).
+	self   proctree.ID
 	stdin  io.WriteCloser
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
@@ -235,6 +244,7 @@ func (s *server) startShell(cwd string) error {
 		}
 	}
 	sh.id, _ = proctree.Identify(shellPID)
+	sh.self = sh.id
 	if s.guard != nil {
 		s.guard.Watch(sh.id)
 	}
@@ -264,7 +274,35 @@ func (s *server) startShell(cwd string) error {
 		}
 		return result.Errorf(result.CodeSessionStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
 	}
+	if s.sandbox != nil {
+		// The shell answered, so it runs: it is the helper's child, and
+		// nothing else runs in the sandbox yet.
+		self, err := onlyChild(sh.id)
+		if err != nil {
+			s.killShell()
+			return result.Errorf(result.CodeSessionStartFailed, "cannot find the shell inside the sandbox: %v", err)
+		}
+		sh.self = self
+	}
 	return nil
+}
+
+// onlyChild is the one live child of parent.
+func onlyChild(parent proctree.ID) (proctree.ID, error) {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return proctree.ID{}, err
+	}
+	var found []proctree.Stat
+	for _, p := range snap {
+		if p.PPID == parent.PID && !p.Dead() {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		return proctree.ID{}, fmt.Errorf("process %d has %d children, want 1", parent.PID, len(found))
+	}
+	return proctree.ID{PID: found[0].PID, Start: found[0].StartTime}, nil
 }
 
 // readControl splits the control channel into lines. Marker lines go to
@@ -341,7 +379,7 @@ func (sh *shell) gone() bool {
 
 // cwd is the shell's real working directory, whatever $PWD says.
 func (sh *shell) cwd() string {
-	p, err := proctree.Cwd(sh.id.PID)
+	p, err := proctree.Cwd(sh.self.PID)
 	if err != nil {
 		return ""
 	}
@@ -354,7 +392,7 @@ func (sh *shell) cwd() string {
 // calls), which are left alone. The first signal to the call's processes is
 // SIGINT; what still lives after grace gets SIGKILL.
 func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) (killed bool, ok bool) {
-	pid := sh.id.PID
+	pid := sh.self.PID
 	if sh.gone() {
 		return false, false
 	}
