@@ -2,7 +2,6 @@ package agentjob
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -119,20 +118,10 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	default:
 		return s, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
-	s.Cwd = cwd
+	s.Cwd, _ = run.Cwd(o.Cwd)
 	// A job gets the caller's environment with the non-interactive
 	// defaults: nothing a job runs may wait for a human either.
+	var err error
 	if s.Env, err = run.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
 		return s, err
 	}

@@ -2,7 +2,6 @@ package agentsh
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -150,17 +149,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	if err != nil {
 		return nil, err
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
+	cwd, _ := run.Cwd(o.Cwd)
 	s.cwd = cwd
 	s.req.Dir = cwd
 	if s.req.Env, err = run.BuildEnv(env.Environ(), o.ClearEnv, o.Env); err != nil {

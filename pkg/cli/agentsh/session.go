@@ -121,17 +121,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 }
 
 func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) {
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
+	cwd, _ := run.Cwd(o.Cwd)
 	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err

@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/mcpserver"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // Options are the mcp command's flags.
@@ -148,12 +149,12 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		f.StringArrayVar(vals, n, nil, "the server's --"+n+" for every call whose command has it")
 	}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
-		return run(cmd, env, o, *stateDir)
+		return serve(cmd, env, o, *stateDir)
 	})
 	return cmd
 }
 
-func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*clikit.Outcome, error) {
+func serve(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*clikit.Outcome, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot find this program's executable: %v", err)
@@ -162,9 +163,9 @@ func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*cli
 	if err != nil {
 		return nil, err
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot read the working directory: %v", err)
+	wd, ok := run.Cwd("")
+	if !ok {
+		return nil, result.Errorf(result.CodeInternal, "cannot read the working directory")
 	}
 	var flags []mcpserver.Flag
 	var forward []string // the same settings as flags of another program's mcp --describe

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -72,8 +73,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 // relative to where agentsh was invoked, like --cwd; the command's cwd is
 // the default workspace.
 func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
-	here, err := os.Getwd()
-	if err != nil {
+	here, ok := run.Cwd("")
+	if !ok {
 		here = cmdCwd
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
