@@ -9,7 +9,8 @@ import (
 
 // Mark is a rule declared on a flag itself. Every place that needs to know
 // who owns a flag (the request parser, the schemas, the MCP server's
-// refusal list, agentfs's tighten-only limits, the man pages) reads these
+// refusal list, agentfs's tighten-only limits, the sandbox_lock floor, the
+// man pages) reads these
 // marks instead of keeping a list of names.
 type Mark string
 
@@ -29,6 +30,10 @@ const (
 	// TightenOnly: a request may make the configured value stricter but
 	// never looser (agentfs's root, deny list and size limits).
 	TightenOnly Mark = "agentplane/tighten-only"
+	// Floor: under sandbox_lock, the configured value is a floor that a
+	// flag or a request may tighten but never loosen (the sandbox, the
+	// network, the limits, the writable, allowed and hidden paths).
+	Floor Mark = "agentplane/floor"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.

@@ -67,6 +67,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	clikit.MarkFlags(fs, clikit.NoRequest, "user-caches")
 	clikit.MarkFlags(fs, clikit.Configurable, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	// Under sandbox_lock these configured values are a floor (CheckFloor).
+	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -152,62 +154,68 @@ func absAll(cwd string, paths []string) []string {
 // CheckFloor refuses a call that loosens the operator's configured sandbox
 // when the configuration sets sandbox_lock = true (or AGENTPLANE_SANDBOX_LOCK=1).
 // Without the lock, configured values are only defaults, which a flag or
-// request may change either way.
+// request may change either way. The settings the lock holds are the flags
+// marked clikit.Floor; each has its rule in loosened.
 func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
 	lock, _ := env.Configured(cmd, "sandbox-lock")
 	if len(lock) == 0 || (lock[0] != "true" && lock[0] != "1") {
 		return nil
 	}
-	rank := map[string]int{"none": 0, "workspace-write": 1, "read-only": 2}
-	if v, ok := env.Configured(cmd, "sandbox"); ok && len(v) > 0 && rank[o.Mode] < rank[v[0]] {
-		return locked("sandbox", v[0], o.Mode)
-	}
-	if v, ok := env.Configured(cmd, "net"); ok && len(v) > 0 && v[0] == "none" && o.Net != "none" {
-		return locked("net", "none", o.Net)
-	}
-	if v, ok := env.Configured(cmd, "net"); ok && len(v) > 0 && v[0] == "proxy" && o.Net == "host" && len(o.AllowHost) == 0 {
-		return locked("net", "proxy", "host")
-	}
-	limits := []struct {
-		name string
-		got  int64
-	}{{"memory", o.Memory}, {"cpu-time", int64(o.CPUTime)}, {"pids", int64(o.Pids)}, {"file-size", o.FileSize}, {"nofile", int64(o.Nofile)}}
-	for _, l := range limits {
-		v, ok := env.Configured(cmd, l.name)
-		if !ok || len(v) == 0 {
+	for _, name := range clikit.MarkedOn(cmd.Flags(), clikit.Floor) {
+		v, ok := env.Configured(cmd, name)
+		if !ok {
 			continue
 		}
-		floor, err := limitValue(l.name, v[0])
+		if err := o.loosened(name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loosened is the rule of the floor flag name: the error when o is looser
+// than the configured values v.
+func (o *Options) loosened(name string, v []string) error {
+	switch name {
+	case "sandbox":
+		rank := map[string]int{"none": 0, "workspace-write": 1, "read-only": 2}
+		if len(v) > 0 && rank[o.Mode] < rank[v[0]] {
+			return locked("sandbox", v[0], o.Mode)
+		}
+	case "net":
+		if len(v) > 0 && v[0] == "none" && o.Net != "none" {
+			return locked("net", "none", o.Net)
+		}
+		if len(v) > 0 && v[0] == "proxy" && o.Net == "host" && len(o.AllowHost) == 0 {
+			return locked("net", "proxy", "host")
+		}
+	case "memory", "cpu-time", "pids", "file-size", "nofile":
+		got := map[string]int64{"memory": o.Memory, "cpu-time": int64(o.CPUTime), "pids": int64(o.Pids), "file-size": o.FileSize, "nofile": int64(o.Nofile)}[name]
+		if len(v) == 0 {
+			return nil
+		}
+		floor, err := limitValue(name, v[0])
 		if err != nil || floor == 0 {
-			continue
+			return nil
 		}
-		if l.got == 0 || l.got > floor {
-			return locked(l.name, v[0], "a looser value")
+		if got == 0 || got > floor {
+			return locked(name, v[0], "a looser value")
 		}
-	}
-	if v, ok := env.Configured(cmd, "allow-write"); ok {
+	case "allow-write", "allow-host":
 		allowed := map[string]bool{}
 		for _, a := range v {
 			allowed[a] = true
 		}
-		for _, a := range o.AllowWrite {
+		got := o.AllowWrite
+		if name == "allow-host" {
+			got = o.AllowHost
+		}
+		for _, a := range got {
 			if !allowed[a] {
-				return locked("allow-write", strings.Join(v, ","), a)
+				return locked(name, strings.Join(v, ","), a)
 			}
 		}
-	}
-	if v, ok := env.Configured(cmd, "allow-host"); ok {
-		allowed := map[string]bool{}
-		for _, a := range v {
-			allowed[a] = true
-		}
-		for _, a := range o.AllowHost {
-			if !allowed[a] {
-				return locked("allow-host", strings.Join(v, ","), a)
-			}
-		}
-	}
-	if v, ok := env.Configured(cmd, "deny-read"); ok {
+	case "deny-read":
 		have := map[string]bool{}
 		for _, d := range o.DenyRead {
 			have[d] = true
@@ -217,6 +225,8 @@ func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
 				return locked("deny-read", d, "without it")
 			}
 		}
+	default:
+		return result.Errorf(result.CodeInternal, "--%s is marked as a sandbox floor but has no floor rule", name)
 	}
 	return nil
 }
