@@ -25,7 +25,8 @@ const (
 	// Operator: the operator's setting (the sandbox and its limits, the
 	// command policy, agentfs's root and deny list, where state lives). An
 	// MCP tool call naming it is refused; the MCP server has a flag of the
-	// same name that forwards the operator's value to every call.
+	// same name that forwards the operator's value to every call (unless
+	// NotForwarded).
 	Operator Mark = "agentplane/operator"
 	// TightenOnly: a request may make the configured value stricter but
 	// never looser (agentfs's root, deny list and size limits).
@@ -34,6 +35,10 @@ const (
 	// flag or a request may tighten but never loosen (the sandbox, the
 	// network, the limits, the writable, allowed and hidden paths).
 	Floor Mark = "agentplane/floor"
+	// NotForwarded: an Operator setting the MCP server takes no flag for
+	// and never passes on: approval is a human's, given per call, and the
+	// sandbox lock is read from the configuration by every call itself.
+	NotForwarded Mark = "agentplane/not-forwarded"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.

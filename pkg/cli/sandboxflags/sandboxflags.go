@@ -55,7 +55,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none", "proxy"}}, "net", "network: host, none (loopback only), or proxy (only the hosts the operator allows, through agentplane's proxy)")
 	fs.StringArrayVar(&o.AllowHost, "allow-host", nil, "with --net proxy, allow connections to `PATTERN`: a host, *.domain, or an IP address, with an optional :port (repeatable; implies --net proxy)")
 	// The allowlist is the operator's: never a request key or a tool
-	// argument (mcpserver.OperatorFlags lists it too).
+	// argument.
 	clikit.MarkFlags(fs, clikit.NoRequest, "allow-host")
 	fs.Var(clikit.SizeValue{N: &o.Memory}, "memory", "memory limit in `BYTES` (cgroup where available, else address space)")
 	fs.Var(clikit.DurationValue{D: &o.CPUTime}, "cpu-time", "CPU time limit `D`")
@@ -260,4 +260,5 @@ func AddLockFlag(fs *pflag.FlagSet) {
 	clikit.MarkFlags(fs, clikit.Configurable, "sandbox-lock")
 	clikit.MarkFlags(fs, clikit.NoRequest, "sandbox-lock")
 	clikit.MarkFlags(fs, clikit.Operator, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.NotForwarded, "sandbox-lock")
 }
