@@ -93,21 +93,21 @@ func (s *server) serveConn(c net.Conn) {
 
 // afterCall is the bookkeeping of a call that the caller need not wait
 // for: what the call left running, and the list of processes the next
-// call inherits (one snapshot for both). The record is written in the
-// background: the next call need not wait for its fsync.
+// call inherits (one scan of the server's descendants for both). The
+// record is written in the background: the next call need not wait for
+// its fsync.
 func (s *server) afterCall(ended bool) {
 	if !ended {
-		if snap, err := proctree.Snapshot(); err == nil {
-			sh := s.currentShell()
-			s.bg.adopt(snap, s.seqNow(), sh.id.PID, s.takeBefore())
-			before := map[int]uint64{}
-			for _, d := range proctree.Descendants(snap, os.Getpid()) {
-				before[d.PID] = d.StartTime
-			}
-			s.mu.Lock()
-			s.before = before
-			s.mu.Unlock()
+		procs := s.track.scan()
+		sh := s.currentShell()
+		s.bg.adopt(procs, s.seqNow(), sh.id.PID, s.takeBefore())
+		before := make(map[int]uint64, len(procs))
+		for _, d := range procs {
+			before[d.PID] = d.StartTime
 		}
+		s.mu.Lock()
+		s.before = before
+		s.mu.Unlock()
 	}
 	s.markRecord()
 }
@@ -485,7 +485,10 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	before := s.before
 	s.mu.Unlock()
 	if before == nil {
-		before = descendants(os.Getpid())
+		before = map[int]uint64{}
+		for _, d := range s.track.scan() {
+			before[d.PID] = d.StartTime
+		}
 		s.mu.Lock()
 		s.before = before
 		s.mu.Unlock()
@@ -495,7 +498,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	// what was there before the call.
 	spare := func(p proctree.Stat) bool {
 		st, ok := before[p.PID]
-		return (ok && st == p.StartTime) || p.PID == sh.id.PID
+		return (ok && st == p.StartTime) || p.PID == sh.id.PID || p.PID == sh.self.PID
 	}
 
 	var timer <-chan time.Time
@@ -636,16 +639,3 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 }
 
 var closedTime = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
-
-// descendants returns the (pid, start time) identities below pid.
-func descendants(pid int) map[int]uint64 {
-	out := map[int]uint64{}
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return out
-	}
-	for _, d := range proctree.Descendants(snap, pid) {
-		out[d.PID] = d.StartTime
-	}
-	return out
-}

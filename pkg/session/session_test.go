@@ -30,6 +30,7 @@ func newTestServer(t *testing.T) *server {
 	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}), dirty: make(chan struct{}, 1),
 		spec: Spec{Shell: bash, ShellArgs: []string{"--noprofile", "--norc"}, Cwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}}
 	s.bg = newBackground(filepath.Join(dir, "bg.log"), 1<<16)
+	s.track = newTracker(os.Getpid())
 	if err := s.startShell(dir); err != nil {
 		t.Fatal(err)
 	}
