@@ -433,19 +433,29 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 }
 
 // probe sends probe lines until one is answered, within limit. It fails
-// at once when the control channel closes (the shell exited, or exec
+// as soon as the control channel closes (the shell exited, or exec
 // replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for k := 1; ; k++ {
 		tag := "p" + strconv.Itoa(k)
-		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err != nil {
-			return false
+		var every *time.Timer // nil: no further probe
+		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err == nil {
+			every = time.NewTimer(probeEvery * time.Duration(k))
 		}
-		every := time.NewTimer(probeEvery * time.Duration(k))
-		_, why := sh.awaitAny(tag, every.C, deadline.C)
-		every.Stop()
+		// A write that fails says nothing reads the shell's input any
+		// more: the shell exited, or exec replaced it (which closes its
+		// saved input and control channel). That is not yet a verdict:
+		// the control channel's end is, and it follows.
+		var next <-chan time.Time
+		if every != nil {
+			next = every.C
+		}
+		_, why := sh.awaitAny(tag, next, deadline.C)
+		if every != nil {
+			every.Stop()
+		}
 		switch why {
 		case gotMarker:
 			return true
