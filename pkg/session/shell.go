@@ -234,7 +234,9 @@ func (s *server) startShell(cwd string) error {
 			return err
 		}
 		defer started()
-		cmd.ExtraFiles = files
+		// Under a policy the guard's own descriptors come first (its
+		// fds 3 to 5); the sandbox's follow.
+		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
 	}
 	err = cmd.Start()
 	pw.Close()
@@ -258,6 +260,20 @@ func (s *server) startShell(cwd string) error {
 				return rerr
 			}
 			return err
+		}
+		if s.sandbox != nil {
+			// The sandbox's namespaces are the guard's (it is PID 1 of
+			// the PID namespace), so the pid it reports is the helper's
+			// in there; out here the helper is the guard's only child.
+			guardID, _ := proctree.Identify(cmd.Process.Pid)
+			helper, err := onlyChild(guardID)
+			if err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				pr.Close()
+				return result.Errorf(result.CodeSessionStartFailed, "cannot find the sandbox helper below the policy guard: %v", err)
+			}
+			shellPID = helper.PID
 		}
 	}
 	sh.id, _ = proctree.Identify(shellPID)
