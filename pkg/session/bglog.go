@@ -97,10 +97,13 @@ type LogsRequest struct {
 // LogsResult is a read of the background log. Offsets are absolute bytes
 // since the session started.
 type LogsResult struct {
-	Data         string `json:"data"`
-	Offset       int64  `json:"offset"`
-	NextOffset   int64  `json:"next_offset"`
-	DroppedBytes int64  `json:"dropped_bytes,omitempty"`
+	Data       string `json:"data"`
+	Offset     int64  `json:"offset"`
+	NextOffset int64  `json:"next_offset"`
+	// DroppedBytes is how much of what was asked for the bound dropped
+	// before it was read: with --since-last, the bytes written after the
+	// last read that are gone; otherwise the oldest bytes of the log.
+	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
 }
 
 // readLog reads the background log of the session in sdir. It needs no
@@ -140,19 +143,28 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 		if i > 0 && data[i-1] == '\n' {
 			i--
 		}
-		for k := 0; k < req.Tail && i > 0; k++ {
+		lines := 0
+		for lines < req.Tail && i > 0 {
 			j := bytes.LastIndexByte(data[:i], '\n')
-			i = j
+			lines++
 			if j < 0 {
 				i = 0
 				break
 			}
+			i = j
 		}
 		if i > 0 {
 			i++ // after the newline
 		}
+		// Fewer lines are left than were asked for: the rest were dropped.
+		if i == 0 && lines < req.Tail {
+			out.DroppedBytes = base
+		}
 		out.Offset = base + int64(i)
 		data = data[i:]
+	default:
+		// The whole log was asked for: its oldest bytes are gone.
+		out.DroppedBytes = base
 	}
 	if !req.Raw {
 		data = capture.Clean(data)

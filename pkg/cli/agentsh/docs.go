@@ -39,7 +39,7 @@ background: processes calls left running (cmd &): pid, command, status running o
 		Result: `session, status: the session and whether it runs
 data: what background processes wrote after their call returned (cleaned unless --raw)
 offset, next_offset: absolute byte offsets of data in the session's log
-dropped_bytes: with --since-last, what was dropped from the bounded log before it was read
+dropped_bytes: how much of what was asked for the bounded log dropped before it was read (with --since-last: written since the last read and lost; otherwise: the oldest bytes of the log)
 background: the processes calls left running, as in session status`,
 	},
 	"session stop": {
