@@ -22,6 +22,10 @@ type BackgroundProc struct {
 	Status   string `json:"status"` // running, exited
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
+	// shellCmd is set while Command is not yet the process's own: it was
+	// caught between the shell's fork and its exec, so its command line
+	// was still the shell's (shellCmd) or empty. list reads it again.
+	shellCmd *string
 }
 
 // background keeps track of what calls left running and of their output.
@@ -40,7 +44,7 @@ func newBackground(path string, limit int64) *background {
 // adopt records the processes call n left behind: the new descendants of
 // the shell whose parent is not itself one of them (the head of a
 // pipeline or subshell, not each of its parts).
-func (b *background) adopt(snap []proctree.Stat, n, shellPID int, before map[int]uint64) {
+func (b *background) adopt(snap []proctree.Stat, n, shellPID, shellSelf int, shellCmd, callText string, before map[int]uint64) {
 	fresh := map[int]bool{}
 	var found []proctree.Stat
 	for _, p := range proctree.Descendants(snap, shellPID) {
@@ -67,7 +71,19 @@ func (b *background) adopt(snap []proctree.Stat, n, shellPID int, before map[int
 		if fresh[p.PPID] {
 			continue
 		}
+		// A child of what an earlier call left running (a loop's sleep)
+		// is that process's, not this call's.
+		if _, old := before[p.PPID]; old && p.PPID != shellSelf && p.PPID != shellPID {
+			continue
+		}
 		bp := &BackgroundProc{PID: p.PID, Start: p.StartTime, Command: cmdline(p.PID), Call: n, Status: StateRunning}
+		if bp.Command == "" || bp.Command == shellCmd {
+			// Not exec'd yet (or a subshell): the call's text says what
+			// it is until it execs.
+			sc := shellCmd
+			bp.shellCmd = &sc
+			bp.Command = truncate(callText)
+		}
 		b.mu.Lock()
 		b.procs = append(b.procs, bp)
 		b.mu.Unlock()
@@ -152,11 +168,37 @@ func (b *background) list() []BackgroundProc {
 				continue
 			}
 		}
+		if p.shellCmd != nil && p.Status == StateRunning {
+			p.recheck()
+		}
 		out = append(out, *p)
 	}
 	// oldest first
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// recheck reads again the command line of a process adopted between its
+// fork and its exec. A subshell that never execs keeps the shell's.
+func (p *BackgroundProc) recheck() {
+	st, err := proctree.ReadStat(p.PID)
+	if err != nil || st.StartTime != p.Start {
+		return
+	}
+	if c := cmdline(p.PID); c != "" && c != *p.shellCmd {
+		p.Command, p.shellCmd = c, nil
+	}
+}
+
+// started lists the processes call n left running.
+func (b *background) started(n int) []BackgroundProc {
+	var out []BackgroundProc
+	for _, p := range b.list() {
+		if p.Call == n {
+			out = append(out, p)
+		}
 	}
 	return out
 }
@@ -176,9 +218,12 @@ func cmdline(pid int) string {
 	if err != nil {
 		return ""
 	}
-	s := strings.Join(argv, " ")
+	return truncate(strings.Join(argv, " "))
+}
+
+func truncate(s string) string {
 	if len(s) > 300 {
-		s = s[:300]
+		s = strings.ToValidUTF8(s[:300], "")
 	}
 	return s
 }

@@ -73,14 +73,18 @@ func (s *server) serveConn(c net.Conn) {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
 			return
 		}
-		b, _ := result.Marshal(obj)
 		settled := make(chan struct{})
 		s.mu.Lock()
 		s.settled = settled
 		s.mu.Unlock()
+		// What the call left running was adopted before its result goes
+		// out (execute), so that the result and any status after it
+		// list it.
+		if bg := s.bg.started(s.seqNow()); len(bg) > 0 {
+			obj.Set("background", bg)
+		}
+		b, _ := result.Marshal(obj)
 		_ = enc.send(message{Type: "result", Result: b})
-		s.afterCall(ended)
-		s.markRecord()
 		s.release()
 		close(settled)
 		if ended {
@@ -96,7 +100,7 @@ func (s *server) serveConn(c net.Conn) {
 // call inherits (one scan of the server's descendants for both). The
 // record is written in the background: the next call need not wait for
 // its fsync.
-func (s *server) afterCall(ended bool) {
+func (s *server) afterCall(ended bool, callText string) {
 	if !ended {
 		procs := s.track.scan()
 		sh := s.currentShell()
@@ -108,7 +112,7 @@ func (s *server) afterCall(ended bool) {
 		// started; it is not something a call left running (after a
 		// reset it is new).
 		prev[sh.self.PID] = sh.self.Start
-		s.bg.adopt(procs, s.seqNow(), sh.id.PID, prev)
+		s.bg.adopt(procs, s.seqNow(), sh.id.PID, sh.self.PID, cmdline(sh.self.PID), callText, prev)
 		before := make(map[int]uint64, len(procs))
 		for _, d := range procs {
 			before[d.PID] = d.StartTime
@@ -620,6 +624,10 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		res.Signal = proctree.SignalName(syscall.Signal(res.ExitCode - 128))
 	}
 	res.Elapsed = time.Since(res.StartedAt)
+	// What the call left running is adopted now, before the drain below
+	// gives a short one the time to end unseen (one scan of the
+	// processes created since the last one).
+	s.afterCall(out.ended, req.Command)
 
 	// The shell has closed its ends; ours go now. Background processes
 	// that still hold a FIFO get the drain to finish writing into the

@@ -60,7 +60,6 @@ func runCall(t *testing.T, s *server, req CallRequest, cancel <-chan struct{}) (
 	}
 	defer c.cleanup()
 	res, out := s.execute(c, req, cancel, func() syscall.Signal { return 0 })
-	s.afterCall(out.ended)
 	obj := result.New().Set("exit_code", res.ExitCode).Set("status", res.Status).
 		Set("stdout", func() string { c := res.Stdout.Snapshot(); return string(c.Head) + string(c.Tail) }()).Set("elapsed", res.Elapsed)
 	return obj, out
