@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -67,6 +68,13 @@ func (b *background) adopt(snap []proctree.Stat, n, shellPID, shellSelf int, she
 			}
 		}
 	}
+	// In the order they started (a scan lists them in any order).
+	sort.Slice(found, func(i, j int) bool {
+		if found[i].StartTime != found[j].StartTime {
+			return found[i].StartTime < found[j].StartTime
+		}
+		return found[i].PID < found[j].PID
+	})
 	for _, p := range found {
 		if fresh[p.PPID] {
 			continue
