@@ -102,6 +102,9 @@ type ToolSpec struct {
 	// Operator are the request keys of the command's flags marked
 	// clikit.Operator: the server refuses them as arguments.
 	Operator []string `json:"operator,omitempty"`
+	// Files are the request keys of the command's flags marked
+	// clikit.LocalFile: the server refuses them as arguments too.
+	Files []string `json:"files,omitempty"`
 }
 
 // Config is what the server needs to know.
@@ -186,6 +189,9 @@ func New(cfg Config) (*Server, error) {
 			for _, k := range spec.Operator {
 				s.refused[k] = whyOperator
 			}
+			for _, k := range spec.Files {
+				s.refused[k] = whyFile
+			}
 		}
 	}
 	seen := map[string]bool{}
@@ -215,26 +221,14 @@ const (
 )
 
 // refusedKeys maps the request keys a tool call may not give, whatever the
-// tool, to why; the operator's keys are added from the marks of the tools'
-// flags (operatorKeys).
+// tool, to why; the operator's keys and the local files are added from the
+// marks of the tools' flags (markedKeys).
 func refusedKeys() map[string]string {
 	m := map[string]string{}
 	for _, n := range serverOwned() {
 		m[n] = whyServer
 	}
-	for _, n := range callerFiles() {
-		m[n] = whyFile
-	}
 	return m
-}
-
-// callerFiles returns the request keys that name a local file the CLI
-// opens itself, unconfined: right for the person at the shell, but over
-// MCP they would let a tool call read past --deny-read and --root
-// (agentfs write --content-file copies any file into the root) or write
-// outside the sandbox.
-func callerFiles() []string {
-	return []string{"stdin_file", "save_output", "content_file", "patch_file"}
 }
 
 // Describe lists a program's tools as the server offers them, with the
@@ -250,10 +244,12 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 	}
 	env := &clikit.Env{Program: p, LookupEnv: o.LookupEnv, Environ: o.Environ, ConfigFile: o.ConfigFile, Ctx: context.Background()}
 	root := clikit.NewRoot(env)
-	operator := clikit.MarkedFlags(root, clikit.Operator)
 	refused := refusedKeys()
-	for _, n := range operator {
+	for _, n := range clikit.MarkedFlags(root, clikit.Operator) {
 		refused[clikit.ConfigKey(n)] = whyOperator
+	}
+	for _, n := range clikit.MarkedFlags(root, clikit.LocalFile) {
+		refused[clikit.ConfigKey(n)] = whyFile
 	}
 	set := &ToolSet{Program: p.Name, Executable: o.Executable}
 	for _, t := range clikit.Tools(root) {
@@ -264,19 +260,19 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 		set.Tools = append(set.Tools, ToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
 			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags, Hints: t.Hints,
-			Operator: operatorKeys(t),
+			Operator: markedKeys(t, clikit.Operator), Files: markedKeys(t, clikit.LocalFile),
 		})
 	}
 	return set, nil
 }
 
-// operatorKeys returns the request keys of t's flags marked clikit.Operator.
-func operatorKeys(t clikit.Tool) []string {
+// markedKeys returns the request keys of t's flags marked m.
+func markedKeys(t clikit.Tool, m clikit.Mark) []string {
 	var keys []string
 	seen := map[string]bool{}
 	for _, fs := range []*pflag.FlagSet{t.Command.Flags(), t.Command.InheritedFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
-			if clikit.HasMark(f, clikit.Operator) && !seen[f.Name] {
+			if clikit.HasMark(f, m) && !seen[f.Name] {
 				seen[f.Name] = true
 				keys = append(keys, clikit.ConfigKey(f.Name))
 			}

@@ -39,6 +39,13 @@ const (
 	// and never passes on: approval is a human's, given per call, and the
 	// sandbox lock is read from the configuration by every call itself.
 	NotForwarded Mark = "agentplane/not-forwarded"
+	// LocalFile: the flag names a file the program opens itself, outside
+	// any sandbox and root (agentsh --stdin-file and --save-output, agentfs
+	// --content-file and --patch-file). Right for the person at the shell,
+	// but a tool call could read past --deny-read and --root or write
+	// outside the sandbox with it: the MCP server refuses it as an argument,
+	// and agentsh refuses it as a request key when the call is sandboxed.
+	LocalFile Mark = "agentplane/local-file"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.
