@@ -46,6 +46,10 @@ const (
 	// outside the sandbox with it: the MCP server refuses it as an argument,
 	// and agentsh refuses it as a request key when the call is sandboxed.
 	LocalFile Mark = "agentplane/local-file"
+	// Numeric: a string flag whose syntax is a number (agentfs's octal
+	// --mode), so a request may give it as a JSON number. Other string
+	// flags refuse numbers: a command or a path is text.
+	Numeric Mark = "agentplane/numeric"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.
