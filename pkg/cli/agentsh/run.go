@@ -94,6 +94,7 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	sandboxflags.AddLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
 	clikit.MarkFlags(f, clikit.LocalFile, "stdin-file", "save-output")
+	clikit.MarkFlags(f, clikit.ServerOwned, "tee", "stream", "exit-zero")
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 

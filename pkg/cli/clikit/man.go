@@ -212,6 +212,9 @@ func markNote(f *pflag.Flag) string {
 	if HasMark(f, TightenOnly) {
 		notes = append(notes, "a request may only tighten it")
 	}
+	if HasMark(f, ServerOwned) {
+		notes = append(notes, "the MCP server's: never a tool argument")
+	}
 	if HasMark(f, LocalFile) {
 		notes = append(notes, "opened by the program itself: never an MCP tool argument")
 	}
