@@ -30,7 +30,11 @@ import (
 //
 // Each call is one line:
 //
-//	__agentsh_n=N; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	__agentsh_n=N; __agentsh_s=0; PS1=$'\n'"MARK N "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// The first prompt is for a line bash abandons whole, as it does for some
+// errors it reports (an unbound variable in arithmetic under set -u): the
+// prompt then still ends the call, with the status bash left.
 //
 // Nothing on it can be shadowed by what a command defines: assignments are
 // syntax, and "." is a special builtin that posix mode (switched on by the
@@ -121,8 +125,8 @@ func callLine(marker string, n int, script, stdin string, outs []string) string 
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
-		n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; PS1=$'\n'"%s %d "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		n, marker, n, shellQuote(script), shellQuote(stdin), redir, marker, n)
 }
 
 // probeLine asks an interrupted shell to show it is back at its prompt. It
@@ -357,7 +361,9 @@ func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (in
 			}
 			code, err := strconv.Atoi(f[2])
 			if err != nil {
-				continue
+				// The prompt set before the call ran, unexpanded (the
+				// command turned promptvars off): the line was abandoned.
+				code = 1
 			}
 			return code, gotMarker
 		case <-t:
