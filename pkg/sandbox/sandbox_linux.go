@@ -61,16 +61,8 @@ type builder struct {
 	cgroups   []string // created cgroup directories, removed by cleanup
 	memCgroup string
 	pidCgroup string
-	memRlimit bool
 	net       *netProxy // with --net proxy, closed by cleanup
 	netEnv    []string  // the proxy's variables for the command
-}
-
-// isolating reports whether the policy draws a boundary that root's
-// capabilities could cross (setns, umount, open_by_handle_at), in which case
-// the helper shrinks the capability bounding set.
-func (b *builder) isolating() bool {
-	return b.p.Mode != ModeNone || b.p.Net == NetNone || b.p.Net == NetProxy || len(b.p.DenyRead) > 0 || b.p.User != ""
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
