@@ -215,18 +215,21 @@ func killCgroup(dir string, timeout time.Duration) bool {
 	}
 }
 
-// watchdogCmd is the watchdog's command: argv with StartGuard's arguments
-// or, in cgroup mode, a shell.
-func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+// watchdogArgv is the watchdog's program and argv: argv with StartGuard's
+// arguments or, in cgroup mode, a shell.
+func (g *Guard) watchdogArgv(argv []string) (string, []string) {
 	if g.mode == GuardCgroup {
-		if sh, err := exec.LookPath("/bin/sh"); err == nil {
+		if _, err := os.Stat(shPath); err == nil {
 			// The cgroup needs only a trigger, and a shell starts in a
 			// fraction of the time (and CPU) of a Go program.
-			return exec.Command(sh, "-c", shWatchdog, "agentplane-watchdog", g.cgDir)
+			return shPath, []string{shPath, "-c", shWatchdog, "agentplane-watchdog", g.cgDir}
 		}
 	}
-	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
 }
+
+// shPath is the shell of the cgroup watchdog.
+const shPath = "/bin/sh"
 
 // killGuardCgroup kills the cgroup of a dead guard's command and removes it.
 func killGuardCgroup(cg string) bool {
