@@ -285,11 +285,18 @@ var currentUser = sync.OnceValue(func() string {
 	return strconv.Itoa(os.Getuid())
 })
 
-// Prepare starts, on another goroutine, the lookups an Append needs, so
-// that a program which knows a record is coming (agentsh, before it starts
-// the command) has them done by the time it appends instead of waiting for
-// them after the command. Calling it is never required.
-func Prepare() { go currentUser() }
+// Prepare starts, on another goroutine, the work an Append does the first
+// time in a process, so that a program which knows a record is coming
+// (agentsh, before it starts the command) has it done by the time it
+// appends instead of waiting for it after the command: the user lookup,
+// and encoding/json's description of Record (built by reflection on first
+// use, about as long again). Calling it is never required.
+func Prepare() {
+	go func() {
+		currentUser()
+		_ = json.NewEncoder(io.Discard).Encode(Record{Command: []string{}})
+	}()
+}
 
 // segment is one opened log file, identified by inode so that a follower
 // can recognise it after a rename.
