@@ -43,6 +43,7 @@ type Guard struct {
 	mode  string
 	cgDir string // cgroup mode: the command's cgroup
 	cgFD  int    // cgroup mode: an O_PATH fd of cgDir, for CLONE_INTO_CGROUP
+	evFD  int    // cgroup mode: cgroup.events, opened with the cgroup, for Empty
 	token string
 	w     *os.File // write end of the watchdog's pipe
 	wd    *os.Process
@@ -69,9 +70,10 @@ func StartGuard(argv []string) (*Guard, error) {
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, err
 	}
-	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1}
+	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
 	if dir, fd, err := makeCgroup(g.token); err == nil {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
+		g.evFD = openEvents(dir)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {

@@ -32,7 +32,19 @@ func (g *Guard) Empty() bool {
 	if g.mode != GuardCgroup {
 		return false
 	}
-	populated, err := cgroupPopulated(g.cgDir)
+	var populated bool
+	var err error
+	if g.evFD >= 0 {
+		// Opened with the cgroup, off the call's path: after the
+		// command, only a read from offset 0, which regenerates the file.
+		var buf [256]byte
+		var n int
+		if n, err = unix.Pread(g.evFD, buf[:], 0); err == nil {
+			populated, err = parsePopulated(buf[:n])
+		}
+	} else {
+		populated, err = cgroupPopulated(g.cgDir)
+	}
 	return err == nil && !populated
 }
 
@@ -71,6 +83,10 @@ func (g *Guard) dropCgroup() {
 	if g.cgFD >= 0 {
 		unix.Close(g.cgFD)
 		g.cgFD = -1
+	}
+	if g.evFD >= 0 {
+		unix.Close(g.evFD)
+		g.evFD = -1
 	}
 	if g.cgDir != "" {
 		_ = unix.Rmdir(g.cgDir)
@@ -138,11 +154,26 @@ func makeCgroup(token string) (string, int, error) {
 	return dir, fd, nil
 }
 
+// openEvents opens dir's cgroup.events for Empty, or returns -1 (Empty
+// then opens it by name).
+func openEvents(dir string) int {
+	fd, err := unix.Open(filepath.Join(dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
 func cgroupPopulated(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return false, err
 	}
+	return parsePopulated(b)
+}
+
+// parsePopulated reads the populated field of a cgroup.events file.
+func parsePopulated(b []byte) (bool, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return v != "0", nil
