@@ -247,16 +247,20 @@ func benchStartup(b *bench) error {
 		"  parsed an RSA key on every start (a millisecond, the largest item of all).\n"+
 		"- **Runtime start of a larger binary, ~13%% (libfloor ~23%% of a smaller total)**: CPU feature\n"+
 		"  detection, the itab table and page faults grow with the binary.\n"+
-		"- **The cobra tree, ~7%%**: a one-shot call declares every subcommand's flags too.\n"+
-		"- **The containment guard, ~9%%, on another goroutine beside the CLI's start-up**: the cgroup\n"+
+		"- **The cobra tree, ~3%%**: the root's flags and clikit's; a call that runs a command no longer\n"+
+		"  declares the subcommands' (that was another ~4%%).\n"+
+		"- **The containment guard, ~10%%, on another goroutine beside the CLI's start-up**: the cgroup\n"+
 		"  (reading /proc/self/cgroup, mkdir, rmdir after the run) and the fork and exec of the watchdog\n"+
 		"  shell, in a process group of its own (a session of its own would make a scheduler autogroup,\n"+
 		"  which doubled the cost of the fork). The shell's own start is on the other core.\n"+
 		"- **Running the command, ~9%%**: pipes, the fork into the guard's cgroup, the wait, and one read of\n"+
 		"  cgroup.events in place of a scan of /proc for leftovers.\n"+
-		"- **The audit record, ~3%%**: lock and append; the user lookup (NSS) and the JSON encoder's setup\n"+
+		"- **The audit record, ~2%%**: lock and append; the user lookup (NSS) and the JSON encoder's setup\n"+
 		"  start before the command, on another goroutine.\n"+
-		"\nAn unsandboxed call reads nothing of the state directory but the secret key and the audit log.\n")
+		"\nAn unsandboxed call reads nothing of the state directory but the secret key and the audit log.\n"+
+		"What would close most of the rest is not linking the MCP SDK into the program every call starts\n"+
+		"(`agentsh mcp` as a program of its own, like agentplane-sandbox), and a watchdog that is not a\n"+
+		"process per call; on two cores the watchdog's exec competes with the command's.\n")
 	return nil
 }
 
