@@ -17,7 +17,7 @@ import (
 // A Guard keeps a command's process tree from outliving the process that
 // started it, even when that process is SIGKILLed and so cannot clean up:
 // the guarded process (agentsh, a session server) starts a small watchdog
-// in a session of its own (a killpg of the caller's group misses it) that
+// in a process group of its own (a killpg of the caller's group misses it) that
 // holds the read end of a pipe. The write end stays in the guarded process
 // only (close-on-exec), so the watchdog reads end-of-file exactly when the
 // guarded process is gone. Unless it was told "done" first, it then kills
@@ -43,6 +43,7 @@ type Guard struct {
 	mode  string
 	cgDir string // cgroup mode: the command's cgroup
 	cgFD  int    // cgroup mode: an O_PATH fd of cgDir, for CLONE_INTO_CGROUP
+	evFD  int    // cgroup mode: cgroup.events, opened with the cgroup, for Empty
 	token string
 	w     *os.File // write end of the watchdog's pipe
 	wd    *os.Process
@@ -69,29 +70,32 @@ func StartGuard(argv []string) (*Guard, error) {
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, err
 	}
-	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1}
+	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
 	if dir, fd, err := makeCgroup(g.token); err == nil {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
+		g.evFD = openEvents(dir)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		g.dropCgroup()
 		return nil, err
 	}
-	cmd := g.watchdogCmd(argv)
-	cmd.Stdin = r
-	cmd.Dir = "/"
-	// Its own session: a killpg of the caller's group (an agent host
-	// aborting a turn) must not take the watchdog with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	path, args := g.watchdogArgv(argv)
+	// Its own process group: a killpg of the caller's group (an agent
+	// host aborting a turn) must not take the watchdog with it. Not a
+	// session of its own: setsid makes a scheduler autogroup, which costs
+	// more than the rest of the start (the watchdog reads a pipe, not a
+	// terminal, so a session would give it nothing). Only the pipe is
+	// passed: the watchdog writes nothing.
+	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r},
+		Sys: &syscall.SysProcAttr{Setpgid: true}})
 	r.Close()
 	if err != nil {
 		w.Close()
 		g.dropCgroup()
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
-	g.w, g.wd = w, cmd.Process
+	g.w, g.wd = w, wd
 	return g, nil
 }
 

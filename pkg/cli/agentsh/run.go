@@ -211,6 +211,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
+	audit.Prepare()
 	defer func() {
 		rec.DurationMS = time.Since(began).Milliseconds()
 		if err != nil {

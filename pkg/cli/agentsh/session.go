@@ -332,6 +332,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	}
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
+	audit.Prepare()
 	// The caller's policy decides before the command reaches the session.
 	decision, err := o.Guard.DecideInput(o.Command, nil, req.Stdin)
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
