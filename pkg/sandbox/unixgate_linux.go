@@ -131,6 +131,8 @@ type unixGate struct {
 	netDev   uint64 // the namespace's identity (/proc/self/ns/net)
 	netIno   uint64
 
+	pidfds map[int]int // thread id → pidfd, see pidfd
+
 	diagMu sync.Mutex
 	diag   int // NETLINK_SOCK_DIAG socket in the sandbox's namespace, -1 until needed
 }
@@ -146,7 +148,10 @@ func startUnixGate() error {
 	if err != nil {
 		return err
 	}
-	g := &unixGate{listener: fd, netDev: st.Dev, netIno: st.Ino, diag: -1}
+	// The caller and the helper hand over to each other on one CPU
+	// (Linux 6.6): a gated call then costs tens of microseconds less.
+	_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	g := &unixGate{listener: fd, netDev: st.Dev, netIno: st.Ino, diag: -1, pidfds: map[int]int{}}
 	go g.serve()
 	return nil
 }
@@ -157,7 +162,9 @@ func (g *unixGate) serve() {
 		_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(g.listener), unix.SECCOMP_IOCTL_NOTIF_RECV, uintptr(unsafe.Pointer(&n)))
 		switch e {
 		case 0:
-			go g.answer(n)
+			// Inline: a goroutine per call costs a thread wake-up each
+			// time; a call that must wait goes on in its own (async).
+			g.answer(n)
 		case unix.EINTR, unix.ENOENT:
 			// Interrupted, or the caller died before it was received.
 		default:
@@ -170,7 +177,17 @@ func (g *unixGate) serve() {
 
 func (g *unixGate) answer(n seccompNotif) {
 	val, errno := g.handle(n)
-	resp := seccompNotifResp{ID: n.ID}
+	if errno == errAsync {
+		return
+	}
+	g.reply(n.ID, val, errno)
+}
+
+// errAsync: the call went on in a goroutine of its own, which answers.
+const errAsync = unix.Errno(^uintptr(0))
+
+func (g *unixGate) reply(id uint64, val int64, errno unix.Errno) {
+	resp := seccompNotifResp{ID: id}
 	if errno != 0 {
 		resp.Error = -int32(errno)
 	} else {
@@ -192,6 +209,7 @@ type call struct {
 	g     *unixGate
 	n     seccompNotif
 	tid   int
+	async bool // a goroutine owns the call (and its descriptors) now
 	pidfd int
 	sock  int // the helper's duplicate of the caller's socket
 	close []int
@@ -205,30 +223,32 @@ func (c *call) done() {
 
 func (g *unixGate) handle(n seccompNotif) (int64, unix.Errno) {
 	c := &call{g: g, n: n, tid: int(n.Pid)}
-	defer c.done()
-	pidfd, err := unix.PidfdOpen(c.tid, unix.PIDFD_THREAD)
-	if errors.Is(err, unix.EINVAL) {
-		pidfd, err = unix.PidfdOpen(tgidOf(c.tid), 0)
-	}
+	defer func() {
+		if !c.async {
+			c.done()
+		}
+	}()
+	pidfd, fresh, err := g.pidfd(c.tid)
 	if err != nil {
 		return 0, unix.ESRCH
 	}
-	c.close = append(c.close, pidfd)
-	c.pidfd = pidfd
-	// The pidfd was opened while the notification was pending: it names
-	// the caller, not a process that reused its pid.
-	if !g.valid(n.ID) {
+	// A pidfd opened while the notification is pending names the caller,
+	// not a process that reused its pid.
+	if fresh && !g.valid(n.ID) {
 		return 0, unix.ESRCH
 	}
+	c.pidfd = pidfd
 	sock, err := unix.PidfdGetfd(pidfd, int(int32(n.Args[0])), 0)
+	if errors.Is(err, unix.ESRCH) && !fresh {
+		// The cached thread is gone and its id reused.
+		g.forget(c.tid)
+		return g.handle(n)
+	}
 	if err != nil {
 		return 0, errnoOf(err)
 	}
 	c.close = append(c.close, sock)
 	c.sock = sock
-	if _, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
-		return 0, errnoOf(err) // ENOTSOCK, as the call would have failed
-	}
 	switch int(n.Nr) {
 	case unix.SYS_CONNECT:
 		return c.connect()
@@ -237,9 +257,42 @@ func (g *unixGate) handle(n seccompNotif) (int64, unix.Errno) {
 	case unix.SYS_SENDMSG:
 		return c.sendmsg(n.Args[1], int(n.Args[2]))
 	case unix.SYS_SENDMMSG:
+		if c.blocking(0) {
+			return c.goAsync(c.sendmmsg)
+		}
 		return c.sendmmsg()
 	}
 	return 0, unix.ENOSYS
+}
+
+// pidfd returns a pidfd of thread tid, from the cache when it has one
+// (fresh is false then). The cache is the serving goroutine's only; a call
+// that goes async takes a duplicate.
+func (g *unixGate) pidfd(tid int) (fd int, fresh bool, err error) {
+	if fd, ok := g.pidfds[tid]; ok {
+		return fd, false, nil
+	}
+	fd, err = unix.PidfdOpen(tid, unix.PIDFD_THREAD)
+	if errors.Is(err, unix.EINVAL) {
+		fd, err = unix.PidfdOpen(tgidOf(tid), 0)
+	}
+	if err != nil {
+		return -1, false, err
+	}
+	if len(g.pidfds) >= 256 {
+		for t := range g.pidfds {
+			g.forget(t)
+		}
+	}
+	g.pidfds[tid] = fd
+	return fd, true, nil
+}
+
+func (g *unixGate) forget(tid int) {
+	if fd, ok := g.pidfds[tid]; ok {
+		_ = unix.Close(fd)
+		delete(g.pidfds, tid)
+	}
 }
 
 // read copies n bytes at addr of the caller's memory.
@@ -274,6 +327,9 @@ func (c *call) address(addr uint64, alen int) ([]byte, unix.Errno) {
 	raw, e := c.read(addr, alen)
 	if e != 0 {
 		return nil, e
+	}
+	if _, err := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_TYPE); err != nil {
+		return nil, errnoOf(err) // ENOTSOCK, as the call would have failed
 	}
 	if !c.g.ownSocket(c.sock) {
 		// Created outside the namespace (passed in by the caller): its
@@ -469,9 +525,40 @@ func (c *call) connect() (int64, unix.Errno) {
 	if len(addr) > 0 {
 		p = unsafe.Pointer(&addr[0])
 	}
-	_, _, e = unix.Syscall(unix.SYS_CONNECT, uintptr(c.sock), uintptr(p), uintptr(len(addr)))
-	runtime.KeepAlive(addr)
-	return 0, e
+	connect := func() (int64, unix.Errno) {
+		_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(c.sock), uintptr(p), uintptr(len(addr)))
+		runtime.KeepAlive(addr)
+		return 0, e
+	}
+	if c.blocking(0) {
+		// It may wait for the peer's accept, which may need the gate.
+		return c.goAsync(connect)
+	}
+	return connect()
+}
+
+// blocking reports whether the caller's socket waits (no O_NONBLOCK, no
+// MSG_DONTWAIT in flags).
+func (c *call) blocking(flags int) bool {
+	fl, err := unix.FcntlInt(uintptr(c.sock), unix.F_GETFL, 0)
+	return err == nil && fl&unix.O_NONBLOCK == 0 && flags&unix.MSG_DONTWAIT == 0
+}
+
+// goAsync finishes the call in a goroutine of its own, which answers it.
+func (c *call) goAsync(f func() (int64, unix.Errno)) (int64, unix.Errno) {
+	pidfd, err := unix.FcntlInt(uintptr(c.pidfd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return 0, errnoOf(err)
+	}
+	c.pidfd = pidfd
+	c.close = append(c.close, pidfd)
+	c.async = true
+	go func() {
+		val, e := f()
+		c.g.reply(c.n.ID, val, e)
+		c.done()
+	}()
+	return 0, errAsync
 }
 
 func (c *call) sendto() (int64, unix.Errno) {
@@ -596,25 +683,55 @@ func (c *call) rights(oob []byte) unix.Errno {
 // blocking socket waits (while the caller is still there), a stream on a
 // blocking socket is sent whole, SIGPIPE goes to the caller's thread.
 func (c *call) send(data, oob, addr []byte, flags int) (int64, unix.Errno) {
-	fl, err := unix.FcntlInt(uintptr(c.sock), unix.F_GETFL, 0)
-	if err != nil {
-		return 0, errnoOf(err)
+	// The first try never waits; what must wait goes on in a goroutine
+	// (sendmmsg on a blocking socket is in one already).
+	n, e := c.sendOnce(data, oob, addr, flags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	if e == 0 && n >= len(data) {
+		return int64(n), 0
 	}
-	blocking := fl&unix.O_NONBLOCK == 0 && flags&unix.MSG_DONTWAIT == 0
+	if e != 0 && e != unix.EAGAIN {
+		return c.sendFailed(e, flags)
+	}
+	blocking := c.blocking(flags)
 	typ, _ := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_TYPE)
 	stream := typ == unix.SOCK_STREAM
+	switch {
+	case e == 0 && (!blocking || !stream):
+		return int64(n), 0
+	case e == unix.EAGAIN && !blocking:
+		return 0, e
+	}
 	sent := 0
+	if e == 0 {
+		sent, oob = n, nil
+	}
+	rest := func() (int64, unix.Errno) { return c.sendRest(data, oob, addr, flags, stream, sent) }
+	if c.async {
+		return rest()
+	}
+	return c.goAsync(rest)
+}
+
+func (c *call) sendFailed(e unix.Errno, flags int) (int64, unix.Errno) {
+	if e == unix.EPIPE && flags&unix.MSG_NOSIGNAL == 0 {
+		_ = unix.Tgkill(tgidOf(c.tid), c.tid, unix.SIGPIPE)
+	}
+	return 0, e
+}
+
+// sendRest waits for room on a blocking socket and sends the rest.
+func (c *call) sendRest(data, oob, addr []byte, flags int, stream bool, sent int) (int64, unix.Errno) {
 	for {
 		n, e := c.sendOnce(data[sent:], oob, addr, flags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if e == 0 {
 			sent += n
 			oob = nil // ancillary data goes with the first bytes only
-			if !blocking || !stream || sent >= len(data) {
+			if !stream || sent >= len(data) {
 				return int64(sent), 0
 			}
 			continue
 		}
-		if e == unix.EAGAIN && blocking {
+		if e == unix.EAGAIN {
 			if !c.g.valid(c.n.ID) {
 				return int64(sent), unix.EINTR
 			}
@@ -625,10 +742,7 @@ func (c *call) send(data, oob, addr []byte, flags int) (int64, unix.Errno) {
 		if sent > 0 {
 			return int64(sent), 0
 		}
-		if e == unix.EPIPE && flags&unix.MSG_NOSIGNAL == 0 {
-			_ = unix.Tgkill(tgidOf(c.tid), c.tid, unix.SIGPIPE)
-		}
-		return 0, e
+		return c.sendFailed(e, flags)
 	}
 }
 
