@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +42,8 @@ func sockMain(args []string) int {
 		return sockAttack(args[1])
 	case "own":
 		return sockOwn()
+	case "orphaned":
+		return sockOrphaned(args[1])
 	}
 	fmt.Println("unknown mode", args[0])
 	return 2
@@ -173,6 +177,34 @@ func sockAttack(dir string) int {
 		}
 	}
 	fmt.Println("attack: done")
+	return 0
+}
+
+// sockOrphaned loads the gate's filter on this thread with no one
+// serving it (its listener closed, as if the helper's gate were gone) and
+// tries the gated calls: each must fail, none reach path.
+func sockOrphaned(path string) int {
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		sockRes("no_new_privs", err)
+		return 1
+	}
+	fd, err := loadGateFilter()
+	if err != nil {
+		sockRes("filter", err)
+		return 1
+	}
+	unix.Close(fd)
+	sockRes("orphaned connect", sockConnect(unix.SOCK_STREAM, path))
+	for _, how := range []string{"sendto", "sendmsg", "sendmmsg"} {
+		sockRes("orphaned "+how, dgramTo(path+".dgram", how))
+	}
+	// What the gate does not cover still works.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err == nil {
+		_, err = unix.Write(fds[0], []byte("x"))
+	}
+	sockRes("orphaned socketpair", err)
 	return 0
 }
 
@@ -595,6 +627,34 @@ func TestEscapeNetNoneLateUnixSockets(t *testing.T) {
 			t.Errorf("control: only %d hits:\n%s", hits, o)
 		}
 	})
+}
+
+// A gate whose listener is gone fails closed: the kernel refuses every
+// notified call (ENOSYS), nothing reaches the host.
+func TestUnixGateFailsClosed(t *testing.T) {
+	dir := t.TempDir()
+	h := &hostListeners{}
+	t.Cleanup(h.stop)
+	h.listen(t, "dir", dir)
+	var stream string
+	for _, l := range h.lines {
+		if f := strings.Fields(l); f[1] == "stream" {
+			stream = f[2]
+		}
+	}
+	dgram := strings.TrimSuffix(stream, "-stream.sock") + "-dgram.sock"
+	must(t, os.Symlink(dgram, stream+".dgram"))
+	cmd := exec.Command(self(t), sockCommand, "orphaned", stream)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	wantLines(t, string(b), "orphaned connect: ENOSYS", "orphaned sendto: ENOSYS", "orphaned sendmsg: ENOSYS",
+		"orphaned sendmmsg: ENOSYS", "orphaned socketpair: ok")
+	time.Sleep(100 * time.Millisecond)
+	if n := h.hits.Load(); n != 0 {
+		t.Errorf("%d calls reached the listeners", n)
+	}
 }
 
 // The command's own Unix sockets keep working under --net none.
