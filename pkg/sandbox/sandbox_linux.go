@@ -85,6 +85,9 @@ func (b *builder) check() error {
 	if (p.Net == NetNone || p.Net == NetProxy) && !(c.NetNS && nsOK) {
 		return unavailable("--net %s needs network namespaces%s", p.Net, ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
+	if (p.Net == NetNone || p.Net == NetProxy) && !c.SeccompNotify {
+		return unavailable("--net %s needs seccomp user notification and pidfd_getfd (Linux 5.6) for its Unix socket gate", p.Net)
+	}
 	// Every sandboxed run gets its own mount, PID, IPC and cgroup
 	// namespaces and a seccomp filter; a machine without them runs nothing
 	// sandboxed rather than something half confined.
