@@ -30,6 +30,7 @@ func newTestServer(t *testing.T) *server {
 	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}), dirty: make(chan struct{}, 1),
 		spec: Spec{Shell: bash, ShellArgs: []string{"--noprofile", "--norc"}, Cwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}}
 	s.bg = newBackground(filepath.Join(dir, "bg.log"), 1<<16)
+	s.track = newTracker(os.Getpid())
 	if err := s.startShell(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -307,5 +308,30 @@ func TestProtocolLinesQuote(t *testing.T) {
 	}
 	if strings.Contains(l, "printf") || strings.Contains(l, "echo") {
 		t.Errorf("the call line must not depend on shadowable commands: %q", l)
+	}
+}
+
+// TestProbeOfAnExecdShell: once exec replaced the shell, nothing reads its
+// input, so a probe's write fails, and the control channel has closed (or
+// is about to). The probe must report the channel closed, so that the
+// interrupt ends the session rather than reset a shell that is not stuck
+// but gone, however the reaper of the process is scheduled.
+func TestProbeOfAnExecdShell(t *testing.T) {
+	for _, closeLater := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // exec closed the shell's saved input
+		sh := &shell{stdin: w, lines: make(chan string), exited: make(chan struct{}), marker: newMarker()}
+		if closeLater {
+			go func() { sh.lines <- "some output"; close(sh.lines) }()
+		} else {
+			close(sh.lines)
+		}
+		if sh.probe(time.Minute) || !sh.closed {
+			t.Errorf("closeLater=%v: probe of an exec'd shell: closed=%v, want true", closeLater, sh.closed)
+		}
+		w.Close()
 	}
 }
