@@ -167,6 +167,7 @@ func sockAttack(dir string) int {
 				sockRes(n+" relative", sockConnect(unix.SOCK_STREAM, filepath.Base(path)))
 				_ = os.Chdir(dir)
 			}
+			fmt.Printf("%s race: %s\n", n, sockRace(path, filepath.Join(tmp, "race"+strconv.Itoa(i)+".sock")))
 		case "seqpacket":
 			sockRes(n+" connect", sockConnect(unix.SOCK_SEQPACKET, path))
 		case "dgram":
@@ -206,6 +207,62 @@ func sockOrphaned(path string) int {
 	}
 	sockRes("orphaned socketpair", err)
 	return 0
+}
+
+// sockRace connects again and again through one sockaddr buffer that
+// another goroutine keeps flipping between the command's own socket and the
+// host's, so that the address changes while the gate decides. It reports
+// how many connects succeeded (only the own socket may be reached: the
+// host listener counts its own).
+func sockRace(host, own string) string {
+	ln, err := net.Listen("unix", own)
+	if err != nil {
+		return "listen: " + err.Error()
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	a, b := rawSockaddrUnix(host), rawSockaddrUnix(own)
+	buf := make([]byte, max(len(a), len(b)))
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			copy(buf, a)
+			copy(buf, b)
+		}
+	}()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 2; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+				if err != nil {
+					return
+				}
+				_, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)))
+				if e == 0 {
+					ok.Add(1)
+				}
+				unix.Close(fd)
+			}
+		}()
+	}
+	wg.Wait()
+	stop.Store(true)
+	<-done
+	return "connected " + strconv.FormatInt(ok.Load(), 10) + " of 600"
 }
 
 // sockOwn exercises the command's own sockets in its private temp dir.
@@ -602,8 +659,11 @@ func TestEscapeNetNoneLateUnixSockets(t *testing.T) {
 				if strings.HasSuffix(line, ": ok") {
 					t.Errorf("reached a host socket: %s", line)
 				}
+				if strings.Contains(line, " race: ") && !strings.Contains(line, "race: connected ") {
+					t.Errorf("race attack did not run: %s", line)
+				}
 			}
-			if want := len(locs) * 9; n < want {
+			if want := len(locs) * 10; n < want {
 				t.Errorf("%d attacks ran, want %d:\n%s", n, want, o)
 			}
 			if hits != 0 {
@@ -619,11 +679,11 @@ func TestEscapeNetNoneLateUnixSockets(t *testing.T) {
 	t.Run("control,host", func(t *testing.T) {
 		o, hits := runLateSockets(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, locs)
 		for _, line := range strings.Split(o, "\n") {
-			if strings.Contains(line, "/") && !strings.HasSuffix(line, ": ok") {
+			if strings.Contains(line, "/") && !strings.HasSuffix(line, ": ok") && !strings.Contains(line, " race: ") {
 				t.Errorf("control attack failed: %s", line)
 			}
 		}
-		if hits < int64(len(locs)*9) {
+		if hits < int64(len(locs)*9) || !strings.Contains(o, "race: connected") {
 			t.Errorf("control: only %d hits:\n%s", hits, o)
 		}
 	})
