@@ -509,17 +509,18 @@ type hostListeners struct {
 	lines []string
 }
 
-func (h *hostListeners) listen(t *testing.T, loc, dir string) {
-	t.Helper()
+func (h *hostListeners) listen(loc, dir string) error {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	base := filepath.Join(dir, "agentplane-gate-"+hex.EncodeToString(rnd[:]))
+	base := filepath.Join(dir, "g"+hex.EncodeToString(rnd[:]))
 	for _, kind := range []string{"stream", "seqpacket", "dgram"} {
 		path := base + "-" + kind + ".sock"
 		switch kind {
 		case "dgram":
 			c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-			must(t, err)
+			if err != nil {
+				return err
+			}
 			go func() {
 				b := make([]byte, 64)
 				for {
@@ -536,7 +537,9 @@ func (h *hostListeners) listen(t *testing.T, loc, dir string) {
 				network = "unixpacket"
 			}
 			ln, err := net.Listen(network, path)
-			must(t, err)
+			if err != nil {
+				return err
+			}
 			go func() {
 				for {
 					c, err := ln.Accept()
@@ -551,6 +554,7 @@ func (h *hostListeners) listen(t *testing.T, loc, dir string) {
 		}
 		h.lines = append(h.lines, loc+" "+kind+" "+path)
 	}
+	return nil
 }
 
 func (h *hostListeners) stop() {
@@ -586,10 +590,17 @@ func runLateSockets(t *testing.T, p Policy, ws string, locs map[string]string) (
 			time.Sleep(10 * time.Millisecond)
 		}
 		// Only now, with the command running, do the sockets appear.
+		var lerr error
 		for loc, dir := range locs {
-			h.listen(t, loc, dir)
+			if err := h.listen(loc, dir); err != nil && lerr == nil {
+				lerr = err
+			}
 		}
-		errc <- os.WriteFile(filepath.Join(syncDir, "go"), []byte(strings.Join(h.lines, "\n")+"\nend\n"), 0o644)
+		err := os.WriteFile(filepath.Join(syncDir, "go"), []byte(strings.Join(h.lines, "\n")+"\nend\n"), 0o644)
+		if lerr != nil {
+			err = lerr
+		}
+		errc <- err
 	}()
 	res, _ := sandboxed(t, p, ws, self(t), sockCommand, "attack", syncDir)
 	wg.Wait()
@@ -695,7 +706,7 @@ func TestUnixGateFailsClosed(t *testing.T) {
 	dir := t.TempDir()
 	h := &hostListeners{}
 	t.Cleanup(h.stop)
-	h.listen(t, "dir", dir)
+	must(t, h.listen("dir", dir))
 	var stream string
 	for _, l := range h.lines {
 		if f := strings.Fields(l); f[1] == "stream" {
