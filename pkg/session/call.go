@@ -100,7 +100,15 @@ func (s *server) afterCall(ended bool) {
 	if !ended {
 		procs := s.track.scan()
 		sh := s.currentShell()
-		s.bg.adopt(procs, s.seqNow(), sh.id.PID, s.takeBefore())
+		prev := s.takeBefore()
+		if prev == nil {
+			prev = map[int]uint64{}
+		}
+		// In a sandbox the shell itself is below the process the server
+		// started; it is not something a call left running (after a
+		// reset it is new).
+		prev[sh.self.PID] = sh.self.Start
+		s.bg.adopt(procs, s.seqNow(), sh.id.PID, prev)
 		before := make(map[int]uint64, len(procs))
 		for _, d := range procs {
 			before[d.PID] = d.StartTime
@@ -418,7 +426,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull}
 	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, []byte(callPrefix+req.Command+"\n")); err != nil {
+	if err := d.writeFile(c.script, callFile(req.Command)); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {

@@ -30,7 +30,11 @@ import (
 //
 // Each call is one line:
 //
-//	__agentsh_n=N; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	__agentsh_n=N; __agentsh_s=0; PS1=$'\n'"MARK N "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// The first prompt is for a line bash abandons whole, as it does for some
+// errors it reports (an unbound variable in arithmetic under set -u): the
+// prompt then still ends the call, with the status bash left.
 //
 // Nothing on it can be shadowed by what a command defines: assignments are
 // syntax, and "." is a special builtin that posix mode (switched on by the
@@ -66,8 +70,8 @@ import (
 // interrupts the line as above (the next call's file turns errexit back
 // on); in a subshell it exits with the failing status. The call ends with
 // that status; the session survives. An error bash reports (set -u) abandons
-// the complete command it occurs in, as at an interactive prompt, and the
-// call's status is 1 when that command was its last. An explicit exit
+// the rest of the call, whose text is one brace group (callFile), and the
+// call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
 // file's first line sets it again. A command's own ERR trap lasts for its
@@ -115,14 +119,27 @@ func errTrap(marker string) string {
 // empty command. It runs in posix mode, so set and unset are the builtins.
 const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
+// callFile is the text of a call's file: the prefix, then the command as
+// one brace group. The group makes the whole command one complete command
+// to bash, so that an error bash reports itself (an unbound variable under
+// set -u, a bad substitution) abandons all of it, as it would end a bash -c:
+// sourced line by line, bash would go on with the next line (set -eu; cd
+// $UNSET; rm -r build would run the rm in the wrong directory). The price is
+// bash's for any one complete command: it is parsed before it runs, so an
+// alias the call defines, or a shopt that changes the syntax (extglob),
+// takes effect from the next call on.
+func callFile(command string) []byte {
+	return []byte(callPrefix + "{\n" + command + "\n}\n")
+}
+
 // callLine is the line that runs call n.
 func callLine(marker string, n int, script, stdin string, outs []string) string {
 	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
-		n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; PS1=$'\n'"%s %d "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		n, marker, n, shellQuote(script), shellQuote(stdin), redir, marker, n)
 }
 
 // probeLine asks an interrupted shell to show it is back at its prompt. It
@@ -357,7 +374,9 @@ func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (in
 			}
 			code, err := strconv.Atoi(f[2])
 			if err != nil {
-				continue
+				// The prompt set before the call ran, unexpanded (the
+				// command turned promptvars off): the line was abandoned.
+				code = 1
 			}
 			return code, gotMarker
 		case <-t:
