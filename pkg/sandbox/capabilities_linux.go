@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -29,10 +30,13 @@ type Capabilities struct {
 	CgroupV2            string
 	CgroupV2Controllers []string
 	Seccomp             bool // seccomp filters (SECCOMP_SET_MODE_FILTER)
-	PidNS               bool
-	IPCNS               bool
-	CgroupNS            bool
-	MountAPI            bool // open_tree, move_mount, mount_setattr (5.12)
+	// SeccompNotify: user notification and pidfd_getfd (5.6), which the
+	// Unix socket gate of --net none and --net proxy needs.
+	SeccompNotify bool
+	PidNS         bool
+	IPCNS         bool
+	CgroupNS      bool
+	MountAPI      bool // open_tree, move_mount, mount_setattr (5.12)
 
 	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
 	// created below it.
@@ -51,6 +55,7 @@ func Probe() Capabilities {
 	c.MountNS = exists("/proc/self/ns/mnt")
 	c.UserNS = exists("/proc/self/ns/user") && userNSAllowed()
 	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+	c.SeccompNotify = seccompNotifyAvailable()
 	c.PidNS = exists("/proc/self/ns/pid")
 	c.IPCNS = exists("/proc/self/ns/ipc")
 	c.CgroupNS = exists("/proc/self/ns/cgroup")
@@ -114,8 +119,8 @@ func Check() map[string]any {
 		"enforceable": map[string]any{
 			ModeReadOnly:       base && c.LandlockABI >= minLandlockABI,
 			ModeWorkspaceWrite: base && c.LandlockABI >= minLandlockABI,
-			"net_none":         base && c.NetNS,
-			"net_proxy":        base && c.NetNS,
+			"net_none":         base && c.NetNS && c.SeccompNotify,
+			"net_proxy":        base && c.NetNS && c.SeccompNotify,
 			"deny_read":        base,
 			"memory":           memory,
 			"pids":             pids,
@@ -154,6 +159,7 @@ func (c Capabilities) Layers() []Layer {
 		{"ipc_namespace", c.IPCNS && nsOK, "", "host SysV shared memory, semaphores and message queues"},
 		{"cgroup_namespace", c.CgroupNS && nsOK, "cgroupfs read-only", "leaving the run's cgroup (and its limits)"},
 		{"net_namespace", c.NetNS && nsOK, "", "every network but loopback (--net none) and the allowlist proxy (--net proxy)"},
+		{"unix_socket_gate", c.SeccompNotify && c.Seccomp && seccompArch && c.NetNS && nsOK, "seccomp user notification: " + strings.Join(gateSyscalls, ", "), "under --net none and --net proxy, host pathname Unix sockets bound after the start (only the run's own sockets are reachable)"},
 		{"seccomp", c.Seccomp && seccompArch, strings.Join(SeccompRules(), ", "), "io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf, userfaultfd, open_by_handle_at, set-id bits"},
 		{"capabilities", c.Root, "bounding set reduced", "root crossing namespace and mount boundaries; CHOWN, FOWNER and FSETID dropped in the filesystem modes"},
 		{"no_new_privs", true, "", "setuid and file-capability programs gaining privilege"},
@@ -162,6 +168,17 @@ func (c Capabilities) Layers() []Layer {
 		{"cgroup_v1_pids", c.CgroupV1Pids != "", "", "--pids for the whole tree (RLIMIT_NPROC does not apply to root)"},
 		{"rlimits", true, "", "--cpu-time, --file-size, --nofile"},
 	}
+}
+
+// seccompNotifyAvailable reports user notification among the seccomp
+// actions and pidfd_getfd (an invalid descriptor tells EBADF from ENOSYS).
+func seccompNotifyAvailable() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	if err != nil || !slices.Contains(strings.Fields(string(b)), "user_notif") {
+		return false
+	}
+	_, err = unix.PidfdGetfd(-1, 0, 0)
+	return err != unix.ENOSYS
 }
 
 func exists(path string) bool {

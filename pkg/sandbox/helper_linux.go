@@ -99,6 +99,13 @@ func (h *helper) run(argv []string) int {
 	if err := loadFilter(); err != nil {
 		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
 	}
+	if sp.NetNone {
+		// Under --net none and --net proxy: calls that name a peer go
+		// through the helper (unixgate_linux.go).
+		if err := startUnixGate(); err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+		}
+	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {
 		exit := exitNotExecutable

@@ -245,7 +245,7 @@ const HelperProgram = "agentplane-sandbox"
 
 // specVersion changes whenever spec changes meaning: a helper from another
 // build refuses the spec rather than enforcing less than asked.
-const specVersion = 3
+const specVersion = 4
 
 // helperPath returns the helper program beside self when there is one,
 // else self (which must route HelperCommand to HelperMain).

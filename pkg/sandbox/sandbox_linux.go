@@ -77,6 +77,9 @@ func (b *builder) check() error {
 	if (p.Net == NetNone || p.Net == NetProxy) && !(c.NetNS && nsOK) {
 		return unavailable("--net %s needs network namespaces%s", p.Net, ifNotRoot(c.Root, " and unprivileged user namespaces"))
 	}
+	if (p.Net == NetNone || p.Net == NetProxy) && !c.SeccompNotify {
+		return unavailable("--net %s needs seccomp user notification and pidfd_getfd (Linux 5.6) for its Unix socket gate", p.Net)
+	}
 	// Every sandboxed run gets its own mount, PID, IPC and cgroup
 	// namespaces and a seccomp filter; a machine without them runs nothing
 	// sandboxed rather than something half confined.
@@ -311,9 +314,10 @@ func (b *builder) build() (*Prepared, error) {
 }
 
 // network sets up the network policy: under --net none and --net proxy a
-// network namespace of its own (only lo, brought up by the helper) and the
+// network namespace of its own (only lo, brought up by the helper), the
 // host's pathname Unix sockets covered, since neither the namespace nor
-// Landlock (before ABI 9) stops a connect() to one. Under --net proxy the
+// Landlock (before ABI 9) stops a connect() to one, and the helper's gate
+// for the ones bound later (unixgate_linux.go). Under --net proxy the
 // helper also listens on ProxyAddr inside the namespace and hands the
 // listener to b.net, the allowlist proxy the runner serves on it, and the
 // command's environment names the proxy. It reports whether the run gets a
@@ -343,6 +347,8 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
 		b.report["hidden_unix_sockets"] = len(socks)
 	}
+	// Sockets bound later are stopped by the helper's gate.
+	b.report["unix_socket_gate"] = gateSyscalls
 	return true, nil
 }
 

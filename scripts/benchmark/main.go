@@ -208,6 +208,9 @@ func allCases() []benchCase {
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed, each cache warmed by one\n" +
 			"run first. Target: within 1.1x.", benchSandboxBuild},
+		{"sandbox sockets", "A chatty socket workload (20,000 `sendmsg` on a socket pair, 500 connects to its own Unix\n" +
+			"socket server) under `--net none`, whose Unix socket gate carries out every `connect` and\n" +
+			"`sendmsg` in the sandbox helper, against the same sandbox with the host network (no gate).", benchUnixGate},
 		{"network proxy", "A 100 MiB download from 127.0.0.1 with curl through the --net proxy allowlist proxy (plain\n" +
 			"HTTP, a CONNECT tunnel, SOCKS5) against the same download with the host's network, and the\n" +
 			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
