@@ -264,6 +264,9 @@ func (b *builder) build() (*Prepared, error) {
 	if err := b.limits(); err != nil {
 		return nil, err
 	}
+	if err := b.accounting(); err != nil {
+		return nil, err
+	}
 	b.sp.DropCaps = b.caps.Root
 	if b.sp.DropCaps {
 		b.report["capabilities"] = keptCapNames(b.sp.DropFileCaps)
@@ -298,14 +301,16 @@ func (b *builder) build() (*Prepared, error) {
 		TempDir:     tmp,
 		Cleanup:     cleanup,
 		Classify: func(exitCode int, signal string) string {
-			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
+			return classify(policy, memCg, pidCg, sp.Acct, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
 		net:     np,
 		exitStatus: func(exitCode int, signal string) (int, string) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
-		limitsHit: func() []string { return limitsHit(memCg, pidCg) },
+		limitsHit: func() []string {
+			return append(limitsHit(memCg, pidCg), acctLimitsHit(policy, sp.Acct)...)
+		},
 	}
 	prep.Argv = func(argv []string) []string {
 		s := sp
@@ -590,7 +595,7 @@ func removeCgroup(dir string) {
 
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
-func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string) string {
+func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal string) string {
 	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
@@ -603,6 +608,11 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
 		return result.CodePidsLimit
+	}
+	// A child's death by a limit, which the command turned into its own
+	// failure (make's exit 2).
+	if hit := acctLimitsHit(p, acct); len(hit) > 0 {
+		return hit[0]
 	}
 	return ""
 }
