@@ -33,7 +33,7 @@ func TestAcctLimitsHit(t *testing.T) {
 	}{
 		{"exit 0", Policy{FileSize: 1 << 20, CPUTime: time.Second}, [][]byte{v3Record(0, 1, 1)}, nil},
 		{"SIGXFSZ", Policy{FileSize: 1 << 20}, [][]byte{v3Record(0, 0, 0), v3Record(xfsz, 0, 1)}, []string{result.CodeFileSizeLimit}},
-		{"SIGXFSZ with core flag", Policy{FileSize: 1 << 20}, [][]byte{v3Record(0x80 | xfsz, 0, 1)}, []string{result.CodeFileSizeLimit}},
+		{"SIGXFSZ with core flag", Policy{FileSize: 1 << 20}, [][]byte{v3Record(0x80|xfsz, 0, 1)}, []string{result.CodeFileSizeLimit}},
 		{"SIGXFSZ without the limit", Policy{CPUTime: time.Second}, [][]byte{v3Record(xfsz, 0, 1)}, nil},
 		{"SIGXCPU", Policy{CPUTime: time.Second}, [][]byte{v3Record(xcpu, 90, 10)}, []string{result.CodeCPULimit}},
 		{"SIGKILL at the hard limit", Policy{CPUTime: time.Second}, [][]byte{v3Record(kill, 150, 50)}, []string{result.CodeCPULimit}},
