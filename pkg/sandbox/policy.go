@@ -299,6 +299,10 @@ type spec struct {
 	// Acct: the helper turns on process accounting into this file
 	// (acct_linux.go).
 	Acct string `json:"acct,omitempty"`
+	// TempAreas are covered, TempDir (the run's own) bound back
+	// (tempareas_linux.go).
+	TempAreas []string `json:"temp_areas,omitempty"`
+	TempDir   string   `json:"temp_dir,omitempty"`
 }
 
 type rlimitSet struct {

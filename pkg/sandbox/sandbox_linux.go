@@ -131,8 +131,12 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	sweepStale(parent)
-	base, err := os.MkdirTemp(parent, tempPrefix)
+	area, areas, err := tempAreas(parent)
+	if err != nil {
+		return nil, err
+	}
+	sweepStale(area)
+	base, err := os.MkdirTemp(area, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
@@ -149,6 +153,10 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
+	if real, err := filepath.EvalSymlinks(tmp); err == nil {
+		b.sp.TempDir = real
+	}
+	b.sp.TempAreas = areas
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails or the target dies of
 	// a signal. The command sees /dev/null in its place.
