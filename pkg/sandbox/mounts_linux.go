@@ -99,6 +99,9 @@ func setupMounts(sp spec, beforeReadOnly func() error) error {
 	if err := coverTempAreas(sp.TempAreas, inside); err != nil {
 		return err
 	}
+	if err := pinDirs(sp.Pinned); err != nil {
+		return fmt.Errorf("cannot pin the git repositories: %v", err)
+	}
 	if err := freshProc(); err != nil {
 		return err
 	}

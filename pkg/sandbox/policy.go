@@ -303,6 +303,9 @@ type spec struct {
 	// (tempareas_linux.go).
 	TempAreas []string `json:"temp_areas,omitempty"`
 	TempDir   string   `json:"temp_dir,omitempty"`
+	// Pinned directories are bound onto themselves so that they cannot be
+	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
+	Pinned []string `json:"pinned,omitempty"`
 }
 
 type rlimitSet struct {

@@ -373,11 +373,24 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 // git config), hidden the secrets.
 func (b *builder) control() {
 	var protect []string
-	for _, w := range b.sp.Writable {
-		protect = append(protect, gitControl(w)...)
+	home, _ := os.UserHomeDir()
+	if b.p.Mode == ModeWorkspaceWrite {
+		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
+		var own []string
+		for _, w := range b.sp.Writable {
+			if !slices.Contains(roots, w) {
+				own = append(own, w)
+			}
+		}
+		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, own, home)
+		protect = append(protect, ro...)
+		b.sp.Pinned = pins
+		b.report["git"] = map[string]any{"repositories": repos, "complete": complete}
 	}
-	if home, err := os.UserHomeDir(); err == nil {
-		for _, f := range []string{".gitconfig", ".config/git"} {
+	if home != "" {
+		// (~/.gitconfig, a file, is gitProtection's: created empty when
+		// missing, where a directory in its place would break git.)
+		for _, f := range []string{".config/git"} {
 			path := filepath.Join(home, f)
 			if under(path, b.sp.Writable) {
 				protect = append(protect, path)
@@ -425,27 +438,6 @@ func (b *builder) control() {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
-}
-
-// gitControl returns the parts of a repository at root that make git run
-// code or change where it looks: hooks, config, and a .git file (a
-// worktree's or submodule's pointer to its git directory). A missing hooks
-// directory is created (empty, as git init would) so that it can be
-// protected; otherwise a command could create it and plant a hook.
-func gitControl(root string) []string {
-	dotgit := filepath.Join(root, ".git")
-	st, err := os.Lstat(dotgit)
-	switch {
-	case err != nil:
-		return nil
-	case !st.IsDir():
-		return []string{dotgit}
-	}
-	hooks := filepath.Join(dotgit, "hooks")
-	if _, err := os.Lstat(hooks); errors.Is(err, fs.ErrNotExist) {
-		_ = os.Mkdir(hooks, 0o755)
-	}
-	return []string{hooks, filepath.Join(dotgit, "config")}
 }
 
 // under reports whether path is one of roots or inside one.
