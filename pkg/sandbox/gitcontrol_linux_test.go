@@ -156,3 +156,21 @@ func TestGitSearchBounds(t *testing.T) {
 		})
 	}
 }
+
+// A repository inside a protected directory (the state directory in a
+// --workspace ~) is not searched: a pin there would be a writable mount
+// inside the read-only bind.
+func TestGitSearchSkipsProtected(t *testing.T) {
+	root := t.TempDir()
+	state := filepath.Join(root, "state")
+	must(t, os.MkdirAll(filepath.Join(state, "jobs", "r", ".git", "hooks"), 0o755))
+	_, pins, repos, _ := gitProtection([]string{root}, []string{root}, []string{state}, "")
+	for _, p := range pins {
+		if strings.HasPrefix(p, state) {
+			t.Errorf("pinned %s inside the protected %s", p, state)
+		}
+	}
+	if repos != 0 {
+		t.Errorf("found %d repositories inside the protected directory", repos)
+	}
+}

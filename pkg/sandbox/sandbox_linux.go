@@ -376,13 +376,22 @@ func (b *builder) control() {
 	home, _ := os.UserHomeDir()
 	if b.p.Mode == ModeWorkspaceWrite {
 		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
-		var own []string
+		// Not searched: agentplane's own writable roots, and what is
+		// protected or hidden already (a pin inside a read-only bind
+		// would be a writable hole in it).
+		var skip []string
 		for _, w := range b.sp.Writable {
 			if !slices.Contains(roots, w) {
-				own = append(own, w)
+				skip = append(skip, w)
 			}
 		}
-		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, own, home)
+		skip = append(skip, b.sp.TempAreas...) // covered in the sandbox
+		for _, path := range slices.Concat(b.p.Protect, b.p.Hide, b.p.DenyRead) {
+			if real, err := realPath(path); err == nil {
+				skip = append(skip, real)
+			}
+		}
+		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, skip, home)
 		protect = append(protect, ro...)
 		b.sp.Pinned = pins
 		b.report["git"] = map[string]any{"repositories": repos, "complete": complete}
