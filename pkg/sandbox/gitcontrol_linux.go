@@ -2,12 +2,14 @@ package sandbox
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -159,25 +161,70 @@ type dirEntry struct {
 	typ  fs.FileMode
 }
 
-// readDirTypes lists dir with the types getdents reports: no stat per
-// entry where the filesystem reports types.
+var direntBuf = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// readDirTypes lists the subdirectories and .git entries of dir with the
+// types getdents reports: no stat per
+// entry where the filesystem reports types (an unknown one is looked up
+// with lstat), and raw syscalls, since this runs for every directory of
+// every writable root on every sandboxed call.
 func readDirTypes(dir string) ([]dirEntry, error) {
-	f, err := os.Open(dir)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	var out []dirEntry
+	buf := direntBuf.Get().(*[]byte)
+	defer direntBuf.Put(buf)
 	for {
-		es, err := f.ReadDir(1024)
-		for _, e := range es {
-			out = append(out, dirEntry{e.Name(), e.Type()})
+		n, err := unix.Getdents(fd, *buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
-		if err != nil {
-			break
+		if err != nil || n <= 0 {
+			return out, nil
+		}
+		for b := (*buf)[:n]; len(b) >= 19; {
+			// struct linux_dirent64: ino, off, reclen, type, name.
+			reclen := int(b[16]) | int(b[17])<<8
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			typ, name := b[18], b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			b = b[reclen:]
+			// Only directories and .git entries matter: no string for
+			// the rest.
+			if typ != unix.DT_DIR && typ != unix.DT_UNKNOWN && string(name) != ".git" {
+				continue
+			}
+			nm := string(name)
+			if nm == "." || nm == ".." {
+				continue
+			}
+			var mode fs.FileMode
+			switch typ {
+			case unix.DT_DIR:
+				mode = fs.ModeDir
+			case unix.DT_REG:
+				mode = 0
+			case unix.DT_LNK:
+				mode = fs.ModeSymlink
+			case unix.DT_UNKNOWN:
+				st, err := os.Lstat(filepath.Join(dir, nm))
+				if err != nil {
+					continue
+				}
+				mode = st.Mode().Type()
+			default:
+				mode = fs.ModeIrregular
+			}
+			out = append(out, dirEntry{nm, mode})
 		}
 	}
-	return out, nil
 }
 
 // repo protects the repository whose work tree is wt (inside root) and

@@ -174,3 +174,15 @@ func TestGitSearchSkipsProtected(t *testing.T) {
 		t.Errorf("found %d repositories inside the protected directory", repos)
 	}
 }
+
+// BenchmarkGitProtection is the search's cost on this repository (about
+// 90 directories): what a sandboxed call in it pays.
+func BenchmarkGitProtection(b *testing.B) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		gitProtection([]string{root}, []string{root}, nil, "")
+	}
+}
