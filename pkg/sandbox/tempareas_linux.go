@@ -62,11 +62,15 @@ func tempAreas(parent string) (string, []string, error) {
 			}
 		}
 	}
-	// The covers are mounted on the resolved paths, as the writable roots.
+	// Resolved (a TMPDIR below a symlink), so that the private directory
+	// made in own and the covers agree on every path.
 	for i, a := range areas {
 		if real, err := filepath.EvalSymlinks(a); err == nil {
 			areas[i] = real
 		}
+	}
+	if real, err := filepath.EvalSymlinks(own); err == nil {
+		own = real
 	}
 	return own, areas, nil
 }
