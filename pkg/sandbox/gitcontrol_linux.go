@@ -27,6 +27,8 @@ import (
 //   - config.worktree (read when extensions.worktreeConfig is on; created
 //     empty then if missing) and commondir (where a linked worktree's
 //     hooks and config live) of every git directory;
+//   - the same of a bare repository (HEAD, objects/, refs/: a local
+//     remote, whose hooks git push runs);
 //   - a .git file (a submodule's or linked worktree's pointer to its git
 //     directory), and the git directories it names, submodules' under
 //     .git/modules and linked worktrees' under .git/worktrees included;
@@ -137,6 +139,14 @@ func (g *gitGuard) search(root string, budget *int, deadline time.Time) bool {
 		if err != nil {
 			continue
 		}
+		if isBareRepo(entries) {
+			// A bare repository (a local remote: git push runs its
+			// pre-receive and post-receive hooks).
+			g.repos++
+			g.pinChain(root, it.dir)
+			g.gitdir(it.dir, "", 0)
+			continue
+		}
 		for _, e := range entries {
 			path := filepath.Join(it.dir, e.name)
 			if e.name == ".git" {
@@ -196,9 +206,9 @@ func readDirTypes(dir string) ([]dirEntry, error) {
 				name = name[:i]
 			}
 			b = b[reclen:]
-			// Only directories and .git entries matter: no string for
-			// the rest.
-			if typ != unix.DT_DIR && typ != unix.DT_UNKNOWN && string(name) != ".git" {
+			// Only directories, .git and HEAD (of a bare repository)
+			// matter: no string for the rest.
+			if typ != unix.DT_DIR && typ != unix.DT_UNKNOWN && string(name) != ".git" && string(name) != "HEAD" {
 				continue
 			}
 			nm := string(name)
@@ -250,6 +260,19 @@ func (g *gitGuard) repo(root, wt, dotgit string, typ fs.FileMode) {
 			}
 		}
 	}
+}
+
+// isBareRepo reports whether a directory's entries are a git directory's:
+// HEAD, objects/ and refs/.
+func isBareRepo(entries []dirEntry) bool {
+	n := 0
+	for _, e := range entries {
+		switch {
+		case e.name == "HEAD" && e.typ == 0, e.name == "objects" && e.typ == fs.ModeDir, e.name == "refs" && e.typ == fs.ModeDir:
+			n++
+		}
+	}
+	return n == 3
 }
 
 // pinChain pins every directory from just below root down to wt.

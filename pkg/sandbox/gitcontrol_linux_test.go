@@ -53,9 +53,11 @@ func TestEscapeNestedGit(t *testing.T) {
 	// and the worktree config extension on.
 	gitCmd(t, ws, "config", "extensions.worktreeConfig", "true")
 	gitCmd(t, ws, "worktree", "add", "-q", wt)
+	// A bare repository used as a local remote: git push runs its hooks.
+	gitCmd(t, ws, "init", "-q", "--bare", "remote.git")
 	snapshot := func() map[string]string {
 		m := map[string]string{}
-		for _, f := range []string{".git/config", ".git/modules/mods/sm/config", "a/inner/.git/config", "mods/sm/.git", "../wt/.git",
+		for _, f := range []string{".git/config", ".git/modules/mods/sm/config", "remote.git/config", "a/inner/.git/config", "mods/sm/.git", "../wt/.git",
 			".git/worktrees/wt/commondir", ".git/config.worktree", "shared.gitconfig"} {
 			b, _ := os.ReadFile(filepath.Join(ws, f))
 			m[f] = string(b)
@@ -75,6 +77,8 @@ try 'echo "[core] fsmonitor=evil" >> shared.gitconfig' include
 try 'mv a/inner a/inner-aside' inner-move
 try 'mv a a-aside' ancestor-move
 try 'rm -rf a/inner/.git' inner-remove
+try 'echo x > remote.git/hooks/post-receive' bare-hook
+try 'echo "[core] fsmonitor=evil" >> remote.git/config' bare-config
 try 'echo x > .git/modules/mods/sm/hooks/post-checkout' submodule-hook
 try 'echo "[core] fsmonitor=evil" >> .git/modules/mods/sm/config' submodule-config
 try 'echo "gitdir: /tmp/forged" > mods/sm/.git' submodule-pointer
@@ -90,7 +94,7 @@ try 'echo x > ../wt/file && git -C ../wt add file && git -C ../wt -c user.email=
 	o := out(res)
 	wantLines(t, o, "top-hook: denied", "top-move: denied", "inner-config: denied", "inner-hook: denied",
 		"inner-hookspath: denied", "include: denied", "inner-move: denied", "ancestor-move: denied", "inner-remove: denied",
-		"submodule-hook: denied", "submodule-config: denied", "submodule-pointer: denied", "submodule-pointer-remove: denied",
+		"bare-hook: denied", "bare-config: denied", "submodule-hook: denied", "submodule-config: denied", "submodule-pointer: denied", "submodule-pointer-remove: denied",
 		"worktree-pointer: denied", "worktree-commondir: denied", "worktree-config: denied",
 		"own-repo: allowed", "inner-commit: allowed", "top-commit: allowed", "worktree-commit: allowed")
 	after := snapshot()
@@ -110,7 +114,7 @@ try 'echo x > ../wt/file && git -C ../wt add file && git -C ../wt -c user.email=
 		t.Errorf("the nested repository's hooks were moved or removed: %v", err)
 	}
 	g, _ := prep.Report["git"].(map[string]any)
-	if g == nil || g["repositories"] != 4 || g["complete"] != true {
+	if g == nil || g["repositories"] != 5 || g["complete"] != true {
 		t.Errorf("report git = %v", prep.Report["git"])
 	}
 	t.Logf("protected: %v", prep.Report["protected"])
