@@ -37,6 +37,7 @@ type Capabilities struct {
 	IPCNS         bool
 	CgroupNS      bool
 	MountAPI      bool // open_tree, move_mount, mount_setattr (5.12)
+	ProcessAcct   bool // acct(2) with CAP_SYS_PACCT (acct_linux.go)
 
 	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
 	// created below it.
@@ -61,6 +62,7 @@ func Probe() Capabilities {
 	c.CgroupNS = exists("/proc/self/ns/cgroup")
 	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
 	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
+	c.ProcessAcct = processAcctAvailable()
 
 	own := ownCgroups()
 	for _, m := range cgroupMounts() {
@@ -167,6 +169,7 @@ func (c Capabilities) Layers() []Layer {
 		{"cgroup_v1_memory", c.CgroupV1Memory != "", "", "--memory by an OOM kill (else RLIMIT_AS)"},
 		{"cgroup_v1_pids", c.CgroupV1Pids != "", "", "--pids for the whole tree (RLIMIT_NPROC does not apply to root)"},
 		{"rlimits", true, "", "--cpu-time, --file-size, --nofile"},
+		{"process_accounting", c.ProcessAcct, "acct(2) per PID namespace", "a --cpu-time or --file-size limit hit by a child going unreported when the command exits 0"},
 	}
 }
 

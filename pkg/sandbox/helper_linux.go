@@ -25,6 +25,11 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
+	// In the new PID namespace and still privileged: every process of the
+	// run leaves an accounting record when it exits.
+	if err := startAccounting(sp.Acct); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot turn on process accounting: %v", err)
+	}
 	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
 	// shows no path above it. (Leaving it is stopped by the read-only
 	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread

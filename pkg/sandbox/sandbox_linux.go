@@ -126,8 +126,12 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	sweepStale(parent)
-	base, err := os.MkdirTemp(parent, tempPrefix)
+	area, areas, err := tempAreas(parent)
+	if err != nil {
+		return nil, err
+	}
+	sweepStale(area)
+	base, err := os.MkdirTemp(area, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
@@ -144,6 +148,10 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
+	if real, err := filepath.EvalSymlinks(tmp); err == nil {
+		b.sp.TempDir = real
+	}
+	b.sp.TempAreas = areas
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails or the target dies of
 	// a signal. The command sees /dev/null in its place.
@@ -259,6 +267,9 @@ func (b *builder) build() (*Prepared, error) {
 	if err := b.limits(); err != nil {
 		return nil, err
 	}
+	if err := b.accounting(); err != nil {
+		return nil, err
+	}
 	b.sp.DropCaps = b.caps.Root
 	if b.sp.DropCaps {
 		b.report["capabilities"] = keptCapNames(b.sp.DropFileCaps)
@@ -293,14 +304,16 @@ func (b *builder) build() (*Prepared, error) {
 		TempDir:     tmp,
 		Cleanup:     cleanup,
 		Classify: func(exitCode int, signal string) string {
-			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
+			return classify(policy, memCg, pidCg, sp.Acct, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
 		net:     np,
 		exitStatus: func(exitCode int, signal string) (int, string) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
-		limitsHit: func() []string { return limitsHit(memCg, pidCg) },
+		limitsHit: func() []string {
+			return append(limitsHit(memCg, pidCg), acctLimitsHit(policy, sp.Acct)...)
+		},
 	}
 	prep.Argv = func(argv []string) []string {
 		s := sp
@@ -358,11 +371,33 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 // git config), hidden the secrets.
 func (b *builder) control() {
 	var protect []string
-	for _, w := range b.sp.Writable {
-		protect = append(protect, gitControl(w)...)
+	home, _ := os.UserHomeDir()
+	if b.p.Mode == ModeWorkspaceWrite {
+		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
+		// Not searched: agentplane's own writable roots, and what is
+		// protected or hidden already (a pin inside a read-only bind
+		// would be a writable hole in it).
+		var skip []string
+		for _, w := range b.sp.Writable {
+			if !slices.Contains(roots, w) {
+				skip = append(skip, w)
+			}
+		}
+		skip = append(skip, b.sp.TempAreas...) // covered in the sandbox
+		for _, path := range slices.Concat(b.p.Protect, b.p.Hide, b.p.DenyRead) {
+			if real, err := realPath(path); err == nil {
+				skip = append(skip, real)
+			}
+		}
+		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, skip, home)
+		protect = append(protect, ro...)
+		b.sp.Pinned = pins
+		b.report["git"] = map[string]any{"repositories": repos, "complete": complete}
 	}
-	if home, err := os.UserHomeDir(); err == nil {
-		for _, f := range []string{".gitconfig", ".config/git"} {
+	if home != "" {
+		// (~/.gitconfig, a file, is gitProtection's: created empty when
+		// missing, where a directory in its place would break git.)
+		for _, f := range []string{".config/git"} {
 			path := filepath.Join(home, f)
 			if under(path, b.sp.Writable) {
 				protect = append(protect, path)
@@ -410,27 +445,6 @@ func (b *builder) control() {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
-}
-
-// gitControl returns the parts of a repository at root that make git run
-// code or change where it looks: hooks, config, and a .git file (a
-// worktree's or submodule's pointer to its git directory). A missing hooks
-// directory is created (empty, as git init would) so that it can be
-// protected; otherwise a command could create it and plant a hook.
-func gitControl(root string) []string {
-	dotgit := filepath.Join(root, ".git")
-	st, err := os.Lstat(dotgit)
-	switch {
-	case err != nil:
-		return nil
-	case !st.IsDir():
-		return []string{dotgit}
-	}
-	hooks := filepath.Join(dotgit, "hooks")
-	if _, err := os.Lstat(hooks); errors.Is(err, fs.ErrNotExist) {
-		_ = os.Mkdir(hooks, 0o755)
-	}
-	return []string{hooks, filepath.Join(dotgit, "config")}
 }
 
 // under reports whether path is one of roots or inside one.
@@ -588,7 +602,7 @@ func removeCgroup(dir string) {
 
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
-func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string) string {
+func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal string) string {
 	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
@@ -601,6 +615,11 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
 		return result.CodePidsLimit
+	}
+	// A child's death by a limit, which the command turned into its own
+	// failure (make's exit 2).
+	if hit := acctLimitsHit(p, acct); len(hit) > 0 {
+		return hit[0]
 	}
 	return ""
 }
