@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -198,11 +197,35 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() 
 	return nil, false, result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
 }
 
+// resetShell replaces a shell that cannot be brought back with a fresh
+// one in its last known cwd.
+func (s *server) resetShell(sh *shell, out *outcome) {
+	last := sh.cwd()
+	if last == "" {
+		s.mu.Lock()
+		last = s.rec.Cwd
+		s.mu.Unlock()
+	}
+	s.killShell()
+	if err := s.startShell(last); err != nil {
+		out.ended = true
+		return
+	}
+	out.reset = true
+	s.mu.Lock()
+	s.rec.Resets++
+	s.mu.Unlock()
+	// The new shell's identity must be on disk before anyone is told:
+	// stop and the dead-server cleanup go by it.
+	_ = s.writeRecord()
+}
+
 // outcome is what became of the session during a call.
 type outcome struct {
-	cwd   string
-	reset bool // the shell could not be brought back and was replaced
-	ended bool // the shell is gone (exit, exec, killed)
+	cwd    string
+	broken bool // the command broke the shell's protocol: see gotBroken
+	reset  bool // the shell could not be brought back and was replaced
+	ended  bool // the shell is gone (exit, exec, killed)
 }
 
 // callReady runs a call once the busy token is held and the shell is up.
@@ -269,6 +292,10 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	obj.Set("cwd", cwdNow).Set("command", req.Command).Set("pid", pid).Set("session", s.handle)
 	if out.reset {
 		obj.Set("session_reset", true)
+	}
+	if out.broken {
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the command changed the shell so that it could not report the call's end (a readonly protocol variable or prompt, a DEBUG trap that skips commands, a forged prompt); its status is unknown and the shell was restarted in its last cwd")))
 	}
 	if out.ended {
 		obj.Set("session_ended", true)
@@ -499,15 +526,22 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		defer t.Stop()
 		timer = t.C
 	}
-	tag := strconv.Itoa(c.n)
 	why := gotEOF
 	code := 0
-	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, c.script, c.stdin, c.fifos)); err == nil {
-		code, why = sh.await(tag, timer, cancel)
+	nonce := newNonce()
+	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
+		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}
 	switch why {
 	case gotMarker:
 		res.ExitCode = code
+	case gotBroken:
+		// The command left the shell unable to run the protocol's lines
+		// as written: what it did ran, but its status cannot be known,
+		// and no later call could be either. Say so, and start afresh.
+		res.Status = run.StatusError
+		out.broken = true
+		s.resetShell(sh, &out)
 	case gotEOF:
 		// The control channel closed: the shell exited, or exec replaced
 		// it with a program that still runs and still obeys the call's
@@ -556,24 +590,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			proctree.Terminate(context.Background(), proctree.Tree{Main: sh.id, Root: sh.id.PID}, syscall.SIGKILL, 0, sh.exited)
 		default:
 			// The shell itself is stuck: replace it in the last known cwd.
-			last := sh.cwd()
-			if last == "" {
-				s.mu.Lock()
-				last = s.rec.Cwd
-				s.mu.Unlock()
-			}
-			s.killShell()
-			if err := s.startShell(last); err != nil {
-				out.ended = true
-			} else {
-				out.reset = true
-				s.mu.Lock()
-				s.rec.Resets++
-				s.mu.Unlock()
-				// The new shell's identity must be on disk before anyone
-				// is told: stop and the dead-server cleanup go by it.
-				_ = s.writeRecord()
-			}
+			s.resetShell(sh, &out)
 		}
 	}
 	if !out.ended {

@@ -3,6 +3,8 @@ package session
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -86,53 +88,75 @@ const (
 
 // shellInit is the first input of every shell: no prompt noise, no
 // history, no mail checks, errtrace, and the two traps of the protocol.
-func shellInit(marker string) string {
+func shellInit() string {
 	// USR2: keep the user's INT trap aside (the probe restores it), then
 	// raise SIGINT at ourselves. "builtin" is made safe first: a function
 	// of that name would shadow it even when quoted.
 	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
 	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); set +H +o history -E; ` +
-		`__agentsh_err=` + shellQuote(errTrap(marker)) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
+		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
 }
 
 // errTrap is the ERR trap that carries out errexit (see the protocol
 // above): in the session's own shell it ends the call with the failing
-// status; in a subshell it exits, as errexit would. The prompt is set here
-// because the interrupt discards the rest of the call line, where it would
-// be set otherwise.
-func errTrap(marker string) string {
-	return `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
-		`"$$":*errexit*) ` +
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; PROMPT_COMMAND=(); ` +
-		`PS1=$'\n'"` + marker + ` ${__agentsh_n-0} $__agentsh_t"$'\n'; \unset -f builtin; ` +
-		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
-		`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
-}
+// status, kept for the probe that follows the abandoned line; in a
+// subshell it exits, as errexit would.
+const errTrap = `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
+	`"$$":*errexit*) ` +
+	`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; PROMPT_COMMAND=(); ` +
+	`\unset -f builtin; ` +
+	`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
+	`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
 
 // callPrefix is the call file's first line: the ERR trap back (see the
 // protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
 const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
-// callLine is the line that runs call n.
-func callLine(marker string, n int, script, stdin string, outs []string) string {
+// Tags of the prompts. A call line shows tagPending+N while it runs (the
+// prompt bash prints when the line is abandoned: an interrupt, errexit,
+// a SIGINT the command sent its own group) and tagDone+nonce when it ran
+// to its end; a probe line shows tagProbe+nonce. Nonces are fresh for
+// every line and appear nowhere but in the line itself, so no command can
+// print a prompt that ends its call or forges its status.
+const (
+	tagPending = "a"
+	tagDone    = "c"
+	tagProbe   = "p"
+)
+
+// newNonce is a fresh random tag suffix.
+func newNonce() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// callLine is the line that runs call n; the prompt after it is tagged
+// tagDone+nonce. After the call file returns, before the nonce appears
+// on the line, the line takes away what would see it or print before the
+// prompt: a DEBUG trap (kept aside for the next call file) and PS0.
+func callLine(marker string, n int, nonce, script, stdin string, outs []string) string {
 	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
-		n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; `+
+		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
 
-// probeLine asks an interrupted shell to show it is back at its prompt. It
-// restores what the interrupt set aside: the user's INT trap, and the
-// user's posix mode if the call file never got to restore it.
-func probeLine(marker, tag string) string {
-	return `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+// probeLine asks a shell whose line was abandoned to show it is back at
+// its prompt, and reports the status the line ended with (errexit's, or
+// bash's own 130 for a SIGINT). It restores what the interrupt set aside:
+// the user's INT trap, and the user's posix mode if the call file never
+// got to restore it.
+func probeLine(marker, nonce string) string {
+	return `__agentsh_r=${__agentsh_f:-$?}; __agentsh_f=; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
 		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
-		fmt.Sprintf(`PS1=$'\n'"%s %s 0"$'\n'; PROMPT_COMMAND=()`, marker, tag) + "\n"
+		fmt.Sprintf(`PS1=$'\n'"%s %s%s $__agentsh_r"$'\n'; PROMPT_COMMAND=()`, marker, tagProbe, nonce) + "\n"
 }
 
 // shell is one running shell process and its control channel.
@@ -152,8 +176,11 @@ type shell struct {
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
 	status *os.ProcessState
-	marker string
-	closed bool // the control channel closed during an interrupt
+	marker string // the prefix of every protocol line (not a secret: nonces are)
+	closed bool   // the control channel closed during an interrupt
+	// owed are the tags of probes sent during earlier calls whose
+	// answers are still to come (the call's own prompt came first).
+	owed map[string]bool
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -228,7 +255,7 @@ func (s *server) startShell(cwd string) error {
 		pr.Close()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
-	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
+	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {
 		// The shell is the guard's child: signals, the cwd and the
@@ -260,12 +287,10 @@ func (s *server) startShell(cwd string) error {
 	s.rec.ShellPID, s.rec.ShellStart, s.rec.Cwd = sh.id.PID, sh.id.Start, cwd
 	s.mu.Unlock()
 
-	if _, err := io.WriteString(in, shellInit(sh.marker)+probeLine(sh.marker, "init")); err != nil {
+	if _, err := io.WriteString(in, shellInit()); err != nil {
 		return result.Errorf(result.CodeSessionStartFailed, "the shell did not accept input: %v", err)
 	}
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	if _, why := sh.await("init", t.C, nil); why != gotMarker {
+	if !sh.probe(30 * time.Second) {
 		s.killShell()
 		if s.sandbox != nil {
 			if err := s.sandbox.Failure(); err != nil {
@@ -339,27 +364,68 @@ const (
 	gotEOF    // the control channel closed: the shell exited or exec'd
 	gotTimer
 	gotStop
+	// gotBroken: the shell printed a prompt its line did not set (the
+	// command made the protocol's own assignments fail or be skipped:
+	// a readonly PS1, a DEBUG trap that skips every command, ...).
+	gotBroken
 )
 
-// await reads the control channel until the marker line tagged tag and
-// returns the status it carries, or why it stopped waiting. Marker lines of
-// other tags (an abandoned call, an earlier probe) are skipped.
-func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+// marked splits a marker line into its tag and status.
+func marked(l string) (tag string, code int, ok bool) {
+	f := strings.Fields(l)
+	if len(f) != 3 {
+		return "", 0, false
+	}
+	code, err := strconv.Atoi(f[2])
+	return f[1], code, err == nil
+}
+
+// awaitCall reads the control channel until call n's line ends, and
+// returns the status it ended with, or why it stopped waiting. The line
+// ran to its end when the prompt carries its nonce. When the prompt says
+// the line was abandoned (errexit, a SIGINT the command sent itself, or a
+// command printing that public prompt), a probe with a fresh nonce, read
+// by the shell only once it is really back at its prompt, tells the
+// status; the first of the two that answers ends the call. Any other
+// marker line means the shell no longer runs the protocol's lines as
+// written.
+func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+	pending := tagPending + strconv.Itoa(n)
+	probes := map[string]bool{}
 	for {
 		select {
 		case l, open := <-sh.lines:
 			if !open {
 				return 0, gotEOF
 			}
-			f := strings.Fields(l)
-			if len(f) != 3 || f[1] != tag {
-				continue
+			tag, code, ok := marked(l)
+			switch {
+			case !ok:
+			case tag == tagDone+nonce:
+				for p := range probes {
+					sh.owed[p] = true
+				}
+				return code, gotMarker
+			case probes[tag]:
+				for p := range probes {
+					if p != tag {
+						sh.owed[p] = true
+					}
+				}
+				return code, gotMarker
+			case sh.owed[tag]:
+				delete(sh.owed, tag)
+			case tag == pending && len(probes) < maxProbes:
+				// Each abandoned-line prompt gets a probe: a shell whose
+				// probe lines are skipped shows this prompt again for each.
+				p := newNonce()
+				probes[tagProbe+p] = true
+				if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, p)); err != nil {
+					return 0, gotEOF
+				}
+			default:
+				return 0, gotBroken
 			}
-			code, err := strconv.Atoi(f[2])
-			if err != nil {
-				continue
-			}
-			return code, gotMarker
 		case <-t:
 			return 0, gotTimer
 		case <-stop:
@@ -367,6 +433,10 @@ func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (in
 		}
 	}
 }
+
+// maxProbes bounds the probes one call's abandoned-line prompts get; a
+// further such prompt means the shell does not run the probes.
+const maxProbes = 4
 
 func (sh *shell) gone() bool {
 	select {
@@ -426,53 +496,62 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	return killed, sh.probe(recoverWait)
 }
 
-// probe sends probe lines until one is answered, within limit. It fails
-// at once when the control channel closes (the shell exited, or exec
-// replaced it): sh.closed then says so.
+// probe sends probe lines until one is answered, within limit, then
+// waits for the answers to the others it sent (the shell is at its prompt
+// by then, so they come at once), so that none is left to arrive during
+// the next call. It fails at once when the control channel closes (the
+// shell exited, or exec replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
+	sent := map[string]bool{}
+	answered := false
 	for k := 1; ; k++ {
-		tag := "p" + strconv.Itoa(k)
-		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err != nil {
-			return false
+		if !answered {
+			nonce := newNonce()
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, nonce)); err != nil {
+				return false
+			}
+			sent[tagProbe+nonce] = true
 		}
 		every := time.NewTimer(probeEvery * time.Duration(k))
-		_, why := sh.awaitAny(tag, every.C, deadline.C)
+		why := sh.awaitProbe(sent, every.C, deadline.C)
 		every.Stop()
 		switch why {
 		case gotMarker:
-			return true
+			answered = true
+			if len(sent) == 0 {
+				return true
+			}
 		case gotEOF:
 			sh.closed = true
 			return false
 		case gotStop:
-			return false
+			return answered
 		}
 	}
 }
 
-// awaitAny is await for a probe: any probe tag up to tag counts, since an
-// earlier probe answering late proves the same thing.
-func (sh *shell) awaitAny(tag string, t <-chan time.Time, stop <-chan time.Time) (int, int) {
-	last, _ := strconv.Atoi(tag[1:])
+// awaitProbe waits for the answer to one of the probes sent, and crosses
+// it off.
+func (sh *shell) awaitProbe(sent map[string]bool, t <-chan time.Time, stop <-chan time.Time) int {
 	for {
 		select {
 		case l, open := <-sh.lines:
 			if !open {
-				return 0, gotEOF
+				return gotEOF
 			}
-			f := strings.Fields(l)
-			if len(f) != 3 || !strings.HasPrefix(f[1], "p") {
-				continue
-			}
-			if k, err := strconv.Atoi(f[1][1:]); err == nil && k >= 1 && k <= last {
-				return 0, gotMarker
+			tag, _, ok := marked(l)
+			if ok && sh.owed[tag] {
+				delete(sh.owed, tag)
+			} else if ok && sent[tag] {
+				delete(sent, tag)
+				return gotMarker
 			}
 		case <-t:
-			return 0, gotTimer
+			return gotTimer
 		case <-stop:
-			return 0, gotStop
+			return gotStop
 		}
 	}
 }
