@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,22 +45,28 @@ func (s *server) serveConn(c net.Conn) {
 			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})
 			return
 		}
-		// Cancellation arrives on the same connection, or as its close.
+		// Cancellation arrives on the same connection, or as its close:
+		// a caller that is gone counts as one killed (SIGKILL), whose
+		// call need not be given any grace.
 		cancel := make(chan struct{})
-		var cancelSig syscall.Signal
+		var cancelSig atomic.Int32
 		go func() {
 			var m2 message
 			for {
-				if err := dec.Decode(&m2); err != nil || m2.Op == "cancel" {
+				err := dec.Decode(&m2)
+				if err != nil {
+					cancelSig.Store(int32(syscall.SIGKILL))
+				}
+				if err != nil || m2.Op == "cancel" {
 					if err == nil && m2.Signal > 0 && m2.Signal < 65 {
-						cancelSig = syscall.Signal(m2.Signal)
+						cancelSig.Store(int32(m2.Signal))
 					}
 					close(cancel)
 					return
 				}
 			}
 		}()
-		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return cancelSig }, enc)
+		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return syscall.Signal(cancelSig.Load()) }, enc)
 		if err != nil {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
 			return
@@ -330,6 +337,8 @@ type pendingCall struct {
 	holders []*os.File // our own write ends, so reads do not see EOF before the shell opens the FIFO
 	pumps   []*pump
 	caps    map[string]*capture.HeadTail
+	enc     *lineWriter // the caller's connection
+	stream  bool        // the caller streams: it gets the start event
 }
 
 func (c *pendingCall) cleanup() {
@@ -435,7 +444,7 @@ func (p *pump) detach(log *bgLog) {
 
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
 	d := s.calls
-	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull}
+	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	c.script = d.name(n, "sh")
 	if err := d.writeFile(c.script, []byte(callPrefix+req.Command+"\n")); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
@@ -530,7 +539,18 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	code := 0
 	nonce := newNonce()
 	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
+		if c.stream && c.enc != nil {
+			pid := sh.self.PID
+			_ = c.enc.send(message{Type: "start", Started: &pid})
+		}
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
+	}
+	// A caller that is gone (its connection closed: killed, say) waits
+	// for nothing: the call's processes get the interrupt and then
+	// SIGKILL at once, and the shell keeps its state.
+	grace := max(req.KillAfter, time.Millisecond)
+	if why == gotStop && cancelSig() == syscall.SIGKILL {
+		grace = time.Millisecond
 	}
 	switch why {
 	case gotMarker:
@@ -559,15 +579,15 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			sig := syscall.SIGINT
 			res.Signal = proctree.SignalName(sig)
 			tree.Signal(sig)
-			grace := time.NewTimer(max(req.KillAfter, time.Millisecond))
+			gt := time.NewTimer(grace)
 			select {
 			case <-sh.exited:
-			case <-grace.C:
+			case <-gt.C:
 				tree.Signal(syscall.SIGKILL)
 				res.Signal = "SIGKILL"
 				<-sh.exited
 			}
-			grace.Stop()
+			gt.Stop()
 		}
 	default:
 		// Timeout or cancellation: stop the whole call, keep the shell.
@@ -577,7 +597,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			res.Status, res.TimedOut = run.StatusTimeout, true
 		}
 		res.Signal = proctree.SignalName(syscall.SIGINT)
-		killed, ok := sh.interrupt(max(req.KillAfter, time.Millisecond), spare)
+		killed, ok := sh.interrupt(grace, spare)
 		if killed {
 			res.Signal = "SIGKILL"
 		}
