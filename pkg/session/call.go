@@ -40,6 +40,14 @@ func (s *server) serveConn(c net.Conn) {
 	case "stop":
 		s.stop(EndedStopped)
 		_ = enc.send(message{Type: "stopped"})
+	case "status":
+		// The live record: status.json lags it by up to recordDelay.
+		b, err := json.Marshal(s.record())
+		if err != nil {
+			_ = enc.send(message{Type: "error", Error: toWire(err)})
+			return
+		}
+		_ = enc.send(message{Type: "status", Result: b})
 	case "run":
 		if m.Call == nil {
 			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})

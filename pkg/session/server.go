@@ -222,11 +222,17 @@ func newMarker() string {
 }
 
 func (s *server) writeRecord() error {
+	return state.WriteJSONAtomic(filepath.Join(s.sdir, "status.json"), s.record(), 0o600)
+}
+
+// record is the session's record as of now, which status.json holds only
+// once the recorder has written it.
+func (s *server) record() Record {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	rec := s.rec
 	rec.Background = s.bg.list()
-	s.mu.Unlock()
-	return state.WriteJSONAtomic(filepath.Join(s.sdir, "status.json"), rec, 0o600)
+	return rec
 }
 
 func (s *server) currentShell() *shell {

@@ -310,3 +310,28 @@ func TestProtocolLinesQuote(t *testing.T) {
 		t.Errorf("the call line must not depend on shadowable commands: %q", l)
 	}
 }
+
+// TestProbeOfAnExecdShell: once exec replaced the shell, nothing reads its
+// input, so a probe's write fails, and the control channel has closed (or
+// is about to). The probe must report the channel closed, so that the
+// interrupt ends the session rather than reset a shell that is not stuck
+// but gone, however the reaper of the process is scheduled.
+func TestProbeOfAnExecdShell(t *testing.T) {
+	for _, closeLater := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // exec closed the shell's saved input
+		sh := &shell{stdin: w, lines: make(chan string), exited: make(chan struct{}), marker: newMarker()}
+		if closeLater {
+			go func() { sh.lines <- "some output"; close(sh.lines) }()
+		} else {
+			close(sh.lines)
+		}
+		if sh.probe(time.Minute) || !sh.closed {
+			t.Errorf("closeLater=%v: probe of an exec'd shell: closed=%v, want true", closeLater, sh.closed)
+		}
+		w.Close()
+	}
+}

@@ -497,26 +497,36 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 }
 
 // probe sends probe lines until one is answered, within limit, then
-// waits for the answers to the others it sent (the shell is at its prompt
-// by then, so they come at once), so that none is left to arrive during
-// the next call. It fails at once when the control channel closes (the
-// shell exited, or exec replaced it): sh.closed then says so.
+// waits for the answers to those sent after it (the shell is at its
+// prompt by then, so they come at once; those sent before it were
+// discarded with the interrupted line, or answered), so that none is left
+// to arrive during the next call. It fails as soon as the control channel
+// closes (the shell exited, or exec replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
-	sent := map[string]bool{}
+	var sent []string // tags, in the order written
 	answered := false
 	for k := 1; ; k++ {
+		var next <-chan time.Time // nil: no further probe
+		var every *time.Timer
 		if !answered {
 			nonce := newNonce()
-			if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, nonce)); err != nil {
-				return false
+			// A write that fails says nothing reads the shell's input
+			// any more: the shell exited, or exec replaced it (which
+			// closes its saved input and control channel). That is not
+			// yet a verdict: the control channel's end is, and it follows.
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, nonce)); err == nil {
+				sent = append(sent, tagProbe+nonce)
+				every = time.NewTimer(probeEvery * time.Duration(k))
+				next = every.C
 			}
-			sent[tagProbe+nonce] = true
 		}
-		every := time.NewTimer(probeEvery * time.Duration(k))
-		why := sh.awaitProbe(sent, every.C, deadline.C)
-		every.Stop()
+		var why int
+		why, sent = sh.awaitProbe(sent, next, deadline.C)
+		if every != nil {
+			every.Stop()
+		}
 		switch why {
 		case gotMarker:
 			answered = true
@@ -532,26 +542,29 @@ func (sh *shell) probe(limit time.Duration) bool {
 	}
 }
 
-// awaitProbe waits for the answer to one of the probes sent, and crosses
-// it off.
-func (sh *shell) awaitProbe(sent map[string]bool, t <-chan time.Time, stop <-chan time.Time) int {
+// awaitProbe waits for the answer to one of the probes sent, and returns
+// the probes that can still answer: those sent after it.
+func (sh *shell) awaitProbe(sent []string, t <-chan time.Time, stop <-chan time.Time) (int, []string) {
 	for {
 		select {
 		case l, open := <-sh.lines:
 			if !open {
-				return gotEOF
+				return gotEOF, sent
 			}
 			tag, _, ok := marked(l)
 			if ok && sh.owed[tag] {
 				delete(sh.owed, tag)
-			} else if ok && sent[tag] {
-				delete(sent, tag)
-				return gotMarker
+				continue
+			}
+			for i, p := range sent {
+				if ok && p == tag {
+					return gotMarker, sent[i+1:]
+				}
 			}
 		case <-t:
-			return gotTimer
+			return gotTimer, sent
 		case <-stop:
-			return gotStop
+			return gotStop, sent
 		}
 	}
 }
