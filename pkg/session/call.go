@@ -106,7 +106,15 @@ func (s *server) afterCall(ended bool) {
 	if !ended {
 		procs := s.track.scan()
 		sh := s.currentShell()
-		s.bg.adopt(procs, s.seqNow(), sh.id.PID, s.takeBefore())
+		prev := s.takeBefore()
+		if prev == nil {
+			prev = map[int]uint64{}
+		}
+		// In a sandbox the shell itself is below the process the server
+		// started; it is not something a call left running (after a
+		// reset it is new).
+		prev[sh.self.PID] = sh.self.Start
+		s.bg.adopt(procs, s.seqNow(), sh.id.PID, prev)
 		before := make(map[int]uint64, len(procs))
 		for _, d := range procs {
 			before[d.PID] = d.StartTime

@@ -104,6 +104,56 @@ func TestCallsKeepState(t *testing.T) {
 	}
 }
 
+// Under errexit, every error bash reports itself (which makes bash exit,
+// interactive or not) ends the call with its status and leaves the shell
+// and its state alone, wherever it happens.
+func TestErrexitErrorsEndTheCallNotTheShell(t *testing.T) {
+	s := newTestServer(t)
+	if _, out := runCall(t, s, CallRequest{Command: "export KEEP=yes; readonly RO=1; g() { set -eu; echo in-g; echo \"$1\"; echo no; }; cd /"}, nil); out.ended {
+		t.Fatal("setup ended the shell")
+	}
+	cases := []struct {
+		cmd    string
+		stdout string
+		code   int
+	}{
+		{"set -eu; echo $UNSET; echo no", "", 1},
+		{"set -euo pipefail; echo ${UNSET}; echo no", "", 1},
+		{"set -eu; g; echo no", "in-g\n", 1},
+		{"set -eu; (echo $UNSET; echo no); echo no", "", 1},
+		{"set -eu; v=$(echo $UNSET); echo no", "", 1},
+		{"set -eu; echo $((UNSET + 1)); echo no", "", 1},
+		{"set -e; echo ${UNSET:?gone}; echo no", "", 1},
+		{"set -e; RO=2; echo no", "", 1},
+		{"set -e; echo \"${KEEP y}\"; echo no", "", 1},
+		{"set -e; if", "", 2},
+		{"set -e; eval 'if'; echo no", "", 2},
+		{"set -e; shopt -s failglob; echo none-*.zz; echo no", "", 1},
+		{"shopt -u failglob; set -e; (false; echo no); echo no", "", 1},
+		{"set -e; f() { false; echo no; }; f; echo no", "", 1},
+		{"set -e; false || echo ok; if false; then :; fi; ! true; echo ok", "ok\nok\n", 0},
+	}
+	for _, c := range cases {
+		obj, out := runCall(t, s, CallRequest{Command: c.cmd, Timeout: 20 * time.Second}, nil)
+		if out.ended || out.reset {
+			t.Fatalf("%q: session ended=%v reset=%v", c.cmd, out.ended, out.reset)
+		}
+		if got := field(obj, "stdout"); got != c.stdout {
+			t.Errorf("%q: stdout %q, want %q", c.cmd, got, c.stdout)
+		}
+		if got := field(obj, "exit_code"); got != c.code {
+			t.Errorf("%q: exit %v, want %d", c.cmd, got, c.code)
+		}
+		if out.cwd != "/" {
+			t.Errorf("%q: cwd %q, want /", c.cmd, out.cwd)
+		}
+	}
+	obj, _ := runCall(t, s, CallRequest{Command: "set +eu; echo $KEEP; shopt inherit_errexit"}, nil)
+	if got := field(obj, "stdout"); got != "yes\ninherit_errexit\toff\n" {
+		t.Errorf("state after the errors: %q", got)
+	}
+}
+
 func TestTimeoutStopsTheWholeCall(t *testing.T) {
 	s := newTestServer(t)
 	mark := filepath.Join(t.TempDir(), "after")

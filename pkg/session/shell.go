@@ -30,9 +30,29 @@ import (
 // state. Its stdout and stderr are the control channel: the only thing the
 // server reads from it is the prompt, and the prompt carries the bookkeeping.
 //
-// Each call is one line:
+// Each call is one line (NONCE is fresh random for every call):
 //
-//	__agentsh_n=N; __agentsh_s=0; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	PS1=$'\n'"MARK aN 0"$'\n'; __agentsh_n=N; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; __agentsh_q=...; POSIXLY_CORRECT=y \:; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// The prompt that ends a call carries NONCE, which exists only in the
+// line the server writes and which bash has read whole (to parse it)
+// before the call file runs: no command can print it, so none can end its
+// call early or forge its status, not through PS0, a DEBUG trap (taken
+// away before the nonce is reached: a DEBUG trap and PS0 last for their
+// call) nor a write to the shell's saved descriptors. MARK, the prefix of
+// every protocol line, is no secret. The first prompt ("aN", public) is
+// the one bash shows when it abandons the line: an interrupt, errexit
+// carried out (see below), a SIGINT the command sent its own process group
+// or the shell, an error bash abandons the whole line for (an unbound
+// variable in arithmetic under set -u). On it the server sends a probe
+// line with a fresh nonce, which bash reads only when it is back at its
+// prompt, and which reports the status the line ended with: errexit's
+// (__agentsh_f), else bash's own ($?, 130 for a SIGINT). A command that
+// prints "aN" itself only makes the probe wait in the pipe until its call
+// really ends. A prompt with any other tag means the protocol's own
+// assignments failed or were skipped (a readonly PS1, extdebug with a DEBUG
+// trap that fails): the call's status is unknown, and the shell is
+// replaced (session_reset).
 //
 // Nothing on it can be shadowed by what a command defines: assignments are
 // syntax, and "." is a special builtin that posix mode (switched on by the
