@@ -114,7 +114,7 @@ func shellInit() string {
 	// of that name would shadow it even when quoted.
 	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
-	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); set +H +o history -E; ` +
+	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; ` +
 		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
 }
 
@@ -156,14 +156,15 @@ func newNonce() string {
 // callLine is the line that runs call n; the prompt after it is tagged
 // tagDone+nonce. After the call file returns, before the nonce appears
 // on the line, the line takes away what would see it or print before the
-// prompt: a DEBUG trap (kept aside for the next call file) and PS0.
+// prompt: a DEBUG trap and PS0; and TMOUT, which would end the shell
+// idle at its prompt (the session's --idle-timeout is that bound).
 func callLine(marker string, n int, nonce, script, stdin string, outs []string) string {
 	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
 	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; `+
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
 		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
 
@@ -499,6 +500,12 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 			killed = true
 			waitQuiet(tree, time.Second)
 		}
+	}
+	if caught, known := catches(pid, syscall.SIGUSR2); known && !caught {
+		// The command took the protocol's USR2 trap away (trap '' USR2):
+		// nothing would stop the shell from running the rest of the line
+		// once it goes on, so it must not go on. It is replaced.
+		return killed, false
 	}
 	_ = syscall.Kill(pid, syscall.SIGUSR2)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
