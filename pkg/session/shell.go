@@ -158,12 +158,15 @@ func newNonce() string {
 // on the line, the line takes away what would see it or print before the
 // prompt: a DEBUG trap and PS0; and TMOUT, which would end the shell
 // idle at its prompt (the session's --idle-timeout is that bound).
+//
+// Before the call file, the builtins the protocol runs are enabled again
+// (enable -n . would otherwise fail every later call with 127).
 func callLine(marker string, n int, nonce, script, stdin string, outs []string) string {
 	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; `+
+	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \unset -f enable; \enable . : unset set trap eval kill builtin; \. %s <%s %s || __agentsh_s=$?; `+
 		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
 		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
