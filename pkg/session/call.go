@@ -462,7 +462,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, []byte(callPrefix+req.Command+"\n")); err != nil {
+	if err := d.writeFile(c.script, callFile(req.Command)); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {

@@ -88,8 +88,8 @@ import (
 // interrupts the line as above (the next call's file turns errexit back
 // on); in a subshell it exits with the failing status. The call ends with
 // that status; the session survives. An error bash reports (set -u) abandons
-// the complete command it occurs in, as at an interactive prompt, and the
-// call's status is 1 when that command was its last. An explicit exit
+// the rest of the call, whose text is one brace group (callFile), and the
+// call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
 // file's first line sets it again. A command's own ERR trap lasts for its
@@ -151,6 +151,19 @@ func newNonce() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// callFile is the text of a call's file: the prefix, then the command as
+// one brace group. The group makes the whole command one complete command
+// to bash, so that an error bash reports itself (an unbound variable under
+// set -u, a bad substitution) abandons all of it, as it would end a bash -c:
+// sourced line by line, bash would go on with the next line (set -eu; cd
+// $UNSET; rm -r build would run the rm in the wrong directory). The price is
+// bash's for any one complete command: it is parsed before it runs, so an
+// alias the call defines, or a shopt that changes the syntax (extglob),
+// takes effect from the next call on.
+func callFile(command string) []byte {
+	return []byte(callPrefix + "{\n" + command + "\n}\n")
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
