@@ -215,6 +215,7 @@ type shell struct {
 	status *os.ProcessState
 	marker string // the prefix of every protocol line (not a secret: nonces are)
 	closed bool   // the control channel closed during an interrupt
+	exe    string // the shell's executable, to tell an exec
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
@@ -346,6 +347,7 @@ func (s *server) startShell(cwd string) error {
 		}
 		sh.self = self
 	}
+	sh.exe = exePath(sh.self.PID)
 	return nil
 }
 
@@ -518,6 +520,11 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 		}
 	}
 	if caught, known := catches(pid, syscall.SIGUSR2); known && !caught {
+		if sh.exe != "" && exePath(pid) != sh.exe {
+			// exec replaced the shell: what runs is the call's.
+			sh.closed = true
+			return killed, false
+		}
 		// The command took the protocol's USR2 trap away (trap '' USR2):
 		// nothing would stop the shell from running the rest of the line
 		// once it goes on, so it must not go on. It is replaced.

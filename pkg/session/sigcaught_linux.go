@@ -25,3 +25,9 @@ func catches(pid int, sig syscall.Signal) (caught, ok bool) {
 	}
 	return false, false
 }
+
+// exePath is the executable process pid runs ("" when unknown).
+func exePath(pid int) string {
+	p, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	return p
+}
