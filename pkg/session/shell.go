@@ -163,7 +163,9 @@ func newNonce() string {
 // alias the call defines, or a shopt that changes the syntax (extglob),
 // takes effect from the next call on.
 func callFile(command string) []byte {
-	return []byte(callPrefix + "{\n" + command + "\n}\n")
+	// The ":" keeps an empty command (or one of comments only) a valid
+	// group with status 0.
+	return []byte(callPrefix + "{ :\n" + command + "\n}\n")
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
