@@ -61,6 +61,7 @@ type builder struct {
 	cgroups   []string // created cgroup directories, removed by cleanup
 	memCgroup string
 	pidCgroup string
+	sweep     bool      // sweep leftovers of killed runners (sweepDue)
 	net       *netProxy // with --net proxy, closed by cleanup
 	netEnv    []string  // the proxy's variables for the command
 }
@@ -130,7 +131,9 @@ func (b *builder) build() (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	sweepStale(area)
+	if b.sweep = sweepDue(area); b.sweep {
+		sweepStale(area)
+	}
 	base, err := os.MkdirTemp(area, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
@@ -551,7 +554,9 @@ func (b *builder) limits() error {
 func (b *builder) newCgroup(mount, parent string) (string, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	sweepCgroups(filepath.Join(mount, parent))
+	if b.sweep {
+		sweepCgroups(filepath.Join(mount, parent))
+	}
 	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))
