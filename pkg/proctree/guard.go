@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -47,6 +49,14 @@ type Guard struct {
 	token string
 	w     *os.File // write end of the watchdog's pipe
 	wd    *os.Process
+
+	// The guarded process watches the watchdog in turn (watchWatchdog):
+	// a watchdog killed before Release kills the tree at once, so that no
+	// window opens in which agentsh's own death would leave it running.
+	mu       sync.Mutex
+	released bool
+	watched  []ID
+	lost     atomic.Bool
 }
 
 // Guard modes.
@@ -96,8 +106,34 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
 	g.w, g.wd = w, wd
+	go g.watchWatchdog()
 	return g, nil
 }
+
+// watchWatchdog waits for the watchdog (it owns g.wd's wait). A watchdog
+// that dies before Release (killed by the command, or by anyone) leaves
+// the tree unguarded against the guarded process's own death, so the tree
+// is killed now, as the watchdog would have: the cgroup, or every bearer
+// of the token and member of a watched session.
+func (g *Guard) watchWatchdog() {
+	_, _ = g.wd.Wait()
+	g.mu.Lock()
+	released := g.released
+	watched := append([]ID(nil), g.watched...)
+	g.mu.Unlock()
+	if released {
+		return
+	}
+	g.lost.Store(true)
+	if g.mode == GuardCgroup {
+		killGuardCgroupOnly(g.cgDir)
+	}
+	killTokenBearers(g.token, watched, 10*time.Second)
+}
+
+// Lost reports that the watchdog died before Release, so the tree was
+// killed by the guarded process itself (see watchWatchdog).
+func (g *Guard) Lost() bool { return g.lost.Load() }
 
 // StartGuardAsync is StartGuard on another goroutine, so that the
 // watchdog's start overlaps the caller's own preparation; the returned
@@ -140,6 +176,9 @@ func (g *Guard) Env(env []string) []string {
 // session are killed too.
 func (g *Guard) Watch(id ID) {
 	if g.mode == GuardEnviron {
+		g.mu.Lock()
+		g.watched = append(g.watched, id)
+		g.mu.Unlock()
 		_, _ = fmt.Fprintf(g.w, "%d %d\n", id.PID, id.Start)
 	}
 }
@@ -152,14 +191,13 @@ func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pi
 // and exits on its own (it is not waited for), and the cgroup is removed
 // if it is empty. Call it after the tree is dead.
 func (g *Guard) Release() {
+	g.mu.Lock()
+	g.released = true
+	g.mu.Unlock()
 	if g.w != nil {
 		_, _ = io.WriteString(g.w, "done\n")
 		g.w.Close()
 		g.w = nil
-	}
-	if g.wd != nil {
-		_ = g.wd.Release()
-		g.wd = nil
 	}
 	g.dropCgroup()
 }
@@ -184,7 +222,10 @@ func RunWatchdog(args []string, in io.Reader) int {
 		}
 	}
 	// End of file without "done": the guarded process died.
+	// In cgroup mode the cgroup goes first, and the token then finds a
+	// member that moved itself out of it (root can, unsandboxed).
 	if mode == GuardCgroup && killGuardCgroup(cg) {
+		killTokenBearers(token, watched, 2*time.Second)
 		return 0
 	}
 	if killTokenBearers(token, watched, 10*time.Second) {

@@ -95,8 +95,13 @@ func (g *Guard) dropCgroup() {
 
 // shWatchdog is RunWatchdog's cgroup mode as a shell script: on end of
 // file without "done", kill the cgroup and remove it once it is empty.
+//
+// Then every process whose environment holds the token ($2) is killed too:
+// a member that moved itself out of the cgroup (root can, unsandboxed) is
+// still a bearer. The scan repeats until it finds none.
 const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
-echo 1 > "$1/cgroup.kill" || exit 1
+echo 1 > "$1/cgroup.kill"
+i=0; while [ $i -lt 100 ]; do k=0; for f in $(grep -lsaF "$2" /proc/[0-9]*/environ); do p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && k=1; done; [ $k = 0 ] && break; i=$((i+1)); done
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
 
 // cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
@@ -253,7 +258,7 @@ func (g *Guard) watchdogArgv(argv []string) (string, []string) {
 		if _, err := os.Stat(shPath); err == nil {
 			// The cgroup needs only a trigger, and a shell starts in a
 			// fraction of the time (and CPU) of a Go program.
-			return shPath, []string{shPath, "-c", shWatchdog, "agentplane-watchdog", g.cgDir}
+			return shPath, []string{shPath, "-c", shWatchdog, "agentplane-watchdog", g.cgDir, g.token}
 		}
 	}
 	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
@@ -270,6 +275,10 @@ func killGuardCgroup(cg string) bool {
 	}
 	return false
 }
+
+// killGuardCgroupOnly kills the cgroup's members without removing it (its
+// owner removes it on Release).
+func killGuardCgroupOnly(cg string) bool { return killCgroup(cg, 10*time.Second) }
 
 // leaveGuardCgroup makes cmd start in the nearest cgroup above every
 // guard's, when the caller runs in a guard's cgroup.
