@@ -25,6 +25,11 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
+	// In the new PID namespace and still privileged: every process of the
+	// run leaves an accounting record when it exits.
+	if err := startAccounting(sp.Acct); err != nil {
+		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot turn on process accounting: %v", err)
+	}
 	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
 	// shows no path above it. (Leaving it is stopped by the read-only
 	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
@@ -99,6 +104,13 @@ func (h *helper) run(argv []string) int {
 	if err := loadFilter(); err != nil {
 		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
 	}
+	if sp.NetNone {
+		// Under --net none and --net proxy: calls that name a peer go
+		// through the helper (unixgate_linux.go).
+		if err := startUnixGate(); err != nil {
+			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+		}
+	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {
 		exit := exitNotExecutable
@@ -138,6 +150,8 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
+	// The helper must not die of a signal meant for the target.
+	<-h.caught
 	// The target is a child of this thread, so it inherits the thread's
 	// credentials, Landlock domain and seccomp filter; it dies with the
 	// helper (and, the helper being PID 1, so does every process of the

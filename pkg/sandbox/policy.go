@@ -245,7 +245,7 @@ const HelperProgram = "agentplane-sandbox"
 
 // specVersion changes whenever spec changes meaning: a helper from another
 // build refuses the spec rather than enforcing less than asked.
-const specVersion = 3
+const specVersion = 5
 
 // helperPath returns the helper program beside self when there is one,
 // else self (which must route HelperCommand to HelperMain).
@@ -296,6 +296,16 @@ type spec struct {
 	KeepFDs int `json:"keep_fds,omitempty"`
 	// Control: fd 3 is a control socket for readiness probes (control.go).
 	Control bool `json:"control,omitempty"`
+	// Acct: the helper turns on process accounting into this file
+	// (acct_linux.go).
+	Acct string `json:"acct,omitempty"`
+	// TempAreas are covered, TempDir (the run's own) bound back
+	// (tempareas_linux.go).
+	TempAreas []string `json:"temp_areas,omitempty"`
+	TempDir   string   `json:"temp_dir,omitempty"`
+	// Pinned directories are bound onto themselves so that they cannot be
+	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
+	Pinned []string `json:"pinned,omitempty"`
 }
 
 type rlimitSet struct {
@@ -317,7 +327,7 @@ type helperError struct {
 // executable (os.Executable), which must route HelperCommand to HelperMain.
 // Errors are *result.Error with code invalid_request or sandbox_unavailable.
 func Prepare(p Policy, self string) (*Prepared, error) {
-	return PrepareWith(p, self, Probe())
+	return PrepareWith(p, self, probeFor(p))
 }
 
 // PrepareWith is Prepare against given machine capabilities, so that tests

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,6 +36,8 @@ func TestMain(m *testing.M) {
 			os.Exit(proxyProbe(os.Args[2:]))
 		case attackCommand:
 			os.Exit(attack(os.Args[2:]))
+		case sockCommand:
+			os.Exit(sockMain(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -526,7 +529,7 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 func TestPrepareRefuses(t *testing.T) {
 	_, ws, _ := dirs(t)
 	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: "",
-		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true, SeccompNotify: true}
 	without := func(f func(*Capabilities)) Capabilities { c := full; f(&c); return c }
 	cases := []struct {
 		name string
@@ -544,6 +547,8 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), result.CodeSandboxUnavailable},
 		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), result.CodeSandboxUnavailable},
 		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), result.CodeSandboxUnavailable},
+		{"no seccomp listener", Policy{Net: NetNone}, without(func(c *Capabilities) { c.SeccompNotify = false }), result.CodeSandboxUnavailable},
+		{"no seccomp listener, proxy", Policy{Net: NetProxy}, without(func(c *Capabilities) { c.SeccompNotify = false }), result.CodeSandboxUnavailable},
 		{"user without root", Policy{User: "nobody"}, Capabilities{}, result.CodeSandboxUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},
@@ -704,5 +709,27 @@ func BenchmarkPrepare(b *testing.B) {
 			b.Fatal(err)
 		}
 		prep.Cleanup()
+	}
+}
+
+// Prepare probes the cgroup hierarchies only for the limits that use them,
+// and then finds what the full probe finds.
+func TestProbeFor(t *testing.T) {
+	full := Probe()
+	if c := probeFor(Policy{Mode: ModeReadOnly, Net: NetNone}); c.CgroupV1Memory != "" || c.CgroupV1Pids != "" || c.CgroupV2 != "" {
+		t.Errorf("a policy without limits probed the cgroups: %+v", c)
+	}
+	for _, p := range []Policy{{Memory: 1 << 30}, {Pids: 10}} {
+		c := probeFor(p)
+		if c.CgroupV1Memory != full.CgroupV1Memory || c.memoryParent != full.memoryParent ||
+			c.CgroupV1Pids != full.CgroupV1Pids || c.pidsParent != full.pidsParent {
+			t.Errorf("%+v: cgroups %+v, the full probe found %+v", p, c, full)
+		}
+	}
+	c := probeFor(Policy{Mode: ModeReadOnly})
+	c.UserNS, full.UserNS = false, false
+	c.CgroupV1Memory, c.CgroupV1Pids, c.CgroupV2, c.CgroupV2Controllers, c.memoryParent, c.pidsParent = full.CgroupV1Memory, full.CgroupV1Pids, full.CgroupV2, full.CgroupV2Controllers, full.memoryParent, full.pidsParent
+	if !reflect.DeepEqual(c, full) {
+		t.Errorf("the rest differs: %+v, full %+v", c, full)
 	}
 }
