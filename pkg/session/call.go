@@ -542,11 +542,31 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		s.mu.Unlock()
 	}
 	// The call's processes are every descendant of the server (orphans
-	// of the call are reparented to it, a subreaper) but the shell and
-	// what was there before the call.
+	// of the call are reparented to it, a subreaper) but the shell, what
+	// was there before the call, and what those earlier processes start
+	// meanwhile: a background job's new child is the job's, not the
+	// call's, so its parent chain is followed up to a process from before
+	// (spared) or to the shell or the server (the call's).
+	isShell := func(pid int) bool { return pid == sh.id.PID || pid == sh.self.PID }
+	server := os.Getpid()
 	spare := func(p proctree.Stat) bool {
-		st, ok := before[p.PID]
-		return (ok && st == p.StartTime) || p.PID == sh.id.PID || p.PID == sh.self.PID
+		if isShell(p.PID) {
+			return true
+		}
+		for range 64 {
+			if st, ok := before[p.PID]; ok && st == p.StartTime {
+				return true
+			}
+			if isShell(p.PPID) || p.PPID <= 1 || p.PPID == server {
+				return false
+			}
+			parent, err := proctree.ReadStat(p.PPID)
+			if err != nil || parent.StartTime > p.StartTime {
+				return false // gone, or a recycled pid: not an ancestor
+			}
+			p = parent
+		}
+		return false
 	}
 
 	var timer <-chan time.Time
