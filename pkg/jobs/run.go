@@ -104,6 +104,7 @@ func (sv *supervisor) command() (*exec.Cmd, *jobCmd, error) {
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()
 	}
+	cmd.Env = proctree.WithoutTokens(cmd.Env) // the job outlives its starter's guard
 	// The mark by which the job's processes are found should this
 	// supervisor die (see remains).
 	self := proctree.ID{PID: sv.rec.SupervisorPID, Start: sv.rec.SupervisorStart}

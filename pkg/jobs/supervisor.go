@@ -541,7 +541,7 @@ func (sv *supervisor) probe(ctx context.Context, ready func()) {
 				shell = "sh"
 			}
 			cmd := exec.CommandContext(ctx, shell, "-c", p.Cmd)
-			cmd.Dir, cmd.Env = sv.spec.Cwd, sv.spec.Env
+			cmd.Dir, cmd.Env = sv.spec.Cwd, proctree.WithoutTokens(sv.spec.Env)
 			// The readiness command is held to the job's policy.
 			g, err := sv.guard(cmd, false)
 			if err != nil {

@@ -288,14 +288,25 @@ func inWatchedSession(s Stat, watched []ID) bool {
 // in the nearest cgroup above every guard's. cmd.Env must be set. Call the
 // returned function once cmd has started (or failed to).
 func Detach(cmd *exec.Cmd) (done func(), err error) {
-	env := cmd.Env[:0:0]
-	for _, kv := range cmd.Env {
+	cmd.Env = WithoutTokens(cmd.Env)
+	return leaveGuardCgroup(cmd)
+}
+
+// WithoutTokens returns env without the guards' tokens. A detached server
+// runs its job or shell with the environment its client recorded, which
+// carries the tokens of the guard the client ran under: kept, they would
+// make the client's watchdog kill what is meant to outlive it.
+func WithoutTokens(env []string) []string {
+	if env == nil {
+		return nil
+	}
+	out := env[:0:0]
+	for _, kv := range env {
 		if !strings.HasPrefix(kv, EnvToken+"=") {
-			env = append(env, kv)
+			out = append(out, kv)
 		}
 	}
-	cmd.Env = env
-	return leaveGuardCgroup(cmd)
+	return out
 }
 
 // bearsToken reports whether pid's environment carries token in EnvToken.

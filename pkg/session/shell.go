@@ -230,7 +230,7 @@ func (s *server) startShell(cwd string) error {
 	argv := append(append([]string{s.spec.Shell}, s.spec.ShellArgs...), "--noediting", "-i")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = cwd
-	cmd.Env = s.spec.Env
+	cmd.Env = proctree.WithoutTokens(s.spec.Env) // the shell outlives its starter's guard
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if s.sandbox != nil {
 		// The shell starts inside the sandbox helper (its own program
