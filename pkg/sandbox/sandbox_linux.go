@@ -62,6 +62,7 @@ type builder struct {
 	memCgroup string
 	pidCgroup string
 	memRlimit bool
+	sweep     bool      // sweep leftovers of killed runners (sweepDue)
 	net       *netProxy // with --net proxy, closed by cleanup
 	netEnv    []string  // the proxy's variables for the command
 }
@@ -131,7 +132,9 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	sweepStale(parent)
+	if b.sweep = sweepDue(parent); b.sweep {
+		sweepStale(parent)
+	}
 	base, err := os.MkdirTemp(parent, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
@@ -539,7 +542,9 @@ func (b *builder) limits() error {
 func (b *builder) newCgroup(mount, parent string) (string, error) {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
-	sweepCgroups(filepath.Join(mount, parent))
+	if b.sweep {
+		sweepCgroups(filepath.Join(mount, parent))
+	}
 	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))

@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 )
@@ -15,11 +19,19 @@ import (
 // the directory and the cgroups stay. Each carries its owner's identity
 // (pid, start time, boot id), and the next Prepare removes those whose
 // owner is provably gone: a recycled pid is told apart by its start time.
+//
+// Leftovers come only from a killed runner, so the sweep (a listing of the
+// whole temp dir and of the cgroup parents) runs at most once per
+// sweepEvery per user, not on every call's critical path: a stamp file in
+// the temp dir records the last one. A stamp that is not a regular file of
+// this user (planted by someone else) never suppresses a sweep.
 
 const (
 	tempPrefix   = "agentplane-sandbox-"
 	cgroupPrefix = "agentplane-"
 	ownerFile    = "owner"
+	sweepStamp   = "agentplane-sandbox-swept."
+	sweepEvery   = time.Minute
 )
 
 // ownerID is "pid.starttime" of the calling process.
@@ -77,4 +89,32 @@ func sweepStale(parent string) {
 			_ = os.RemoveAll(dir)
 		}
 	}
+}
+
+// sweepDue reports whether the leftovers under parent (the temp dir when
+// "") are to be swept now, and if so records that they were: true when
+// the stamp of this user is missing, older than sweepEvery, dated in the
+// future, or not a regular file of this user.
+func sweepDue(parent string) bool {
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	stamp := filepath.Join(parent, sweepStamp+strconv.Itoa(os.Getuid()))
+	now := time.Now()
+	st, err := os.Lstat(stamp)
+	if err == nil {
+		sys, ok := st.Sys().(*syscall.Stat_t)
+		age := now.Sub(st.ModTime())
+		if st.Mode().IsRegular() && ok && int(sys.Uid) == os.Getuid() && age >= 0 && age < sweepEvery {
+			return false
+		}
+		// Dated now, without following a planted symlink; when that fails
+		// (someone else's file) every call sweeps, as without a stamp.
+		_ = unix.UtimesNanoAt(unix.AT_FDCWD, stamp, nil, unix.AT_SYMLINK_NOFOLLOW)
+		return true
+	}
+	if f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
+		f.Close()
+	}
+	return true
 }
