@@ -138,6 +138,8 @@ func (h *helper) run(argv []string) int {
 			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
+	// The helper must not die of a signal meant for the target.
+	<-h.caught
 	// The target is a child of this thread, so it inherits the thread's
 	// credentials, Landlock domain and seccomp filter; it dies with the
 	// helper (and, the helper being PID 1, so does every process of the
