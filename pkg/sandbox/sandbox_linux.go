@@ -506,7 +506,7 @@ func (b *builder) limits() error {
 			b.sp.Cgroups = append(b.sp.Cgroups, dir)
 			b.report["memory"] = "cgroup_v1"
 		} else {
-			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_AS, uint64(p.Memory), uint64(p.Memory)})
+			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{Resource: unix.RLIMIT_AS, Cur: uint64(p.Memory), Max: uint64(p.Memory)})
 			b.report["memory"] = "rlimit_as"
 			b.report["memory_note"] = "no writable memory cgroup: address space is limited instead; an allocation fails rather than the process being killed"
 		}
@@ -526,7 +526,7 @@ func (b *builder) limits() error {
 			b.report["pids"] = "cgroup_v1"
 		} else {
 			// check() refused this for root, for whom NPROC is ignored.
-			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_NPROC, uint64(p.Pids), uint64(p.Pids)})
+			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{Resource: unix.RLIMIT_NPROC, Cur: uint64(p.Pids), Max: uint64(p.Pids)})
 			b.report["pids"] = "rlimit_nproc"
 			b.report["pids_note"] = "RLIMIT_NPROC counts every process of the user, not only this command's"
 		}
