@@ -26,6 +26,9 @@ func Probe() Capabilities {
 	return c
 }
 
+// probeFor is Probe: it is cheap on macOS.
+func probeFor(Policy) Capabilities { return Probe() }
+
 // Check reports what this machine can enforce, for `agentsh sandbox check`.
 // On macOS the filesystem and network rules are Seatbelt's; the per-process
 // rlimits hold as on Linux; what needs cgroups, namespaces or a subreaper

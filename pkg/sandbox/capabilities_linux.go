@@ -43,19 +43,32 @@ type Capabilities struct {
 
 // Probe inspects the running kernel and process. It reads a few files in
 // /proc and /sys and makes one Landlock syscall; it starts nothing.
-func Probe() Capabilities {
+func Probe() Capabilities { return probe(true, true) }
+
+// probeFor is the part of Probe that Prepare needs for p, since it runs on
+// every sandboxed call: the cgroup hierarchies (mountinfo, the process's
+// cgroups, access checks) only for --memory and --pids, and the sysctls
+// that switch off unprivileged user namespaces only when not root (root
+// needs none).
+func probeFor(p Policy) Capabilities {
+	return probe(p.Memory > 0 || p.Pids > 0, os.Geteuid() != 0)
+}
+
+func probe(cgroups, userNS bool) Capabilities {
 	c := Capabilities{Root: os.Geteuid() == 0}
 	c.LandlockABI = confine.LandlockABI()
 	c.NetNS = exists("/proc/self/ns/net")
 	c.MountNS = exists("/proc/self/ns/mnt")
-	c.UserNS = exists("/proc/self/ns/user") && userNSAllowed()
+	c.UserNS = userNS && exists("/proc/self/ns/user") && userNSAllowed()
 	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
 	c.PidNS = exists("/proc/self/ns/pid")
 	c.IPCNS = exists("/proc/self/ns/ipc")
 	c.CgroupNS = exists("/proc/self/ns/cgroup")
 	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
 	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
-
+	if !cgroups {
+		return c
+	}
 	own := ownCgroups()
 	for _, m := range cgroupMounts() {
 		switch {

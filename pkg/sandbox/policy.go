@@ -268,7 +268,7 @@ func helperPath(self string) string {
 // executable (os.Executable), which must route HelperCommand to HelperMain.
 // Errors are *result.Error with code invalid_request or sandbox_unavailable.
 func Prepare(p Policy, self string) (*Prepared, error) {
-	return PrepareWith(p, self, Probe())
+	return PrepareWith(p, self, probeFor(p))
 }
 
 // PrepareWith is Prepare against given machine capabilities, so that tests

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -704,5 +705,27 @@ func BenchmarkPrepare(b *testing.B) {
 			b.Fatal(err)
 		}
 		prep.Cleanup()
+	}
+}
+
+// Prepare probes the cgroup hierarchies only for the limits that use them,
+// and then finds what the full probe finds.
+func TestProbeFor(t *testing.T) {
+	full := Probe()
+	if c := probeFor(Policy{Mode: ModeReadOnly, Net: NetNone}); c.CgroupV1Memory != "" || c.CgroupV1Pids != "" || c.CgroupV2 != "" {
+		t.Errorf("a policy without limits probed the cgroups: %+v", c)
+	}
+	for _, p := range []Policy{{Memory: 1 << 30}, {Pids: 10}} {
+		c := probeFor(p)
+		if c.CgroupV1Memory != full.CgroupV1Memory || c.memoryParent != full.memoryParent ||
+			c.CgroupV1Pids != full.CgroupV1Pids || c.pidsParent != full.pidsParent {
+			t.Errorf("%+v: cgroups %+v, the full probe found %+v", p, c, full)
+		}
+	}
+	c := probeFor(Policy{Mode: ModeReadOnly})
+	c.UserNS, full.UserNS = false, false
+	c.CgroupV1Memory, c.CgroupV1Pids, c.CgroupV2, c.CgroupV2Controllers, c.memoryParent, c.pidsParent = full.CgroupV1Memory, full.CgroupV1Pids, full.CgroupV2, full.CgroupV2Controllers, full.memoryParent, full.pidsParent
+	if !reflect.DeepEqual(c, full) {
+		t.Errorf("the rest differs: %+v, full %+v", c, full)
 	}
 }
