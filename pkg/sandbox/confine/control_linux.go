@@ -136,14 +136,9 @@ func httpProbe(ctx context.Context, raw string, addrs []string) bool {
 	if u.Scheme == "https" {
 		return true
 	}
-	// Blocking from here, each call bounded by the socket's timeouts.
-	dl, _ := ctx.Deadline()
-	tv := unix.NsecToTimeval(time.Until(dl).Nanoseconds())
-	if tv.Sec <= 0 && tv.Usec <= 0 {
-		return false
-	}
-	if unix.SetNonblock(fd, false) != nil || unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv) != nil ||
-		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv) != nil {
+	// The socket is non-blocking, so the runtime's poller serves it and
+	// the deadline bounds every read and write.
+	if dl, ok := ctx.Deadline(); !ok || c.SetDeadline(dl) != nil {
 		return false
 	}
 	path := u.RequestURI()
