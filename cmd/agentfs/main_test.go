@@ -17,7 +17,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AGENTFS_TEST_MAIN") == "1" {
 		os.Exit(agentfs.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	testscript.Main(m, map[string]func(){
+	// No test reaches the user's own configuration or state directory.
+	testscript.Main(testkit.WithPrivateHome(m), map[string]func(){
 		"agentfs": func() { os.Exit(agentfs.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
 }

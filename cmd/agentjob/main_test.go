@@ -29,7 +29,8 @@ func TestMain(m *testing.M) {
 	}
 	// agentsh is registered too, for the scripts that check that a job
 	// started through agentsh outlives the agentsh call.
-	testscript.Main(m, map[string]func(){
+	// No test reaches the user's own configuration or state directory.
+	testscript.Main(testkit.WithPrivateHome(m), map[string]func(){
 		"agentjob": func() { os.Exit(agentjob.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 		"agentsh":  func() { os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -143,5 +144,30 @@ func TestAuditConcurrent(t *testing.T) {
 	}
 	if len(seen) != n {
 		t.Fatalf("%d distinct calls recorded, want %d", len(seen), n)
+	}
+}
+
+// TestPrivateHome: the tests run with a HOME and an XDG state directory of
+// their own (TestMain sets them up), so an agentsh call that names no
+// state directory writes its audit record there, not in the user's.
+func TestPrivateHome(t *testing.T) {
+	u, err := user.Current()
+	if err != nil {
+		t.Skip("no user entry:", err)
+	}
+	home, stateHome := os.Getenv("HOME"), os.Getenv("XDG_STATE_HOME")
+	for _, d := range []string{home, stateHome} {
+		if d == "" || d == u.HomeDir || strings.HasPrefix(d, u.HomeDir+"/") {
+			t.Fatalf("HOME=%q XDG_STATE_HOME=%q: not private to the tests (the user's home is %s)", home, stateHome, u.HomeDir)
+		}
+	}
+	mark := "private-home-" + strconv.Itoa(os.Getpid())
+	cmd, out := agentshCmd(t, "-c", "echo "+mark)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("agentsh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(stateHome, "agentplane", "audit.jsonl"))
+	if err != nil || !strings.Contains(string(b), mark) {
+		t.Fatalf("the call's audit record is not in the private state directory: %v\n%s", err, b)
 	}
 }

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AGENTSH_TEST_MAIN") == "1" {
 		os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	testscript.Main(m, map[string]func(){
+	// No test reaches the user's own configuration or state directory.
+	testscript.Main(testkit.WithPrivateHome(m), map[string]func(){
 		"agentsh": func() { os.Exit(agentsh.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)) },
 	})
 }

@@ -72,7 +72,7 @@ func (r remains) live() []proctree.ID {
 	if r.sv.PID > 1 {
 		mark := sessionMark(r.sv)
 		for _, p := range snap {
-			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start && !seen[p.PID] && hasEnv(p.PID, mark) {
+			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start && !seen[p.PID] && mayHaveEnv(p.PID, mark) {
 				add(p)
 			}
 		}
@@ -158,9 +158,14 @@ func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, 
 	_ = remains{main: proctree.ID{PID: pid, Start: start}}.kill(ctx, sig, grace)
 }
 
-// hasEnv reports whether process pid's environment holds the entry kv
-// (KEY=VALUE).
-func hasEnv(pid int, kv string) bool {
+// mayHaveEnv reports whether process pid's environment holds the entry kv
+// (KEY=VALUE), or could: a process that stayed mid-exec while it was read
+// (proctree.ErrEnvironUnknown) is counted in, never taken for a stranger,
+// since it already is in the supervisor's session and started after it.
+func mayHaveEnv(pid int, kv string) bool {
 	env, err := proctree.Environ(pid)
+	if errors.Is(err, proctree.ErrEnvironUnknown) {
+		return true
+	}
 	return err == nil && slices.Contains(env, kv)
 }

@@ -9,12 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/agentfs"
 	"github.com/agentplane/agentplane/pkg/cli/agentjob"
 	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/mcpcmd"
 	"github.com/agentplane/agentplane/pkg/mcpserver"
 )
 
@@ -45,7 +47,10 @@ func marked(t clikit.Tool, m clikit.Mark) []*pflag.Flag {
 
 // TestOperatorListIsTheMarks derives the operator's settings from the
 // flags marked clikit.Operator in the three programs and checks that the
-// server forwards exactly those, and that no tool offers one as an argument.
+// MCP command's declarations (mcpcmd.OperatorFlags, plus clikit's own
+// --config and --state-dir) are exactly those: a flag marked Operator
+// somewhere else would not be the server's. And no tool offers one as an
+// argument.
 func TestOperatorListIsTheMarks(t *testing.T) {
 	set := map[string]bool{}
 	for _, p := range []*clikit.Program{agentsh.Program(), agentjob.Program(), agentfs.Program()} {
@@ -72,10 +77,30 @@ func TestOperatorListIsTheMarks(t *testing.T) {
 		marks = append(marks, n)
 	}
 	sort.Strings(marks)
-	list := append([]string(nil), mcpserver.OperatorFlags()...)
+	var dir string
+	bare := clikit.NewRoot(&clikit.Env{Program: &clikit.Program{Name: "bare",
+		Build: func(root *cobra.Command, _ *clikit.Env) { clikit.AddStateDirFlag(root, &dir) }},
+		In: strings.NewReader(""), Out: io.Discard, Err: io.Discard})
+	own := clikit.MarkedFlags(bare, clikit.Operator)
+	if strings.Join(own, " ") != "config state-dir" {
+		t.Errorf("clikit's own operator flags: %v", own)
+	}
+	list := append(own, mcpcmd.OperatorFlags()...)
 	sort.Strings(list)
 	if strings.Join(marks, " ") != strings.Join(list, " ") {
-		t.Errorf("flags marked Operator:\n  %v\nmcpserver.OperatorFlags():\n  %v", marks, list)
+		t.Errorf("flags marked Operator:\n  %v\nmcpcmd.OperatorFlags() and clikit's:\n  %v", marks, list)
+	}
+	// The server takes a flag for each but those marked NotForwarded.
+	served := strings.Join(mcpcmd.ServerFlags(), " ")
+	for _, n := range []string{"approved", "sandbox-lock", "config", "state-dir"} {
+		if strings.Contains(" "+served+" ", " "+n+" ") {
+			t.Errorf("the server forwards --%s: %s", n, served)
+		}
+	}
+	for _, n := range []string{"sandbox", "allow-host", "user-caches", "policy", "root", "max-file-size"} {
+		if !strings.Contains(" "+served+" ", " "+n+" ") {
+			t.Errorf("the server does not forward --%s: %s", n, served)
+		}
 	}
 }
 

@@ -44,23 +44,6 @@ const DefaultEventInterval = time.Second
 // client either; events over the bound wait for the next interval.
 const DefaultEventBurst = 20
 
-// OperatorFlags returns the names of the server's own flags that forward
-// the operator's settings (the sandbox and its limits, the command policy,
-// agentfs's root, deny list and size limit, where state lives) to every
-// call. They are the flags marked clikit.Operator in the three programs;
-// the server cannot build the other programs' trees to read the marks at
-// flag-definition time, so a test checks this list against the marks.
-// What a tool call is refused is read from the marks (ToolSpec.Operator).
-func OperatorFlags() []string {
-	return []string{
-		"sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids",
-		"file-size", "nofile", "user", "user-caches", "sandbox-lock",
-		"policy", "policy-default", "approved",
-		"root", "deny", "max-file-size",
-		"state-dir", "config",
-	}
-}
-
 // serverOwnedHere reports whether a server-owned key means on t what it
 // means where the server owns it: a switch of how the call reports (a
 // boolean flag). agentjob logs' stream, which names the stream to read, is

@@ -200,19 +200,25 @@ func killTokenBearers(token string, watched []ID, timeout time.Duration) bool {
 		if err != nil {
 			return false
 		}
-		found := 0
+		found, unknown := 0, 0
 		for _, s := range snap {
 			if s.PID == self || s.Dead() {
 				continue
 			}
-			if !inWatchedSession(s, watched) && !bearsToken(s.PID, token) {
-				continue
+			if !inWatchedSession(s, watched) {
+				bears, err := bearsToken(s.PID, token)
+				if errors.Is(err, ErrEnvironUnknown) {
+					unknown++ // neither a bearer nor a stranger yet: the next scan tells
+				}
+				if !bears {
+					continue
+				}
 			}
 			if Alive(s.PID, s.StartTime) && syscall.Kill(s.PID, syscall.SIGKILL) == nil {
 				found++
 			}
 		}
-		if found == 0 {
+		if found == 0 && unknown == 0 {
 			return true
 		}
 		if time.Now().After(deadline) {
@@ -249,10 +255,11 @@ func Detach(cmd *exec.Cmd) (done func(), err error) {
 
 // bearsToken reports whether pid's environment carries token in EnvToken.
 // A process whose environment cannot be read (another user's, on macOS)
-// does not.
-func bearsToken(pid int, token string) bool {
+// does not; err says why it was not read (ErrEnvironUnknown: the process
+// was mid-exec, and may bear it once the exec is done).
+func bearsToken(pid int, token string) (bool, error) {
 	env, err := Environ(pid)
-	return err == nil && carriesToken(env, token)
+	return err == nil && carriesToken(env, token), err
 }
 
 // carriesToken reports whether the environment env holds token in

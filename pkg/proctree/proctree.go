@@ -35,6 +35,16 @@ import (
 	"time"
 )
 
+// Errors of Environ.
+var (
+	// ErrEnvironUnknown says a process's environment stayed unreadable
+	// because it was in the middle of an exec all the while: it proves
+	// neither that the process carries an entry nor that it does not.
+	ErrEnvironUnknown = errors.New("proctree: environment unknown: the process is in the middle of an exec")
+	// ErrProcessExited says the process exited while it was read.
+	ErrProcessExited = errors.New("proctree: the process exited")
+)
+
 // Stat is the part of /proc/PID/stat this package needs.
 type Stat struct {
 	PID       int

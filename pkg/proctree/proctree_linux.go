@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -116,13 +118,88 @@ func Executable(pid int) (os.FileInfo, error) {
 
 // Environ returns the environment pid was started with
 // (/proc/PID/environ).
+//
+// An execve lays the new image out in two steps: the kernel installs the
+// new memory first and copies the arguments and environment into it a
+// little later, and /proc/PID/environ reads empty in between (as it does
+// when read through a descriptor opened on the old image). Such an empty
+// read is not an answer: Environ tells it from a truly empty environment
+// by the image's environment bounds in /proc/PID/stat (zero until the
+// layout, equal once an empty one is laid out) and reads again until the
+// image is whole, for up to settleWait. A process that stays mid-exec that
+// long gives ErrEnvironUnknown; one that exits meanwhile gives
+// ErrProcessExited. A kernel thread has an empty environment.
 func Environ(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return nil, err
+	deadline := time.Now().Add(settleWait)
+	for try := 0; ; try++ {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 0 {
+			return strings.Split(string(b), "\x00"), nil
+		}
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return nil, err
+		}
+		switch imageEnv(st) {
+		case envEmpty:
+			return []string{}, nil
+		case envGone:
+			return nil, ErrProcessExited
+		}
+		// Not laid out yet, or laid out (non-empty) since the read.
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (pid %d)", ErrEnvironUnknown, pid)
+		}
+		if try < 10 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Millisecond) // polling the kernel's progress through an exec
+		}
 	}
-	return strings.Split(string(b), "\x00"), nil
 }
+
+// settleWait bounds how long Environ waits for an exec to lay out its
+// image: far more than an exec takes, even on a loaded machine.
+const settleWait = 5 * time.Second
+
+// What /proc/PID/stat says of the environment of the image it describes.
+const (
+	envUnsettled = iota // not laid out yet (mid-exec), or not empty
+	envEmpty            // laid out, and empty
+	envGone             // no image: the process exited or is a zombie
+)
+
+// imageEnv reads a /proc/PID/stat line: the state (field 3), the flags
+// (field 9) and env_start, env_end (fields 50, 51, which the kernel shows
+// to whoever may read the environment, and zeroes until an exec lays the
+// image out).
+func imageEnv(b []byte) int {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return envUnsettled
+	}
+	f := strings.Fields(string(b[i+2:])) // field N is f[N-3]
+	if len(f) < 49 {
+		return envUnsettled
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return envGone
+	}
+	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfKthread != 0 {
+		return envEmpty
+	}
+	if f[47] != "0" && f[47] == f[48] {
+		return envEmpty
+	}
+	return envUnsettled
+}
+
+// pfKthread is the kernel's PF_KTHREAD task flag: a kernel thread, which
+// has no memory of its own and so no environment.
+const pfKthread = 0x00200000
 
 // Cwd returns pid's working directory as the kernel knows it
 // (/proc/PID/cwd), whatever $PWD says.

@@ -1,7 +1,9 @@
 package proctree
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,14 +95,89 @@ func TestCwdAndEnviron(t *testing.T) {
 		t.Fatalf("Cwd = %q, %v; want %q", got, err, dir)
 	}
 	// Start returns once the exec closed its close-on-exec pipe, which
-	// the kernel does before it lays out the new image's environment: wait
-	// for the layout rather than read a half-made process.
+	// the kernel does before it lays out the new image's environment:
+	// Environ must wait for the layout rather than read a half-made image.
 	env, err := Environ(cmd.Process.Pid)
-	for deadline := time.Now().Add(10 * time.Second); err == nil && !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-		env, err = Environ(cmd.Process.Pid)
-	}
 	if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
 		t.Fatalf("Environ = %q, %v", env, err)
+	}
+}
+
+// TestEnvironRacesExec reads the environment of a process that does
+// nothing but exec itself again, so that many reads land in the middle of
+// an exec (it alternates between sh and env): every one must see the
+// environment the process carries.
+func TestEnvironRacesExec(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "reexec")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec /usr/bin/env \"$0\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(script)
+	cmd.Env = []string{"AGENTPLANE_TEST_MARK=here", "PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	exe, _ := Executable(pid)
+	execs := 0
+	for i := 0; i < 5000; i++ {
+		env, err := Environ(pid)
+		if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
+			t.Fatalf("read %d (after %d execs seen): Environ = %q, %v", i, execs, env, err)
+		}
+		if e, err := Executable(pid); err == nil && (exe == nil || !os.SameFile(e, exe)) {
+			execs, exe = execs+1, e // sh and the script alternate as the image
+		}
+	}
+	if execs == 0 {
+		t.Fatalf("the process never exec'd while it was read")
+	}
+	t.Logf("%d image changes seen", execs)
+}
+
+// TestEnvironEmpty: a process started with no environment at all has an
+// empty one, which is an answer, not an exec in progress.
+func TestEnvironEmpty(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.Env = []string{}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	env, err := Environ(cmd.Process.Pid)
+	if err != nil || len(env) != 0 {
+		t.Fatalf("Environ = %q, %v; want empty", env, err)
+	}
+}
+
+func TestImageEnv(t *testing.T) {
+	// Fields 3.. of a stat line, with fields 50 and 51 (env_start,
+	// env_end) and field 9 (flags) set as the case needs.
+	line := func(state string, flags, envStart, envEnd uint64) string {
+		f := make([]string, 50)
+		for i := range f {
+			f[i] = "0"
+		}
+		f[0], f[6], f[47], f[48] = state, strconv.FormatUint(flags, 10), strconv.FormatUint(envStart, 10), strconv.FormatUint(envEnd, 10)
+		return "42 (a) b) " + strings.Join(f, " ") + "\n"
+	}
+	for _, c := range []struct {
+		name string
+		stat string
+		want int
+	}{
+		{"laid out, empty", line("S", 0, 4096, 4096), envEmpty},
+		{"laid out, not empty", line("S", 0, 4096, 4200), envUnsettled},
+		{"mid-exec", line("R", 0, 0, 0), envUnsettled},
+		{"exiting", line("D", 0, 0, 0), envUnsettled},
+		{"zombie", line("Z", 0, 0, 0), envGone},
+		{"kernel thread", line("I", pfKthread, 0, 0), envEmpty},
+		{"short", "42 (a) S 1 2 3\n", envUnsettled},
+		{"malformed", "42 (a", envUnsettled},
+	} {
+		if got := imageEnv([]byte(c.stat)); got != c.want {
+			t.Errorf("%s: imageEnv = %d, want %d", c.name, got, c.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/fsflags"
 	"github.com/agentplane/agentplane/pkg/files"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -25,12 +26,10 @@ const (
 
 // CommonOptions are the flags every verb shares (persistent on the root).
 type CommonOptions struct {
-	Root        string
-	Deny        []string
-	Output      string
-	MaxFileSize int64
-	MaxContent  int64
-	StateDir    string
+	fsflags.Boundary
+	Output     string
+	MaxContent int64
+	StateDir   string
 	// DryRun is --dry-run of write, edit, insert and undo: the same result
 	// without touching the file (files.FS.DryRun).
 	DryRun bool
@@ -44,18 +43,13 @@ func (c *CommonOptions) addDryRunFlag(cmd *cobra.Command) {
 func addCommonFlags(root *cobra.Command, env *clikit.Env) *CommonOptions {
 	c := &CommonOptions{Output: OutputFull, MaxContent: files.DefaultMaxContent}
 	pf := root.PersistentFlags()
-	pf.StringVar(&c.Root, "root", "", "confine every path to `DIR`: it must resolve, symlinks followed, inside it "+
-		"(a request may only name a root inside the configured one)")
-	pf.Var(&globList{list: &c.Deny}, "deny", "refuse paths matching `GLOB` (repeatable; ** matches any depth, e.g. '**/.env', '**/.git/**'; "+
-		"a request's globs add to the configured ones)")
+	fsflags.AddFlags(pf, &c.Boundary)
 	pf.Var(clikit.EnumValue{S: &c.Output, Allowed: []string{OutputFull, OutputDiff, OutputNone}}, "output",
 		"what a change reports: full (texts before and after and the diff), diff (the diff only) or none")
-	pf.Var(clikit.SizeValue{N: &c.MaxFileSize}, "max-file-size", "refuse files larger than `SIZE` (0 = no limit; a request can only lower it)")
 	pf.Var(clikit.SizeValue{N: &c.MaxContent}, "max-content", "leave out the texts before and after past `SIZE` (the diff stays)")
 	clikit.AddStateDirFlag(root, &c.StateDir)
-	clikit.MarkFlags(pf, clikit.Configurable, "root", "deny", "output", "max-file-size", "max-content")
-	clikit.MarkFlags(pf, clikit.TightenOnly, "root", "deny", "max-file-size", "max-content")
-	clikit.MarkFlags(pf, clikit.Operator, "root", "deny", "max-file-size")
+	clikit.MarkFlags(pf, clikit.Configurable, "output", "max-content")
+	clikit.MarkFlags(pf, clikit.TightenOnly, "max-content")
 	boundary := clikit.MarkedOn(pf, clikit.TightenOnly)
 
 	prepare := root.PersistentPreRunE
@@ -273,24 +267,6 @@ func unwrapPathError(err error) error {
 	}
 	return err
 }
-
-// globList is a repeatable string flag whose list the tightening pass can
-// reset; pflag's own string array keeps that state private.
-type globList struct{ list *[]string }
-
-func (g *globList) String() string { return "[" + strings.Join(*g.list, ",") + "]" }
-
-// Set adds one glob.
-func (g *globList) Set(s string) error {
-	if s == "" {
-		return fmt.Errorf("empty glob")
-	}
-	*g.list = append(*g.list, s)
-	return nil
-}
-
-// Type makes requests give the flag as an array of strings.
-func (g *globList) Type() string { return "stringArray" }
 
 // onceString is a string flag that refuses a second value, so that a
 // request giving both a flag's name and its alias (old and old_string) is

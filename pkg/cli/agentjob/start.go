@@ -2,16 +2,15 @@ package agentjob
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/audit"
-	"github.com/agentplane/agentplane/pkg/cli/agentsh"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/policy"
@@ -40,7 +39,7 @@ type StartOptions struct {
 	Restart      string
 	MaxRestarts  int
 	LogLimit     int64
-	Sandbox      agentsh.SandboxOptions
+	Sandbox      sandboxflags.Options
 	Guard        guard.Options
 	Backend      BackendOptions
 	commandSet   bool // -c was given, possibly empty
@@ -81,8 +80,8 @@ func NewCmdStart(env *clikit.Env, stateDir *string, runF func(*StartOptions) (*c
 	for _, n := range []string{"ready-timeout", "log-limit", "max-restarts"} {
 		clikit.MarkFlags(f, clikit.Configurable, n)
 	}
-	agentsh.AddSandboxFlags(f, &o.Sandbox)
-	agentsh.AddSandboxLockFlag(f)
+	sandboxflags.AddFlags(f, &o.Sandbox)
+	sandboxflags.AddLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
 	o.Backend.AddFlags(f)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
@@ -119,20 +118,10 @@ func (o *StartOptions) spec() (jobs.Spec, error) {
 	default:
 		return s, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
-	s.Cwd = cwd
+	s.Cwd, _ = run.Cwd(o.Cwd)
 	// A job gets the caller's environment with the non-interactive
 	// defaults: nothing a job runs may wait for a human either.
+	var err error
 	if s.Env, err = run.BuildEnv(o.Env.Environ(), false, o.Vars); err != nil {
 		return s, err
 	}
@@ -212,7 +201,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	var report map[string]any
 	// The floor holds also for a call that asks for no sandbox at all.
 	if o.cmd != nil {
-		if err := agentsh.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
+		if err := sandboxflags.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
 			return nil, err
 		}
 	}

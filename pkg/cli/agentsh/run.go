@@ -2,7 +2,6 @@ package agentsh
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -14,6 +13,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/reexec"
@@ -57,7 +57,7 @@ type RunOptions struct {
 	Shell       string
 	Session     string
 	BusyTimeout time.Duration
-	Sandbox     SandboxOptions
+	Sandbox     sandboxflags.Options
 	Guard       guard.Options
 }
 
@@ -90,8 +90,8 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` for -c (default bash, else sh)")
 	f.StringVar(&o.Session, "session", "", "run -c inside the persistent session `HANDLE` (or name)")
 	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
-	AddSandboxFlags(f, &o.Sandbox)
-	AddSandboxLockFlag(f)
+	sandboxflags.AddFlags(f, &o.Sandbox)
+	sandboxflags.AddLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
@@ -149,17 +149,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	if err != nil {
 		return nil, err
 	}
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
+	cwd, _ := run.Cwd(o.Cwd)
 	s.cwd = cwd
 	s.req.Dir = cwd
 	if s.req.Env, err = run.BuildEnv(env.Environ(), o.ClearEnv, o.Env); err != nil {
@@ -270,7 +260,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	// The floor is checked also when the call asks for no sandbox at all:
 	// that is the loosest request.
-	if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+	if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
 		return nil, err
 	}
 	o.Sandbox.StateDir = stateDir

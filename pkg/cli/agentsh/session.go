@@ -14,6 +14,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -34,7 +35,7 @@ type SessionStartOptions struct {
 	Shell       string
 	IdleTimeout time.Duration
 	Name        string
-	Sandbox     SandboxOptions
+	Sandbox     sandboxflags.Options
 	Guard       guard.Options
 }
 
@@ -78,8 +79,8 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` (default bash, else sh)")
 	f.Var(clikit.DurationValue{D: &o.IdleTimeout}, "idle-timeout", "stop the session after `D` without a call (0 = never)")
 	f.StringVar(&o.Name, "name", "", "a `NAME` usable instead of the handle")
-	AddSandboxFlags(f, &o.Sandbox)
-	AddSandboxLockFlag(f)
+	sandboxflags.AddFlags(f, &o.Sandbox)
+	sandboxflags.AddLockFlag(f)
 	guard.AddPolicyFlags(f, &o.Guard)
 	config(f, "shell", "idle-timeout", "clear-env")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
@@ -107,7 +108,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		} else if pol != nil {
 			spec.PolicyGuard = true
 		}
-		if err := CheckFloor(cmd, env, &o.Sandbox); err != nil {
+		if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
 			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
@@ -120,17 +121,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 }
 
 func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) {
-	cwd, err := os.Getwd()
-	if err != nil {
-		cwd = "/"
-	}
-	if o.Cwd != "" {
-		if filepath.IsAbs(o.Cwd) {
-			cwd = filepath.Clean(o.Cwd)
-		} else {
-			cwd = filepath.Join(cwd, o.Cwd)
-		}
-	}
+	cwd, _ := run.Cwd(o.Cwd)
 	e, err := run.BuildEnv(env.Environ(), o.ClearEnv, o.Env)
 	if err != nil {
 		return session.Spec{}, err
@@ -439,10 +430,10 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
-	so := SandboxOptions{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
+	so := sandboxflags.Options{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
 		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User,
 		UserCaches: own.UserCaches}
-	return CheckFloor(cmd, env, &so)
+	return sandboxflags.CheckFloor(cmd, env, &so)
 }
 
 // fromConfig reports whether the flag's value is the operator's configured

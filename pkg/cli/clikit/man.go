@@ -212,6 +212,9 @@ func markNote(f *pflag.Flag) string {
 	if HasMark(f, TightenOnly) {
 		notes = append(notes, "a request may only tighten it")
 	}
+	if HasMark(f, Floor) {
+		notes = append(notes, "under sandbox_lock the configured value is a floor")
+	}
 	if len(notes) == 0 {
 		return ""
 	}

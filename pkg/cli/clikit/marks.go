@@ -9,7 +9,8 @@ import (
 
 // Mark is a rule declared on a flag itself. Every place that needs to know
 // who owns a flag (the request parser, the schemas, the MCP server's
-// refusal list, agentfs's tighten-only limits, the man pages) reads these
+// refusal list, agentfs's tighten-only limits, the sandbox_lock floor, the
+// man pages) reads these
 // marks instead of keeping a list of names.
 type Mark string
 
@@ -24,11 +25,20 @@ const (
 	// Operator: the operator's setting (the sandbox and its limits, the
 	// command policy, agentfs's root and deny list, where state lives). An
 	// MCP tool call naming it is refused; the MCP server has a flag of the
-	// same name that forwards the operator's value to every call.
+	// same name that forwards the operator's value to every call (unless
+	// NotForwarded).
 	Operator Mark = "agentplane/operator"
 	// TightenOnly: a request may make the configured value stricter but
 	// never looser (agentfs's root, deny list and size limits).
 	TightenOnly Mark = "agentplane/tighten-only"
+	// Floor: under sandbox_lock, the configured value is a floor that a
+	// flag or a request may tighten but never loosen (the sandbox, the
+	// network, the limits, the writable, allowed and hidden paths).
+	Floor Mark = "agentplane/floor"
+	// NotForwarded: an Operator setting the MCP server takes no flag for
+	// and never passes on: approval is a human's, given per call, and the
+	// sandbox lock is read from the configuration by every call itself.
+	NotForwarded Mark = "agentplane/not-forwarded"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.

@@ -38,6 +38,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	fs.BoolVar(&o.Approved, "approved", false, "a human approved this call: run commands the policy says to prompt for (never forbidden ones)")
 	clikit.MarkFlags(fs, clikit.NoRequest, "approved")
 	clikit.MarkFlags(fs, clikit.Operator, "approved")
+	clikit.MarkFlags(fs, clikit.NotForwarded, "approved")
 }
 
 // AddPolicyFlags adds the flags that choose the policy, without

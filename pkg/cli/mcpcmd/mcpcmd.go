@@ -14,10 +14,15 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/fsflags"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/mcpserver"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // Options are the mcp command's flags.
@@ -38,8 +43,9 @@ type Options struct {
 	operator map[string]*[]string
 }
 
-// Long is the help text of the mcp command: the man page's description.
-const Long = `Serve this program's operations as Model Context Protocol tools over stdio
+// long is the help text of the mcp command, the man page's description;
+// {{settings}} stands for the server's settings (Long).
+const long = `Serve this program's operations as Model Context Protocol tools over stdio
 (newline-delimited JSON-RPC on stdin and stdout), for MCP hosts such as editors and
 agent frameworks. agentsh mcp --all also serves agentjob's and agentfs's tools
 (found beside agentsh, else on PATH).
@@ -62,13 +68,10 @@ CLI's guarantees hold per call: agentsh kills every process the command started,
 bounds its capture, and a client's cancellation (notifications/cancelled) sends
 SIGINT to the call, which reports status cancelled with nothing left running.
 
-Settings: the sandbox flags (--sandbox, --workspace, --allow-write, --deny-read,
---net, --memory, --cpu-time, --pids, --file-size, --nofile, --user), the command
-policy (--policy, --policy-default), agentfs's --root, --deny and --max-file-size,
---state-dir and --config are the server's, given as flags here or through the
-environment and config file like the CLI's. They are passed to every call as
-flags and a tool call cannot set them: an argument naming one is refused with
-invalid_request. With --sandbox workspace-write and no --workspace, the workspace
+Settings: {{settings}}, --state-dir and --config are the server's, given as flags
+here or through the environment and config file like the CLI's. They are
+passed to every call as flags and a tool call cannot set them: an argument
+naming one is refused with invalid_request. With --sandbox workspace-write and no --workspace, the workspace
 is the server's working directory, not a call's cwd. The stream, tee, exit_zero
 and follow arguments are the server's too. Arguments that name a local file the
 program would open itself, unconfined (stdin_file, save_output, content_file,
@@ -107,6 +110,116 @@ A server that cannot start (a bad setting, agentjob or agentfs missing for
 --all) writes "PROGRAM: error: ..." and the JSON error object to stderr, which
 hosts show, and exits non-zero; stdout stays the MCP connection's.`
 
+// A settingGroup is one function that declares operator settings on the
+// programs' commands, named as the help text names its flags.
+type settingGroup struct {
+	name    string
+	declare func(*pflag.FlagSet)
+}
+
+// settingGroups are the declarations of the operator's settings in the
+// three programs, beside clikit's --config and --state-dir: the server
+// declares the same flags by calling them, so that a setting added to one
+// of them, or marked there, is the server's without a list to update (a
+// test checks that the programs mark no other flag clikit.Operator).
+func settingGroups() []settingGroup {
+	return []settingGroup{
+		{"the sandbox flags", func(fs *pflag.FlagSet) {
+			sandboxflags.AddFlags(fs, new(sandboxflags.Options))
+			sandboxflags.AddLockFlag(fs)
+		}},
+		{"the command policy", func(fs *pflag.FlagSet) { guard.AddFlags(fs, new(guard.Options)) }},
+		{"agentfs's boundary", func(fs *pflag.FlagSet) { fsflags.AddFlags(fs, new(fsflags.Boundary)) }},
+	}
+}
+
+// serverFlags returns, per group, the flags marked clikit.Operator, in
+// the order they are declared.
+func serverFlags() [][]*pflag.Flag {
+	var out [][]*pflag.Flag
+	for _, g := range settingGroups() {
+		fs := pflag.NewFlagSet(g.name, pflag.ContinueOnError)
+		fs.SortFlags = false
+		g.declare(fs)
+		var group []*pflag.Flag
+		fs.VisitAll(func(f *pflag.Flag) {
+			if clikit.HasMark(f, clikit.Operator) {
+				group = append(group, f)
+			}
+		})
+		out = append(out, group)
+	}
+	return out
+}
+
+// OperatorFlags returns the names of the flags the three programs mark
+// clikit.Operator outside clikit's own (--config, --state-dir), from the
+// functions that declare them.
+func OperatorFlags() []string {
+	var out []string
+	for _, g := range serverFlags() {
+		for _, f := range g {
+			out = append(out, f.Name)
+		}
+	}
+	return out
+}
+
+// ServerFlags returns the names of the operator's settings the server
+// takes as its own flags and forwards to every call: OperatorFlags but
+// those marked clikit.NotForwarded.
+func ServerFlags() []string {
+	var out []string
+	for _, g := range serverFlags() {
+		for _, f := range g {
+			if !clikit.HasMark(f, clikit.NotForwarded) {
+				out = append(out, f.Name)
+			}
+		}
+	}
+	return out
+}
+
+// Long is the help text of the mcp command, with the server's settings
+// as the groups that declare them name them.
+func Long() string {
+	var groups []string
+	for i, g := range serverFlags() {
+		var names []string
+		for _, f := range g {
+			if !clikit.HasMark(f, clikit.NotForwarded) {
+				names = append(names, "--"+f.Name)
+			}
+		}
+		groups = append(groups, settingGroups()[i].name+" ("+strings.Join(names, ", ")+")")
+	}
+	text := strings.Replace(long, "{{settings}}", strings.Join(groups, ", "), 1)
+	// Refill the paragraph that now holds the list.
+	start := strings.Index(text, "Settings: ")
+	end := start + strings.Index(text[start:], "\n\n")
+	return text[:start] + fill(text[start:end], 84) + text[end:]
+}
+
+// fill wraps the words of s into lines of at most width columns.
+func fill(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for _, w := range strings.Fields(s) {
+		switch {
+		case n == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
+	return b.String()
+}
+
 // NewCmd builds the mcp command of env's program. root is the program's
 // root command (its persistent flags are already defined); stateDir is the
 // program's --state-dir value; allowAll adds --all (agentsh).
@@ -115,7 +228,7 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve this program's operations as MCP tools over stdio",
-		Long:  Long,
+		Long:  Long(),
 		Args:  cobra.NoArgs,
 		// stdout is the MCP connection: a server that cannot start says
 		// why on stderr.
@@ -133,13 +246,9 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	f.Var(clikit.DurationValue{D: &o.SessionIdle}, "session-idle-timeout", "sessions started through the server stop after `D` without a call, "+
 		"also after the connection that started them closed (0 = stop them when their connection closes)")
 	clikit.MarkFlags(f, clikit.Configurable, "session-idle-timeout")
-	for _, n := range mcpserver.OperatorFlags() {
-		switch n {
-		case "config", "state-dir", "approved", "sandbox-lock":
-			// config and state-dir are the program's own persistent
-			// flags; approval and the lock are never the server's to give.
-			continue
-		}
+	// config and state-dir are the program's own persistent flags, which
+	// the command inherits.
+	for _, n := range ServerFlags() {
 		vals := new([]string)
 		o.operator[n] = vals
 		// A local flag shadows the program's persistent one of the same
@@ -148,12 +257,12 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		f.StringArrayVar(vals, n, nil, "the server's --"+n+" for every call whose command has it")
 	}
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
-		return run(cmd, env, o, *stateDir)
+		return serve(cmd, env, o, *stateDir)
 	})
 	return cmd
 }
 
-func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*clikit.Outcome, error) {
+func serve(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*clikit.Outcome, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot find this program's executable: %v", err)
@@ -162,13 +271,13 @@ func run(cmd *cobra.Command, env *clikit.Env, o *Options, stateDir string) (*cli
 	if err != nil {
 		return nil, err
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot read the working directory: %v", err)
+	wd, ok := run.Cwd("")
+	if !ok {
+		return nil, result.Errorf(result.CodeInternal, "cannot read the working directory")
 	}
 	var flags []mcpserver.Flag
 	var forward []string // the same settings as flags of another program's mcp --describe
-	for _, n := range mcpserver.OperatorFlags() {
+	for _, n := range ServerFlags() {
 		vals, ok := o.operator[n]
 		if !ok || !clikit.FlagChanged(cmd, n) {
 			continue

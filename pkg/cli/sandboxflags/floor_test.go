@@ -1,0 +1,82 @@
+package sandboxflags
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// floorCall parses args as a call's flags with vars as the environment and
+// runs the floor check on it.
+func floorCall(t *testing.T, vars map[string]string, args ...string) error {
+	t.Helper()
+	var o Options
+	cmd := &cobra.Command{Use: "agentsh"}
+	AddFlags(cmd.Flags(), &o)
+	AddLockFlag(cmd.Flags())
+	if err := cmd.Flags().Parse(args); err != nil {
+		t.Fatalf("parse %v: %v", args, err)
+	}
+	home := t.TempDir()
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentsh"}, LookupEnv: func(k string) (string, bool) {
+		if k == "HOME" || k == "XDG_CONFIG_HOME" {
+			return home, true
+		}
+		v, ok := vars[k]
+		return v, ok
+	}}
+	return CheckFloor(cmd, env, &o)
+}
+
+// TestFloorRules attacks every flag marked clikit.Floor: under the lock a
+// looser value is refused with sandbox_locked and a stricter one passes;
+// without the lock the configured value is only a default. A flag marked
+// Floor without a case here (or without a rule in loosened) fails.
+func TestFloorRules(t *testing.T) {
+	cases := map[string]struct {
+		configured   string
+		loose, tight []string
+	}{
+		"sandbox":     {"workspace-write", []string{"--sandbox", "none"}, []string{"--sandbox", "read-only"}},
+		"net":         {"none", []string{"--net", "host"}, []string{"--net", "none"}},
+		"memory":      {"512M", []string{"--memory", "1G"}, []string{"--memory", "256M"}},
+		"cpu-time":    {"10s", []string{}, []string{"--cpu-time", "5s"}},
+		"pids":        {"64", []string{"--pids", "65"}, []string{"--pids", "64"}},
+		"file-size":   {"1M", []string{"--file-size", "2M"}, []string{"--file-size", "1K"}},
+		"nofile":      {"100", []string{"--nofile", "0"}, []string{"--nofile", "10"}},
+		"allow-write": {"/tmp/a", []string{"--allow-write", "/tmp/b"}, []string{"--allow-write", "/tmp/a"}},
+		"allow-host":  {"example.com", []string{"--allow-host", "evil.example"}, []string{"--allow-host", "example.com"}},
+		"deny-read":   {"/secret", []string{"--deny-read", "/other"}, []string{"--deny-read", "/secret", "--deny-read", "/other"}},
+	}
+	var probe Options
+	cmd := &cobra.Command{}
+	AddFlags(cmd.Flags(), &probe)
+	marked := clikit.MarkedOn(cmd.Flags(), clikit.Floor)
+	var names []string
+	for n := range cases {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if strings.Join(marked, " ") != strings.Join(names, " ") {
+		t.Fatalf("flags marked Floor %v, cases for %v", marked, names)
+	}
+	for _, name := range marked {
+		c := cases[name]
+		v := "AGENTPLANE_" + strings.ToUpper(clikit.ConfigKey(name))
+		locked := map[string]string{v: c.configured, "AGENTPLANE_SANDBOX_LOCK": "true"}
+		if err := floorCall(t, locked, c.loose...); result.AsError(err).Code != result.CodeSandboxLocked {
+			t.Errorf("%s: floor %s, call %v: %v, want sandbox_locked", name, c.configured, c.loose, err)
+		}
+		if err := floorCall(t, locked, c.tight...); err != nil {
+			t.Errorf("%s: floor %s, call %v: %v, want accepted", name, c.configured, c.tight, err)
+		}
+		if err := floorCall(t, map[string]string{v: c.configured}, c.loose...); err != nil {
+			t.Errorf("%s: no lock, call %v: %v, want accepted", name, c.loose, err)
+		}
+	}
+}

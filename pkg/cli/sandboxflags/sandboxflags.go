@@ -1,0 +1,264 @@
+// Package sandboxflags is the sandbox as the CLIs take it: the sandbox and
+// limit flags, the policy they make, and the operator's floor under
+// sandbox_lock. agentsh (one-shot and sessions) and agentjob start share
+// it, so a job is confined by the same flags, with the same meaning, as a
+// run.
+package sandboxflags
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/sandbox"
+	"github.com/agentplane/agentplane/pkg/state"
+)
+
+// Options are the sandbox and limit flags shared by agentsh, session
+// start and agentjob start.
+type Options struct {
+	Mode       string
+	Workspace  string
+	AllowWrite []string
+	DenyRead   []string
+	Net        string
+	AllowHost  []string
+	Memory     int64
+	CPUTime    time.Duration
+	Pids       int
+	FileSize   int64
+	Nofile     int
+	User       string
+	// UserCaches (operator setting, never a request key) lets toolchains
+	// write the user's own caches instead of the environment's private one.
+	UserCaches bool
+	// StateDir is the --state-dir value (or ""), set by the command before
+	// Policy: the environment's files are protected from the command.
+	StateDir string
+}
+
+// AddFlags adds the sandbox flags to fs; every one may have an
+// operator default in the environment or the config file.
+func AddFlags(fs *pflag.FlagSet, o *Options) {
+	o.Mode, o.Net = sandbox.ModeNone, sandbox.NetHost
+	fs.Var(clikit.EnumValue{S: &o.Mode, Allowed: []string{"none", "read-only", "workspace-write"}}, "sandbox", "filesystem sandbox: none, read-only or workspace-write")
+	fs.StringVar(&o.Workspace, "workspace", "", "with workspace-write, the writable `DIR` (default: the cwd)")
+	fs.StringArrayVar(&o.AllowWrite, "allow-write", nil, "also allow writes under `DIR` (repeatable)")
+	fs.StringArrayVar(&o.DenyRead, "deny-read", nil, "hide `PATH` from the command (repeatable)")
+	fs.Var(clikit.EnumValue{S: &o.Net, Allowed: []string{"host", "none", "proxy"}}, "net", "network: host, none (loopback only), or proxy (only the hosts the operator allows, through agentplane's proxy)")
+	fs.StringArrayVar(&o.AllowHost, "allow-host", nil, "with --net proxy, allow connections to `PATTERN`: a host, *.domain, or an IP address, with an optional :port (repeatable; implies --net proxy)")
+	// The allowlist is the operator's: never a request key or a tool
+	// argument.
+	clikit.MarkFlags(fs, clikit.NoRequest, "allow-host")
+	fs.Var(clikit.SizeValue{N: &o.Memory}, "memory", "memory limit in `BYTES` (cgroup where available, else address space)")
+	fs.Var(clikit.DurationValue{D: &o.CPUTime}, "cpu-time", "CPU time limit `D`")
+	fs.IntVar(&o.Pids, "pids", 0, "limit on processes and threads `N`")
+	fs.Var(clikit.SizeValue{N: &o.FileSize}, "file-size", "largest file the command may write, in `BYTES`")
+	fs.IntVar(&o.Nofile, "nofile", 0, "limit on open files `N`")
+	fs.StringVar(&o.User, "user", "", "run as `NAME` (root only)")
+	fs.BoolVar(&o.UserCaches, "user-caches", false, "in the filesystem sandbox, let toolchains write the user's own caches (default: a private cache per environment)")
+	clikit.MarkFlags(fs, clikit.NoRequest, "user-caches")
+	clikit.MarkFlags(fs, clikit.Configurable, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
+	// Under sandbox_lock these configured values are a floor (CheckFloor).
+	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read")
+}
+
+// Policy turns the options into a sandbox policy. Relative paths are
+// relative to where agentsh was invoked, like --cwd; the command's cwd is
+// the default workspace.
+func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
+	here, ok := run.Cwd("")
+	if !ok {
+		here = cmdCwd
+	}
+	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
+		DenyRead: absAll(here, o.DenyRead), Net: o.Net, AllowHosts: o.AllowHost, Memory: o.Memory, CPUTime: o.CPUTime,
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
+	o.control(env, &p)
+	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
+		p.Workspace = cmdCwd
+	}
+	if p.Workspace != "" && !filepath.IsAbs(p.Workspace) {
+		p.Workspace = filepath.Join(here, p.Workspace)
+	}
+	return p
+}
+
+// control names agentplane's own files for the sandbox to protect: the
+// environment's state directory (job specs, the audit log) and the config
+// file stay read-only to the command, the secret key and the session
+// sockets are hidden, and toolchain caches go to the environment's private
+// cache directory. A default config file that does not exist yet is
+// protected through its directory, so that a command cannot create one.
+func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
+	dir := o.StateDir
+	if dir == "" {
+		dir = state.DefaultDir(env.Getenv, env.Getenv("HOME"))
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+		p.Protect = append(p.Protect, dir)
+		// The session directories themselves stay visible (a sandboxed
+		// session's shell reads its call files there); their sockets and
+		// tokens are hidden, and the session servers authenticate callers
+		// besides.
+		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
+		p.Hide = append(p.Hide, sessionSecrets(dir)...)
+		p.CacheDir = filepath.Join(dir, "cache")
+	}
+	if cfg, explicit := env.ConfigPath(); cfg != "" {
+		if !explicit {
+			cfg = filepath.Dir(cfg)
+		}
+		if abs, err := filepath.Abs(cfg); err == nil {
+			p.Protect = append(p.Protect, abs)
+		}
+	}
+}
+
+// sessionSecrets lists the sockets and tokens of the environment's
+// sessions as they are now.
+func sessionSecrets(stateDir string) []string {
+	var out []string
+	for _, pat := range []string{"sock", "token"} {
+		m, _ := filepath.Glob(filepath.Join(stateDir, "sessions", "*", pat))
+		out = append(out, m...)
+	}
+	return out
+}
+
+func absAll(cwd string, paths []string) []string {
+	out := make([]string, 0, len(paths))
+	for _, p := range paths {
+		if strings.HasPrefix(p, "~/") {
+			if home, err := os.UserHomeDir(); err == nil {
+				p = filepath.Join(home, p[2:])
+			}
+		}
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(cwd, p)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// CheckFloor refuses a call that loosens the operator's configured sandbox
+// when the configuration sets sandbox_lock = true (or AGENTPLANE_SANDBOX_LOCK=1).
+// Without the lock, configured values are only defaults, which a flag or
+// request may change either way. The settings the lock holds are the flags
+// marked clikit.Floor; each has its rule in loosened.
+func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
+	lock, _ := env.Configured(cmd, "sandbox-lock")
+	if len(lock) == 0 || (lock[0] != "true" && lock[0] != "1") {
+		return nil
+	}
+	for _, name := range clikit.MarkedOn(cmd.Flags(), clikit.Floor) {
+		v, ok := env.Configured(cmd, name)
+		if !ok {
+			continue
+		}
+		if err := o.loosened(name, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loosened is the rule of the floor flag name: the error when o is looser
+// than the configured values v.
+func (o *Options) loosened(name string, v []string) error {
+	switch name {
+	case "sandbox":
+		rank := map[string]int{"none": 0, "workspace-write": 1, "read-only": 2}
+		if len(v) > 0 && rank[o.Mode] < rank[v[0]] {
+			return locked("sandbox", v[0], o.Mode)
+		}
+	case "net":
+		if len(v) > 0 && v[0] == "none" && o.Net != "none" {
+			return locked("net", "none", o.Net)
+		}
+		if len(v) > 0 && v[0] == "proxy" && o.Net == "host" && len(o.AllowHost) == 0 {
+			return locked("net", "proxy", "host")
+		}
+	case "memory", "cpu-time", "pids", "file-size", "nofile":
+		got := map[string]int64{"memory": o.Memory, "cpu-time": int64(o.CPUTime), "pids": int64(o.Pids), "file-size": o.FileSize, "nofile": int64(o.Nofile)}[name]
+		if len(v) == 0 {
+			return nil
+		}
+		floor, err := limitValue(name, v[0])
+		if err != nil || floor == 0 {
+			return nil
+		}
+		if got == 0 || got > floor {
+			return locked(name, v[0], "a looser value")
+		}
+	case "allow-write", "allow-host":
+		allowed := map[string]bool{}
+		for _, a := range v {
+			allowed[a] = true
+		}
+		got := o.AllowWrite
+		if name == "allow-host" {
+			got = o.AllowHost
+		}
+		for _, a := range got {
+			if !allowed[a] {
+				return locked(name, strings.Join(v, ","), a)
+			}
+		}
+	case "deny-read":
+		have := map[string]bool{}
+		for _, d := range o.DenyRead {
+			have[d] = true
+		}
+		for _, d := range v {
+			if !have[d] {
+				return locked("deny-read", d, "without it")
+			}
+		}
+	default:
+		return result.Errorf(result.CodeInternal, "--%s is marked as a sandbox floor but has no floor rule", name)
+	}
+	return nil
+}
+
+func limitValue(name, s string) (int64, error) {
+	switch name {
+	case "memory", "file-size":
+		return clikit.ParseSize(s)
+	case "cpu-time":
+		d, err := clikit.ParseDuration(s)
+		return int64(d), err
+	}
+	var v clikit.SizeValue
+	var n int64
+	v.N = &n
+	err := v.Set(s)
+	return n, err
+}
+
+func locked(flag, floor, got string) error {
+	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
+		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
+}
+
+// AddLockFlag registers the hidden sandbox-lock setting so that it
+// can be read from the environment and config file.
+func AddLockFlag(fs *pflag.FlagSet) {
+	var lock bool
+	fs.BoolVar(&lock, "sandbox-lock", false, "refuse calls that loosen the configured sandbox")
+	_ = fs.MarkHidden("sandbox-lock")
+	clikit.MarkFlags(fs, clikit.Configurable, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.NoRequest, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.Operator, "sandbox-lock")
+	clikit.MarkFlags(fs, clikit.NotForwarded, "sandbox-lock")
+}
