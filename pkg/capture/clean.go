@@ -98,6 +98,11 @@ func (c *cleaner) run(b []byte) {
 			i = c.escape(b, i+1)
 		case ch < 0x20 || ch == 0x7f:
 			// BEL, NUL and the other controls carry nothing for a reader.
+			// NUL is no terminal's text, though: it marks binary data,
+			// whose bytes are lost here, so the text says it is lossy.
+			if ch == 0 {
+				c.lossy = true
+			}
 			i++
 		case ch < utf8.RuneSelf:
 			c.put(rune(ch))

@@ -19,7 +19,8 @@ type RenderOptions struct {
 // Text is captured output ready to put in a result.
 type Text struct {
 	Text string
-	// Lossy reports that invalid UTF-8 was replaced with U+FFFD.
+	// Lossy reports that invalid UTF-8 was replaced with U+FFFD, or that
+	// NUL bytes (binary data) were dropped.
 	Lossy bool
 	// Base64 reports that Text is the base64 of the raw bytes.
 	Base64 bool

@@ -50,8 +50,11 @@ func BuildEnv(parent []string, clearEnv bool, set []string) ([]string, error) {
 	}
 	for _, kv := range set {
 		k, v, ok := strings.Cut(kv, "=")
-		if !ok || k == "" || strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0) {
+		switch {
+		case !ok || k == "":
 			return nil, result.Errorf(result.CodeInvalidRequest, "--env wants K=V, not %q", kv)
+		case strings.ContainsRune(k, 0) || strings.ContainsRune(v, 0):
+			return nil, result.Errorf(result.CodeInvalidRequest, "--env %s: an environment variable cannot hold a NUL byte", k)
 		}
 		put(k, v)
 	}

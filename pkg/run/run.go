@@ -429,6 +429,12 @@ func (r *runner) openStdin() (*os.File, error) {
 		if err != nil {
 			return nil, result.Errorf(result.CodeStdinFile, "cannot open stdin file %s: %v", r.req.StdinFile, unwrapPathErr(err)).Wrap(err)
 		}
+		// A directory opens fine and reads as an error the command would
+		// take for end of input: refuse it here, where the caller sees why.
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			f.Close()
+			return nil, result.Errorf(result.CodeStdinFile, "cannot use stdin file %s: it is a directory", r.req.StdinFile)
+		}
 		return f, nil
 	case r.req.Stdin != nil:
 		pr, pw, err := os.Pipe()

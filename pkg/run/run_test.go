@@ -96,6 +96,7 @@ func TestStartErrors(t *testing.T) {
 		{Request{Argv: []string{dir}, Env: env()}, result.CodeCommandNotExecutable},
 		{Request{Argv: []string{"true"}, Env: env(), Dir: filepath.Join(dir, "missing")}, result.CodeCwdNotFound},
 		{Request{Argv: []string{"true"}, Env: env(), StdinFile: filepath.Join(dir, "missing")}, result.CodeStdinFile},
+		{Request{Argv: []string{"true"}, Env: env(), StdinFile: dir}, result.CodeStdinFile},
 		{Request{Argv: nil}, result.CodeInvalidRequest},
 		// PATH comes from the command's environment, not ours.
 		{Request{Argv: []string{"true"}, Env: []string{"PATH=" + dir}}, result.CodeCommandNotFound},

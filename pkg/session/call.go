@@ -40,6 +40,14 @@ func (s *server) serveConn(c net.Conn) {
 	case "stop":
 		s.stop(EndedStopped)
 		_ = enc.send(message{Type: "stopped"})
+	case "status":
+		// The live record: status.json lags it by up to recordDelay.
+		b, err := json.Marshal(s.record())
+		if err != nil {
+			_ = enc.send(message{Type: "error", Error: toWire(err)})
+			return
+		}
+		_ = enc.send(message{Type: "status", Result: b})
 	case "run":
 		if m.Call == nil {
 			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})
@@ -85,21 +93,29 @@ func (s *server) serveConn(c net.Conn) {
 
 // afterCall is the bookkeeping of a call that the caller need not wait
 // for: what the call left running, and the list of processes the next
-// call inherits (one snapshot for both). The record is written in the
-// background: the next call need not wait for its fsync.
+// call inherits (one scan of the server's descendants for both). The
+// record is written in the background: the next call need not wait for
+// its fsync.
 func (s *server) afterCall(ended bool) {
 	if !ended {
-		if snap, err := proctree.Snapshot(); err == nil {
-			sh := s.currentShell()
-			s.bg.adopt(snap, s.seqNow(), sh.id.PID, s.takeBefore())
-			before := map[int]uint64{}
-			for _, d := range proctree.Descendants(snap, os.Getpid()) {
-				before[d.PID] = d.StartTime
-			}
-			s.mu.Lock()
-			s.before = before
-			s.mu.Unlock()
+		procs := s.track.scan()
+		sh := s.currentShell()
+		prev := s.takeBefore()
+		if prev == nil {
+			prev = map[int]uint64{}
 		}
+		// In a sandbox the shell itself is below the process the server
+		// started; it is not something a call left running (after a
+		// reset it is new).
+		prev[sh.self.PID] = sh.self.Start
+		s.bg.adopt(procs, s.seqNow(), sh.id.PID, prev)
+		before := make(map[int]uint64, len(procs))
+		for _, d := range procs {
+			before[d.PID] = d.StartTime
+		}
+		s.mu.Lock()
+		s.before = before
+		s.mu.Unlock()
 	}
 	s.markRecord()
 }
@@ -477,7 +493,10 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	before := s.before
 	s.mu.Unlock()
 	if before == nil {
-		before = descendants(os.Getpid())
+		before = map[int]uint64{}
+		for _, d := range s.track.scan() {
+			before[d.PID] = d.StartTime
+		}
 		s.mu.Lock()
 		s.before = before
 		s.mu.Unlock()
@@ -487,7 +506,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	// what was there before the call.
 	spare := func(p proctree.Stat) bool {
 		st, ok := before[p.PID]
-		return (ok && st == p.StartTime) || p.PID == sh.id.PID
+		return (ok && st == p.StartTime) || p.PID == sh.id.PID || p.PID == sh.self.PID
 	}
 
 	var timer <-chan time.Time
@@ -628,16 +647,3 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 }
 
 var closedTime = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
-
-// descendants returns the (pid, start time) identities below pid.
-func descendants(pid int) map[int]uint64 {
-	out := map[int]uint64{}
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return out
-	}
-	for _, d := range proctree.Descendants(snap, pid) {
-		out[d.PID] = d.StartTime
-	}
-	return out
-}

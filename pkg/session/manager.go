@@ -160,6 +160,14 @@ func (m *Manager) info(id string) (*Info, error) {
 	}
 	var rec Record
 	_ = state.ReadJSON(filepath.Join(sdir, "status.json"), &rec)
+	if rec.State != StateEnded && deadReason(rec) == "" {
+		// The server writes its record off the calls' path: a caller
+		// that has its answer must find its call counted, so a live
+		// server is asked.
+		if live, ok := liveRecord(sdir); ok {
+			rec = live
+		}
+	}
 	info := &Info{
 		Session: m.Dir.Mint(Kind, id), Name: spec.Name, Shell: spec.Shell, Cwd: rec.Cwd,
 		Pid: rec.ShellPID, StartedAt: rec.StartedAt, LastUsedAt: rec.LastUsedAt, EndedAt: rec.EndedAt,
@@ -196,6 +204,29 @@ func (m *Manager) info(id string) (*Info, error) {
 		info.Pid = 0
 	}
 	return info, nil
+}
+
+// liveRecord asks the server of the session in sdir for its record.
+func liveRecord(sdir string) (Record, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := dial(ctx, filepath.Join(sdir, "sock"))
+	if err != nil {
+		return Record{}, false
+	}
+	defer conn.Close()
+	if d, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(d)
+	}
+	if err := json.NewEncoder(conn).Encode(message{Op: "status", Token: readToken(sdir)}); err != nil {
+		return Record{}, false
+	}
+	var m message
+	var rec Record
+	if err := json.NewDecoder(conn).Decode(&m); err != nil || m.Type != "status" || json.Unmarshal(m.Result, &rec) != nil {
+		return Record{}, false
+	}
+	return rec, true
 }
 
 // deadReason returns why a session whose record says running is in fact

@@ -59,6 +59,7 @@ type server struct {
 	sandbox  *sandbox.Prepared
 	calls    *callDir // where each call's script, stdin and FIFOs live
 	bg       *background
+	track    *tracker // the server's descendants at each call's end
 	auth     *authority
 	dirty    chan struct{} // the record changed; the recorder writes it
 	// guard kills the shell's tree should this server be SIGKILLed; nil
@@ -177,6 +178,7 @@ func (s *server) start() error {
 			audit.Record{Program: "agentsh", Operation: "session", Session: s.handle, Cwd: s.spec.Cwd, Description: s.spec.Description}, nil)
 	}
 	s.bg = newBackground(filepath.Join(s.sdir, "bg.log"), bgLogLimit)
+	s.track = newTracker(os.Getpid())
 	self, _ := proctree.ReadStat(os.Getpid())
 	boot, _ := proctree.BootID()
 	now := result.FormatTime(time.Now())
@@ -220,11 +222,17 @@ func newMarker() string {
 }
 
 func (s *server) writeRecord() error {
+	return state.WriteJSONAtomic(filepath.Join(s.sdir, "status.json"), s.record(), 0o600)
+}
+
+// record is the session's record as of now, which status.json holds only
+// once the recorder has written it.
+func (s *server) record() Record {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	rec := s.rec
 	rec.Background = s.bg.list()
-	s.mu.Unlock()
-	return state.WriteJSONAtomic(filepath.Join(s.sdir, "status.json"), rec, 0o600)
+	return rec
 }
 
 func (s *server) currentShell() *shell {

@@ -30,6 +30,7 @@ func newTestServer(t *testing.T) *server {
 	s := &server{sdir: dir, calls: calls, busy: make(chan struct{}, 1), done: make(chan struct{}), finished: make(chan struct{}), dirty: make(chan struct{}, 1),
 		spec: Spec{Shell: bash, ShellArgs: []string{"--noprofile", "--norc"}, Cwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}}
 	s.bg = newBackground(filepath.Join(dir, "bg.log"), 1<<16)
+	s.track = newTracker(os.Getpid())
 	if err := s.startShell(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +101,56 @@ func TestCallsKeepState(t *testing.T) {
 		if st.cmd == "set +u; PWD=/nowhere; echo $A" && out.cwd != "/" {
 			t.Errorf("cwd %q, want / whatever $PWD says", out.cwd)
 		}
+	}
+}
+
+// Under errexit, every error bash reports itself (which makes bash exit,
+// interactive or not) ends the call with its status and leaves the shell
+// and its state alone, wherever it happens.
+func TestErrexitErrorsEndTheCallNotTheShell(t *testing.T) {
+	s := newTestServer(t)
+	if _, out := runCall(t, s, CallRequest{Command: "export KEEP=yes; readonly RO=1; g() { set -eu; echo in-g; echo \"$1\"; echo no; }; cd /"}, nil); out.ended {
+		t.Fatal("setup ended the shell")
+	}
+	cases := []struct {
+		cmd    string
+		stdout string
+		code   int
+	}{
+		{"set -eu; echo $UNSET; echo no", "", 1},
+		{"set -euo pipefail; echo ${UNSET}; echo no", "", 1},
+		{"set -eu; g; echo no", "in-g\n", 1},
+		{"set -eu; (echo $UNSET; echo no); echo no", "", 1},
+		{"set -eu; v=$(echo $UNSET); echo no", "", 1},
+		{"set -eu; echo $((UNSET + 1)); echo no", "", 1},
+		{"set -e; echo ${UNSET:?gone}; echo no", "", 1},
+		{"set -e; RO=2; echo no", "", 1},
+		{"set -e; echo \"${KEEP y}\"; echo no", "", 1},
+		{"set -e; if", "", 2},
+		{"set -e; eval 'if'; echo no", "", 2},
+		{"set -e; shopt -s failglob; echo none-*.zz; echo no", "", 1},
+		{"shopt -u failglob; set -e; (false; echo no); echo no", "", 1},
+		{"set -e; f() { false; echo no; }; f; echo no", "", 1},
+		{"set -e; false || echo ok; if false; then :; fi; ! true; echo ok", "ok\nok\n", 0},
+	}
+	for _, c := range cases {
+		obj, out := runCall(t, s, CallRequest{Command: c.cmd, Timeout: 20 * time.Second}, nil)
+		if out.ended || out.reset {
+			t.Fatalf("%q: session ended=%v reset=%v", c.cmd, out.ended, out.reset)
+		}
+		if got := field(obj, "stdout"); got != c.stdout {
+			t.Errorf("%q: stdout %q, want %q", c.cmd, got, c.stdout)
+		}
+		if got := field(obj, "exit_code"); got != c.code {
+			t.Errorf("%q: exit %v, want %d", c.cmd, got, c.code)
+		}
+		if out.cwd != "/" {
+			t.Errorf("%q: cwd %q, want /", c.cmd, out.cwd)
+		}
+	}
+	obj, _ := runCall(t, s, CallRequest{Command: "set +eu; echo $KEEP; shopt inherit_errexit"}, nil)
+	if got := field(obj, "stdout"); got != "yes\ninherit_errexit\toff\n" {
+		t.Errorf("state after the errors: %q", got)
 	}
 }
 
@@ -307,5 +358,30 @@ func TestProtocolLinesQuote(t *testing.T) {
 	}
 	if strings.Contains(l, "printf") || strings.Contains(l, "echo") {
 		t.Errorf("the call line must not depend on shadowable commands: %q", l)
+	}
+}
+
+// TestProbeOfAnExecdShell: once exec replaced the shell, nothing reads its
+// input, so a probe's write fails, and the control channel has closed (or
+// is about to). The probe must report the channel closed, so that the
+// interrupt ends the session rather than reset a shell that is not stuck
+// but gone, however the reaper of the process is scheduled.
+func TestProbeOfAnExecdShell(t *testing.T) {
+	for _, closeLater := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // exec closed the shell's saved input
+		sh := &shell{stdin: w, lines: make(chan string), exited: make(chan struct{}), marker: newMarker()}
+		if closeLater {
+			go func() { sh.lines <- "some output"; close(sh.lines) }()
+		} else {
+			close(sh.lines)
+		}
+		if sh.probe(time.Minute) || !sh.closed {
+			t.Errorf("closeLater=%v: probe of an exec'd shell: closed=%v, want true", closeLater, sh.closed)
+		}
+		w.Close()
 	}
 }

@@ -30,12 +30,19 @@ import (
 //
 // Each call is one line:
 //
-//	__agentsh_n=N; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \. 'CALL' <'IN' >'OUT' 2>'ERR'; PS1=$'\n'"MARK N $?"$'\n'; PROMPT_COMMAND=()
+//	__agentsh_n=N; __agentsh_s=0; PS1=$'\n'"MARK N "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// The first prompt is for a line bash abandons whole, as it does for some
+// errors it reports (an unbound variable in arithmetic under set -u): the
+// prompt then still ends the call, with the status bash left.
 //
 // Nothing on it can be shadowed by what a command defines: assignments are
 // syntax, and "." is a special builtin that posix mode (switched on by the
 // assignment to POSIXLY_CORRECT) finds before any function; the backslash
-// stops alias expansion. The call file's first line puts the user's posix
+// stops alias expansion. The assignment is made in front of ":", a special
+// builtin, so that it lasts and bash keeps the options posix mode changes
+// (inherit_errexit) to put them back when the mode is switched off; a plain
+// assignment would leave inherit_errexit on. The call file's first line puts the user's posix
 // mode back before the user's text runs. The exit status and the fact that
 // the call is over reach the server through the prompt the shell prints
 // after the line, so no command (printf, echo, builtin) is involved; the
@@ -50,10 +57,26 @@ import (
 // and exits 0 would otherwise let bash go on with the list). A probe line
 // then proves the shell is back at its prompt.
 //
-// set -e: the shell's ERR trap (with errtrace, so functions inherit it)
-// turns errexit off, records that it did, and interrupts the line the same
-// way; the next call's file turns errexit back on. The call ends with the
-// failing status; the session survives. An explicit exit still ends it.
+// set -e and set -u: bash exits, interactive or not, on any error it
+// reports itself (an unbound variable, a bad substitution, ${x:?}, a
+// readonly assignment, a syntax error) while errexit is in force, before
+// any trap can act. So errexit is never in force in the session's shell
+// during a call: the call file is sourced as the left side of ||, and bash
+// runs a source whose status is tested with errexit suspended, for the
+// whole file, while "set -e" inside it still sets the option ($-, $SHELLOPTS,
+// set -o report it). The ERR trap, which bash runs under exactly the
+// conditions errexit acts on, carries errexit out instead: in the
+// session's shell it turns errexit off, records that it did, and
+// interrupts the line as above (the next call's file turns errexit back
+// on); in a subshell it exits with the failing status. The call ends with
+// that status; the session survives. An error bash reports (set -u) abandons
+// the complete command it occurs in, as at an interactive prompt, and the
+// call's status is 1 when that command was its last. An explicit exit
+// still ends the session. bash takes the ERR trap away while such a source
+// runs and puts the one from before back when it returns, so the call
+// file's first line sets it again. A command's own ERR trap lasts for its
+// call; "! cmd" under set -e does not suspend errexit inside cmd (a list
+// or function), since bash does that only when errexit is in force.
 
 const (
 	// probeEvery is how often a probe line is repeated while the server
@@ -71,23 +94,30 @@ func shellInit(marker string) string {
 	// USR2: keep the user's INT trap aside (the probe restores it), then
 	// raise SIGINT at ourselves. "builtin" is made safe first: a function
 	// of that name would shadow it even when quoted.
-	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
+	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
-	// ERR: only in the session's own shell (not a subshell), only under
-	// errexit. The prompt is set here because the interrupt discards the
-	// rest of the call line, where it would be set otherwise.
-	errTrap := `__agentsh_s=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ` +
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \set +e; __agentsh_e=1; PROMPT_COMMAND=(); ` +
-		`PS1=$'\n'"` + marker + ` ${__agentsh_n-0} $__agentsh_s"$'\n'; \unset -f builtin; ` +
-		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; esac`
 	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); set +H +o history -E; ` +
-		`trap ` + shellQuote(usr2) + ` USR2; trap ` + shellQuote(errTrap) + ` ERR` + "\n"
+		`__agentsh_err=` + shellQuote(errTrap(marker)) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
 }
 
-// callPrefix is the call file's first line: errexit back on if the ERR
-// trap turned it off, the user's posix mode back, and a status of 0 for an
+// errTrap is the ERR trap that carries out errexit (see the protocol
+// above): in the session's own shell it ends the call with the failing
+// status; in a subshell it exits, as errexit would. The prompt is set here
+// because the interrupt discards the rest of the call line, where it would
+// be set otherwise.
+func errTrap(marker string) string {
+	return `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
+		`"$$":*errexit*) ` +
+		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; PROMPT_COMMAND=(); ` +
+		`PS1=$'\n'"` + marker + ` ${__agentsh_n-0} $__agentsh_t"$'\n'; \unset -f builtin; ` +
+		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
+		`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
+}
+
+// callPrefix is the call file's first line: the ERR trap back (see the
+// protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
-const callPrefix = `case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
 // callLine is the line that runs call n.
 func callLine(marker string, n int, script, stdin string, outs []string) string {
@@ -95,15 +125,15 @@ func callLine(marker string, n int, script, stdin string, outs []string) string 
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \. %s <%s %s; PS1=$'\n'"%s %d $?"$'\n'; PROMPT_COMMAND=()`+"\n",
-		n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; PS1=$'\n'"%s %d "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		n, marker, n, shellQuote(script), shellQuote(stdin), redir, marker, n)
 }
 
 // probeLine asks an interrupted shell to show it is back at its prompt. It
 // restores what the interrupt set aside: the user's INT trap, and the
 // user's posix mode if the call file never got to restore it.
 func probeLine(marker, tag string) string {
-	return `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+	return `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
 		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
 		fmt.Sprintf(`PS1=$'\n'"%s %s 0"$'\n'; PROMPT_COMMAND=()`, marker, tag) + "\n"
@@ -111,8 +141,17 @@ func probeLine(marker, tag string) string {
 
 // shell is one running shell process and its control channel.
 type shell struct {
-	cmd    *exec.Cmd
-	id     proctree.ID
+	cmd *exec.Cmd
+	// id is the process the server started and waits for: the shell, or
+	// the sandbox helper (PID 1 of the sandbox's PID namespace) or the
+	// policy guard's traced first process that the shell runs under. Its
+	// death is the shell's end, and killing its group kills everything.
+	id proctree.ID
+	// self is the shell itself, which the interrupt stops and signals
+	// and whose working directory is the session's: id, or the helper's
+	// only child in a sandbox (the helper ignores signals and stays where
+	// it started).
+	self   proctree.ID
 	stdin  io.WriteCloser
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
@@ -209,6 +248,7 @@ func (s *server) startShell(cwd string) error {
 		}
 	}
 	sh.id, _ = proctree.Identify(shellPID)
+	sh.self = sh.id
 	if s.guard != nil {
 		s.guard.Watch(sh.id)
 	}
@@ -238,7 +278,35 @@ func (s *server) startShell(cwd string) error {
 		}
 		return result.Errorf(result.CodeSessionStartFailed, "the shell %s did not start (see %s)", s.spec.Shell, filepath.Join(s.sdir, "shell.log"))
 	}
+	if s.sandbox != nil {
+		// The shell answered, so it runs: it is the helper's child, and
+		// nothing else runs in the sandbox yet.
+		self, err := onlyChild(sh.id)
+		if err != nil {
+			s.killShell()
+			return result.Errorf(result.CodeSessionStartFailed, "cannot find the shell inside the sandbox: %v", err)
+		}
+		sh.self = self
+	}
 	return nil
+}
+
+// onlyChild is the one live child of parent.
+func onlyChild(parent proctree.ID) (proctree.ID, error) {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return proctree.ID{}, err
+	}
+	var found []proctree.Stat
+	for _, p := range snap {
+		if p.PPID == parent.PID && !p.Dead() {
+			found = append(found, p)
+		}
+	}
+	if len(found) != 1 {
+		return proctree.ID{}, fmt.Errorf("process %d has %d children, want 1", parent.PID, len(found))
+	}
+	return proctree.ID{PID: found[0].PID, Start: found[0].StartTime}, nil
 }
 
 // readControl splits the control channel into lines. Marker lines go to
@@ -293,7 +361,9 @@ func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (in
 			}
 			code, err := strconv.Atoi(f[2])
 			if err != nil {
-				continue
+				// The prompt set before the call ran, unexpanded (the
+				// command turned promptvars off): the line was abandoned.
+				code = 1
 			}
 			return code, gotMarker
 		case <-t:
@@ -315,7 +385,7 @@ func (sh *shell) gone() bool {
 
 // cwd is the shell's real working directory, whatever $PWD says.
 func (sh *shell) cwd() string {
-	p, err := proctree.Cwd(sh.id.PID)
+	p, err := proctree.Cwd(sh.self.PID)
 	if err != nil {
 		return ""
 	}
@@ -328,7 +398,7 @@ func (sh *shell) cwd() string {
 // calls), which are left alone. The first signal to the call's processes is
 // SIGINT; what still lives after grace gets SIGKILL.
 func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) (killed bool, ok bool) {
-	pid := sh.id.PID
+	pid := sh.self.PID
 	if sh.gone() {
 		return false, false
 	}
@@ -363,19 +433,29 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 }
 
 // probe sends probe lines until one is answered, within limit. It fails
-// at once when the control channel closes (the shell exited, or exec
+// as soon as the control channel closes (the shell exited, or exec
 // replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	for k := 1; ; k++ {
 		tag := "p" + strconv.Itoa(k)
-		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err != nil {
-			return false
+		var every *time.Timer // nil: no further probe
+		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err == nil {
+			every = time.NewTimer(probeEvery * time.Duration(k))
 		}
-		every := time.NewTimer(probeEvery * time.Duration(k))
-		_, why := sh.awaitAny(tag, every.C, deadline.C)
-		every.Stop()
+		// A write that fails says nothing reads the shell's input any
+		// more: the shell exited, or exec replaced it (which closes its
+		// saved input and control channel). That is not yet a verdict:
+		// the control channel's end is, and it follows.
+		var next <-chan time.Time
+		if every != nil {
+			next = every.C
+		}
+		_, why := sh.awaitAny(tag, next, deadline.C)
+		if every != nil {
+			every.Stop()
+		}
 		switch why {
 		case gotMarker:
 			return true

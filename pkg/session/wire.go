@@ -17,11 +17,11 @@ import (
 // and carries the session secret; the server checks the secret and the
 // peer's credentials (see auth_linux.go) before it does anything.
 type message struct {
-	Op      string          `json:"op,omitempty"` // client: run, cancel, stop
+	Op      string          `json:"op,omitempty"` // client: run, cancel, stop, status
 	Token   string          `json:"token,omitempty"`
 	Call    *CallRequest    `json:"call,omitempty"`
 	Signal  int             `json:"signal,omitempty"` // cancel: the signal the caller got
-	Type    string          `json:"type,omitempty"`   // server: stdout, stderr, output, result, error, stopped
+	Type    string          `json:"type,omitempty"`   // server: stdout, stderr, output, result, error, stopped, status
 	Data    string          `json:"data,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
 	Error   *wireError      `json:"error,omitempty"`

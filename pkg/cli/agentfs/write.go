@@ -49,6 +49,7 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 	f.BoolVar(&o.ExpectAbsent, "expect-absent", false, "refuse (file_exists) if the file exists")
 	f.StringVar(&o.Mode, "mode", "", "permission bits in octal, like 0644 (default: keep the file's, 0644 for a new file)")
 	f.BoolVar(&o.NoMkdir, "no-mkdir", false, "refuse (file_not_found) instead of creating missing parent directories")
+	clikit.MarkFlags(f, clikit.Numeric, "mode")
 	o.addDryRunFlag(cmd)
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		args, err := env.Positional(cmd, args, 1)

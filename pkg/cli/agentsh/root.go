@@ -167,6 +167,9 @@ func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.
 	root.Flags().SetInterspersed(false)
 	root.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		env.StreamResult = opts.Stream
+		if clikit.FlagChanged(cmd, "session") && opts.Session == "" {
+			return nil, result.Errorf(result.CodeUsage, "--session (\"session\") names no session: give a handle or a name, or leave it out for a one-shot call")
+		}
 		if opts.Session != "" {
 			return runInSession(cmd, env, opts, stateDir, args)
 		}

@@ -133,9 +133,9 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 	s := &spec{}
 	switch {
 	case o.Command != "" && len(argv) > 0:
-		return nil, result.Errorf(result.CodeUsage, "give either -c STRING or -- PROGRAM ARGS, not both")
+		return nil, result.Errorf(result.CodeUsage, "give either -c STRING (\"command\") or -- PROGRAM ARGS (\"argv\"), not both")
 	case clikit.FlagChanged(cmd, "command") && o.Command == "":
-		return nil, result.Errorf(result.CodeUsage, "-c needs a non-empty command string")
+		return nil, result.Errorf(result.CodeUsage, "-c (\"command\") needs a non-empty command string")
 	case o.Command != "":
 		s.req.Argv = run.ShellArgv(o.Shell, o.Command)
 		s.command = o.Command
@@ -143,7 +143,7 @@ func buildSpec(cmd *cobra.Command, env *clikit.Env, o *RunOptions, args []string
 		s.req.Argv = argv
 		s.command = argv
 	default:
-		return nil, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...]")
+		return nil, result.Errorf(result.CodeUsage, "no command: use -c 'STRING' or -- PROGRAM [ARG...] (request keys \"command\" or \"argv\")")
 	}
 	keep, err := validateCall(cmd, o)
 	if err != nil {

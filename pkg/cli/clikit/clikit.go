@@ -242,6 +242,13 @@ func (e *Env) failOnStderr(err error) int {
 
 func (e *Env) fail(err error) int {
 	re := result.AsError(err)
+	if re.Code == result.CodeUsage && e.Request != nil {
+		// The request was read and applied, so what the body found wrong
+		// is the request (a missing or conflicting key): its code says so.
+		// Errors of the command line itself come before the request is
+		// applied, and stay usage errors.
+		re.Code = result.CodeInvalidRequest
+	}
 	if re.Code == result.CodeUsage {
 		re.With("hint", "run '"+e.Program.Name+" --help' for usage")
 	}

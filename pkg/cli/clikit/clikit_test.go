@@ -127,7 +127,7 @@ func TestRequestErrors(t *testing.T) {
 		{"malformed", `{"path":`, "invalid_request", "not valid JSON"},
 		{"trailing data", `{"path":"x"} {}`, "invalid_request", "after its JSON object"},
 		{"empty", ``, "invalid_request", "empty"},
-		{"missing positional", `{"name":"x"}`, "usage_error", "missing path"},
+		{"missing positional", `{"name":"x"}`, "invalid_request", "missing path"},
 		{"description type", `{"path":"x","description":3}`, "invalid_request", "expected a string"},
 	}
 	for _, c := range cases {
@@ -216,8 +216,9 @@ func TestRequestNullIsNotGiven(t *testing.T) {
 	if code != 0 || got[0] != "x" || o.Name != "" || o.Count != 0 || o.Flag || len(o.Env) != 0 {
 		t.Fatalf("code %d opts %+v args %v: %s", code, o, got, out)
 	}
+	// A required key left out is the request's fault: invalid_request.
 	_, _, out, code = runProg(t, `{"path":null}`, nil, "op", "--request", "-")
-	if code != 2 || gjson.Get(out, "error.code").String() != "usage_error" {
+	if code != 2 || gjson.Get(out, "error.code").String() != "invalid_request" {
 		t.Fatalf("a null required key: %d %s", code, out)
 	}
 }

@@ -39,6 +39,10 @@ const (
 	// and never passes on: approval is a human's, given per call, and the
 	// sandbox lock is read from the configuration by every call itself.
 	NotForwarded Mark = "agentplane/not-forwarded"
+	// Numeric: a string flag whose syntax is a number (agentfs's octal
+	// --mode), so a request may give it as a JSON number. Other string
+	// flags refuse numbers: a command or a path is text.
+	Numeric Mark = "agentplane/numeric"
 )
 
 // Marker is what holds flags: a *pflag.FlagSet.

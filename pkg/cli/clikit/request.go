@@ -163,7 +163,11 @@ func (e *Env) applyRequest(cmd *cobra.Command, set map[string]bool) error {
 		// A command string key may carry an argv array instead, when the
 		// command takes a variadic positional (agentsh's command).
 		if arr, ok := val.([]any); ok && variadic && f.Value.Type() == "string" && !hasAnnot(f, AnnotJSON) {
-			e.Request[argNames[len(argNames)-1]] = arr
+			last := argNames[len(argNames)-1]
+			if other, given := req[last]; given && other != nil {
+				return invalidRequest("give %q or %q, not both", key, last).With("key", last)
+			}
+			e.Request[last] = arr
 			continue
 		}
 		if err := setFromJSON(f, key, val); err != nil {
@@ -267,6 +271,9 @@ func setFromJSON(f *pflag.Flag, key string, val any) error {
 			}
 			sort.Strings(ks)
 			for _, k := range ks {
+				if k == "" || strings.ContainsAny(k, "=\x00") {
+					return invalidRequest("key %q: %q is not a valid name (empty, or holds '=' or a NUL byte)", key, k).With("key", key)
+				}
 				s, ok := v[k].(string)
 				if !ok {
 					if n, isNum := v[k].(json.Number); isNum {
@@ -301,11 +308,13 @@ func setFromJSON(f *pflag.Flag, key string, val any) error {
 				return setOne(string(b))
 			}
 		case json.Number:
-			if typ != "string" && typ != "enum" {
+			// A number is a string flag's value only where the flag
+			// declares a numeric syntax of its own (--mode 644); a
+			// command, a path or stdin given as a number is a wrong
+			// type, not text to run.
+			if typ != "string" || hasAnnot(f, string(Numeric)) {
 				return setOne(v.String())
 			}
-			// Allow numbers for string flags such as --mode 644.
-			return setOne(v.String())
 		}
 		return bad("a string")
 	}
