@@ -3,7 +3,6 @@ module github.com/agentplane/agentplane
 go 1.26.0
 
 require (
-	github.com/elazarl/goproxy v1.9.3
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/mattn/go-shellwords v1.0.16
 	github.com/modelcontextprotocol/go-sdk v1.8.0

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -121,14 +122,17 @@ func awaitGone(t *testing.T, ids []proctree.ID, since time.Time) {
 // writable cgroup) the environment token.
 func TestContainment(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		asNobody  bool
-		killGroup bool
+		name         string
+		asNobody     bool
+		killGroup    bool
+		killWatchdog bool // SIGKILL the watchdog first, then agentsh
 	}{
-		{"sigkill", false, false},
-		{"killpg-caller", false, true},
-		{"sigkill-nobody", true, false},
-		{"killpg-caller-nobody", true, true},
+		{"sigkill", false, false, false},
+		{"killpg-caller", false, true, false},
+		{"sigkill-nobody", true, false, false},
+		{"killpg-caller-nobody", true, true, false},
+		{"watchdog-then-agentsh", false, false, true},
+		{"watchdog-then-agentsh-nobody", true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.asNobody && os.Geteuid() != 0 {
@@ -160,6 +164,17 @@ func TestContainment(t *testing.T) {
 			}
 			ids := awaitReady(t, pidfile, alive)
 			killed := time.Now()
+			if tc.killWatchdog {
+				// The command (or anyone) kills the watchdog: agentsh
+				// sees it die and kills the tree itself, so agentsh's own
+				// death later finds nothing to leave behind. (Both killed
+				// in the same instant is the one case no guard survives.)
+				wd := findWatchdog(t, cmd.Process.Pid)
+				if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				awaitGone(t, ids, killed)
+			}
 			if tc.killGroup {
 				if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
 					t.Fatal(err)
@@ -171,6 +186,25 @@ func TestContainment(t *testing.T) {
 			awaitGone(t, ids, killed)
 		})
 	}
+}
+
+// findWatchdog returns the pid of the watchdog agentsh (pid) started.
+func findWatchdog(t *testing.T, pid int) int {
+	t.Helper()
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap {
+		if s.PPID != pid {
+			continue
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID)); err == nil && strings.Contains(string(b), "watchdog") {
+			return s.PID
+		}
+	}
+	t.Fatalf("no watchdog among agentsh's children")
+	return 0
 }
 
 // TestContainmentSession: SIGKILL of a session server kills its shell and

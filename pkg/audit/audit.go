@@ -30,6 +30,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -274,13 +275,27 @@ func (l *Log) rotate() error {
 	return os.Rename(l.Path, l.rotated(1))
 }
 
-// currentUser names the OS user for Record.User. os/user caches the answer
-// for the life of the process, so this is cheap after the first call.
-func currentUser() string {
+// currentUser names the OS user for Record.User, looked up once per
+// process: through NSS (getpwuid_r in a cgo build, with its nscd probe)
+// that is about a fifth of a millisecond.
+var currentUser = sync.OnceValue(func() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}
 	return strconv.Itoa(os.Getuid())
+})
+
+// Prepare starts, on another goroutine, the work an Append does the first
+// time in a process, so that a program which knows a record is coming
+// (agentsh, before it starts the command) has it done by the time it
+// appends instead of waiting for it after the command: the user lookup,
+// and encoding/json's description of Record (built by reflection on first
+// use, about as long again). Calling it is never required.
+func Prepare() {
+	go func() {
+		currentUser()
+		_ = json.NewEncoder(io.Discard).Encode(Record{Command: []string{}})
+	}()
 }
 
 // segment is one opened log file, identified by inode so that a follower

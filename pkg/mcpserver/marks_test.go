@@ -105,7 +105,7 @@ func TestOperatorListIsTheMarks(t *testing.T) {
 }
 
 // TestMarkedKeysRefused attacks the marks: every flag a tool's command
-// marks Operator or NoRequest is refused as an MCP tool argument, and every
+// marks Operator, NoRequest, LocalFile or ServerOwned is refused as an MCP tool argument, and every
 // NoRequest flag is refused as a --request key by the program itself.
 func TestMarkedKeysRefused(t *testing.T) {
 	dir := t.TempDir()
@@ -114,7 +114,9 @@ func TestMarkedKeysRefused(t *testing.T) {
 	for prog, tools := range programRoots() {
 		for _, tool := range tools {
 			base := map[string]any{}
-			for _, f := range append(marked(tool, clikit.Operator), marked(tool, clikit.NoRequest)...) {
+			refused := append(marked(tool, clikit.Operator), marked(tool, clikit.NoRequest)...)
+			refused = append(refused, marked(tool, clikit.LocalFile)...)
+			for _, f := range append(refused, marked(tool, clikit.ServerOwned)...) {
 				key := clikit.ConfigKey(f.Name)
 				args := map[string]any{key: "x"}
 				for k, v := range base {

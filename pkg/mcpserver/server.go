@@ -44,21 +44,6 @@ const DefaultEventInterval = time.Second
 // client either; events over the bound wait for the next interval.
 const DefaultEventBurst = 20
 
-// serverOwnedHere reports whether a server-owned key means on t what it
-// means where the server owns it: a switch of how the call reports (a
-// boolean flag). agentjob logs' stream, which names the stream to read, is
-// an ordinary argument.
-func serverOwnedHere(t clikit.Tool, key string) bool {
-	f := lookupFlag(t, strings.ReplaceAll(key, "_", "-"))
-	return f == nil || f.Value.Type() == "bool"
-}
-
-// serverOwned returns the request keys that change how a call reports
-// rather than what it does: the server sets them itself (agentsh --stream,
-// for progress), or they make no sense over MCP (follow modes never end;
-// tee and exit_zero concern a terminal and a shell's exit status).
-func serverOwned() []string { return []string{"stream", "tee", "exit_zero", "follow"} }
-
 // DefaultSessionIdle is how long a session started through the server
 // lives without a call, by default: long enough for a host that opens one
 // connection per tool call (and so one server per call over stdio) to find
@@ -102,6 +87,12 @@ type ToolSpec struct {
 	// Operator are the request keys of the command's flags marked
 	// clikit.Operator: the server refuses them as arguments.
 	Operator []string `json:"operator,omitempty"`
+	// Files are the request keys of the command's flags marked
+	// clikit.LocalFile: the server refuses them as arguments too.
+	Files []string `json:"files,omitempty"`
+	// Server are the request keys of the command's flags marked
+	// clikit.ServerOwned: refused as arguments as well.
+	Server []string `json:"server,omitempty"`
 }
 
 // Config is what the server needs to know.
@@ -180,11 +171,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Environ == nil {
 		cfg.Environ = func() []string { return nil }
 	}
-	s := &Server{cfg: cfg, refused: refusedKeys(), sessions: map[string]bool{}}
+	s := &Server{cfg: cfg, refused: map[string]string{}, sessions: map[string]bool{}}
 	for _, set := range cfg.Sets {
 		for _, spec := range set.Tools {
 			for _, k := range spec.Operator {
 				s.refused[k] = whyOperator
+			}
+			for _, k := range spec.Files {
+				s.refused[k] = whyFile
+			}
+			for _, k := range spec.Server {
+				s.refused[k] = whyServer
 			}
 		}
 	}
@@ -214,27 +211,16 @@ const (
 	whyFile     = "it names a file the program would read or write itself, outside the sandbox and the root; give the content inline"
 )
 
-// refusedKeys maps the request keys a tool call may not give, whatever the
-// tool, to why; the operator's keys are added from the marks of the tools'
-// flags (operatorKeys).
-func refusedKeys() map[string]string {
-	m := map[string]string{}
-	for _, n := range serverOwned() {
-		m[n] = whyServer
-	}
-	for _, n := range callerFiles() {
-		m[n] = whyFile
-	}
-	return m
-}
-
-// callerFiles returns the request keys that name a local file the CLI
-// opens itself, unconfined: right for the person at the shell, but over
-// MCP they would let a tool call read past --deny-read and --root
-// (agentfs write --content-file copies any file into the root) or write
-// outside the sandbox.
-func callerFiles() []string {
-	return []string{"stdin_file", "save_output", "content_file", "patch_file"}
+// refusedMarks are the marks whose flags a tool call may not give, with
+// why, as the hint of the invalid_request error.
+func refusedMarks() []struct {
+	mark clikit.Mark
+	why  string
+} {
+	return []struct {
+		mark clikit.Mark
+		why  string
+	}{{clikit.ServerOwned, whyServer}, {clikit.LocalFile, whyFile}, {clikit.Operator, whyOperator}}
 }
 
 // Describe lists a program's tools as the server offers them, with the
@@ -250,10 +236,11 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 	}
 	env := &clikit.Env{Program: p, LookupEnv: o.LookupEnv, Environ: o.Environ, ConfigFile: o.ConfigFile, Ctx: context.Background()}
 	root := clikit.NewRoot(env)
-	operator := clikit.MarkedFlags(root, clikit.Operator)
-	refused := refusedKeys()
-	for _, n := range operator {
-		refused[clikit.ConfigKey(n)] = whyOperator
+	refused := map[string]string{}
+	for _, r := range refusedMarks() {
+		for _, n := range clikit.MarkedFlags(root, r.mark) {
+			refused[clikit.ConfigKey(n)] = r.why
+		}
 	}
 	set := &ToolSet{Program: p.Name, Executable: o.Executable}
 	for _, t := range clikit.Tools(root) {
@@ -264,19 +251,19 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 		set.Tools = append(set.Tools, ToolSpec{
 			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
 			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags, Hints: t.Hints,
-			Operator: operatorKeys(t),
+			Operator: markedKeys(t, clikit.Operator), Files: markedKeys(t, clikit.LocalFile), Server: markedKeys(t, clikit.ServerOwned),
 		})
 	}
 	return set, nil
 }
 
-// operatorKeys returns the request keys of t's flags marked clikit.Operator.
-func operatorKeys(t clikit.Tool) []string {
+// markedKeys returns the request keys of t's flags marked m.
+func markedKeys(t clikit.Tool, m clikit.Mark) []string {
 	var keys []string
 	seen := map[string]bool{}
 	for _, fs := range []*pflag.FlagSet{t.Command.Flags(), t.Command.InheritedFlags()} {
 		fs.VisitAll(func(f *pflag.Flag) {
-			if clikit.HasMark(f, clikit.Operator) && !seen[f.Name] {
+			if clikit.HasMark(f, m) && !seen[f.Name] {
 				seen[f.Name] = true
 				keys = append(keys, clikit.ConfigKey(f.Name))
 			}
@@ -363,7 +350,10 @@ func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
 	props := map[string]any{}
 	if p, ok := t.Schema["properties"].(map[string]any); ok {
 		for k, v := range p {
-			if refused[k] == "" || !serverOwnedHere(t, k) && refused[k] == whyServer {
+			// A key another tool's command owns for the server (agentsh
+			// --stream) is this tool's own argument where its flag is not
+			// so marked (agentjob logs --stream names a stream).
+			if refused[k] == "" || refused[k] == whyServer && !clikit.HasMark(lookupFlag(t, strings.ReplaceAll(k, "_", "-")), clikit.ServerOwned) {
 				props[k] = v
 			}
 		}

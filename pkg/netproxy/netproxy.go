@@ -1,6 +1,6 @@
 // Package netproxy is the network allowlist's proxy: one listener that
-// speaks HTTP (plain requests and CONNECT, through
-// github.com/elazarl/goproxy) and SOCKS5 (CONNECT only), lets through
+// speaks HTTP (plain requests and CONNECT, with net/http's
+// ReverseProxy and a byte tunnel) and SOCKS5 (CONNECT only), lets through
 // connections to the hosts an allowlist names, and refuses every other one
 // with a message the client shows (HTTP 403 with a body naming the host and
 // the rule; SOCKS5 reply 2, "connection not allowed by ruleset").
@@ -28,11 +28,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/elazarl/goproxy"
 )
 
 // Protocols a Denial names.
@@ -93,7 +90,7 @@ type Config struct {
 type Proxy struct {
 	cfg     Config
 	checker *Checker
-	http    *goproxy.ProxyHttpServer
+	http    *httpProxy
 	httpSrv *http.Server
 	httpLn  *chanListener
 
@@ -196,7 +193,7 @@ func (p *Proxy) Close() error {
 	}
 	p.mu.Unlock()
 	_ = p.httpSrv.Close()
-	p.http.Tr.CloseIdleConnections()
+	p.http.tr.CloseIdleConnections()
 	return nil
 }
 
@@ -298,84 +295,6 @@ func refusalText(err error) string {
 }
 
 type pinKey struct{}
-
-// newHTTP builds the goproxy server: every request and CONNECT is checked
-// first, and the transport dials only the addresses the check returned
-// (carried in the request's context), never a name again.
-func (p *Proxy) newHTTP() *goproxy.ProxyHttpServer {
-	gp := goproxy.NewProxyHttpServer()
-	gp.Logger = log.New(io.Discard, "", 0)
-	gp.Verbose = false
-	// Pass the client's Accept-Encoding on, so that compressed responses
-	// stay compressed end to end, as without a proxy.
-	gp.KeepAcceptEncoding = true
-	tr := &http.Transport{
-		// Never the environment's proxy: this proxy is the way out. The
-		// TLS config is the default one (goproxy's own skips
-		// verification), for an https:// URL asked of the proxy in plain.
-		Proxy:                 nil,
-		ForceAttemptHTTP2:     false,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   30 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			addrs, ok := ctx.Value(pinKey{}).([]netip.AddrPort)
-			if !ok || len(addrs) == 0 {
-				return nil, errors.New("internal error: a connection the allowlist did not check")
-			}
-			return p.dialAny(ctx, addrs)
-		},
-	}
-	gp.Tr = tr
-	// With both CONNECT dialers nil, goproxy dials a tunnel through the
-	// ProxyCtx's Dialer, which the CONNECT handler sets to the checked
-	// addresses; without one it would fall back to Tr.DialContext, which
-	// refuses an unchecked connection.
-	gp.ConnectDial = nil
-	gp.ConnectDialWithReq = nil
-	gp.OnRequest().DoFunc(func(r *http.Request, ctx *goproxy.ProxyCtx) (*http.Request, *http.Response) {
-		host, port := r.URL.Hostname(), portOf(r.URL.Port(), r.URL.Scheme)
-		addrs, _, err := p.checker.Check(r.Context(), host, port)
-		if err != nil {
-			return r, p.refuseHTTP(r, host, port, ProtoHTTP, err)
-		}
-		return r.WithContext(context.WithValue(r.Context(), pinKey{}, addrs)), nil
-	})
-	gp.OnRequest().HandleConnectFunc(func(target string, ctx *goproxy.ProxyCtx) (*goproxy.ConnectAction, string) {
-		h, ps, err := net.SplitHostPort(target)
-		if err != nil {
-			h, ps = target, "443"
-		}
-		port, _ := strconv.Atoi(ps)
-		addrs, _, err := p.checker.Check(ctx.Req.Context(), h, port)
-		if err != nil {
-			ctx.Resp = p.refuseHTTP(ctx.Req, h, port, ProtoConnect, err)
-			return goproxy.RejectConnect, target
-		}
-		ctx.Dialer = func(dctx context.Context, network, addr string) (net.Conn, error) {
-			return p.dialAny(dctx, addrs)
-		}
-		return goproxy.OkConnect, target
-	})
-	return gp
-}
-
-// refuseHTTP counts a refusal and builds its response: 403 for the
-// allowlist, 502 when the name does not resolve.
-func (p *Proxy) refuseHTTP(r *http.Request, host string, port int, proto string, err error) *http.Response {
-	var ref *Refusal
-	status := http.StatusBadGateway
-	if errors.As(err, &ref) {
-		p.deny(ref.Host, ref.Port, proto, ref.Reason)
-		status = http.StatusForbidden
-	}
-	resp := goproxy.NewResponse(r, "text/plain; charset=utf-8", status, refusalText(err))
-	resp.Header.Set("X-Agentplane-Denied", hostPort(strings.ToLower(host), port))
-	resp.Header.Set("Connection", "close")
-	resp.Close = true
-	return resp
-}
 
 func portOf(port, scheme string) int {
 	if port == "" {

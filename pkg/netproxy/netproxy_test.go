@@ -403,7 +403,7 @@ func TestMaxConns(t *testing.T) {
 }
 
 // An https:// URL asked of the proxy in plain is fetched with certificate
-// verification (goproxy's own transport skips it), and the client's
+// verification (a proxy framework's default transport may skip it), and the client's
 // Accept-Encoding reaches the upstream.
 func TestPlainHTTPSVerifiesAndKeepsEncoding(t *testing.T) {
 	var gotEncoding string
@@ -435,5 +435,63 @@ func TestPlainHTTPSVerifiesAndKeepsEncoding(t *testing.T) {
 	b, _ := io.ReadAll(r.Body)
 	if r.StatusCode == 200 || strings.Contains(string(b), "hello from tls") || !strings.Contains(string(b), "certificate") {
 		t.Fatalf("plain https to a self-signed server: %d %q", r.StatusCode, b)
+	}
+}
+
+// Bytes a client sends in the same write as its CONNECT (a TLS ClientHello
+// often is) reach the upstream first, and the client's half-close reaches
+// it too: the upstream echoes until end of file, and the client reads the
+// whole echo after closing its side.
+func TestConnectEarlyBytesAndHalfClose(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		c, err := echo.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	}()
+	h := newHarness(t, echo.Addr().String())
+	conn, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	target := echo.Addr().String()
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly ", target, target)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	if _, err := io.WriteString(conn, "late"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	got, err := io.ReadAll(br)
+	if err != nil || string(got) != "early late" {
+		t.Fatalf("echo = %q, %v", got, err)
+	}
+}
+
+// A request that is not a proxy request (an origin-form path) is refused
+// with 400, not forwarded anywhere.
+func TestNonProxyRequestRefused(t *testing.T) {
+	h := newHarness(t)
+	resp, err := http.Get("http://" + h.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d", resp.StatusCode)
 	}
 }

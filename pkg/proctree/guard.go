@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -17,7 +19,7 @@ import (
 // A Guard keeps a command's process tree from outliving the process that
 // started it, even when that process is SIGKILLed and so cannot clean up:
 // the guarded process (agentsh, a session server) starts a small watchdog
-// in a session of its own (a killpg of the caller's group misses it) that
+// in a process group of its own (a killpg of the caller's group misses it) that
 // holds the read end of a pipe. The write end stays in the guarded process
 // only (close-on-exec), so the watchdog reads end-of-file exactly when the
 // guarded process is gone. Unless it was told "done" first, it then kills
@@ -43,9 +45,18 @@ type Guard struct {
 	mode  string
 	cgDir string // cgroup mode: the command's cgroup
 	cgFD  int    // cgroup mode: an O_PATH fd of cgDir, for CLONE_INTO_CGROUP
+	evFD  int    // cgroup mode: cgroup.events, opened with the cgroup, for Empty
 	token string
 	w     *os.File // write end of the watchdog's pipe
 	wd    *os.Process
+
+	// The guarded process watches the watchdog in turn (watchWatchdog):
+	// a watchdog killed before Release kills the tree at once, so that no
+	// window opens in which agentsh's own death would leave it running.
+	mu       sync.Mutex
+	released bool
+	watched  []ID
+	lost     atomic.Bool
 }
 
 // Guard modes.
@@ -69,31 +80,60 @@ func StartGuard(argv []string) (*Guard, error) {
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, err
 	}
-	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1}
+	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
 	if dir, fd, err := makeCgroup(g.token); err == nil {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
+		g.evFD = openEvents(dir)
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		g.dropCgroup()
 		return nil, err
 	}
-	cmd := g.watchdogCmd(argv)
-	cmd.Stdin = r
-	cmd.Dir = "/"
-	// Its own session: a killpg of the caller's group (an agent host
-	// aborting a turn) must not take the watchdog with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	path, args := g.watchdogArgv(argv)
+	// Its own process group: a killpg of the caller's group (an agent
+	// host aborting a turn) must not take the watchdog with it. Not a
+	// session of its own: setsid makes a scheduler autogroup, which costs
+	// more than the rest of the start (the watchdog reads a pipe, not a
+	// terminal, so a session would give it nothing). Only the pipe is
+	// passed: the watchdog writes nothing.
+	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r},
+		Sys: &syscall.SysProcAttr{Setpgid: true}})
 	r.Close()
 	if err != nil {
 		w.Close()
 		g.dropCgroup()
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
-	g.w, g.wd = w, cmd.Process
+	g.w, g.wd = w, wd
+	go g.watchWatchdog()
 	return g, nil
 }
+
+// watchWatchdog waits for the watchdog (it owns g.wd's wait). A watchdog
+// that dies before Release (killed by the command, or by anyone) leaves
+// the tree unguarded against the guarded process's own death, so the tree
+// is killed now, as the watchdog would have: the cgroup, or every bearer
+// of the token and member of a watched session.
+func (g *Guard) watchWatchdog() {
+	_, _ = g.wd.Wait()
+	g.mu.Lock()
+	released := g.released
+	watched := append([]ID(nil), g.watched...)
+	g.mu.Unlock()
+	if released {
+		return
+	}
+	g.lost.Store(true)
+	if g.mode == GuardCgroup {
+		killGuardCgroupOnly(g.cgDir)
+	}
+	killTokenBearers(g.token, watched, 10*time.Second)
+}
+
+// Lost reports that the watchdog died before Release, so the tree was
+// killed by the guarded process itself (see watchWatchdog).
+func (g *Guard) Lost() bool { return g.lost.Load() }
 
 // StartGuardAsync is StartGuard on another goroutine, so that the
 // watchdog's start overlaps the caller's own preparation; the returned
@@ -136,6 +176,9 @@ func (g *Guard) Env(env []string) []string {
 // session are killed too.
 func (g *Guard) Watch(id ID) {
 	if g.mode == GuardEnviron {
+		g.mu.Lock()
+		g.watched = append(g.watched, id)
+		g.mu.Unlock()
 		_, _ = fmt.Fprintf(g.w, "%d %d\n", id.PID, id.Start)
 	}
 }
@@ -148,14 +191,13 @@ func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pi
 // and exits on its own (it is not waited for), and the cgroup is removed
 // if it is empty. Call it after the tree is dead.
 func (g *Guard) Release() {
+	g.mu.Lock()
+	g.released = true
+	g.mu.Unlock()
 	if g.w != nil {
 		_, _ = io.WriteString(g.w, "done\n")
 		g.w.Close()
 		g.w = nil
-	}
-	if g.wd != nil {
-		_ = g.wd.Release()
-		g.wd = nil
 	}
 	g.dropCgroup()
 }
@@ -180,7 +222,10 @@ func RunWatchdog(args []string, in io.Reader) int {
 		}
 	}
 	// End of file without "done": the guarded process died.
+	// In cgroup mode the cgroup goes first, and the token then finds a
+	// member that moved itself out of it (root can, unsandboxed).
 	if mode == GuardCgroup && killGuardCgroup(cg) {
+		killTokenBearers(token, watched, 2*time.Second)
 		return 0
 	}
 	if killTokenBearers(token, watched, 10*time.Second) {

@@ -33,10 +33,14 @@ func (g *Guard) Members() []int { return nil }
 // caller kills its descendants itself.
 func (g *Guard) Kill(time.Duration) bool { return false }
 
-func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
-	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+func (g *Guard) watchdogArgv(argv []string) (string, []string) {
+	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
 }
 
 func killGuardCgroup(string) bool { return false }
 
 func leaveGuardCgroup(*exec.Cmd) (func(), error) { return func() {}, nil }
+
+func openEvents(string) int { return -1 }
+
+func killGuardCgroupOnly(string) bool { return false }

@@ -32,7 +32,19 @@ func (g *Guard) Empty() bool {
 	if g.mode != GuardCgroup {
 		return false
 	}
-	populated, err := cgroupPopulated(g.cgDir)
+	var populated bool
+	var err error
+	if g.evFD >= 0 {
+		// Opened with the cgroup, off the call's path: after the
+		// command, only a read from offset 0, which regenerates the file.
+		var buf [256]byte
+		var n int
+		if n, err = unix.Pread(g.evFD, buf[:], 0); err == nil {
+			populated, err = parsePopulated(buf[:n])
+		}
+	} else {
+		populated, err = cgroupPopulated(g.cgDir)
+	}
 	return err == nil && !populated
 }
 
@@ -72,6 +84,10 @@ func (g *Guard) dropCgroup() {
 		unix.Close(g.cgFD)
 		g.cgFD = -1
 	}
+	if g.evFD >= 0 {
+		unix.Close(g.evFD)
+		g.evFD = -1
+	}
 	if g.cgDir != "" {
 		_ = unix.Rmdir(g.cgDir)
 	}
@@ -79,8 +95,13 @@ func (g *Guard) dropCgroup() {
 
 // shWatchdog is RunWatchdog's cgroup mode as a shell script: on end of
 // file without "done", kill the cgroup and remove it once it is empty.
+//
+// Then every process whose environment holds the token ($2) is killed too:
+// a member that moved itself out of the cgroup (root can, unsandboxed) is
+// still a bearer. The scan repeats until it finds none.
 const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
-echo 1 > "$1/cgroup.kill" || exit 1
+echo 1 > "$1/cgroup.kill"
+i=0; while [ $i -lt 100 ]; do k=0; for f in $(grep -lsaF "$2" /proc/[0-9]*/environ); do p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && k=1; done; [ $k = 0 ] && break; i=$((i+1)); done
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
 
 // cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
@@ -138,11 +159,26 @@ func makeCgroup(token string) (string, int, error) {
 	return dir, fd, nil
 }
 
+// openEvents opens dir's cgroup.events for Empty, or returns -1 (Empty
+// then opens it by name).
+func openEvents(dir string) int {
+	fd, err := unix.Open(filepath.Join(dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
 func cgroupPopulated(dir string) (bool, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
 	if err != nil {
 		return false, err
 	}
+	return parsePopulated(b)
+}
+
+// parsePopulated reads the populated field of a cgroup.events file.
+func parsePopulated(b []byte) (bool, error) {
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "populated "); ok {
 			return v != "0", nil
@@ -215,18 +251,21 @@ func killCgroup(dir string, timeout time.Duration) bool {
 	}
 }
 
-// watchdogCmd is the watchdog's command: argv with StartGuard's arguments
-// or, in cgroup mode, a shell.
-func (g *Guard) watchdogCmd(argv []string) *exec.Cmd {
+// watchdogArgv is the watchdog's program and argv: argv with StartGuard's
+// arguments or, in cgroup mode, a shell.
+func (g *Guard) watchdogArgv(argv []string) (string, []string) {
 	if g.mode == GuardCgroup {
-		if sh, err := exec.LookPath("/bin/sh"); err == nil {
+		if _, err := os.Stat(shPath); err == nil {
 			// The cgroup needs only a trigger, and a shell starts in a
 			// fraction of the time (and CPU) of a Go program.
-			return exec.Command(sh, "-c", shWatchdog, "agentplane-watchdog", g.cgDir)
+			return shPath, []string{shPath, "-c", shWatchdog, "agentplane-watchdog", g.cgDir, g.token}
 		}
 	}
-	return exec.Command(argv[0], append(argv[1:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)
+	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
 }
+
+// shPath is the shell of the cgroup watchdog.
+const shPath = "/bin/sh"
 
 // killGuardCgroup kills the cgroup of a dead guard's command and removes it.
 func killGuardCgroup(cg string) bool {
@@ -236,6 +275,10 @@ func killGuardCgroup(cg string) bool {
 	}
 	return false
 }
+
+// killGuardCgroupOnly kills the cgroup's members without removing it (its
+// owner removes it on Release).
+func killGuardCgroupOnly(cg string) bool { return killCgroup(cg, 10*time.Second) }
 
 // leaveGuardCgroup makes cmd start in the nearest cgroup above every
 // guard's, when the caller runs in a guard's cgroup.

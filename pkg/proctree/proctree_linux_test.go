@@ -120,8 +120,10 @@ func TestEnvironRacesExec(t *testing.T) {
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pid := cmd.Process.Pid
 	exe, _ := Executable(pid)
+	// Read until the image changed often enough, whatever the load
+	// (the bound is only against a process that stopped exec'ing).
 	execs := 0
-	for i := 0; i < 5000; i++ {
+	for i, deadline := 0, time.Now().Add(2*time.Minute); execs < 20 && time.Now().Before(deadline); i++ {
 		env, err := Environ(pid)
 		if err != nil || !slices.Contains(env, "AGENTPLANE_TEST_MARK=here") {
 			t.Fatalf("read %d (after %d execs seen): Environ = %q, %v", i, execs, env, err)
@@ -130,8 +132,8 @@ func TestEnvironRacesExec(t *testing.T) {
 			execs, exe = execs+1, e // sh and the script alternate as the image
 		}
 	}
-	if execs == 0 {
-		t.Fatalf("the process never exec'd while it was read")
+	if execs < 20 {
+		t.Fatalf("the process exec'd only %d times while it was read", execs)
 	}
 	t.Logf("%d image changes seen", execs)
 }

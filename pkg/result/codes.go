@@ -73,6 +73,7 @@ const (
 	CodeSessionStartFailed = "session_start_failed"
 	CodeSessionUnreachable = "session_unreachable"
 	CodeSessionRefused     = "session_refused"
+	CodeSessionReset       = "session_reset"
 )
 
 // Jobs.
@@ -169,8 +170,9 @@ var Codes = []CodeInfo{
 	{CodeSessionBusy, "the session is running another call and did not become free in time", progSh, false},
 	{CodeSessionEnded, "the session's shell has exited or was stopped; start a new session", progSh, false},
 	{CodeSessionStartFailed, "the session's server or shell could not be started", progSh, false},
-	{CodeSessionUnreachable, "the session's server runs but its socket is gone or refuses; session stop still ends it", progSh, false},
+	{CodeSessionUnreachable, "the session's server runs but its socket is gone or refuses, or it stopped answering within the call's bounds; session stop still ends it", progSh, false},
 	{CodeSessionRefused, "the session's server did not accept the caller (sandboxed, another user, a wrong secret)", progSh, false},
+	{CodeSessionReset, "the call changed the shell so that it could not report its end; the call's status is unknown and the shell was restarted", progSh, false},
 
 	{CodeJobNotFound, "no job of this environment has that handle or name", progJob, false},
 	{CodeJobExpired, "the job was removed by rm or gc; its id is never reused", progJob, false},

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,10 +31,14 @@ type Capabilities struct {
 	CgroupV2            string
 	CgroupV2Controllers []string
 	Seccomp             bool // seccomp filters (SECCOMP_SET_MODE_FILTER)
-	PidNS               bool
-	IPCNS               bool
-	CgroupNS            bool
-	MountAPI            bool // open_tree, move_mount, mount_setattr (5.12)
+	// SeccompNotify: user notification and pidfd_getfd (5.6), which the
+	// Unix socket gate of --net none and --net proxy needs.
+	SeccompNotify bool
+	PidNS         bool
+	IPCNS         bool
+	CgroupNS      bool
+	MountAPI      bool // open_tree, move_mount, mount_setattr (5.12)
+	ProcessAcct   bool // acct(2) with CAP_SYS_PACCT (acct_linux.go)
 
 	// The caller's own cgroup in each v1 hierarchy: per-run cgroups are
 	// created below it.
@@ -61,11 +66,13 @@ func probe(cgroups, userNS bool) Capabilities {
 	c.MountNS = exists("/proc/self/ns/mnt")
 	c.UserNS = userNS && exists("/proc/self/ns/user") && userNSAllowed()
 	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+	c.SeccompNotify = seccompNotifyAvailable()
 	c.PidNS = exists("/proc/self/ns/pid")
 	c.IPCNS = exists("/proc/self/ns/ipc")
 	c.CgroupNS = exists("/proc/self/ns/cgroup")
 	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
 	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
+	c.ProcessAcct = processAcctAvailable()
 	if !cgroups {
 		return c
 	}
@@ -126,8 +133,8 @@ func Check() map[string]any {
 		"enforceable": map[string]any{
 			ModeReadOnly:       base && c.LandlockABI >= minLandlockABI,
 			ModeWorkspaceWrite: base && c.LandlockABI >= minLandlockABI,
-			"net_none":         base && c.NetNS,
-			"net_proxy":        base && c.NetNS,
+			"net_none":         base && c.NetNS && c.SeccompNotify,
+			"net_proxy":        base && c.NetNS && c.SeccompNotify,
 			"deny_read":        base,
 			"memory":           memory,
 			"pids":             pids,
@@ -166,6 +173,7 @@ func (c Capabilities) Layers() []Layer {
 		{"ipc_namespace", c.IPCNS && nsOK, "", "host SysV shared memory, semaphores and message queues"},
 		{"cgroup_namespace", c.CgroupNS && nsOK, "cgroupfs read-only", "leaving the run's cgroup (and its limits)"},
 		{"net_namespace", c.NetNS && nsOK, "", "every network but loopback (--net none) and the allowlist proxy (--net proxy)"},
+		{"unix_socket_gate", c.SeccompNotify && c.Seccomp && seccompArch && c.NetNS && nsOK, "seccomp user notification: " + strings.Join(confine.GateSyscalls, ", "), "under --net none and --net proxy, host pathname Unix sockets bound after the start (only the run's own sockets are reachable)"},
 		{"seccomp", c.Seccomp && seccompArch, strings.Join(SeccompRules(), ", "), "io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf, userfaultfd, open_by_handle_at, set-id bits"},
 		{"capabilities", c.Root, "bounding set reduced", "root crossing namespace and mount boundaries; CHOWN, FOWNER and FSETID dropped in the filesystem modes"},
 		{"no_new_privs", true, "", "setuid and file-capability programs gaining privilege"},
@@ -173,7 +181,19 @@ func (c Capabilities) Layers() []Layer {
 		{"cgroup_v1_memory", c.CgroupV1Memory != "", "", "--memory by an OOM kill (else RLIMIT_AS)"},
 		{"cgroup_v1_pids", c.CgroupV1Pids != "", "", "--pids for the whole tree (RLIMIT_NPROC does not apply to root)"},
 		{"rlimits", true, "", "--cpu-time, --file-size, --nofile"},
+		{"process_accounting", c.ProcessAcct, "acct(2) per PID namespace", "a --cpu-time or --file-size limit hit by a child going unreported when the command exits 0"},
 	}
+}
+
+// seccompNotifyAvailable reports user notification among the seccomp
+// actions and pidfd_getfd (an invalid descriptor tells EBADF from ENOSYS).
+func seccompNotifyAvailable() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	if err != nil || !slices.Contains(strings.Fields(string(b)), "user_notif") {
+		return false
+	}
+	_, err = unix.PidfdGetfd(-1, 0, 0)
+	return err != unix.ENOSYS
 }
 
 func exists(path string) bool {

@@ -149,7 +149,7 @@ func TestNetProxyLaunchWithoutStart(t *testing.T) {
 }
 
 func TestNetProxyPolicy(t *testing.T) {
-	full := Capabilities{Root: true, LandlockABI: 7, NetNS: true, MountNS: true, PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+	full := Capabilities{Root: true, LandlockABI: 7, NetNS: true, MountNS: true, PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true, SeccompNotify: true}
 	prep, err := PrepareWith(Policy{Net: NetHost, AllowHosts: []string{"github.com"}}, "/nonexistent", full)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // minLandlockABI is the oldest Landlock ABI accepted: ABI 3 is the first
@@ -61,17 +62,9 @@ type builder struct {
 	cgroups   []string // created cgroup directories, removed by cleanup
 	memCgroup string
 	pidCgroup string
-	memRlimit bool
 	sweep     bool      // sweep leftovers of killed runners (sweepDue)
 	net       *netProxy // with --net proxy, closed by cleanup
 	netEnv    []string  // the proxy's variables for the command
-}
-
-// isolating reports whether the policy draws a boundary that root's
-// capabilities could cross (setns, umount, open_by_handle_at), in which case
-// the helper shrinks the capability bounding set.
-func (b *builder) isolating() bool {
-	return b.p.Mode != ModeNone || b.p.Net == NetNone || b.p.Net == NetProxy || len(b.p.DenyRead) > 0 || b.p.User != ""
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -85,6 +78,9 @@ func (b *builder) check() error {
 	nsOK := c.Root || c.UserNS
 	if (p.Net == NetNone || p.Net == NetProxy) && !(c.NetNS && nsOK) {
 		return unavailable("--net %s needs network namespaces%s", p.Net, ifNotRoot(c.Root, " and unprivileged user namespaces"))
+	}
+	if (p.Net == NetNone || p.Net == NetProxy) && !c.SeccompNotify {
+		return unavailable("--net %s needs seccomp user notification and pidfd_getfd (Linux 5.6) for its Unix socket gate", p.Net)
 	}
 	// Every sandboxed run gets its own mount, PID, IPC and cgroup
 	// namespaces and a seccomp filter; a machine without them runs nothing
@@ -132,10 +128,14 @@ func (b *builder) build() (*Prepared, error) {
 	if p.User != "" {
 		parent = "/tmp"
 	}
-	if b.sweep = sweepDue(parent); b.sweep {
-		sweepStale(parent)
+	area, areas, err := tempAreas(parent)
+	if err != nil {
+		return nil, err
 	}
-	base, err := os.MkdirTemp(parent, tempPrefix)
+	if b.sweep = sweepDue(area); b.sweep {
+		sweepStale(area)
+	}
+	base, err := os.MkdirTemp(area, tempPrefix)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
@@ -152,6 +152,10 @@ func (b *builder) build() (*Prepared, error) {
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
 	}
+	if real, err := filepath.EvalSymlinks(tmp); err == nil {
+		b.sp.TempDir = real
+	}
+	b.sp.TempAreas = areas
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails or the target dies of
 	// a signal. The command sees /dev/null in its place.
@@ -267,6 +271,9 @@ func (b *builder) build() (*Prepared, error) {
 	if err := b.limits(); err != nil {
 		return nil, err
 	}
+	if err := b.accounting(); err != nil {
+		return nil, err
+	}
 	b.sp.DropCaps = b.caps.Root
 	if b.sp.DropCaps {
 		b.report["capabilities"] = keptCapNames(b.sp.DropFileCaps)
@@ -301,14 +308,16 @@ func (b *builder) build() (*Prepared, error) {
 		TempDir:     tmp,
 		Cleanup:     cleanup,
 		Classify: func(exitCode int, signal string) string {
-			return classify(policy, memCg, pidCg, statusPath, exitCode, signal)
+			return classify(policy, memCg, pidCg, sp.Acct, statusPath, exitCode, signal)
 		},
 		Failure: func() error { return readFailure(statusPath) },
 		net:     np,
 		exitStatus: func(exitCode int, signal string) (int, string) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
-		limitsHit: func() []string { return limitsHit(memCg, pidCg) },
+		limitsHit: func() []string {
+			return append(limitsHit(memCg, pidCg), acctLimitsHit(policy, sp.Acct)...)
+		},
 	}
 	prep.Argv = func(argv []string) []string {
 		s := sp
@@ -322,9 +331,10 @@ func (b *builder) build() (*Prepared, error) {
 }
 
 // network sets up the network policy: under --net none and --net proxy a
-// network namespace of its own (only lo, brought up by the helper) and the
+// network namespace of its own (only lo, brought up by the helper), the
 // host's pathname Unix sockets covered, since neither the namespace nor
-// Landlock (before ABI 9) stops a connect() to one. Under --net proxy the
+// Landlock (before ABI 9) stops a connect() to one, and the helper's gate
+// for the ones bound later (confine/unixgate_linux.go). Under --net proxy the
 // helper also listens on ProxyAddr inside the namespace and hands the
 // listener to b.net, the allowlist proxy the runner serves on it, and the
 // command's environment names the proxy. It reports whether the run gets a
@@ -354,6 +364,8 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)
 		b.report["hidden_unix_sockets"] = len(socks)
 	}
+	// Sockets bound later are stopped by the helper's gate.
+	b.report["unix_socket_gate"] = confine.GateSyscalls
 	return true, nil
 }
 
@@ -363,11 +375,33 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 // git config), hidden the secrets.
 func (b *builder) control() {
 	var protect []string
-	for _, w := range b.sp.Writable {
-		protect = append(protect, gitControl(w)...)
+	home, _ := os.UserHomeDir()
+	if b.p.Mode == ModeWorkspaceWrite {
+		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
+		// Not searched: agentplane's own writable roots, and what is
+		// protected or hidden already (a pin inside a read-only bind
+		// would be a writable hole in it).
+		var skip []string
+		for _, w := range b.sp.Writable {
+			if !slices.Contains(roots, w) {
+				skip = append(skip, w)
+			}
+		}
+		skip = append(skip, b.sp.TempAreas...) // covered in the sandbox
+		for _, path := range slices.Concat(b.p.Protect, b.p.Hide, b.p.DenyRead) {
+			if real, err := realPath(path); err == nil {
+				skip = append(skip, real)
+			}
+		}
+		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, skip, home)
+		protect = append(protect, ro...)
+		b.sp.Pinned = pins
+		b.report["git"] = map[string]any{"repositories": repos, "complete": complete}
 	}
-	if home, err := os.UserHomeDir(); err == nil {
-		for _, f := range []string{".gitconfig", ".config/git"} {
+	if home != "" {
+		// (~/.gitconfig, a file, is gitProtection's: created empty when
+		// missing, where a directory in its place would break git.)
+		for _, f := range []string{".config/git"} {
 			path := filepath.Join(home, f)
 			if under(path, b.sp.Writable) {
 				protect = append(protect, path)
@@ -415,27 +449,6 @@ func (b *builder) control() {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
-}
-
-// gitControl returns the parts of a repository at root that make git run
-// code or change where it looks: hooks, config, and a .git file (a
-// worktree's or submodule's pointer to its git directory). A missing hooks
-// directory is created (empty, as git init would) so that it can be
-// protected; otherwise a command could create it and plant a hook.
-func gitControl(root string) []string {
-	dotgit := filepath.Join(root, ".git")
-	st, err := os.Lstat(dotgit)
-	switch {
-	case err != nil:
-		return nil
-	case !st.IsDir():
-		return []string{dotgit}
-	}
-	hooks := filepath.Join(dotgit, "hooks")
-	if _, err := os.Lstat(hooks); errors.Is(err, fs.ErrNotExist) {
-		_ = os.Mkdir(hooks, 0o755)
-	}
-	return []string{hooks, filepath.Join(dotgit, "config")}
 }
 
 // under reports whether path is one of roots or inside one.
@@ -595,7 +608,7 @@ func removeCgroup(dir string) {
 
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
-func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string) string {
+func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal string) string {
 	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
@@ -608,6 +621,11 @@ func classify(p Policy, memCg, pidCg, status string, exitCode int, signal string
 	}
 	if pidCg != "" && counter(filepath.Join(pidCg, "pids.events"), "max") > 0 {
 		return result.CodePidsLimit
+	}
+	// A child's death by a limit, which the command turned into its own
+	// failure (make's exit 2).
+	if hit := acctLimitsHit(p, acct); len(hit) > 0 {
+		return hit[0]
 	}
 	return ""
 }

@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 			os.Exit(proxyProbe(os.Args[2:]))
 		case attackCommand:
 			os.Exit(attack(os.Args[2:]))
+		case sockCommand:
+			os.Exit(sockMain(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())
@@ -527,7 +529,7 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 func TestPrepareRefuses(t *testing.T) {
 	_, ws, _ := dirs(t)
 	full := Capabilities{Root: true, LandlockABI: 7, UserNS: true, NetNS: true, MountNS: true, CgroupV1Pids: "", CgroupV1Memory: "",
-		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true}
+		PidNS: true, IPCNS: true, CgroupNS: true, MountAPI: true, Seccomp: true, SeccompNotify: true}
 	without := func(f func(*Capabilities)) Capabilities { c := full; f(&c); return c }
 	cases := []struct {
 		name string
@@ -545,6 +547,8 @@ func TestPrepareRefuses(t *testing.T) {
 		{"no ipc namespace", Policy{Nofile: 10}, without(func(c *Capabilities) { c.IPCNS = false }), result.CodeSandboxUnavailable},
 		{"no mount API", Policy{Mode: ModeReadOnly}, without(func(c *Capabilities) { c.MountAPI = false }), result.CodeSandboxUnavailable},
 		{"no seccomp", Policy{Net: NetNone}, without(func(c *Capabilities) { c.Seccomp = false }), result.CodeSandboxUnavailable},
+		{"no seccomp listener", Policy{Net: NetNone}, without(func(c *Capabilities) { c.SeccompNotify = false }), result.CodeSandboxUnavailable},
+		{"no seccomp listener, proxy", Policy{Net: NetProxy}, without(func(c *Capabilities) { c.SeccompNotify = false }), result.CodeSandboxUnavailable},
 		{"user without root", Policy{User: "nobody"}, Capabilities{}, result.CodeSandboxUnavailable},
 		{"bad mode", Policy{Mode: "strict"}, full, result.CodeInvalidRequest},
 		{"bad net", Policy{Net: "lan"}, full, result.CodeInvalidRequest},

@@ -8,8 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -53,22 +53,28 @@ func (s *server) serveConn(c net.Conn) {
 			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})
 			return
 		}
-		// Cancellation arrives on the same connection, or as its close.
+		// Cancellation arrives on the same connection, or as its close:
+		// a caller that is gone counts as one killed (SIGKILL), whose
+		// call need not be given any grace.
 		cancel := make(chan struct{})
-		var cancelSig syscall.Signal
+		var cancelSig atomic.Int32
 		go func() {
 			var m2 message
 			for {
-				if err := dec.Decode(&m2); err != nil || m2.Op == "cancel" {
+				err := dec.Decode(&m2)
+				if err != nil {
+					cancelSig.Store(int32(syscall.SIGKILL))
+				}
+				if err != nil || m2.Op == "cancel" {
 					if err == nil && m2.Signal > 0 && m2.Signal < 65 {
-						cancelSig = syscall.Signal(m2.Signal)
+						cancelSig.Store(int32(m2.Signal))
 					}
 					close(cancel)
 					return
 				}
 			}
 		}()
-		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return cancelSig }, enc)
+		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return syscall.Signal(cancelSig.Load()) }, enc)
 		if err != nil {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
 			return
@@ -214,11 +220,35 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() 
 	return nil, false, result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason)
 }
 
+// resetShell replaces a shell that cannot be brought back with a fresh
+// one in its last known cwd.
+func (s *server) resetShell(sh *shell, out *outcome) {
+	last := sh.cwd()
+	if last == "" {
+		s.mu.Lock()
+		last = s.rec.Cwd
+		s.mu.Unlock()
+	}
+	s.killShell()
+	if err := s.startShell(last); err != nil {
+		out.ended = true
+		return
+	}
+	out.reset = true
+	s.mu.Lock()
+	s.rec.Resets++
+	s.mu.Unlock()
+	// The new shell's identity must be on disk before anyone is told:
+	// stop and the dead-server cleanup go by it.
+	_ = s.writeRecord()
+}
+
 // outcome is what became of the session during a call.
 type outcome struct {
-	cwd   string
-	reset bool // the shell could not be brought back and was replaced
-	ended bool // the shell is gone (exit, exec, killed)
+	cwd    string
+	broken bool // the command broke the shell's protocol: see gotBroken
+	reset  bool // the shell could not be brought back and was replaced
+	ended  bool // the shell is gone (exit, exec, killed)
 }
 
 // callReady runs a call once the busy token is held and the shell is up.
@@ -286,6 +316,10 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	if out.reset {
 		obj.Set("session_reset", true)
 	}
+	if out.broken {
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the command changed the shell so that it could not report the call's end (a readonly protocol variable or prompt, a DEBUG trap that skips commands, a forged prompt); its status is unknown and the shell was restarted in its last cwd")))
+	}
 	if out.ended {
 		obj.Set("session_ended", true)
 	}
@@ -319,6 +353,8 @@ type pendingCall struct {
 	holders []*os.File // our own write ends, so reads do not see EOF before the shell opens the FIFO
 	pumps   []*pump
 	caps    map[string]*capture.HeadTail
+	enc     *lineWriter // the caller's connection
+	stream  bool        // the caller streams: it gets the start event
 }
 
 func (c *pendingCall) cleanup() {
@@ -424,9 +460,9 @@ func (p *pump) detach(log *bgLog) {
 
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
 	d := s.calls
-	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull}
+	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, []byte(callPrefix+req.Command+"\n")); err != nil {
+	if err := d.writeFile(c.script, callFile(req.Command)); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {
@@ -515,15 +551,33 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		defer t.Stop()
 		timer = t.C
 	}
-	tag := strconv.Itoa(c.n)
 	why := gotEOF
 	code := 0
-	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, c.script, c.stdin, c.fifos)); err == nil {
-		code, why = sh.await(tag, timer, cancel)
+	nonce := newNonce()
+	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
+		if c.stream && c.enc != nil {
+			pid := sh.self.PID
+			_ = c.enc.send(message{Type: "start", Started: &pid})
+		}
+		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
+	}
+	// A caller that is gone (its connection closed: killed, say) waits
+	// for nothing: the call's processes get the interrupt and then
+	// SIGKILL at once, and the shell keeps its state.
+	grace := max(req.KillAfter, time.Millisecond)
+	if why == gotStop && cancelSig() == syscall.SIGKILL {
+		grace = time.Millisecond
 	}
 	switch why {
 	case gotMarker:
 		res.ExitCode = code
+	case gotBroken:
+		// The command left the shell unable to run the protocol's lines
+		// as written: what it did ran, but its status cannot be known,
+		// and no later call could be either. Say so, and start afresh.
+		res.Status = run.StatusError
+		out.broken = true
+		s.resetShell(sh, &out)
 	case gotEOF:
 		// The control channel closed: the shell exited, or exec replaced
 		// it with a program that still runs and still obeys the call's
@@ -541,15 +595,15 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			sig := syscall.SIGINT
 			res.Signal = proctree.SignalName(sig)
 			tree.Signal(sig)
-			grace := time.NewTimer(max(req.KillAfter, time.Millisecond))
+			gt := time.NewTimer(grace)
 			select {
 			case <-sh.exited:
-			case <-grace.C:
+			case <-gt.C:
 				tree.Signal(syscall.SIGKILL)
 				res.Signal = "SIGKILL"
 				<-sh.exited
 			}
-			grace.Stop()
+			gt.Stop()
 		}
 	default:
 		// Timeout or cancellation: stop the whole call, keep the shell.
@@ -559,7 +613,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			res.Status, res.TimedOut = run.StatusTimeout, true
 		}
 		res.Signal = proctree.SignalName(syscall.SIGINT)
-		killed, ok := sh.interrupt(max(req.KillAfter, time.Millisecond), spare)
+		killed, ok := sh.interrupt(grace, spare)
 		if killed {
 			res.Signal = "SIGKILL"
 		}
@@ -572,24 +626,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			proctree.Terminate(context.Background(), proctree.Tree{Main: sh.id, Root: sh.id.PID}, syscall.SIGKILL, 0, sh.exited)
 		default:
 			// The shell itself is stuck: replace it in the last known cwd.
-			last := sh.cwd()
-			if last == "" {
-				s.mu.Lock()
-				last = s.rec.Cwd
-				s.mu.Unlock()
-			}
-			s.killShell()
-			if err := s.startShell(last); err != nil {
-				out.ended = true
-			} else {
-				out.reset = true
-				s.mu.Lock()
-				s.rec.Resets++
-				s.mu.Unlock()
-				// The new shell's identity must be on disk before anyone
-				// is told: stop and the dead-server cleanup go by it.
-				_ = s.writeRecord()
-			}
+			s.resetShell(sh, &out)
 		}
 	}
 	if !out.ended {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -404,12 +405,26 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: readToken(sdir), Call: &req}); err != nil {
 		return nil, ended()
 	}
+	// The client keeps its own deadline, so that a server that stopped
+	// answering (SIGSTOPped, wedged) cannot hold the caller past the
+	// call's own bounds: with a timeout, the busy wait, the timeout, the
+	// grace and a margin for bringing the shell back; after a
+	// cancellation, the grace and that margin.
+	var deadline time.Time
+	if req.Timeout > 0 {
+		deadline = time.Now().Add(req.BusyTimeout + req.Timeout + req.KillAfter + replyMargin)
+		_ = conn.SetReadDeadline(deadline)
+	}
 	stop := context.AfterFunc(ctx, func() {
 		sig := 0
 		if req.CancelSignal != nil {
 			sig = int(req.CancelSignal())
 		}
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = json.NewEncoder(conn).Encode(message{Op: "cancel", Signal: sig})
+		if d := time.Now().Add(req.KillAfter + replyMargin); deadline.IsZero() || d.Before(deadline) {
+			_ = conn.SetReadDeadline(d)
+		}
 	})
 	defer stop()
 	r := bufio.NewReaderSize(conn, 64<<10)
@@ -425,6 +440,10 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 					if msg.Error != nil {
 						return nil, msg.Error.err()
 					}
+				case "start":
+					if req.OnStart != nil && msg.Started != nil {
+						req.OnStart(*msg.Started)
+					}
 				default:
 					if onEvent != nil && msg.Data != "" {
 						onEvent(msg.Type, msg.Data)
@@ -432,11 +451,19 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 				}
 			}
 		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return nil, result.Errorf(result.CodeSessionUnreachable, "the session's server did not answer in time (it is stopped or hung); the call's outcome is unknown").
+				With("hint", "stop it with 'agentsh session stop' and start a new one")
+		}
 		if err != nil {
 			return nil, ended()
 		}
 	}
 }
+
+// replyMargin is what the client allows a server beyond a call's own
+// bounds: an interrupt's probes and, at worst, a shell restarted.
+const replyMargin = 10 * time.Second
 
 // killSession kills what is left of a shell whose server died: the shell
 // itself if it is provably the same process, its descendants, and every

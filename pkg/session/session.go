@@ -110,6 +110,9 @@ type CallRequest struct {
 	// caller: a cancelled call exits 128 + it (default SIGINT, the
 	// signal the session interrupts a call with).
 	CancelSignal func() syscall.Signal `json:"-"`
+	// OnStart, when set, is told the shell's pid once the call is handed
+	// to the shell (the stream's start event).
+	OnStart func(pid int) `json:"-"`
 	// Policy, when set, is enforced at run time on every exec of this
 	// call; PolicyApproved lets its prompt-level execs run.
 	Policy         *policy.Policy `json:"policy,omitempty"`

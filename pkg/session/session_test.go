@@ -352,7 +352,7 @@ func TestPeerRefusal(t *testing.T) {
 }
 
 func TestProtocolLinesQuote(t *testing.T) {
-	l := callLine("M", 3, "/x/it's.sh", os.DevNull, []string{"/x/o", "/x/e"})
+	l := callLine("M", 3, "N", "/x/it's.sh", os.DevNull, []string{"/x/o", "/x/e"})
 	if !strings.Contains(l, `\. '/x/it'\''s.sh'`) || !strings.HasSuffix(l, "\n") || strings.Count(l, "\n") != 1 {
 		t.Errorf("call line %q", l)
 	}

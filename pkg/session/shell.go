@@ -3,6 +3,8 @@ package session
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -28,13 +30,29 @@ import (
 // state. Its stdout and stderr are the control channel: the only thing the
 // server reads from it is the prompt, and the prompt carries the bookkeeping.
 //
-// Each call is one line:
+// Each call is one line (NONCE is fresh random for every call):
 //
-//	__agentsh_n=N; __agentsh_s=0; PS1=$'\n'"MARK N "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; PS1=$'\n'"MARK N $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	PS1=$'\n'"MARK aN 0"$'\n'; __agentsh_n=N; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; __agentsh_q=...; POSIXLY_CORRECT=y \:; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
 //
-// The first prompt is for a line bash abandons whole, as it does for some
-// errors it reports (an unbound variable in arithmetic under set -u): the
-// prompt then still ends the call, with the status bash left.
+// The prompt that ends a call carries NONCE, which exists only in the
+// line the server writes and which bash has read whole (to parse it)
+// before the call file runs: no command can print it, so none can end its
+// call early or forge its status, not through PS0, a DEBUG trap (taken
+// away before the nonce is reached: a DEBUG trap and PS0 last for their
+// call) nor a write to the shell's saved descriptors. MARK, the prefix of
+// every protocol line, is no secret. The first prompt ("aN", public) is
+// the one bash shows when it abandons the line: an interrupt, errexit
+// carried out (see below), a SIGINT the command sent its own process group
+// or the shell, an error bash abandons the whole line for (an unbound
+// variable in arithmetic under set -u). On it the server sends a probe
+// line with a fresh nonce, which bash reads only when it is back at its
+// prompt, and which reports the status the line ended with: errexit's
+// (__agentsh_f), else bash's own ($?, 130 for a SIGINT). A command that
+// prints "aN" itself only makes the probe wait in the pipe until its call
+// really ends. A prompt with any other tag means the protocol's own
+// assignments failed or were skipped (a readonly PS1, extdebug with a DEBUG
+// trap that fails): the call's status is unknown, and the shell is
+// replaced (session_reset).
 //
 // Nothing on it can be shadowed by what a command defines: assignments are
 // syntax, and "." is a special builtin that posix mode (switched on by the
@@ -70,8 +88,8 @@ import (
 // interrupts the line as above (the next call's file turns errexit back
 // on); in a subshell it exits with the failing status. The call ends with
 // that status; the session survives. An error bash reports (set -u) abandons
-// the complete command it occurs in, as at an interactive prompt, and the
-// call's status is 1 when that command was its last. An explicit exit
+// the rest of the call, whose text is one brace group (callFile), and the
+// call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
 // file's first line sets it again. A command's own ERR trap lasts for its
@@ -90,53 +108,94 @@ const (
 
 // shellInit is the first input of every shell: no prompt noise, no
 // history, no mail checks, errtrace, and the two traps of the protocol.
-func shellInit(marker string) string {
+func shellInit() string {
 	// USR2: keep the user's INT trap aside (the probe restores it), then
 	// raise SIGINT at ourselves. "builtin" is made safe first: a function
 	// of that name would shadow it even when quoted.
 	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
-	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); set +H +o history -E; ` +
-		`__agentsh_err=` + shellQuote(errTrap(marker)) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
+	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; ` +
+		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
 }
 
 // errTrap is the ERR trap that carries out errexit (see the protocol
 // above): in the session's own shell it ends the call with the failing
-// status; in a subshell it exits, as errexit would. The prompt is set here
-// because the interrupt discards the rest of the call line, where it would
-// be set otherwise.
-func errTrap(marker string) string {
-	return `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
-		`"$$":*errexit*) ` +
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; PROMPT_COMMAND=(); ` +
-		`PS1=$'\n'"` + marker + ` ${__agentsh_n-0} $__agentsh_t"$'\n'; \unset -f builtin; ` +
-		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
-		`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
-}
+// status, kept for the probe that follows the abandoned line; in a
+// subshell it exits, as errexit would.
+const errTrap = `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
+	`"$$":*errexit*) ` +
+	`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; PROMPT_COMMAND=(); ` +
+	`\unset -f builtin; ` +
+	`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
+	`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
 
 // callPrefix is the call file's first line: the ERR trap back (see the
 // protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
 const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
-// callLine is the line that runs call n.
-func callLine(marker string, n int, script, stdin string, outs []string) string {
+// Tags of the prompts. A call line shows tagPending+N while it runs (the
+// prompt bash prints when the line is abandoned: an interrupt, errexit,
+// a SIGINT the command sent its own group) and tagDone+nonce when it ran
+// to its end; a probe line shows tagProbe+nonce. Nonces are fresh for
+// every line and appear nowhere but in the line itself, so no command can
+// print a prompt that ends its call or forges its status.
+const (
+	tagPending = "a"
+	tagDone    = "c"
+	tagProbe   = "p"
+)
+
+// newNonce is a fresh random tag suffix.
+func newNonce() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// callFile is the text of a call's file: the prefix, then the command as
+// one brace group. The group makes the whole command one complete command
+// to bash, so that an error bash reports itself (an unbound variable under
+// set -u, a bad substitution) abandons all of it, as it would end a bash -c:
+// sourced line by line, bash would go on with the next line (set -eu; cd
+// $UNSET; rm -r build would run the rm in the wrong directory). The price is
+// bash's for any one complete command: it is parsed before it runs, so an
+// alias the call defines, or a shopt that changes the syntax (extglob),
+// takes effect from the next call on.
+func callFile(command string) []byte {
+	// The ":" keeps an empty command (or one of comments only) a valid
+	// group with status 0.
+	return []byte(callPrefix + "{ :\n" + command + "\n}\n")
+}
+
+// callLine is the line that runs call n; the prompt after it is tagged
+// tagDone+nonce. After the call file returns, before the nonce appears
+// on the line, the line takes away what would see it or print before the
+// prompt: a DEBUG trap and PS0; and TMOUT, which would end the shell
+// idle at its prompt (the session's --idle-timeout is that bound).
+//
+// Before the call file, the builtins the protocol runs are enabled again
+// (enable -n . would otherwise fail every later call with 127).
+func callLine(marker string, n int, nonce, script, stdin string, outs []string) string {
 	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`__agentsh_n=%d; __agentsh_s=0; PS1=$'\n'"%s %d "'$?'$'\n'; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. %s <%s %s || __agentsh_s=$?; PS1=$'\n'"%s %d $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
-		n, marker, n, shellQuote(script), shellQuote(stdin), redir, marker, n)
+	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \unset -f enable; \enable . : unset set trap eval kill builtin; \. %s <%s %s || __agentsh_s=$?; `+
+		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
 
-// probeLine asks an interrupted shell to show it is back at its prompt. It
-// restores what the interrupt set aside: the user's INT trap, and the
-// user's posix mode if the call file never got to restore it.
-func probeLine(marker, tag string) string {
-	return `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+// probeLine asks a shell whose line was abandoned to show it is back at
+// its prompt, and reports the status the line ended with (errexit's, or
+// bash's own 130 for a SIGINT). It restores what the interrupt set aside:
+// the user's INT trap, and the user's posix mode if the call file never
+// got to restore it.
+func probeLine(marker, nonce string) string {
+	return `__agentsh_r=${__agentsh_f:-$?}; __agentsh_f=; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
 		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
-		fmt.Sprintf(`PS1=$'\n'"%s %s 0"$'\n'; PROMPT_COMMAND=()`, marker, tag) + "\n"
+		fmt.Sprintf(`PS1=$'\n'"%s %s%s $__agentsh_r"$'\n'; PROMPT_COMMAND=()`, marker, tagProbe, nonce) + "\n"
 }
 
 // shell is one running shell process and its control channel.
@@ -156,8 +215,12 @@ type shell struct {
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
 	status *os.ProcessState
-	marker string
-	closed bool // the control channel closed during an interrupt
+	marker string // the prefix of every protocol line (not a secret: nonces are)
+	closed bool   // the control channel closed during an interrupt
+	exe    string // the shell's executable, to tell an exec
+	// owed are the tags of probes sent during earlier calls whose
+	// answers are still to come (the call's own prompt came first).
+	owed map[string]bool
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -232,7 +295,7 @@ func (s *server) startShell(cwd string) error {
 		pr.Close()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
-	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker()}
+	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {
 		// The shell is the guard's child: signals, the cwd and the
@@ -264,12 +327,10 @@ func (s *server) startShell(cwd string) error {
 	s.rec.ShellPID, s.rec.ShellStart, s.rec.Cwd = sh.id.PID, sh.id.Start, cwd
 	s.mu.Unlock()
 
-	if _, err := io.WriteString(in, shellInit(sh.marker)+probeLine(sh.marker, "init")); err != nil {
+	if _, err := io.WriteString(in, shellInit()); err != nil {
 		return result.Errorf(result.CodeSessionStartFailed, "the shell did not accept input: %v", err)
 	}
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	if _, why := sh.await("init", t.C, nil); why != gotMarker {
+	if !sh.probe(30 * time.Second) {
 		s.killShell()
 		if s.sandbox != nil {
 			if err := s.sandbox.Failure(); err != nil {
@@ -288,6 +349,7 @@ func (s *server) startShell(cwd string) error {
 		}
 		sh.self = self
 	}
+	sh.exe = exePath(sh.self.PID)
 	return nil
 }
 
@@ -343,29 +405,68 @@ const (
 	gotEOF    // the control channel closed: the shell exited or exec'd
 	gotTimer
 	gotStop
+	// gotBroken: the shell printed a prompt its line did not set (the
+	// command made the protocol's own assignments fail or be skipped:
+	// a readonly PS1, a DEBUG trap that skips every command, ...).
+	gotBroken
 )
 
-// await reads the control channel until the marker line tagged tag and
-// returns the status it carries, or why it stopped waiting. Marker lines of
-// other tags (an abandoned call, an earlier probe) are skipped.
-func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+// marked splits a marker line into its tag and status.
+func marked(l string) (tag string, code int, ok bool) {
+	f := strings.Fields(l)
+	if len(f) != 3 {
+		return "", 0, false
+	}
+	code, err := strconv.Atoi(f[2])
+	return f[1], code, err == nil
+}
+
+// awaitCall reads the control channel until call n's line ends, and
+// returns the status it ended with, or why it stopped waiting. The line
+// ran to its end when the prompt carries its nonce. When the prompt says
+// the line was abandoned (errexit, a SIGINT the command sent itself, or a
+// command printing that public prompt), a probe with a fresh nonce, read
+// by the shell only once it is really back at its prompt, tells the
+// status; the first of the two that answers ends the call. Any other
+// marker line means the shell no longer runs the protocol's lines as
+// written.
+func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+	pending := tagPending + strconv.Itoa(n)
+	probes := map[string]bool{}
 	for {
 		select {
 		case l, open := <-sh.lines:
 			if !open {
 				return 0, gotEOF
 			}
-			f := strings.Fields(l)
-			if len(f) != 3 || f[1] != tag {
-				continue
+			tag, code, ok := marked(l)
+			switch {
+			case !ok:
+			case tag == tagDone+nonce:
+				for p := range probes {
+					sh.owed[p] = true
+				}
+				return code, gotMarker
+			case probes[tag]:
+				for p := range probes {
+					if p != tag {
+						sh.owed[p] = true
+					}
+				}
+				return code, gotMarker
+			case sh.owed[tag]:
+				delete(sh.owed, tag)
+			case tag == pending && len(probes) < maxProbes:
+				// Each abandoned-line prompt gets a probe: a shell whose
+				// probe lines are skipped shows this prompt again for each.
+				p := newNonce()
+				probes[tagProbe+p] = true
+				if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, p)); err != nil {
+					return 0, gotEOF
+				}
+			default:
+				return 0, gotBroken
 			}
-			code, err := strconv.Atoi(f[2])
-			if err != nil {
-				// The prompt set before the call ran, unexpanded (the
-				// command turned promptvars off): the line was abandoned.
-				code = 1
-			}
-			return code, gotMarker
 		case <-t:
 			return 0, gotTimer
 		case <-stop:
@@ -373,6 +474,10 @@ func (sh *shell) await(tag string, t <-chan time.Time, stop <-chan struct{}) (in
 		}
 	}
 }
+
+// maxProbes bounds the probes one call's abandoned-line prompts get; a
+// further such prompt means the shell does not run the probes.
+const maxProbes = 4
 
 func (sh *shell) gone() bool {
 	select {
@@ -416,6 +521,17 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 			waitQuiet(tree, time.Second)
 		}
 	}
+	if caught, known := catches(pid, syscall.SIGUSR2); known && !caught {
+		if sh.exe != "" && exePath(pid) != sh.exe {
+			// exec replaced the shell: what runs is the call's.
+			sh.closed = true
+			return killed, false
+		}
+		// The command took the protocol's USR2 trap away (trap '' USR2):
+		// nothing would stop the shell from running the rest of the line
+		// once it goes on, so it must not go on. It is replaced.
+		return killed, false
+	}
 	_ = syscall.Kill(pid, syscall.SIGUSR2)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
 	if sh.probe(recoverWait) {
@@ -432,63 +548,75 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	return killed, sh.probe(recoverWait)
 }
 
-// probe sends probe lines until one is answered, within limit. It fails
-// as soon as the control channel closes (the shell exited, or exec
-// replaced it): sh.closed then says so.
+// probe sends probe lines until one is answered, within limit, then
+// waits for the answers to those sent after it (the shell is at its
+// prompt by then, so they come at once; those sent before it were
+// discarded with the interrupted line, or answered), so that none is left
+// to arrive during the next call. It fails as soon as the control channel
+// closes (the shell exited, or exec replaced it): sh.closed then says so.
 func (sh *shell) probe(limit time.Duration) bool {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
+	var sent []string // tags, in the order written
+	answered := false
 	for k := 1; ; k++ {
-		tag := "p" + strconv.Itoa(k)
-		var every *time.Timer // nil: no further probe
-		if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, tag)); err == nil {
-			every = time.NewTimer(probeEvery * time.Duration(k))
+		var next <-chan time.Time // nil: no further probe
+		var every *time.Timer
+		if !answered {
+			nonce := newNonce()
+			// A write that fails says nothing reads the shell's input
+			// any more: the shell exited, or exec replaced it (which
+			// closes its saved input and control channel). That is not
+			// yet a verdict: the control channel's end is, and it follows.
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, nonce)); err == nil {
+				sent = append(sent, tagProbe+nonce)
+				every = time.NewTimer(probeEvery * time.Duration(k))
+				next = every.C
+			}
 		}
-		// A write that fails says nothing reads the shell's input any
-		// more: the shell exited, or exec replaced it (which closes its
-		// saved input and control channel). That is not yet a verdict:
-		// the control channel's end is, and it follows.
-		var next <-chan time.Time
-		if every != nil {
-			next = every.C
-		}
-		_, why := sh.awaitAny(tag, next, deadline.C)
+		var why int
+		why, sent = sh.awaitProbe(sent, next, deadline.C)
 		if every != nil {
 			every.Stop()
 		}
 		switch why {
 		case gotMarker:
-			return true
+			answered = true
+			if len(sent) == 0 {
+				return true
+			}
 		case gotEOF:
 			sh.closed = true
 			return false
 		case gotStop:
-			return false
+			return answered
 		}
 	}
 }
 
-// awaitAny is await for a probe: any probe tag up to tag counts, since an
-// earlier probe answering late proves the same thing.
-func (sh *shell) awaitAny(tag string, t <-chan time.Time, stop <-chan time.Time) (int, int) {
-	last, _ := strconv.Atoi(tag[1:])
+// awaitProbe waits for the answer to one of the probes sent, and returns
+// the probes that can still answer: those sent after it.
+func (sh *shell) awaitProbe(sent []string, t <-chan time.Time, stop <-chan time.Time) (int, []string) {
 	for {
 		select {
 		case l, open := <-sh.lines:
 			if !open {
-				return 0, gotEOF
+				return gotEOF, sent
 			}
-			f := strings.Fields(l)
-			if len(f) != 3 || !strings.HasPrefix(f[1], "p") {
+			tag, _, ok := marked(l)
+			if ok && sh.owed[tag] {
+				delete(sh.owed, tag)
 				continue
 			}
-			if k, err := strconv.Atoi(f[1][1:]); err == nil && k >= 1 && k <= last {
-				return 0, gotMarker
+			for i, p := range sent {
+				if ok && p == tag {
+					return gotMarker, sent[i+1:]
+				}
 			}
 		case <-t:
-			return 0, gotTimer
+			return gotTimer, sent
 		case <-stop:
-			return 0, gotStop
+			return gotStop, sent
 		}
 	}
 }

@@ -36,8 +36,9 @@ func benchContainment(b *bench) error {
 	fmt.Fprintf(&b.out, "| measure | median | worst | runs |\n| --- | --- | --- | --- |\n")
 	fmt.Fprintf(&b.out, "| SIGKILL of agentsh to the whole tree gone | %s | %s | %d |\n", ms(median(lat)), ms(worst), n)
 	fmt.Fprintf(&b.out, "\nThe guarantee is 2 s. The guard's cost on a call is in the startup case: a watchdog\n"+
-		"(a shell, in cgroup mode) started on another goroutine while the call is prepared, a cgroup\n"+
-		"created and removed, and one read of cgroup.events in place of the scan of /proc for leftovers.\n")
+		"(a shell, in cgroup mode) started in a process group of its own on another goroutine while the\n"+
+		"call is prepared, a cgroup created and removed, and one read of cgroup.events in place of the scan\n"+
+		"of /proc for leftovers.\n")
 	return nil
 }
 

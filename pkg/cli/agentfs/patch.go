@@ -49,6 +49,7 @@ func NewCmdPatch(env *clikit.Env, common *CommonOptions, runF func(*PatchOptions
 	f.BoolVar(&o.DryRun, "dry-run", false, "check and report everything, write nothing")
 	f.IntVar(&o.Strip, "strip", -1, "remove `N` leading path components from unified diff names, as patch's strip level does (default: 1 for git's a/ b/ names, else 0)")
 	f.StringVar(&o.PatchFile, "patch-file", "", "read the patch from `FILE` instead of stdin")
+	clikit.MarkFlags(f, clikit.LocalFile, "patch-file")
 	f.StringVar(&o.Patch, "patch", "", "the patch `TEXT` itself (the request key for a tool call)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		o.hasPatch = clikit.FlagChanged(cmd, "patch")

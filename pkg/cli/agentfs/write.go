@@ -44,6 +44,7 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 	f := cmd.Flags()
 	f.StringVar(&o.Content, "content", "", "the new content `STRING`")
 	f.StringVar(&o.ContentFile, "content-file", "", "take the new content from `FILE`")
+	clikit.MarkFlags(f, clikit.LocalFile, "content-file")
 	f.BoolVar(&o.Append, "append", false, "add the content at the end instead of replacing")
 	f.StringVar(&o.ExpectSHA256, "expect-sha256", "", "refuse (file_changed) unless the file's sha256 is `HEX`")
 	f.BoolVar(&o.ExpectAbsent, "expect-absent", false, "refuse (file_exists) if the file exists")

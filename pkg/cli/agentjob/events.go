@@ -36,6 +36,7 @@ func NewCmdEvents(env *clikit.Env, stateDir *string, runF func(*EventsOptions) (
 	f := cmd.Flags()
 	f.Int64Var(&o.Since, "since", 0, "only events after sequence number `SEQ`")
 	f.BoolVar(&o.Follow, "follow", false, "keep streaming new events until interrupted")
+	clikit.MarkFlags(f, clikit.ServerOwned, "follow")
 	f.StringVar(&o.Job, "job", "", "only the events of `JOB` (a handle or name)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {

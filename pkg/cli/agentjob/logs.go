@@ -63,6 +63,7 @@ func NewCmdLogs(env *clikit.Env, stateDir *string, runF func(*LogsOptions) (*cli
 	f.IntVar(&o.Tail, "tail", 0, "read the last `N` lines")
 	f.Var(clikit.SizeValue{N: &o.MaxBytes}, "max-bytes", "read at most `N` bytes of each stream")
 	f.BoolVar(&o.Follow, "follow", false, "stream new output as NDJSON until the job ends")
+	clikit.MarkFlags(f, clikit.ServerOwned, "follow")
 	f.StringVar(&o.Grep, "grep", "", "return only the lines that match `REGEX`, with their offsets")
 	f.BoolVar(&o.Raw, "raw", false, "keep ANSI escapes and carriage returns in data (it is still valid UTF-8)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {

@@ -5,8 +5,10 @@ package agentsh
 import (
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
@@ -125,7 +127,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}()
 	}
 	p := Program()
-	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early) }
+	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early, args) }
 	return clikit.Main(p, args, stdin, stdout, stderr)
 }
 
@@ -143,16 +145,21 @@ func oneShot(args []string) bool {
 	return true
 }
 
-func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil) }
+func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil, nil) }
 
 // buildWith is build with a watchdog already starting (nil: none yet).
-func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.Guard, error)) {
+// With the call's args, a call that runs a command gets a tree without
+// the subcommands: declaring their flags is a measurable share of a
+// one-shot call's start, and cobra would not look at them.
+func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.Guard, error), args []string) {
 	opts := &RunOptions{guard: watchdog}
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)
-	root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env), guard.NewCmdAudit(env, &stateDir))
-	root.AddCommand(newCmdMCP(root, env, &stateDir))
+	if args == nil || needsSubcommands(root, args) {
+		root.AddCommand(newCmdSession(env, &stateDir), newCmdSandbox(env), guard.NewCmdCheck(env), guard.NewCmdAudit(env, &stateDir))
+		root.AddCommand(newCmdMCP(root, env, &stateDir))
+	}
 	root.Example = runExamples
 	root.Annotations = map[string]string{
 		clikit.AnnotManResult:      runResultDoc,
@@ -176,4 +183,68 @@ func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.
 		return runRun(cmd, env, opts, stateDir, args)
 	})
 	annotateDocs(root)
+}
+
+// treeNames are the names that make cobra look below the root: agentsh's
+// subcommands and the ones cobra and clikit add (TestTreeNames keeps the
+// list equal to the tree).
+var treeNames = map[string]bool{
+	"session": true, "sandbox": true, "check": true, "audit": true, "mcp": true,
+	"schema": true, "help": true, "completion": true,
+	cobra.ShellCompRequestCmd: true, cobra.ShellCompNoDescRequestCmd: true,
+}
+
+// needsSubcommands reports whether args, read the way cobra reads them,
+// reach past the root (the first argument that is neither a flag nor a
+// flag's value names a subcommand) or ask for help or the version, which
+// list the subcommands. root carries the root's flags, persistent ones
+// included.
+func needsSubcommands(root *cobra.Command, args []string) bool {
+	lookup := func(name string) *pflag.Flag {
+		if f := root.Flags().Lookup(name); f != nil {
+			return f
+		}
+		return root.PersistentFlags().Lookup(name)
+	}
+	short := func(c string) *pflag.Flag {
+		if f := root.Flags().ShorthandLookup(c); f != nil {
+			return f
+		}
+		return root.PersistentFlags().ShorthandLookup(c)
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return false
+		case a == "--help" || a == "--version":
+			return true
+		case strings.HasPrefix(a, "--"):
+			name, _, hasValue := strings.Cut(a[2:], "=")
+			if f := lookup(name); f != nil && !hasValue && f.NoOptDefVal == "" {
+				i++ // the flag's value
+			}
+		case len(a) > 1 && a[0] == '-':
+			// Shorthands, possibly combined (-vq PATH) or with the value
+			// glued on (-qPATH): the first one that takes a value ends the
+			// group, and takes the next argument when nothing follows it.
+			for j := 1; j < len(a); j++ {
+				c := a[j : j+1]
+				if c == "h" {
+					return true
+				}
+				f := short(c)
+				if f == nil || f.NoOptDefVal != "" {
+					continue
+				}
+				if j == len(a)-1 {
+					i++
+				}
+				break
+			}
+		default:
+			return treeNames[a]
+		}
+	}
+	return false // only flags: -c STRING, or a usage error that names no subcommand
 }

@@ -93,6 +93,8 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	sandboxflags.AddFlags(f, &o.Sandbox)
 	sandboxflags.AddLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
+	clikit.MarkFlags(f, clikit.LocalFile, "stdin-file", "save-output")
+	clikit.MarkFlags(f, clikit.ServerOwned, "tee", "stream", "exit-zero")
 	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
 }
 
@@ -209,6 +211,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
+	audit.Prepare()
 	defer func() {
 		rec.DurationMS = time.Since(began).Milliseconds()
 		if err != nil {
@@ -389,14 +392,13 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	return &clikit.Outcome{Value: obj, Exit: ExitStatus(res)}, nil
 }
 
-// fileKeys are the request keys that name a file agentsh itself opens,
-// outside the sandbox: under a sandbox or --deny-read a request could read
-// a hidden file through stdin_file or write anywhere through save_output.
-// The same flags on the command line are the person's own.
-var fileKeys = []string{"stdin-file", "save-output"}
-
+// refuseFileKeys refuses the request keys that name a file agentsh itself
+// opens, outside the sandbox (the flags marked clikit.LocalFile): under a
+// sandbox or --deny-read a request could read a hidden file through
+// stdin_file or write anywhere through save_output. The same flags on the
+// command line are the person's own.
 func refuseFileKeys(cmd *cobra.Command, env *clikit.Env) error {
-	for _, f := range fileKeys {
+	for _, f := range clikit.MarkedOn(cmd.Flags(), clikit.LocalFile) {
 		if env.FromRequest(f) {
 			key := clikit.ConfigKey(f)
 			return result.Errorf(result.CodeInvalidRequest, "request key %q names a file agentsh would open outside the sandbox; give the content inline", key).

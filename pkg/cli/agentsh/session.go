@@ -332,6 +332,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	}
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "session_call", Command: o.Command, Session: o.Session}
+	audit.Prepare()
 	// The caller's policy decides before the command reaches the session.
 	decision, err := o.Guard.DecideInput(o.Command, nil, req.Stdin)
 	guard.Fill(&rec, decision, o.Guard.Approved, err)
@@ -350,6 +351,9 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		onEvent = func(stream, data string) {
 			_ = env.Emit(result.New().Set("type", stream).Set("data", data))
 		}
+		// As in a one-shot stream, the first event says the command runs
+		// (the pid is the session's shell's).
+		req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 	}
 	raw, err := m.Call(env.Ctx, o.Session, req, onEvent)
 	if err != nil {

@@ -212,6 +212,12 @@ func markNote(f *pflag.Flag) string {
 	if HasMark(f, TightenOnly) {
 		notes = append(notes, "a request may only tighten it")
 	}
+	if HasMark(f, ServerOwned) {
+		notes = append(notes, "the MCP server's: never a tool argument")
+	}
+	if HasMark(f, LocalFile) {
+		notes = append(notes, "opened by the program itself: never an MCP tool argument")
+	}
 	if HasMark(f, Floor) {
 		notes = append(notes, "under sandbox_lock the configured value is a floor")
 	}

@@ -39,6 +39,19 @@ const (
 	// and never passes on: approval is a human's, given per call, and the
 	// sandbox lock is read from the configuration by every call itself.
 	NotForwarded Mark = "agentplane/not-forwarded"
+	// LocalFile: the flag names a file the program opens itself, outside
+	// any sandbox and root (agentsh --stdin-file and --save-output, agentfs
+	// --content-file and --patch-file). Right for the person at the shell,
+	// but a tool call could read past --deny-read and --root or write
+	// outside the sandbox with it: the MCP server refuses it as an argument,
+	// and agentsh refuses it as a request key when the call is sandboxed.
+	LocalFile Mark = "agentplane/local-file"
+	// ServerOwned: the flag changes how a call reports rather than what it
+	// does, so the MCP server owns it: it sets it itself (agentsh --stream,
+	// for progress), or it has no meaning over MCP (follow modes never end;
+	// --tee and --exit-zero concern a terminal and a shell's exit status).
+	// A tool call naming it is refused.
+	ServerOwned Mark = "agentplane/server-owned"
 	// Numeric: a string flag whose syntax is a number (agentfs's octal
 	// --mode), so a request may give it as a JSON number. Other string
 	// flags refuse numbers: a command or a path is text.

@@ -70,6 +70,7 @@ func NewCmdAudit(env *clikit.Env, stateDir *string) *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "only records at or after `T` (RFC 3339, or a duration such as 1h meaning that long ago)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "only the newest `N` records (0 = all)")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep printing records as NDJSON as they are appended")
+	clikit.MarkFlags(cmd.Flags(), clikit.ServerOwned, "follow")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
 			return nil, err

@@ -82,7 +82,11 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
 		DenyRead: absAll(here, o.DenyRead), Net: o.Net, AllowHosts: o.AllowHost, Memory: o.Memory, CPUTime: o.CPUTime,
 		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
-	o.control(env, &p)
+	// The control files matter only to a sandbox; naming them lists every
+	// session's directory, which a call without one must not pay for.
+	if !p.Empty() {
+		o.control(env, &p)
+	}
 	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
 		p.Workspace = cmdCwd
 	}

@@ -24,6 +24,11 @@ func (h *helper) run(argv []string) int {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
+	// In the new PID namespace and still privileged: every process of the
+	// run leaves an accounting record when it exits.
+	if err := startAccounting(sp.Acct); err != nil {
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot turn on process accounting: %v", err)
+	}
 	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
 	// shows no path above it. (Leaving it is stopped by the read-only
 	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
@@ -97,6 +102,13 @@ func (h *helper) run(argv []string) int {
 	}
 	if err := loadFilter(); err != nil {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
+	}
+	if sp.NetNone {
+		// Under --net none and --net proxy: calls that name a peer go
+		// through the helper (unixgate_linux.go).
+		if err := startUnixGate(); err != nil {
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "%v", err)
+		}
 	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {

@@ -54,6 +54,14 @@ func setupMounts(sp Spec, beforeReadOnly func() error) error {
 			writable = append(writable, clonedMount{w, fd})
 		}
 	}
+	if !sp.ReadOnlyRoot && sp.TempDir != "" && len(sp.TempAreas) > 0 {
+		// Only the run's own TMPDIR comes back through the covers.
+		fd, err := unix.OpenTree(unix.AT_FDCWD, sp.TempDir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("cannot clone the temp dir %s: %v", sp.TempDir, err)
+		}
+		writable = append(writable, clonedMount{sp.TempDir, fd})
+	}
 	if sp.MinimalDev {
 		for _, name := range devNodes {
 			path := "/dev/" + name
@@ -76,18 +84,22 @@ func setupMounts(sp Spec, beforeReadOnly func() error) error {
 		}
 		// Parents before children, so that a nested root lands on top.
 		sort.SliceStable(writable, func(i, j int) bool { return len(writable[i].path) < len(writable[j].path) })
-		for _, c := range writable {
-			if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-				return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
-			}
-			if err := setAttr(c.path, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0); err != nil {
-				return fmt.Errorf("cannot restrict writable root %s: %v", c.path, err)
-			}
-		}
 	} else if err := setAttr("/sys/fs/cgroup", true, unix.MOUNT_ATTR_RDONLY, 0); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		// Without a read-only root, the cgroup tree still must not be
 		// writable: a command would move itself out of its limits.
 		return fmt.Errorf("cannot make /sys/fs/cgroup read-only: %v", err)
+	}
+	// Other runs' temp dirs are covered (tempareas_linux.go), after the
+	// writable roots that contain them and before those inside them.
+	outside, inside := splitByArea(writable, sp.TempAreas)
+	if err := bindWritable(outside); err != nil {
+		return err
+	}
+	if err := coverTempAreas(sp.TempAreas, inside); err != nil {
+		return err
+	}
+	if err := pinDirs(sp.Pinned); err != nil {
+		return fmt.Errorf("cannot pin the git repositories: %v", err)
 	}
 	if err := freshProc(); err != nil {
 		return err
@@ -103,6 +115,20 @@ func setupMounts(sp Spec, beforeReadOnly func() error) error {
 		}
 	}
 	return hidePaths(sp.DenyDirs, sp.DenyFiles)
+}
+
+// bindWritable attaches detached copies of writable roots at their paths,
+// nosuid and nodev.
+func bindWritable(mounts []clonedMount) error {
+	for _, c := range mounts {
+		if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
+		}
+		if err := setAttr(c.path, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0); err != nil {
+			return fmt.Errorf("cannot restrict writable root %s: %v", c.path, err)
+		}
+	}
+	return nil
 }
 
 // setAttr changes mount attributes of path's mount (and below, when

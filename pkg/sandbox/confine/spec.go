@@ -1,13 +1,16 @@
 // Package confine is the sandbox helper's side of package sandbox: the
 // process that the runner starts with a Spec in its argv, which confines
-// itself (on Linux, as PID 1 of new namespaces: the mounts, capabilities,
-// no_new_privs, Landlock, the seccomp filter, rlimits; on macOS by
-// execing sandbox-exec) and then starts the target, so that the target and
-// everything it starts inherit the confinement. It links only the standard
-// library's core, golang.org/x/sys/unix and pkg/result, and no cgo, so
-// that the helper's own program (cmd/agentplane-sandbox) is a small static
-// binary: its start-up is part of every sandboxed call. Package sandbox
-// builds the Spec and reads the status file back.
+// itself (on Linux, as PID 1 of new namespaces: process accounting, the
+// mounts with the temp-area covers and the pinned git directories,
+// capabilities, no_new_privs, Landlock, the seccomp filter, rlimits; on
+// macOS by execing sandbox-exec) and then starts the target, so that the
+// target and everything it starts inherit the confinement; under --net
+// none it also serves the Unix socket gate (seccomp user notification)
+// while the target runs. It links only the standard library's core,
+// golang.org/x/sys/unix and pkg/result, and no cgo, so that the helper's
+// own program (cmd/agentplane-sandbox) is a small static binary: its
+// start-up is part of every sandboxed call. Package sandbox builds the
+// Spec and reads the status file back.
 package confine
 
 import (
@@ -33,7 +36,7 @@ const (
 
 // SpecVersion changes whenever Spec changes meaning: a helper from another
 // build refuses the spec rather than enforcing less than asked.
-const SpecVersion = 4
+const SpecVersion = 5
 
 // Spec is what the runner hands to the helper, as base64 JSON in argv.
 type Spec struct {
@@ -74,6 +77,16 @@ type Spec struct {
 	KeepFDs int `json:"keep_fds,omitempty"`
 	// Control: fd 3 is a control socket for readiness probes (control.go).
 	Control bool `json:"control,omitempty"`
+	// Acct: the helper turns on process accounting into this file
+	// (acct_linux.go).
+	Acct string `json:"acct,omitempty"`
+	// TempAreas are covered, TempDir (the run's own) bound back
+	// (tempareas_linux.go).
+	TempAreas []string `json:"temp_areas,omitempty"`
+	TempDir   string   `json:"temp_dir,omitempty"`
+	// Pinned directories are bound onto themselves so that they cannot be
+	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
+	Pinned []string `json:"pinned,omitempty"`
 }
 
 // Rlimit is one resource limit to set before the target starts.

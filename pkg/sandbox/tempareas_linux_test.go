@@ -1,0 +1,81 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// waitFor polls cond with a generous bound.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 60s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Class: other runs' private temp dirs. Run A keeps a file in its TMPDIR
+// and waits; run B, concurrent, tries to read it, list the temp area and
+// plant a file in A's TMPDIR. The file is there on the host all along (so
+// the attack would work without the cover).
+func TestEscapeOtherRunsTemp(t *testing.T) {
+	requireSandbox(t)
+	for _, c := range []struct {
+		name string
+		p    func(ws string) Policy
+	}{
+		{"workspace-write", func(ws string) Policy { return Policy{Mode: ModeWorkspaceWrite, Workspace: ws} }},
+		{"read-only", func(ws string) Policy { return Policy{Mode: ModeReadOnly} }},
+		{"limits only", func(ws string) Policy { return Policy{Nofile: 256} }},
+		{"workspace contains the temp area", func(ws string) Policy {
+			return Policy{Mode: ModeWorkspaceWrite, Workspace: os.TempDir()}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, ws, _ := dirs(t)
+			ready, release := filepath.Join(ws, "ready"), filepath.Join(ws, "release")
+			done := make(chan string, 1)
+			go func() {
+				defer close(done)
+				// Waits (bounded) for the release file the test writes.
+				res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, "sh", "-c", `
+echo TOPSECRET > "$TMPDIR/secret"
+echo "$TMPDIR" > ready.tmp && mv ready.tmp ready
+i=0; while [ ! -e release ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+cat "$TMPDIR/planted" 2>/dev/null || echo not-planted`)
+				done <- out(res)
+			}()
+			var aTmp string
+			waitFor(t, func() bool {
+				b, err := os.ReadFile(ready)
+				aTmp = strings.TrimSpace(string(b))
+				return err == nil && aTmp != ""
+			})
+			if b, err := os.ReadFile(filepath.Join(aTmp, "secret")); err != nil || !strings.Contains(string(b), "TOPSECRET") {
+				t.Fatalf("control: run A's secret is not on the host: %q %v", b, err)
+			}
+			area := filepath.Dir(filepath.Dir(aTmp))
+			res, _ := sandboxed(t, c.p(ws), "/", "sh", "-c", `
+A="$1"
+cat "$A/secret" 2>/dev/null || echo read: denied
+ls "$(dirname "$A")" 2>/dev/null | grep -q . && echo list-run: allowed || echo list-run: denied
+ls -A "$2" 2>/dev/null | grep -v "^$(basename "$(dirname "$TMPDIR")")\$" | grep -q . && echo list-area: other runs || echo list-area: only mine
+echo x > "$A/planted" 2>/dev/null && echo plant: allowed || echo plant: denied
+echo mine > "$TMPDIR/f" && cat "$TMPDIR/f"`, "sh", aTmp, area)
+			must(t, os.WriteFile(release, nil, 0o644))
+			o := out(res)
+			if strings.Contains(o, "TOPSECRET") {
+				t.Errorf("run B read run A's temp file:\n%s", o)
+			}
+			wantLines(t, o, "read: denied", "list-run: denied", "list-area: only mine", "plant: denied", "mine")
+			if a := <-done; !strings.Contains(a, "not-planted") {
+				t.Errorf("run A saw a planted file: %q", a)
+			}
+		})
+	}
+}
