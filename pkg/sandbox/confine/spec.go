@@ -35,8 +35,11 @@ const (
 )
 
 // SpecVersion changes whenever Spec changes meaning: a helper from another
-// build refuses the spec rather than enforcing less than asked.
-const SpecVersion = 5
+// build refuses the spec rather than enforcing less than asked. 6: the
+// runner resolves a probe's addresses (4, this package) and the helper
+// turns on accounting, covers the temp areas and pins the git directories
+// (5 on main); a helper of either 5 would miss half of it.
+const SpecVersion = 6
 
 // Spec is what the runner hands to the helper, as base64 JSON in argv.
 type Spec struct {
