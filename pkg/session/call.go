@@ -578,11 +578,13 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	why := gotEOF
 	code := 0
 	nonce := newNonce()
+	// The start event goes out before the call line: once the shell has
+	// the line, the command's output races it to the caller.
+	if c.stream && c.enc != nil {
+		pid := sh.self.PID
+		_ = c.enc.send(message{Type: "start", Started: &pid})
+	}
 	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
-		if c.stream && c.enc != nil {
-			pid := sh.self.PID
-			_ = c.enc.send(message{Type: "start", Started: &pid})
-		}
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}
 	// A caller that is gone (its connection closed: killed, say) waits
