@@ -74,15 +74,6 @@ func (b *builder) accounting() error {
 	return nil
 }
 
-// startAccounting is the helper's half: called while it still has its
-// capabilities, in the new PID namespace.
-func startAccounting(path string) error {
-	if path == "" {
-		return nil
-	}
-	return unix.Acct(path)
-}
-
 // acctRecord is what the runner needs of one accounting record.
 type acctRecord struct {
 	status  unix.WaitStatus

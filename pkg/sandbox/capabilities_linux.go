@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"strings"
 
-	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Capabilities is what this machine can enforce, as far as can be told
@@ -60,9 +61,7 @@ func probeFor(p Policy) Capabilities {
 
 func probe(cgroups, userNS bool) Capabilities {
 	c := Capabilities{Root: os.Geteuid() == 0}
-	if abi, err := llsyscall.LandlockGetABIVersion(); err == nil {
-		c.LandlockABI = abi
-	}
+	c.LandlockABI = confine.LandlockABI()
 	c.NetNS = exists("/proc/self/ns/net")
 	c.MountNS = exists("/proc/self/ns/mnt")
 	c.UserNS = userNS && exists("/proc/self/ns/user") && userNSAllowed()
@@ -174,7 +173,7 @@ func (c Capabilities) Layers() []Layer {
 		{"ipc_namespace", c.IPCNS && nsOK, "", "host SysV shared memory, semaphores and message queues"},
 		{"cgroup_namespace", c.CgroupNS && nsOK, "cgroupfs read-only", "leaving the run's cgroup (and its limits)"},
 		{"net_namespace", c.NetNS && nsOK, "", "every network but loopback (--net none) and the allowlist proxy (--net proxy)"},
-		{"unix_socket_gate", c.SeccompNotify && c.Seccomp && seccompArch && c.NetNS && nsOK, "seccomp user notification: " + strings.Join(gateSyscalls, ", "), "under --net none and --net proxy, host pathname Unix sockets bound after the start (only the run's own sockets are reachable)"},
+		{"unix_socket_gate", c.SeccompNotify && c.Seccomp && seccompArch && c.NetNS && nsOK, "seccomp user notification: " + strings.Join(confine.GateSyscalls, ", "), "under --net none and --net proxy, host pathname Unix sockets bound after the start (only the run's own sockets are reachable)"},
 		{"seccomp", c.Seccomp && seccompArch, strings.Join(SeccompRules(), ", "), "io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf, userfaultfd, open_by_handle_at, set-id bits"},
 		{"capabilities", c.Root, "bounding set reduced", "root crossing namespace and mount boundaries; CHOWN, FOWNER and FSETID dropped in the filesystem modes"},
 		{"no_new_privs", true, "", "setuid and file-capability programs gaining privilege"},
@@ -327,24 +326,16 @@ func writableParent(point, own string) (string, bool) {
 	return "", false
 }
 
-// keptCaps are the capabilities a root command keeps inside an isolating
-// sandbox: enough to manage files it owns or that its workspace holds (as
-// container runtimes allow by default), and none that crosses a namespace
-// or mount boundary (SYS_ADMIN for setns and umount, DAC_READ_SEARCH for
-// open_by_handle_at, SYS_PTRACE, SYS_MODULE, NET_ADMIN, …).
-//
-// In the filesystem modes (dropFile) CHOWN, FOWNER and FSETID go too: with
-// them root changes the owner, mode, times and extended attributes of
-// files it does not own, which Landlock does not mediate. Writes stay
-// possible where the mounts and Landlock allow them (DAC_OVERRIDE).
-func keptCaps(dropFile bool) []int {
-	caps := []int{unix.CAP_DAC_OVERRIDE, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE}
-	if !dropFile {
-		caps = append(caps, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID)
-	}
-	return caps
-}
+// seccompArch says whether the helper has a seccomp filter for this
+// architecture.
+const seccompArch = confine.SeccompArch
 
+// SeccompRules names what the helper's seccomp filter refuses, for reports
+// and docs.
+func SeccompRules() []string { return confine.SeccompRules() }
+
+// keptCapNames names the capabilities the helper keeps for a root command
+// (the helper's keptCaps).
 func keptCapNames(dropFile bool) []string {
 	names := []string{"dac_override", "kill", "setgid", "setuid", "net_bind_service"}
 	if !dropFile {

@@ -4,8 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
+	"strconv"
 	"sync"
+
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Readiness probes of a sandboxed job must see what the job sees: a
@@ -18,22 +24,15 @@ import (
 
 // Probe kinds of a control request.
 const (
-	ProbeCmd  = "cmd"  // Arg is argv (JSON array): run it confined like the job
-	ProbeTCP  = "tcp"  // Arg is host:port
-	ProbeHTTP = "http" // Arg is a URL; a status below 500 passes
+	ProbeCmd  = confine.ProbeCmd
+	ProbeTCP  = confine.ProbeTCP
+	ProbeHTTP = confine.ProbeHTTP
 )
 
-type controlRequest struct {
-	ID   int      `json:"id"`
-	Kind string   `json:"kind"`
-	Addr string   `json:"addr,omitempty"`
-	Argv []string `json:"argv,omitempty"`
-}
-
-type controlReply struct {
-	ID int  `json:"id"`
-	OK bool `json:"ok"`
-}
+type (
+	controlRequest = confine.ControlRequest
+	controlReply   = confine.ControlReply
+)
 
 // Control is the runner's end of a helper's control socket.
 type Control struct {
@@ -77,7 +76,7 @@ func (c *Control) Probe(ctx context.Context, kind, addr string, argv []string) b
 	c.next++
 	id := c.next
 	c.pending[id] = ch
-	err := c.enc.Encode(controlRequest{ID: id, Kind: kind, Addr: addr, Argv: argv})
+	err := c.enc.Encode(controlRequest{ID: id, Kind: kind, Addr: addr, Addrs: resolve(ctx, kind, addr), Argv: argv})
 	c.mu.Unlock()
 	if err != nil {
 		return false
@@ -96,3 +95,56 @@ func (c *Control) Probe(ctx context.Context, kind, addr string, argv []string) b
 
 // Close closes the runner's end.
 func (c *Control) Close() error { return c.f.Close() }
+
+// resolve turns the host of a TCP or HTTP probe's address into IP:port
+// addresses for the helper, which links no resolver. The names are the
+// ones the job would see: the runner reads the same /etc/hosts, and a name
+// only DNS knows has no route from inside --net none or --net proxy
+// anyway. A host that does not resolve gives no address, and the probe
+// fails.
+func resolve(ctx context.Context, kind, addr string) []string {
+	hostport := addr
+	if kind == ProbeHTTP {
+		u, err := url.Parse(addr)
+		if err != nil || u.Host == "" {
+			return nil
+		}
+		port := u.Port()
+		if port == "" {
+			port = "80"
+			if u.Scheme == "https" {
+				port = "443"
+			}
+		}
+		hostport = net.JoinHostPort(u.Hostname(), port)
+	} else if kind != ProbeTCP {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return nil
+	}
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		if pn, err = lookupPort(port); err != nil {
+			return nil
+		}
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []string{netip.AddrPortFrom(ip, uint16(pn)).String()}
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, netip.AddrPortFrom(ip.Unmap(), uint16(pn)).String())
+	}
+	return out
+}
+
+func lookupPort(name string) (uint64, error) {
+	p, err := net.LookupPort("tcp", name)
+	return uint64(p), err
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // The escape suite: one or more attacks for each class of escape a red team
@@ -503,7 +504,7 @@ func TestHelperRefusesOtherVersion(t *testing.T) {
 	cmd := exec.Command(self(t), HelperCommand, enc, "--", "true")
 	err := cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitSetupFailed {
+	if !errors.As(err, &ee) || ee.ExitCode() != confine.ExitSetupFailed {
 		t.Fatalf("run: %v", err)
 	}
 	if e := readFailure(status); e == nil || !strings.Contains(e.Error(), "another build") {

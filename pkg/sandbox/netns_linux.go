@@ -1,44 +1,37 @@
 package sandbox
 
 import (
-	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// handOverProxyListener is the helper's half of --net proxy, run inside the
-// new network namespace after the loopback is up: it listens on
-// 127.0.0.1:port there, sends the listening descriptor over fd, and closes
-// both, so that the command inherits neither.
-func handOverProxyListener(fd, port int) error {
-	defer unix.Close(fd)
-	ln, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+// hostUnixSockets lists the pathname Unix sockets bound in the caller's
+// network namespace, for --net none to cover: neither a network namespace
+// nor Landlock (before ABI 9) stops a connect() to one.
+func hostUnixSockets() []string {
+	data, err := os.ReadFile("/proc/net/unix")
 	if err != nil {
-		return fmt.Errorf("socket: %v", err)
+		return nil
 	}
-	defer unix.Close(ln)
-	if err := unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-		return fmt.Errorf("setsockopt: %v", err)
+	seen := map[string]bool{}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 8 || !filepath.IsAbs(f[7]) || seen[f[7]] {
+			continue
+		}
+		p := f[7]
+		seen[p] = true
+		if st, err := os.Lstat(p); err == nil && st.Mode().Type() == os.ModeSocket {
+			out = append(out, p)
+		}
 	}
-	if err := unix.Bind(ln, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		return fmt.Errorf("bind 127.0.0.1:%d: %v", port, err)
-	}
-	if err := unix.Listen(ln, unix.SOMAXCONN); err != nil {
-		return fmt.Errorf("listen: %v", err)
-	}
-	if err := unix.Sendmsg(fd, []byte{1}, unix.UnixRights(ln), nil, 0); err != nil {
-		return fmt.Errorf("cannot hand the listener to agentplane: %v", err)
-	}
-	return nil
-}
-
-// proxyFD is the helper's descriptor of its end of the handover socket
-// pair: the extra file after the control socket, if any (Prepared.Launch).
-func (sp spec) proxyFD() int {
-	if sp.Control {
-		return controlFD + 1
-	}
-	return 3
+	sort.Strings(out)
+	return out
 }
 
 // handoverPair is the socket pair over which the helper passes the

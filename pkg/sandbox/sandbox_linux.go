@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // minLandlockABI is the oldest Landlock ABI accepted: ABI 3 is the first
@@ -333,7 +334,7 @@ func (b *builder) build() (*Prepared, error) {
 // network namespace of its own (only lo, brought up by the helper), the
 // host's pathname Unix sockets covered, since neither the namespace nor
 // Landlock (before ABI 9) stops a connect() to one, and the helper's gate
-// for the ones bound later (unixgate_linux.go). Under --net proxy the
+// for the ones bound later (confine/unixgate_linux.go). Under --net proxy the
 // helper also listens on ProxyAddr inside the namespace and hands the
 // listener to b.net, the allowlist proxy the runner serves on it, and the
 // command's environment names the proxy. It reports whether the run gets a
@@ -364,7 +365,7 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 		b.report["hidden_unix_sockets"] = len(socks)
 	}
 	// Sockets bound later are stopped by the helper's gate.
-	b.report["unix_socket_gate"] = gateSyscalls
+	b.report["unix_socket_gate"] = confine.GateSyscalls
 	return true, nil
 }
 
@@ -518,7 +519,7 @@ func (b *builder) limits() error {
 			b.sp.Cgroups = append(b.sp.Cgroups, dir)
 			b.report["memory"] = "cgroup_v1"
 		} else {
-			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_AS, uint64(p.Memory), uint64(p.Memory)})
+			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{Resource: unix.RLIMIT_AS, Cur: uint64(p.Memory), Max: uint64(p.Memory)})
 			b.report["memory"] = "rlimit_as"
 			b.report["memory_note"] = "no writable memory cgroup: address space is limited instead; an allocation fails rather than the process being killed"
 		}
@@ -538,7 +539,7 @@ func (b *builder) limits() error {
 			b.report["pids"] = "cgroup_v1"
 		} else {
 			// check() refused this for root, for whom NPROC is ignored.
-			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{unix.RLIMIT_NPROC, uint64(p.Pids), uint64(p.Pids)})
+			b.sp.Rlimits = append(b.sp.Rlimits, rlimitSet{Resource: unix.RLIMIT_NPROC, Cur: uint64(p.Pids), Max: uint64(p.Pids)})
 			b.report["pids"] = "rlimit_nproc"
 			b.report["pids_note"] = "RLIMIT_NPROC counts every process of the user, not only this command's"
 		}

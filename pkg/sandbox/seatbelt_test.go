@@ -711,32 +711,3 @@ func TestBuildSeatbelt(t *testing.T) {
 		t.Fatalf("limits alone: spec %+v report %v", sp, prep.Report)
 	}
 }
-
-// TestSeatbeltArgv: the macOS helper resolves the command before the
-// profile applies and puts it after sandbox-exec's arguments; a command
-// that cannot be found is reported as on Linux.
-func TestSeatbeltArgv(t *testing.T) {
-	status, err := os.Create(filepath.Join(t.TempDir(), "status"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer status.Close()
-	t.Setenv("PATH", "/usr/bin:/bin")
-	h := &helper{sp: spec{Seatbelt: []string{SeatbeltExec, "-p", "(version 1)", "--"}}, status: status}
-	got, _ := h.seatbeltArgv([]string{"sh", "-c", "echo hi"})
-	sh, _, _ := lookPath("sh")
-	if want := []string{SeatbeltExec, "-p", "(version 1)", "--", sh, "-c", "echo hi"}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("argv %q, want %q", got, want)
-	}
-	got, exit := h.seatbeltArgv([]string{"no-such-command-agentplane"})
-	if got != nil || exit != exitNotFound {
-		t.Fatalf("not found: %q exit %d", got, exit)
-	}
-	if e, _ := readHelperError(status.Name()); e == nil || e.Code != result.CodeCommandNotFound {
-		t.Fatalf("status %+v", e)
-	}
-	h.sp.Seatbelt = nil
-	if got, _ := h.seatbeltArgv([]string{"x", "y"}); !reflect.DeepEqual(got, []string{"x", "y"}) {
-		t.Fatalf("without a profile: %q", got)
-	}
-}

@@ -22,6 +22,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Class 9, sockets bound after the start: under --net none (and --net
@@ -190,7 +192,7 @@ func sockOrphaned(path string) int {
 		sockRes("no_new_privs", err)
 		return 1
 	}
-	fd, err := loadGateFilter()
+	fd, err := confine.LoadGateFilter()
 	if err != nil {
 		sockRes("filter", err)
 		return 1

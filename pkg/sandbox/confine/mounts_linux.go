@@ -1,4 +1,4 @@
-package sandbox
+package confine
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +33,7 @@ type clonedMount struct {
 // setupMounts builds the command's view of the filesystem. beforeReadOnly
 // runs just before the root turns read-only, which fails while a file is
 // open for writing on it: the helper moves its status file aside then.
-func setupMounts(sp spec, beforeReadOnly func() error) error {
+func setupMounts(sp Spec, beforeReadOnly func() error) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("cannot make the mount namespace private: %v", err)
 	}
@@ -235,31 +234,6 @@ func hidePaths(dirs, files []string) error {
 		_ = setAttr(f, false, unix.MOUNT_ATTR_RDONLY, 0)
 	}
 	return nil
-}
-
-// hostUnixSockets lists the pathname Unix sockets bound in the caller's
-// network namespace, for --net none to cover: neither a network namespace
-// nor Landlock (before ABI 9) stops a connect() to one.
-func hostUnixSockets() []string {
-	data, err := os.ReadFile("/proc/net/unix")
-	if err != nil {
-		return nil
-	}
-	seen := map[string]bool{}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n")[1:] {
-		f := strings.Fields(line)
-		if len(f) < 8 || !filepath.IsAbs(f[7]) || seen[f[7]] {
-			continue
-		}
-		p := f[7]
-		seen[p] = true
-		if st, err := os.Lstat(p); err == nil && st.Mode().Type() == os.ModeSocket {
-			out = append(out, p)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // openDetached opens path for writing through a detached copy of the

@@ -1,4 +1,4 @@
-package sandbox
+package confine
 
 // run hands the command to sandbox-exec (seatbeltArgv), which applies the
 // Seatbelt profile to itself and execs the command, so that the command

@@ -1,9 +1,9 @@
-package sandbox
+package confine
 
 import "golang.org/x/sys/unix"
 
-// seccompArch: this architecture has a filter.
-const seccompArch = true
+// SeccompArch: this architecture has a filter.
+const SeccompArch = true
 
 const auditArch = unix.AUDIT_ARCH_X86_64
 

@@ -1,4 +1,4 @@
-package sandbox
+package confine
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
-// HelperMain is the sandbox helper: args are what follows HelperCommand on
+// Main is the sandbox helper: args are what follows Command on
 // the command line, "<spec>" "--" target argv. It confines its own process
 // and execve()s the target, so it returns only on failure, with the exit
 // status the program must exit with: 125 when the sandbox could not be set
@@ -23,7 +23,7 @@ import (
 // reason is written to the status file named in the spec, which the parent
 // reads through Prepared.Failure; the command's own stderr stays the
 // command's.
-func HelperMain(args []string) int {
+func Main(args []string) int {
 	// Credentials, capabilities, no_new_privs and the Landlock domain are
 	// set on this thread only and survive the execve this same thread
 	// makes; the other threads vanish with the exec. Never unlocked.
@@ -48,9 +48,9 @@ func HelperMain(args []string) int {
 	}()
 
 	if len(args) < 3 || args[1] != "--" {
-		return lastResort("usage: " + HelperCommand + " SPEC -- PROGRAM [ARG...]")
+		return lastResort("usage: " + Command + " SPEC -- PROGRAM [ARG...]")
 	}
-	sp, err := decodeSpec(args[0])
+	sp, err := DecodeSpec(args[0])
 	if err != nil {
 		return lastResort(err.Error())
 	}
@@ -61,8 +61,8 @@ func HelperMain(args []string) int {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
 	h := &helper{sp: sp, status: status, caught: caught}
-	if sp.V != specVersion {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, specVersion)
+	if sp.V != SpecVersion {
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, SpecVersion)
 	}
 	return h.run(args[2:])
 }
@@ -71,17 +71,17 @@ func HelperMain(args []string) int {
 // be opened, which only a broken invocation causes.
 func lastResort(msg string) int {
 	fmt.Fprintf(os.Stderr, "agentsh-sandbox: error: %s\n", msg)
-	return exitSetupFailed
+	return ExitSetupFailed
 }
 
 type helper struct {
-	sp     spec
+	sp     Spec
 	status *os.File
 	caught <-chan struct{} // closed once every signal is caught
 }
 
 func (h *helper) fail(exit int, code, format string, args ...any) int {
-	data, _ := json.Marshal(helperError{Code: code, Message: fmt.Sprintf(format, args...)})
+	data, _ := json.Marshal(Failure{Code: code, Message: fmt.Sprintf(format, args...)})
 	_, _ = h.status.Write(data)
 	return exit
 }
@@ -92,9 +92,9 @@ func (h *helper) exec(argv []string) int {
 	sp := h.sp
 	path, code, err := lookPath(argv[0])
 	if err != nil {
-		exit := exitNotExecutable
+		exit := ExitNotExecutable
 		if code == result.CodeCommandNotFound {
-			exit = exitNotFound
+			exit = ExitNotFound
 		}
 		return h.fail(exit, code, "%v", err)
 	}
@@ -103,14 +103,14 @@ func (h *helper) exec(argv []string) int {
 	for _, r := range sp.Rlimits {
 		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
 	err = syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(exitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
+		return h.fail(ExitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
 	}
-	return h.fail(exitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+	return h.fail(ExitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
 }
 
 // lookPath resolves name against the PATH of the helper's environment, which
@@ -172,9 +172,9 @@ func (h *helper) seatbeltArgv(argv []string) ([]string, int) {
 	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {
-		exit := exitNotExecutable
+		exit := ExitNotExecutable
 		if code == result.CodeCommandNotFound {
-			exit = exitNotFound
+			exit = ExitNotFound
 		}
 		return nil, h.fail(exit, code, "%v", err)
 	}

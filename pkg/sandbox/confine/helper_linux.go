@@ -1,4 +1,4 @@
-package sandbox
+package confine
 
 import (
 	"encoding/json"
@@ -8,12 +8,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"unsafe"
 
 	"github.com/agentplane/agentplane/pkg/result"
-	"github.com/landlock-lsm/go-landlock/landlock"
-	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,31 +21,31 @@ func (h *helper) run(argv []string) int {
 	for _, dir := range sp.Cgroups {
 		// "0" is this process; everything it starts stays inside.
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot join cgroup %s: %v", dir, unwrap(err))
 		}
 	}
 	// In the new PID namespace and still privileged: every process of the
 	// run leaves an accounting record when it exits.
 	if err := startAccounting(sp.Acct); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot turn on process accounting: %v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot turn on process accounting: %v", err)
 	}
 	// A cgroup namespace rooted at the run's cgroup: /proc/self/cgroup
 	// shows no path above it. (Leaving it is stopped by the read-only
 	// cgroup filesystem below and the missing CAP_SYS_ADMIN.) This thread
 	// only, which is the one that starts the target.
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot create a cgroup namespace: %v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot create a cgroup namespace: %v", err)
 	}
 	if sp.NetNone {
 		if err := loopbackUp(); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot bring up the loopback interface: %v", err)
 		}
 	}
 	if sp.ProxyPort > 0 {
 		// In the new network namespace, before anything else can use
 		// the descriptor: the listener goes out to the runner's proxy.
 		if err := handOverProxyListener(sp.proxyFD(), sp.ProxyPort); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
 		}
 	}
 	cwd, cwdErr := os.Getwd()
@@ -60,62 +59,62 @@ func (h *helper) run(argv []string) int {
 		return nil
 	}
 	if err := setupMounts(sp, reopen); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "%v", err)
 	}
 	// The cwd still points into the mounts it was on before; entering it
 	// again by name lands on the writable bind (or the cover) on top.
 	if cwdErr == nil {
 		if err := os.Chdir(cwd); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot enter %s in the sandbox: %v", cwd, unwrap(err))
 		}
 	}
 	if sp.DropCaps {
 		if err := dropBoundingSet(sp.DropFileCaps); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	if sp.ClearAmbient {
 		// A non-root target then starts with no capabilities at all, in
 		// its user namespace too, so it cannot undo the mounts.
 		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot clear ambient capabilities: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot clear ambient capabilities: %v", err)
 		}
 	}
 	if sp.UID >= 0 {
 		if err := switchUser(sp.UID, sp.GID, sp.Groups); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot switch to uid %d: %v", sp.UID, err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot switch to uid %d: %v", sp.UID, err)
 		}
 	}
 	if sp.DropCaps {
 		if err := limitCaps(sp.DropFileCaps); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot drop capabilities: %v", err)
 		}
 	}
 	// Set on every sandboxed run: a setuid or file-capability binary then
 	// runs without gaining anything.
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set no_new_privs: %v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set no_new_privs: %v", err)
 	}
 	if sp.LandlockABI > 0 {
 		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}
 	if err := loadFilter(); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot load the seccomp filter: %v", err)
 	}
 	if sp.NetNone {
 		// Under --net none and --net proxy: calls that name a peer go
 		// through the helper (unixgate_linux.go).
 		if err := startUnixGate(); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "%v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "%v", err)
 		}
 	}
 	path, code, err := lookPath(argv[0])
 	if err != nil {
-		exit := exitNotExecutable
+		exit := ExitNotExecutable
 		if code == result.CodeCommandNotFound {
-			exit = exitNotFound
+			exit = ExitNotFound
 		}
 		return h.fail(exit, code, "%v", err)
 	}
@@ -126,7 +125,7 @@ func (h *helper) run(argv []string) int {
 	// and so was the proxy's handover socket after it (closed above).
 	first := 3
 	if sp.Control {
-		first = controlFD + 1
+		first = ControlFD + 1
 	}
 	if sp.ProxyPort > 0 {
 		first++
@@ -136,10 +135,10 @@ func (h *helper) run(argv []string) int {
 		files = append(files, uintptr(first+i))
 	}
 	if sp.Control {
-		unix.CloseOnExec(controlFD)
+		unix.CloseOnExec(ControlFD)
 	}
 	if err := closeOnExecFrom(first + sp.KeepFDs); err != nil {
-		return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot close inherited descriptors: %v", err)
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot close inherited descriptors: %v", err)
 	}
 	// Last, so that the helper's own Go runtime is held to the command's
 	// limits as briefly as possible (rlimits are per process; the helper
@@ -147,7 +146,7 @@ func (h *helper) run(argv []string) int {
 	for _, r := range sp.Rlimits {
 		lim := syscall.Rlimit{Cur: r.Cur, Max: r.Max}
 		if err := syscall.Setrlimit(r.Resource, &lim); err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
 	// The helper must not die of a signal meant for the target.
@@ -162,13 +161,13 @@ func (h *helper) run(argv []string) int {
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(exitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
+		return h.fail(ExitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
 	}
 	if err != nil {
-		return h.fail(exitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+		return h.fail(ExitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
 	}
 	if sp.Control {
-		return h.serve(pid, os.NewFile(controlFD, "sandbox-control"))
+		return h.serve(pid, os.NewFile(ControlFD, "sandbox-control"))
 	}
 	return h.reap(pid)
 }
@@ -185,7 +184,7 @@ func (h *helper) reap(target int) int {
 			continue
 		}
 		if err != nil {
-			return h.fail(exitSetupFailed, result.CodeSandboxFailed, "wait for the command: %v", err)
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "wait for the command: %v", err)
 		}
 		if pid != target || ws.Stopped() || ws.Continued() {
 			continue
@@ -200,7 +199,7 @@ func (h *helper) exitOf(ws syscall.WaitStatus) int {
 		return ws.ExitStatus()
 	}
 	sig := ws.Signal()
-	data, _ := json.Marshal(helperError{Signal: int(sig)})
+	data, _ := json.Marshal(Failure{Signal: int(sig)})
 	_, _ = h.status.Write(data)
 	if os.Getpid() != 1 {
 		signal.Reset(sig)
@@ -250,7 +249,8 @@ func loopbackUp() error {
 // set, which limits what any later execve can grant, root included.
 func dropBoundingSet(dropFile bool) error {
 	last := 63
-	if v, err := readTrim("/proc/sys/kernel/cap_last_cap"); err == nil {
+	if data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		v := strings.TrimSpace(string(data))
 		if n, err := strconv.Atoi(v); err == nil {
 			last = n
 		}
@@ -314,61 +314,20 @@ func switchUser(uid, gid int, groups []int) error {
 	return nil
 }
 
-// landlockConfig picks the go-landlock preset for an ABI, without network
-// rules: --net none is the namespace's job, and Landlock's TCP rules would
-// also cut the loopback the contract keeps working.
-func landlockConfig(abi int) (landlock.Config, error) {
-	var c landlock.Config
-	switch abi {
-	case 3:
-		c = landlock.V3
-	case 4:
-		c = landlock.V4
-	case 5:
-		c = landlock.V5
-	case 6:
-		c = landlock.V6
-	case 7:
-		c = landlock.V7
-	default:
-		return c, fmt.Errorf("unsupported Landlock ABI %d", abi)
+// keptCaps are the capabilities a root command keeps inside an isolating
+// sandbox: enough to manage files it owns or that its workspace holds (as
+// container runtimes allow by default), and none that crosses a namespace
+// or mount boundary (SYS_ADMIN for setns and umount, DAC_READ_SEARCH for
+// open_by_handle_at, SYS_PTRACE, SYS_MODULE, NET_ADMIN, …).
+//
+// In the filesystem modes (dropFile) CHOWN, FOWNER and FSETID go too: with
+// them root changes the owner, mode, times and extended attributes of
+// files it does not own, which Landlock does not mediate. Writes stay
+// possible where the mounts and Landlock allow them (DAC_OVERRIDE).
+func keptCaps(dropFile bool) []int {
+	caps := []int{unix.CAP_DAC_OVERRIDE, unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_NET_BIND_SERVICE}
+	if !dropFile {
+		caps = append(caps, unix.CAP_CHOWN, unix.CAP_FOWNER, unix.CAP_FSETID)
 	}
-	c.HandledAccessNet = 0
-	return c, nil
-}
-
-// restrictFS enforces read and execute everywhere and writes only under
-// writable plus the harmless character devices. The config is strict (not
-// best effort): a kernel that cannot do it is an error, never a weaker run.
-// Since ABI 6 it also stops signals and abstract UNIX sockets from reaching
-// processes outside the sandbox.
-func restrictFS(abi int, writable, writeFiles []string) error {
-	cfg, err := landlockConfig(abi)
-	if err != nil {
-		return err
-	}
-	rules := []landlock.Rule{
-		landlock.RODirs("/"),
-		landlock.RWFiles("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty").IgnoreIfMissing(),
-		// The private /dev's POSIX shared memory and terminals.
-		landlock.RWDirs("/dev/shm", "/dev/pts").IgnoreIfMissing(),
-	}
-	if len(writable) > 0 {
-		// Refer lets tools move files between directories of the
-		// workspace (git, package managers), which RWDirs leaves out.
-		rules = append(rules, landlock.RWDirs(writable...).WithRefer())
-	}
-	if len(writeFiles) > 0 {
-		// Files only: no make_*, remove_* or refer rights beneath them.
-		rules = append(rules, landlock.RWFiles(writeFiles...))
-	}
-	fd, flags, err := cfg.NewRulesetFD(rules...)
-	if err != nil {
-		return err
-	}
-	if fd < 0 {
-		return errors.New("landlock produced no ruleset")
-	}
-	defer unix.Close(fd)
-	return llsyscall.LandlockRestrictSelf(fd, flags)
+	return caps
 }

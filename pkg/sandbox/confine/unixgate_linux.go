@@ -1,4 +1,4 @@
-package sandbox
+package confine
 
 import (
 	"encoding/binary"
@@ -75,9 +75,9 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// gateSyscalls are the syscalls the gate's filter notifies; sendto only
+// GateSyscalls are the syscalls the gate's filter notifies; sendto only
 // with a non-NULL address (its fifth argument, a register).
-var gateSyscalls = []string{"connect", "sendto(address)", "sendmsg", "sendmmsg"}
+var GateSyscalls = []string{"connect", "sendto(address)", "sendmsg", "sendmmsg"}
 
 // buildGateFilter assembles the notifying filter.
 func buildGateFilter() []unix.SockFilter {
@@ -103,11 +103,13 @@ func buildGateFilter() []unix.SockFilter {
 	return p.ins
 }
 
-// loadGateFilter installs the notifying filter on the calling thread and
+// LoadGateFilter installs the notifying filter on the calling thread and
 // returns its listener (close-on-exec). WAIT_KILLABLE_RECV keeps a
 // signal from interrupting a call the helper has already taken up (which
 // would restart it and send the data twice); kernels before 5.19 lack it.
-func loadGateFilter() (int, error) {
+// The helper calls it in startUnixGate; the escape tests of package
+// sandbox call it to attack a gate whose listener is gone.
+func LoadGateFilter() (int, error) {
 	ins := buildGateFilter()
 	prog := unix.SockFprog{Len: uint16(len(ins)), Filter: &ins[0]}
 	flags := uintptr(unix.SECCOMP_FILTER_FLAG_NEW_LISTENER | unix.SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV)
@@ -144,7 +146,7 @@ func startUnixGate() error {
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 		return fmt.Errorf("the Unix socket gate cannot identify the network namespace: %v", err)
 	}
-	fd, err := loadGateFilter()
+	fd, err := LoadGateFilter()
 	if err != nil {
 		return err
 	}

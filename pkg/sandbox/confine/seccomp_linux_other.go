@@ -1,12 +1,12 @@
 //go:build linux && !amd64 && !arm64
 
-package sandbox
+package confine
 
 import "golang.org/x/sys/unix"
 
-// seccompArch: no filter is written for this architecture, so a sandbox
+// SeccompArch: no filter is written for this architecture, so a sandbox
 // that needs one is refused as unavailable.
-const seccompArch = false
+const SeccompArch = false
 
 const auditArch = 0
 

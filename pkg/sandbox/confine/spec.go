@@ -1,0 +1,157 @@
+// Package confine is the sandbox helper's side of package sandbox: the
+// process that the runner starts with a Spec in its argv, which confines
+// itself (on Linux, as PID 1 of new namespaces: process accounting, the
+// mounts with the temp-area covers and the pinned git directories,
+// capabilities, no_new_privs, Landlock, the seccomp filter, rlimits; on
+// macOS by execing sandbox-exec) and then starts the target, so that the
+// target and everything it starts inherit the confinement; under --net
+// none it also serves the Unix socket gate (seccomp user notification)
+// while the target runs. It links only the standard library's core,
+// golang.org/x/sys/unix and pkg/result, and no cgo, so that the helper's
+// own program (cmd/agentplane-sandbox) is a small static binary: its
+// start-up is part of every sandboxed call. Package sandbox builds the
+// Spec and reads the status file back.
+package confine
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
+// Command is the hidden first argument that marks a re-exec of a program
+// as the sandbox helper. The program's main must call Main(os.Args[2:])
+// when os.Args[1] equals it, before any other work.
+const Command = "__sandbox-exec"
+
+// Exit statuses of the helper when it fails before the target runs. They
+// follow the coreutils convention the agentsh contract uses.
+const (
+	ExitSetupFailed   = 125
+	ExitNotExecutable = 126
+	ExitNotFound      = 127
+)
+
+// SpecVersion changes whenever Spec changes meaning: a helper from another
+// build refuses the spec rather than enforcing less than asked. 6: the
+// runner resolves a probe's addresses (4, this package) and the helper
+// turns on accounting, covers the temp areas and pins the git directories
+// (5 on main); a helper of either 5 would miss half of it.
+const SpecVersion = 6
+
+// Spec is what the runner hands to the helper, as base64 JSON in argv.
+type Spec struct {
+	V           int      `json:"v"`
+	Status      string   `json:"status"` // file the helper writes its error to
+	LandlockABI int      `json:"landlock_abi,omitempty"`
+	Writable    []string `json:"writable,omitempty"`
+	WriteFiles  []string `json:"write_files,omitempty"`
+	DenyDirs    []string `json:"deny_dirs,omitempty"`
+	DenyFiles   []string `json:"deny_files,omitempty"`
+	NetNone     bool     `json:"net_none,omitempty"`
+	// ProxyPort, with --net proxy: listen there inside the namespace and
+	// hand the listener over the descriptor after the control socket
+	// (proxyFD).
+	ProxyPort int      `json:"proxy_port,omitempty"`
+	Cgroups   []string `json:"cgroups,omitempty"` // directories to join
+	Rlimits   []Rlimit `json:"rlimits,omitempty"`
+	UID       int      `json:"uid"` // -1: keep
+	GID       int      `json:"gid"`
+	Groups    []int    `json:"groups,omitempty"`
+	DropCaps  bool     `json:"drop_caps,omitempty"`
+	// ClearAmbient: the helper got ambient capabilities in its user
+	// namespace that the target must not inherit.
+	ClearAmbient bool `json:"clear_ambient,omitempty"`
+	// Seatbelt (macOS) is the sandbox-exec argv up to "--", which the
+	// helper puts before the target's.
+	Seatbelt []string `json:"seatbelt,omitempty"`
+	// ReadOnlyRoot (Linux): every mount read-only but the writable roots.
+	ReadOnlyRoot bool     `json:"read_only_root,omitempty"`
+	MinimalDev   bool     `json:"minimal_dev,omitempty"`
+	ReadOnly     []string `json:"read_only,omitempty"` // bound read-only
+	// DropFileCaps also drops CHOWN, FOWNER and FSETID, with which root
+	// changes the metadata of files it does not own.
+	DropFileCaps bool `json:"drop_file_caps,omitempty"`
+	// KeepFDs is how many descriptors after stderr (3, 4, …; after the
+	// control socket when there is one) the caller passes on purpose;
+	// every other inherited one is closed at exec.
+	KeepFDs int `json:"keep_fds,omitempty"`
+	// Control: fd 3 is a control socket for readiness probes (control.go).
+	Control bool `json:"control,omitempty"`
+	// Acct: the helper turns on process accounting into this file
+	// (acct_linux.go).
+	Acct string `json:"acct,omitempty"`
+	// TempAreas are covered, TempDir (the run's own) bound back
+	// (tempareas_linux.go).
+	TempAreas []string `json:"temp_areas,omitempty"`
+	TempDir   string   `json:"temp_dir,omitempty"`
+	// Pinned directories are bound onto themselves so that they cannot be
+	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
+	Pinned []string `json:"pinned,omitempty"`
+}
+
+// Rlimit is one resource limit to set before the target starts.
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Failure is the status file's content: why the helper could not start
+// the target, or the signal the target died of.
+type Failure struct {
+	Code    string `json:"code,omitempty"`
+	Message string `json:"message,omitempty"`
+	// Signal, without a code, is not a failure: the target died of it.
+	Signal int `json:"signal,omitempty"`
+}
+
+// Probe kinds of a control request.
+const (
+	ProbeCmd  = "cmd"  // Arg is argv (JSON array): run it confined like the job
+	ProbeTCP  = "tcp"  // Arg is host:port
+	ProbeHTTP = "http" // Arg is a URL; a status below 500 passes
+)
+
+// ControlRequest asks the helper for one probe.
+type ControlRequest struct {
+	ID   int    `json:"id"`
+	Kind string `json:"kind"`
+	Addr string `json:"addr,omitempty"`
+	// Addrs are Addr's host resolved to IP:port by the runner: the helper
+	// links no resolver (control_linux.go).
+	Addrs []string `json:"addrs,omitempty"`
+	Argv  []string `json:"argv,omitempty"`
+}
+
+// ControlReply answers the request of the same ID.
+type ControlReply struct {
+	ID int  `json:"id"`
+	OK bool `json:"ok"`
+}
+
+// ControlFD is where the helper finds its control socket.
+const ControlFD = 3
+
+// DecodeSpec is the helper's half of the argv protocol.
+func DecodeSpec(arg string) (Spec, error) {
+	var sp Spec
+	data, err := base64.RawURLEncoding.DecodeString(arg)
+	if err != nil {
+		return sp, fmt.Errorf("bad sandbox spec: %v", err)
+	}
+	if err := json.Unmarshal(data, &sp); err != nil {
+		return sp, fmt.Errorf("bad sandbox spec: %v", err)
+	}
+	return sp, nil
+}
+
+func unwrap(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
