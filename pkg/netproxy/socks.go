@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -203,30 +202,5 @@ func (p *Proxy) serveSOCKS(c *peekedConn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	relay(c, up)
-}
-
-// relay copies both ways, passing each side's end of stream on as a
-// half-close, and returns when both directions are done.
-func relay(client *peekedConn, up net.Conn) {
-	var wg sync.WaitGroup
-	wg.Add(2)
-	half := func(c net.Conn) {
-		if hc, ok := c.(interface{ CloseWrite() error }); ok {
-			_ = hc.CloseWrite()
-		} else {
-			_ = c.Close()
-		}
-	}
-	go func() {
-		defer wg.Done()
-		_, _ = io.Copy(up, client)
-		half(up)
-	}()
-	go func() {
-		defer wg.Done()
-		_, _ = io.Copy(client, up)
-		half(client)
-	}()
-	wg.Wait()
+	tunnel(c, c, up)
 }
