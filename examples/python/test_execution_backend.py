@@ -4,9 +4,27 @@
 import asyncio
 import os
 import tempfile
+import time
 import unittest
 
 from execution_backend import AgentplaneBackend
+
+
+def processes_with_arg(arg):
+    """The pids whose command line has arg as one of its arguments, zombies
+    (an empty command line) aside."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if arg.encode() in args:
+            found.append(int(name))
+    return found
 
 
 class ExecutionBackendTest(unittest.IsolatedAsyncioTestCase):
@@ -78,17 +96,21 @@ class ExecutionBackendTest(unittest.IsolatedAsyncioTestCase):
         self.assertTrue(os.path.exists(os.path.join(self.work, "made-here")))
 
     async def test_cancelled_run_leaves_nothing_behind(self):
-        marker = os.path.join(self.work, "pid")
-        task = asyncio.create_task(self.backend.run_command(f"echo $$ > {marker}; exec sleep 60", timeout=0))
+        # The sandbox runs the command in a PID namespace of its own, so the
+        # command cannot name its pid here ($$ is its pid in there): it is
+        # found by an argument no other process has.
+        marker = os.path.join(self.work, "started")
+        tag = f"60.{os.getpid()}{int(time.time() * 1000) % 100000}"
+        task = asyncio.create_task(self.backend.run_command(f"touch {marker}; exec sleep {tag}", timeout=0))
         deadline = asyncio.get_running_loop().time() + 20
-        while not os.path.exists(marker) or not open(marker).read().strip():
+        while not processes_with_arg(tag):
             self.assertLess(asyncio.get_running_loop().time(), deadline, "command never started")
             await asyncio.sleep(0.02)
+        self.assertTrue(os.path.exists(marker))
         task.cancel()
         with self.assertRaises(asyncio.CancelledError):
             await task
-        pid = int(open(marker).read())
-        self.assertFalse(os.path.exists(f"/proc/{pid}"), "the command outlived the cancelled call")
+        self.assertEqual(processes_with_arg(tag), [], "the command outlived the cancelled call")
 
     def test_background_command(self):
         r = self.backend.run_command_background("echo quick", wait_seconds=20)
