@@ -359,6 +359,7 @@ type pendingCall struct {
 	caps    map[string]*capture.HeadTail
 	enc     *lineWriter // the caller's connection
 	stream  bool        // the caller streams: it gets the start event
+	proto   callProto   // the call's protocol text
 }
 
 func (c *pendingCall) cleanup() {
@@ -465,8 +466,10 @@ func (p *pump) detach(log *bgLog) {
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
+	sh := s.currentShell()
+	c.proto = callProto{marker: sh.marker, n: n, vars: newVars(), prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
 	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, callFile(req.Command)); err != nil {
+	if err := d.writeFile(c.script, callFile(c.proto, req.Command)); err != nil {
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {
@@ -512,6 +515,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		c.pumps = append(c.pumps, pp)
 		go pp.run()
 	}
+	c.proto.script, c.proto.stdin, c.proto.outs = c.script, c.stdin, c.fifos
 	return c, nil
 }
 
@@ -584,7 +588,8 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		pid := sh.self.PID
 		_ = c.enc.send(message{Type: "start", Started: &pid})
 	}
-	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
+	sh.call = c.proto
+	if _, err := io.WriteString(sh.stdin, callLine(c.proto, nonce)); err == nil {
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}
 	// A caller that is gone (its connection closed: killed, say) waits

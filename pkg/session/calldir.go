@@ -105,3 +105,73 @@ func (d *callDir) fifo(path string) (*os.File, error) {
 	}
 	return r, nil
 }
+
+// controlChannel is a shell's control FIFOs and the server's ends of them.
+// The shell holds no descriptor of them while a call runs: it reopens
+// them by path after each call (see callProto.reopen).
+type controlChannel struct {
+	inPath, outPath string
+	in              *os.File // the server writes lines here (read-write, so never a broken pipe)
+	out             *os.File // and reads prompts here
+	keeper          *os.File // the server's own writer of out: no end of file while a call runs
+	shellIn         *os.File // the shell's first descriptors, closed once it started
+	shellOut        *os.File
+}
+
+// control creates a fresh control channel.
+func (d *callDir) control() (*controlChannel, error) {
+	c := &controlChannel{inPath: d.name(0, "ctl-in"), outPath: d.name(0, "ctl-out")}
+	fail := func(err error) (*controlChannel, error) {
+		c.close()
+		return nil, err
+	}
+	if err := unix.Mkfifo(c.inPath, 0o600); err != nil {
+		return nil, err
+	}
+	in, err := os.OpenFile(c.inPath, os.O_RDWR|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		_ = os.Remove(c.inPath)
+		return nil, err
+	}
+	c.in = in
+	if st, err := in.Stat(); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		return fail(fmt.Errorf("%s is not the FIFO just made", c.inPath))
+	}
+	if d.share {
+		if err := in.Chmod(0o644); err != nil {
+			return fail(err)
+		}
+	}
+	if c.out, err = d.fifo(c.outPath); err != nil {
+		c.outPath = ""
+		return fail(err)
+	}
+	if c.keeper, err = os.OpenFile(c.outPath, os.O_WRONLY|syscall.O_NOFOLLOW, 0); err != nil {
+		return fail(err)
+	}
+	if c.shellIn, err = os.OpenFile(c.inPath, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err != nil {
+		return fail(err)
+	}
+	if c.shellOut, err = os.OpenFile(c.outPath, os.O_WRONLY|syscall.O_NOFOLLOW, 0); err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// close closes every end the server holds and removes the FIFOs.
+func (c *controlChannel) close() {
+	for _, f := range []*os.File{c.in, c.out, c.keeper, c.shellIn, c.shellOut} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	c.removeFiles()
+}
+
+func (c *controlChannel) removeFiles() {
+	for _, p := range []string{c.inPath, c.outPath} {
+		if p != "" {
+			_ = os.Remove(p)
+		}
+	}
+}

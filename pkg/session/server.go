@@ -112,6 +112,7 @@ func (s *server) recorder() {
 // the shell and everything it started then die with the server, even a
 // SIGKILLed one.
 func Serve(dir *state.Dir, id string, handshake *os.File, watchdog []string) error {
+	keepFdsFromShells()
 	s := &server{dir: dir, id: id, handle: dir.Mint(Kind, id), done: make(chan struct{}), finished: make(chan struct{}), busy: make(chan struct{}, 1), dirty: make(chan struct{}, 1), watchdog: watchdog}
 	s.sdir = dir.Join("sessions", id)
 	err := s.start()
@@ -354,6 +355,9 @@ func (s *server) killShell() {
 	proctree.Terminate(context.Background(), proctree.Tree{Group: pid, Root: pid}, syscall.SIGKILL, 0, sh.exited)
 	_ = sh.cmd.Process.Kill()
 	<-sh.exited
+	sh.stdin.Close()
+	_ = os.Remove(sh.ctlIn)
+	_ = os.Remove(sh.ctlOut)
 }
 
 // stop ends the session: the shell and everything it started are killed,

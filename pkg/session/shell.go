@@ -23,48 +23,77 @@ import (
 // The shell protocol.
 //
 // The shell is bash started interactive (-i, no line editing, no startup
-// files), reading its commands from a pipe, because an interactive bash is
+// files), reading its commands from a FIFO, because an interactive bash is
 // what handles an interrupt the way a person at a terminal expects: SIGINT
 // abandons the whole command line (the rest of a list, the remaining
 // iterations of a loop) and the shell returns to its prompt with all of its
-// state. Its stdout and stderr are the control channel: the only thing the
-// server reads from it is the prompt, and the prompt carries the bookkeeping.
+// state. Its stdin, stdout and stderr are the control channel (two FIFOs in
+// the calls directory): the only thing the server reads from it is the
+// prompt, and the prompt carries the bookkeeping.
 //
-// Each call is one line (NONCE is fresh random for every call):
+// No descriptor of the control channel is open in the shell while a call
+// runs: the call line makes the shell's stdin, stdout and stderr the
+// call's own with exec (and closes bash's 255) before the call file runs,
+// and after it the shell reopens the FIFOs by path, on the line or, when
+// the line was abandoned, in PROMPT_COMMAND. So a command that closes or
+// replaces descriptors (exec 12>&-, exec {fd}>&-, a loop over every fd,
+// exec 0</dev/null, exec >/dev/null 2>&1) only changes its own call, and
+// nothing it starts, in the background or not, inherits the channel (cat
+// <&12 & has nothing to read). The server marks every descriptor it
+// inherited close-on-exec at start, so a call sees fds 0, 1 and 2 and no
+// others. What a same-user process can still do is open the FIFOs by the
+// path PROMPT_COMMAND names (read the next call's line, write a forged
+// prompt): a forged prompt is defeated by the nonce, a stolen line leaves
+// the call waiting until its timeout, as kill -STOP of the shell would.
 //
-//	PS1=$'\n'"MARK aN 0"$'\n'; __agentsh_n=N; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; __agentsh_q=...; POSIXLY_CORRECT=y \:; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+// Each call is one line (NONCE is fresh random for every call, V a fresh
+// prefix for every call's variables and functions; see callLine):
+//
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 USR2; PROMPT_COMMAND=('\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
 // before the call file runs: no command can print it, so none can end its
 // call early or forge its status, not through PS0, a DEBUG trap (taken
 // away before the nonce is reached: a DEBUG trap and PS0 last for their
-// call) nor a write to the shell's saved descriptors. MARK, the prefix of
-// every protocol line, is no secret. The first prompt ("aN", public) is
-// the one bash shows when it abandons the line: an interrupt, errexit
-// carried out (see below), a SIGINT the command sent its own process group
-// or the shell, an error bash abandons the whole line for (an unbound
-// variable in arithmetic under set -u). On it the server sends a probe
-// line with a fresh nonce, which bash reads only when it is back at its
-// prompt, and which reports the status the line ended with: errexit's
-// (__agentsh_f), else bash's own ($?, 130 for a SIGINT). A command that
-// prints "aN" itself only makes the probe wait in the pipe until its call
-// really ends. A prompt with any other tag means the protocol's own
-// assignments failed or were skipped (a readonly PS1, extdebug with a DEBUG
-// trap that fails): the call's status is unknown, and the shell is
-// replaced (session_reset).
+// call), history or set -v (off between calls) nor a write to the control
+// channel. MARK, the prefix of every protocol line, is no secret. The
+// first prompt ("aN", public) is the one bash shows when it abandons the
+// line: an interrupt, errexit carried out (see below), a SIGINT the
+// command sent its own process group or the shell, an error bash abandons
+// the whole line for (an unbound variable in arithmetic under set -u). On
+// it the server sends a probe line with a fresh nonce, which bash reads
+// only when it is back at its prompt, and which reports the status the
+// line ended with: errexit's (V_f), else bash's own ($?, 130 for a
+// SIGINT). A command that prints "aN" itself only makes the probe wait in
+// the FIFO until its call really ends. A prompt with any other tag means
+// the protocol's own assignments failed or were skipped (a readonly PS1,
+// the call file never ran because "." is gone for good): the call's
+// status is unknown, and the shell is replaced (session_reset).
 //
-// Nothing on it can be shadowed by what a command defines: assignments are
-// syntax, and "." is a special builtin that posix mode (switched on by the
-// assignment to POSIXLY_CORRECT) finds before any function; the backslash
-// stops alias expansion. The assignment is made in front of ":", a special
-// builtin, so that it lasts and bash keeps the options posix mode changes
-// (inherit_errexit) to put them back when the mode is switched off; a plain
-// assignment would leave inherit_errexit on. The call file's first line puts the user's posix
-// mode back before the user's text runs. The exit status and the fact that
-// the call is over reach the server through the prompt the shell prints
-// after the line, so no command (printf, echo, builtin) is involved; the
-// working directory is read from the kernel (proctree.Cwd), so $PWD cannot lie to it.
+// Nothing on it depends on a name a command can have changed: every
+// variable and function of the protocol is named with V, fresh for the
+// call (so none can be readonly, an integer or a nameref beforehand; one
+// a call finds and breaks on purpose costs that call a reset), and an
+// assignment to a shell variable a command may have made readonly (PS0,
+// PROMPT_COMMAND, POSIXLY_CORRECT) is made only if it is not, since an
+// assignment error abandons the line. Builtins are quoted (no alias) and
+// found before any function: "." and the other special builtins because
+// posix mode is on (switched on by an assignment to POSIXLY_CORRECT in
+// front of ":", a special builtin, so that bash keeps the options posix
+// mode changes, inherit_errexit, expand_aliases, to put them back when the
+// mode is switched off), the regular ones because they run through
+// builtin, whose function is removed; enable -n of any of them is undone.
+// Between calls the shell has errexit, nounset, xtrace, verbose, history
+// and alias expansion off (the command's settings are kept in V_o and put
+// back by the next call file), so no protocol line is parsed with the
+// command's aliases (bash expands an alias even for case or {), traced,
+// echoed or made to exit the shell. The call file's first line puts the
+// user's posix mode back before the user's text runs. The exit status and
+// the fact that the call is over reach the server through the prompt the
+// shell prints after the line, so no command (printf, echo) is involved;
+// the working directory is read from the kernel (proctree.Cwd), so $PWD
+// cannot lie to it.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
@@ -107,43 +136,24 @@ const (
 )
 
 // shellInit is the first input of every shell: no prompt noise, no
-// history, no mail checks, errtrace, and the two traps of the protocol.
+// history, no mail checks, errtrace. Everything else the protocol needs
+// (its traps, its prompt hook) each call line sets afresh.
 func shellInit() string {
-	// USR2: keep the user's INT trap aside (the probe restores it), then
-	// raise SIGINT at ourselves. "builtin" is made safe first: a function
-	// of that name would shadow it even when quoted.
-	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
-		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
-	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; ` +
-		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
+	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E` + "\n"
 }
-
-// errTrap is the ERR trap that carries out errexit (see the protocol
-// above): in the session's own shell it ends the call with the failing
-// status, kept for the probe that follows the abandoned line; in a
-// subshell it exits, as errexit would.
-const errTrap = `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
-	`"$$":*errexit*) ` +
-	`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; PROMPT_COMMAND=(); ` +
-	`\unset -f builtin; ` +
-	`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
-	`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
-
-// callPrefix is the call file's first line: the ERR trap back (see the
-// protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
-// empty command. It runs in posix mode, so set and unset are the builtins.
-const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
 // prompt bash prints when the line is abandoned: an interrupt, errexit,
 // a SIGINT the command sent its own group) and tagDone+nonce when it ran
 // to its end; a probe line shows tagProbe+nonce. Nonces are fresh for
 // every line and appear nowhere but in the line itself, so no command can
-// print a prompt that ends its call or forges its status.
+// print a prompt that ends its call or forges its status. tagBroken is
+// what a line shows when it finds PS1 readonly: it can report nothing.
 const (
 	tagPending = "a"
 	tagDone    = "c"
 	tagProbe   = "p"
+	tagBroken  = "b"
 )
 
 // newNonce is a fresh random tag suffix.
@@ -151,6 +161,162 @@ func newNonce() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// newVars is a fresh prefix for the shell variables of one call's
+// protocol (see callProto).
+func newVars() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return "__agentsh_" + hex.EncodeToString(b) + "_"
+}
+
+// callProto is what the protocol text of one call is made of.
+//
+// Its shell variables all start with vars, fresh for every call, so no
+// command can have made one of them readonly, integer, an array or a
+// nameref beforehand: each assignment the protocol makes to a name a
+// command may have touched (PS0, PROMPT_COMMAND, POSIXLY_CORRECT) is
+// made only when that name is not readonly, since an assignment to a
+// readonly name abandons the line (and, under errexit, exits the shell).
+// The one value that outlives a call is its option stash (varsO, see
+// stashOpts), which the next call's file reads (prev) and its line
+// removes.
+type callProto struct {
+	marker string
+	n      int
+	vars   string // this call's variable prefix
+	prev   string // the previous call's prefix ("" when this shell had none)
+	ctlIn  string // the control FIFOs the shell reopens after each call
+	ctlOut string
+	script string
+	stdin  string
+	outs   []string // the call's stdout and stderr FIFOs, or one for both
+}
+
+// reopen points the shell's descriptors back at the control channel. No
+// control descriptor is open in the shell while a call runs (callLine),
+// so none can be closed, replaced or inherited by what the call starts:
+// the channel is reopened by path after each call, by the line, or by
+// PROMPT_COMMAND when the line was abandoned.
+func (p callProto) reopen() string {
+	return `\exec 0<` + shellQuote(p.ctlIn) + ` 1>` + shellQuote(p.ctlOut) + ` 2>&1`
+}
+
+// redirs are the call's own descriptors.
+func (p callProto) redirs() string {
+	out := ">" + shellQuote(p.outs[0]) + " 2>&1"
+	if len(p.outs) == 2 {
+		out = ">" + shellQuote(p.outs[0]) + " 2>" + shellQuote(p.outs[1])
+	}
+	return "0<" + shellQuote(p.stdin) + " " + out
+}
+
+func (p callProto) expand(t string) string {
+	return strings.NewReplacer("⟨V⟩", p.vars, "⟨Q⟩", p.prev, "⟨M⟩", p.marker, "⟨N⟩", strconv.Itoa(p.n)).Replace(t)
+}
+
+// Pieces of the protocol's text. bash expands an alias even for a
+// reserved word (alias case=...), and posix mode switches alias expansion
+// on, so between calls the shell has expand_aliases off (the command's
+// setting is kept in varsO and put back by the next call file), and each
+// piece is parsed with it off: the call line as a whole, before any of it
+// runs; the traps and the probe's work as functions the line defines
+// (varsUsr2, varsErr, varsProbe); the call file's prefix one command at a
+// time, its last word free of reserved words. A trap's text and a probe
+// line, parsed only when they run, with the command's aliases, are only
+// a function's name (fresh for every call), assignments and quoted
+// builtins. Builtins are quoted (no alias) and found before any
+// function: the special ones (".", ":", eval, exec, set, trap, unset)
+// because posix mode is on (posixOn), the others because they run through
+// builtin, whose function enableBuiltins removes.
+const (
+	// stashOpts keeps the command's errexit, nounset, verbose and
+	// xtrace in varsO and turns them off, and history; then its
+	// expand_aliases (A), turned off by aliasesOff once posix mode is
+	// back. Between calls the shell has none of them, so an error bash
+	// reports cannot make it exit, and the protocol's lines (and so
+	// their nonces) are neither echoed, traced nor recorded, nor parsed
+	// with aliases. Once kept, varsO stays.
+	stashOpts = `⟨V⟩o=${⟨V⟩o-${-//[^euvx]/}}; \set +euvx +o history; case :$BASHOPTS: in *:expand_aliases:*) ⟨V⟩o=${⟨V⟩o}A;; esac; `
+	// posixOn keeps the command's posix mode in varsQ and switches it
+	// on, by an assignment (syntax, which nothing can shadow) in front
+	// of ":", so that bash puts back the options posix mode changes when
+	// it is switched off; not when POSIXLY_CORRECT is readonly.
+	posixOn = `⟨V⟩q=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac; `
+	// enableBuiltins undoes what a command can do to the builtins the
+	// protocol runs: enable -n, and a function named builtin, through
+	// which the protocol runs the regular ones (kill, shopt, printf), so
+	// that a function of their names is left alone.
+	enableBuiltins = `\unset -f builtin 2>/dev/null; \builtin enable builtin 2>/dev/null || \enable builtin 2>/dev/null; \builtin enable . : eval exec set trap unset kill shopt printf 2>/dev/null; `
+	// posixBack puts the command's posix mode back (varsQ; unset: the
+	// tail already did), and with it the expand_aliases it had.
+	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}} 2>/dev/null; `
+	// aliasesOff: no aliases between calls (stashOpts kept the setting).
+	aliasesOff = `\builtin shopt -u expand_aliases 2>/dev/null; `
+	// raiseINT interrupts the line from a trap: SIGINT to the shell
+	// itself, which bash honours by abandoning the line (a kill program
+	// would not do: bash goes on when its child exits 0).
+	raiseINT = `\builtin kill -INT "$BASHPID" 2>/dev/null; `
+)
+
+// unlessReadonly assigns value to name when name is not readonly.
+func unlessReadonly(name, value string) string {
+	return `case ${` + name + `@a} in *r*) ;; *) ` + name + `=` + value + `;; esac; `
+}
+
+// promptHook is PROMPT_COMMAND: reopen the control channel before any
+// prompt, above all the one bash shows after abandoning a line.
+func (p callProto) promptHook() string {
+	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen())+")")
+}
+
+// functions defines the call's protocol functions. varsUsr2 is the USR2
+// trap (see the protocol above): keep the command's options and INT trap
+// aside (the probe restores the trap), the control channel back, then
+// raise SIGINT at ourselves. varsErr is the ERR trap that carries out
+// errexit: in the session's own shell it ends the call with the failing
+// status, kept for the probe that follows the abandoned line (errexit is
+// kept with the other options, for the next call); in a subshell it
+// exits, as errexit would. varsProbe is the probe's work: the options
+// kept (unless a trap did), the command's INT trap back, posix mode on,
+// the channel reopened; the probe line itself reports.
+func (p callProto) functions() string {
+	// Should the kill builtin be gone for good (enable -n enable kill),
+	// nothing may run on: the interrupt spins until the server replaces
+	// the shell, errexit exits as it would have.
+	back := p.reopen() + "; " + p.expand(posixBack+aliasesOff+raiseINT)
+	return p.expand(`⟨V⟩usr2() { `+stashOpts+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back + `while \:; do \:; done; }; ` +
+		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩o=${-//[^euvx]/}; `+stashOpts+`⟨V⟩f=$⟨V⟩t; `+posixOn+enableBuiltins) + back + p.expand(`\exit "$⟨V⟩t";; `) +
+		p.expand(`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$⟨V⟩t";; esac; }; `) +
+		p.expand(`⟨V⟩probe() { `+stashOpts+
+			// The posix mode to put back: the one the tail kept, else
+			// the call's own, else (the call file never ran) the one
+			// before the line.
+			`case ${⟨V⟩e+e}${⟨V⟩d+d} in e*) ⟨V⟩p=${⟨V⟩q-};; d) ⟨V⟩p=${POSIXLY_CORRECT+x};; *) ⟨V⟩p=${⟨V⟩p-${POSIXLY_CORRECT+x}};; esac; `+
+			// A call's ERR trap lasts for its call: bash puts back the
+			// one from before only when the source returns.
+			posixOn+`⟨V⟩q=$⟨V⟩p; `+enableBuiltins+`\eval "${⟨V⟩int-}"; \trap - ERR; `) + p.reopen() + "; " + p.promptHook() + "}; "
+}
+
+// callPrefix is the call file's first line: it says the file ran (varsD),
+// sets the ERR trap (bash takes it away while a source whose status is
+// tested runs), puts back the options the previous call kept (its
+// varsO), the command's posix mode and, last, its aliases. It starts in
+// posix mode, with the options kept and aliases off. A failure in it is
+// no errexit (|| \:): the options are back by then.
+func (p callProto) callPrefix() string {
+	t := `⟨V⟩d=1; \trap -- ⟨V⟩err ERR; `
+	if p.prev != "" {
+		// "set -" alone changes nothing here: -x and -v are off.
+		t += `\set -${⟨Q⟩o//[!euv]/}; `
+	}
+	t += `\unset ${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT} 2>/dev/null || \:`
+	if p.prev != "" {
+		// Parsed after the unset ran: aliases are still off.
+		t += `; case ${⟨Q⟩o-} in *A*) \builtin shopt -s expand_aliases;; esac`
+	}
+	return p.expand(t) + "\n"
 }
 
 // callFile is the text of a call's file: the prefix, then the command as
@@ -162,40 +328,76 @@ func newNonce() string {
 // bash's for any one complete command: it is parsed before it runs, so an
 // alias the call defines, or a shopt that changes the syntax (extglob),
 // takes effect from the next call on.
-func callFile(command string) []byte {
-	// The ":" keeps an empty command (or one of comments only) a valid
-	// group with status 0.
-	return []byte(callPrefix + "{ :\n" + command + "\n}\n")
+func callFile(p callProto, command string) []byte {
+	// The first command keeps an empty command (or one of comments only)
+	// a valid group with status 0; it puts back xtrace, so that nothing
+	// before the command is traced.
+	first := ":"
+	if p.prev != "" {
+		first = p.expand(`⟨V⟩a=${⟨Q⟩o//[!x]/}; \eval ${⟨V⟩a:+'\set -x'}`)
+	}
+	return []byte(p.callPrefix() + "{ " + first + "\n" + command + "\n}\n")
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
-// tagDone+nonce. After the call file returns, before the nonce appears
-// on the line, the line takes away what would see it or print before the
-// prompt: a DEBUG trap and PS0; and TMOUT, which would end the shell
-// idle at its prompt (the session's --idle-timeout is that bound).
-//
-// Before the call file, the builtins the protocol runs are enabled again
-// (enable -n . would otherwise fail every later call with 127).
-func callLine(marker string, n int, nonce, script, stdin string, outs []string) string {
-	redir := fmt.Sprintf(">%s 2>&1", shellQuote(outs[0]))
-	if len(outs) == 2 {
-		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
+// tagDone+nonce. Before the call file: posix mode, the protocol's
+// builtins, aliases off again (posix mode turned them on), the pending
+// prompt, the call's functions, the USR2 trap and the prompt hook; then
+// the shell's descriptors become the call's (exec, so that nothing of the
+// control channel stays open in the shell to be saved, closed or
+// inherited), bash's own 255 included. The call file is sourced inside
+// the left side of ||, and so is the rest of the line: errexit is
+// suspended for both. After it, before the nonce appears on the line:
+// the options kept, the control channel reopened, a DEBUG trap, PS0 and
+// TMOUT (which would end the shell idle at its prompt) taken away, the
+// hook set again, then the command's posix mode back and aliases off.
+// The tag is tagDone only if the call file ran (varsD): a "." that a
+// command disabled for good (enable -n enable .) is a broken shell, not a
+// status.
+func callLine(p callProto, nonce string) string {
+	var b strings.Builder
+	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + enableBuiltins + aliasesOff))
+	b.WriteString(p.expand(`case ${PS1@a} in *r*) \builtin printf '\n%s ` + tagBroken + ` 0\n' ⟨M⟩ >&2;; esac; `))
+	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'; ⟨V⟩s=0; `))
+	b.WriteString(p.functions())
+	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
+	b.WriteString(p.promptHook())
+	b.WriteString(`\exec ` + p.redirs() + ` 255>&-; `)
+	// The options are kept with stderr away: -x would trace it.
+	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=$?; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
+	b.WriteString(p.reopen() + "; ")
+	b.WriteString(`\trap - DEBUG; \unset TMOUT 2>/dev/null; `)
+	b.WriteString(unlessReadonly("PS0", ""))
+	b.WriteString(p.promptHook())
+	if p.prev != "" {
+		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
-	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \unset -f enable; \enable . : unset set trap eval kill builtin; \. %s <%s %s || __agentsh_s=$?; `+
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
-		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
+	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `} $⟨V⟩s"$'\n'; `))
+	b.WriteString(p.expand(forget + `} || \:`))
+	b.WriteString("\n")
+	return b.String()
 }
+
+// forget removes the call's variables and functions (but its option
+// stash) and, with the same unset, puts the command's posix mode back;
+// then aliases are off for the next line.
+const forget = `\unset -f ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe 2>/dev/null; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}} 2>/dev/null; \unset ⟨V⟩q ⟨V⟩a 2>/dev/null; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
-// bash's own 130 for a SIGINT). It restores what the interrupt set aside:
-// the user's INT trap, and the user's posix mode if the call file never
-// got to restore it.
-func probeLine(marker, nonce string) string {
-	return `__agentsh_r=${__agentsh_f:-$?}; __agentsh_f=; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
-		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
-		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
-		fmt.Sprintf(`PS1=$'\n'"%s %s%s $__agentsh_r"$'\n'; PROMPT_COMMAND=()`, marker, tagProbe, nonce) + "\n"
+// bash's own 130 for a SIGINT): it is taken first, then varsProbe does
+// the work. Its only words are assignments, the function's name and
+// quoted builtins, since it is parsed with whatever aliases the command
+// left. Without a call (p.vars empty) it only reports.
+func probeLine(p callProto, nonce string) string {
+	if p.vars == "" {
+		return p.expand(`PS1=$'\n'"⟨M⟩ `+tagProbe+nonce+` $?"$'\n'`) + "\n"
+	}
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; ⟨V⟩probe; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + ` $⟨V⟩r"$'\n'; `
+	if p.prev != "" {
+		t += `\unset ⟨Q⟩o 2>/dev/null; ` // the call file has read it, if it ever will
+	}
+	return p.expand(t+forget) + "\n"
 }
 
 // shell is one running shell process and its control channel.
@@ -210,8 +412,19 @@ type shell struct {
 	// and whose working directory is the session's: id, or the helper's
 	// only child in a sandbox (the helper ignores signals and stays where
 	// it started).
-	self   proctree.ID
-	stdin  io.WriteCloser
+	self proctree.ID
+	// stdin writes the control FIFO the shell reads its lines from
+	// (opened read-write: never a broken pipe, whoever holds it).
+	stdin io.WriteCloser
+	// ctlIn and ctlOut are the control FIFOs, which the shell reopens by
+	// path after each call; keeper is the server's own writer of ctlOut,
+	// so that the shell closing it for a call is no end of file: it is
+	// closed when the shell is reaped.
+	ctlIn, ctlOut string
+	keeper        *os.File
+	// call is the protocol of the call in progress, or of the last one:
+	// its variables name the option stash the next call restores.
+	call   callProto
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
 	status *os.ProcessState
@@ -266,21 +479,18 @@ func (s *server) startShell(cwd string) error {
 		s.guard.Apply(cmd.SysProcAttr)
 		cmd.Env = s.guard.Env(cmd.Env)
 	}
-	in, err := cmd.StdinPipe()
+	ch, err := s.calls.control()
 	if err != nil {
-		return result.Errorf(result.CodeSessionStartFailed, "pipe: %v", err)
+		return result.Errorf(result.CodeSessionStartFailed, "control channel: %v", err)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return result.Errorf(result.CodeSessionStartFailed, "pipe: %v", err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
+	in, pr, keeper := ch.in, ch.out, ch.keeper
+	pw := ch.shellOut
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = ch.shellIn, pw, pw
 	if s.sandbox != nil {
 		// --net proxy: the shell's namespace hands its proxy listener over.
 		files, started, err := s.sandbox.Launch()
 		if err != nil {
-			pr.Close()
-			pw.Close()
+			ch.close()
 			return err
 		}
 		defer started()
@@ -289,15 +499,17 @@ func (s *server) startShell(cwd string) error {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
 	}
 	err = cmd.Start()
+	ch.shellIn.Close()
 	pw.Close()
 	for _, f := range guardFiles {
 		f.Close()
 	}
 	if err != nil {
-		pr.Close()
+		ch.close()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
-	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
+	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
+	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {
 		// The shell is the guard's child: signals, the cwd and the
@@ -305,7 +517,7 @@ func (s *server) startShell(cwd string) error {
 		if shellPID, err = s.policy.Started(30 * time.Second); err != nil {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
-			pr.Close()
+			ch.close()
 			if rerr := s.policy.Guard().Report().Err(); rerr != nil {
 				return rerr
 			}
@@ -320,7 +532,7 @@ func (s *server) startShell(cwd string) error {
 			if err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
-				pr.Close()
+				ch.close()
 				return result.Errorf(result.CodeSessionStartFailed, "cannot find the sandbox helper below the policy guard: %v", err)
 			}
 			shellPID = helper.PID
@@ -336,6 +548,9 @@ func (s *server) startShell(cwd string) error {
 	go func() {
 		_ = cmd.Wait()
 		sh.status = cmd.ProcessState
+		// What the shell wrote is read to its end, then the channel
+		// closes; its input goes with it.
+		keeper.Close()
 		close(sh.exited)
 	}()
 	s.mu.Lock()
@@ -477,7 +692,7 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				// probe lines are skipped shows this prompt again for each.
 				p := newNonce()
 				probes[tagProbe+p] = true
-				if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, p)); err != nil {
+				if _, err := io.WriteString(sh.stdin, probeLine(sh.call, p)); err != nil {
 					return 0, gotEOF
 				}
 			default:
@@ -584,7 +799,7 @@ func (sh *shell) probe(limit time.Duration) bool {
 			// any more: the shell exited, or exec replaced it (which
 			// closes its saved input and control channel). That is not
 			// yet a verdict: the control channel's end is, and it follows.
-			if _, err := io.WriteString(sh.stdin, probeLine(sh.marker, nonce)); err == nil {
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.call, nonce)); err == nil {
 				sent = append(sent, tagProbe+nonce)
 				every = time.NewTimer(probeEvery * time.Duration(k))
 				next = every.C
