@@ -395,3 +395,19 @@ func TestProbeOfAnExecdShell(t *testing.T) {
 		w.Close()
 	}
 }
+
+// TestErrexitAfterAnInterrupt: a call interrupted by its timeout leaves
+// errexit working for the calls after it.
+func TestErrexitAfterAnInterrupt(t *testing.T) {
+	s := newTestServer(t)
+	if obj, _ := runCall(t, s, CallRequest{Command: "sleep 6191", Timeout: 300 * time.Millisecond}, nil); field(obj, "exit_code") != 124 {
+		t.Fatalf("timeout: %v", obj)
+	}
+	for range 2 {
+		obj, out := runCall(t, s, CallRequest{Command: "(set -e; false; echo no); set -e; false; echo no", Timeout: 20 * time.Second}, nil)
+		if out.reset || out.ended || field(obj, "stdout") != "" || field(obj, "exit_code") != 1 {
+			b, _ := os.ReadFile(filepath.Join(s.sdir, "shell.log"))
+			t.Fatalf("errexit after an interrupt: %v %+v; shell log:\n%s", obj, out, b)
+		}
+	}
+}

@@ -139,7 +139,7 @@ const (
 // history, no mail checks, errtrace. Everything else the protocol needs
 // (its traps, its prompt hook) each call line sets afresh.
 func shellInit() string {
-	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E` + "\n"
+	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; history -c` + "\n"
 }
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
@@ -254,6 +254,11 @@ const (
 	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}} 2>/dev/null; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
 	aliasesOff = `\builtin shopt -u expand_aliases 2>/dev/null; `
+	// plainPrompts takes away the attributes a command can give the
+	// prompt variables that would change what is assigned (declare -u
+	// PS1 would upcase the marker, -i evaluate it): case, integer,
+	// nameref.
+	plainPrompts = `\builtin declare -g +ilun PS1 PS0 PROMPT_COMMAND 2>/dev/null; `
 	// raiseINT interrupts the line from a trap: SIGINT to the shell
 	// itself, which bash honours by abandoning the line (a kill program
 	// would not do: bash goes on when its child exits 0).
@@ -278,16 +283,22 @@ func (p callProto) promptHook() string {
 // errexit: in the session's own shell it ends the call with the failing
 // status, kept for the probe that follows the abandoned line (errexit is
 // kept with the other options, for the next call); in a subshell it
-// exits, as errexit would. varsProbe is the probe's work: the options
+// exits, as errexit would. Both keep the command's INT trap aside (the
+// probe restores it): one that ignores SIGINT would let the line go on.
+// varsProbe is the probe's work: the options
 // kept (unless a trap did), the command's INT trap back, posix mode on,
 // the channel reopened; the probe line itself reports.
 func (p callProto) functions() string {
 	// Should the kill builtin be gone for good (enable -n enable kill),
 	// nothing may run on: the interrupt spins until the server replaces
-	// the shell, errexit exits as it would have.
-	back := p.reopen() + "; " + p.expand(posixBack+aliasesOff+raiseINT)
-	return p.expand(`⟨V⟩usr2() { `+stashOpts+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back + `while \:; do \:; done; }; ` +
-		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩o=${-//[^euvx]/}; `+stashOpts+`⟨V⟩f=$⟨V⟩t; `+posixOn+enableBuiltins) + back + p.expand(`\exit "$⟨V⟩t";; `) +
+	// the shell, errexit exits as it would have. In the USR2 trap the kill
+	// comes last: bash takes that SIGINT only at the next command, and
+	// abandoning the line from inside the trap function leaves errexit
+	// ignored for good.
+	back := p.reopen() + "; " + p.expand(posixBack+aliasesOff)
+	return p.expand(`⟨V⟩usr2() { `+stashOpts+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back +
+		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || while \:; do \:; done; `+raiseINT+`}; `) +
+		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩o=${-//[^euvx]/}; `+stashOpts+`⟨V⟩f=$⟨V⟩t; `+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back + p.expand(raiseINT+`\exit "$⟨V⟩t";; `) +
 		p.expand(`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$⟨V⟩t";; esac; }; `) +
 		p.expand(`⟨V⟩probe() { `+stashOpts+
 			// The posix mode to put back: the one the tail kept, else
@@ -296,7 +307,7 @@ func (p callProto) functions() string {
 			`case ${⟨V⟩e+e}${⟨V⟩d+d} in e*) ⟨V⟩p=${⟨V⟩q-};; d) ⟨V⟩p=${POSIXLY_CORRECT+x};; *) ⟨V⟩p=${⟨V⟩p-${POSIXLY_CORRECT+x}};; esac; `+
 			// A call's ERR trap lasts for its call: bash puts back the
 			// one from before only when the source returns.
-			posixOn+`⟨V⟩q=$⟨V⟩p; `+enableBuiltins+`\eval "${⟨V⟩int-}"; \trap - ERR; `) + p.reopen() + "; " + p.promptHook() + "}; "
+			posixOn+`⟨V⟩q=$⟨V⟩p; `+enableBuiltins+plainPrompts+`\eval "${⟨V⟩int-}"; \trap - ERR; `) + p.reopen() + "; " + p.promptHook() + "}; "
 }
 
 // callPrefix is the call file's first line: it says the file ran (varsD),
@@ -356,7 +367,7 @@ func callFile(p callProto, command string) []byte {
 // status.
 func callLine(p callProto, nonce string) string {
 	var b strings.Builder
-	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + enableBuiltins + aliasesOff))
+	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + enableBuiltins + aliasesOff + plainPrompts))
 	b.WriteString(p.expand(`case ${PS1@a} in *r*) \builtin printf '\n%s ` + tagBroken + ` 0\n' ⟨M⟩ >&2;; esac; `))
 	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'; ⟨V⟩s=0; `))
 	b.WriteString(p.functions())
@@ -366,7 +377,7 @@ func callLine(p callProto, nonce string) string {
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=$?; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
-	b.WriteString(`\trap - DEBUG; \unset TMOUT 2>/dev/null; `)
+	b.WriteString(`\trap - DEBUG; \unset TMOUT 2>/dev/null; ` + plainPrompts)
 	b.WriteString(unlessReadonly("PS0", ""))
 	b.WriteString(p.promptHook())
 	if p.prev != "" {
