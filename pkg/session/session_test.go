@@ -17,7 +17,7 @@ import (
 
 // newTestServer builds a server with a live shell in dir, without the
 // socket and the detached process: enough to drive the shell protocol.
-func newTestServer(t *testing.T) *server {
+func newTestServer(t testing.TB) *server {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -43,7 +43,7 @@ func newTestServer(t *testing.T) *server {
 }
 
 // runCall runs one command through the whole call path.
-func runCall(t *testing.T, s *server, req CallRequest, cancel <-chan struct{}) (*result.Object, outcome) {
+func runCall(t testing.TB, s *server, req CallRequest, cancel <-chan struct{}) (*result.Object, outcome) {
 	t.Helper()
 	if req.MaxOutput == 0 {
 		req.MaxOutput = 1 << 16

@@ -95,6 +95,14 @@ import (
 // the working directory is read from the kernel (proctree.Cwd), so $PWD
 // cannot lie to it.
 //
+// What is left to a command that sets out to break the shell: a readonly
+// PS1, "." or kill disabled for good (enable -n enable ., enable -n
+// enable kill) cost a reset; a function named enable with builtin and
+// unset disabled, extdebug with a DEBUG trap that fails (which skips the
+// protocol's commands too), or a readonly PROMPT_COMMAND with a line the
+// command abandons itself leave the shell without its channel, and it
+// ends.
+//
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
 // call's processes get SIGINT and, after the grace, SIGKILL, and the shell
@@ -147,13 +155,11 @@ func shellInit() string {
 // a SIGINT the command sent its own group) and tagDone+nonce when it ran
 // to its end; a probe line shows tagProbe+nonce. Nonces are fresh for
 // every line and appear nowhere but in the line itself, so no command can
-// print a prompt that ends its call or forges its status. tagBroken is
-// what a line shows when it finds PS1 readonly: it can report nothing.
+// print a prompt that ends its call or forges its status.
 const (
 	tagPending = "a"
 	tagDone    = "c"
 	tagProbe   = "p"
-	tagBroken  = "b"
 )
 
 // newNonce is a fresh random tag suffix.
@@ -239,26 +245,26 @@ const (
 	// their nonces) are neither echoed, traced nor recorded, nor parsed
 	// with aliases. Once kept, varsO stays.
 	stashOpts = `⟨V⟩o=${⟨V⟩o-${-//[^euvx]/}}; \set +euvx +o history; case :$BASHOPTS: in *:expand_aliases:*) ⟨V⟩o=${⟨V⟩o}A;; esac; `
-	// posixOn keeps the command's posix mode in varsQ and switches it
-	// on, by an assignment (syntax, which nothing can shadow) in front
+	// posixOn keeps the command's posix mode in varsQ (unless kept
+	// already: a trap in the tail keeps the tail's) and switches it on, by an assignment (syntax, which nothing can shadow) in front
 	// of ":", so that bash puts back the options posix mode changes when
 	// it is switched off; not when POSIXLY_CORRECT is readonly.
-	posixOn = `⟨V⟩q=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac; `
+	posixOn = `⟨V⟩q=${⟨V⟩q-${POSIXLY_CORRECT+x}}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac; `
 	// enableBuiltins undoes what a command can do to the builtins the
 	// protocol runs: enable -n, and a function named builtin, through
 	// which the protocol runs the regular ones (kill, shopt, printf), so
 	// that a function of their names is left alone.
-	enableBuiltins = `\unset -f builtin 2>/dev/null; \builtin enable builtin 2>/dev/null || \enable builtin 2>/dev/null; \builtin enable . : eval exec set trap unset kill shopt printf 2>/dev/null; `
+	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
-	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}} 2>/dev/null; `
+	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
-	aliasesOff = `\builtin shopt -u expand_aliases 2>/dev/null; `
+	aliasesOff = `\builtin shopt -u expand_aliases; `
 	// plainPrompts takes away the attributes a command can give the
 	// prompt variables that would change what is assigned (declare -u
 	// PS1 would upcase the marker, -i evaluate it): case, integer,
 	// nameref.
-	plainPrompts = `\builtin declare -g +ilun PS1 PS0 PROMPT_COMMAND 2>/dev/null; `
+	plainPrompts = `\builtin declare -g +ilun PS1 PS0 PROMPT_COMMAND; `
 	// raiseINT interrupts the line from a trap: SIGINT to the shell
 	// itself, which bash honours by abandoning the line (a kill program
 	// would not do: bash goes on when its child exits 0).
@@ -296,18 +302,18 @@ func (p callProto) functions() string {
 	// abandoning the line from inside the trap function leaves errexit
 	// ignored for good.
 	back := p.reopen() + "; " + p.expand(posixBack+aliasesOff)
-	return p.expand(`⟨V⟩usr2() { `+stashOpts+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back +
+	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) +
+		p.expand(`⟨V⟩usr2() { ⟨V⟩on; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || while \:; do \:; done; `+raiseINT+`}; `) +
-		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩o=${-//[^euvx]/}; `+stashOpts+`⟨V⟩f=$⟨V⟩t; `+posixOn+`⟨V⟩int=$(\trap -p INT); \trap - INT; `+enableBuiltins) + back + p.expand(raiseINT+`\exit "$⟨V⟩t";; `) +
-		p.expand(`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$⟨V⟩t";; esac; }; `) +
-		p.expand(`⟨V⟩probe() { `+stashOpts+
-			// The posix mode to put back: the one the tail kept, else
-			// the call's own, else (the call file never ran) the one
-			// before the line.
-			`case ${⟨V⟩e+e}${⟨V⟩d+d} in e*) ⟨V⟩p=${⟨V⟩q-};; d) ⟨V⟩p=${POSIXLY_CORRECT+x};; *) ⟨V⟩p=${⟨V⟩p-${POSIXLY_CORRECT+x}};; esac; `+
-			// A call's ERR trap lasts for its call: bash puts back the
-			// one from before only when the source returns.
-			posixOn+`⟨V⟩q=$⟨V⟩p; `+enableBuiltins+plainPrompts+`\eval "${⟨V⟩int-}"; \trap - ERR; `) + p.reopen() + "; " + p.promptHook() + "}; "
+		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩on; ⟨V⟩f=$⟨V⟩t; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*errexit*) POSIXLY_CORRECT=y \:; \exit "$⟨V⟩t";; esac; }; `) +
+		// A call's ERR trap lasts for its call: bash puts back the one
+		// from before only when the source returns. The posix mode to
+		// put back is the one varsOn kept (the call's own, or the
+		// tail's), unless the call file never ran: the one before the
+		// line.
+		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
+		p.reopen() + "; " + p.promptHook() + "}; "
 }
 
 // callPrefix is the call file's first line: it says the file ran (varsD),
@@ -367,9 +373,12 @@ func callFile(p callProto, command string) []byte {
 // status.
 func callLine(p callProto, nonce string) string {
 	var b strings.Builder
-	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + enableBuiltins + aliasesOff + plainPrompts))
-	b.WriteString(p.expand(`case ${PS1@a} in *r*) \builtin printf '\n%s ` + tagBroken + ` 0\n' ⟨M⟩ >&2;; esac; `))
-	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'; ⟨V⟩s=0; `))
+	// The tail of the line before (or a probe) enabled the builtins and
+	// made the prompts plain; nothing ran since.
+	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; `))
+	// The names the tail assigns are set nowhere before it, so that a
+	// call cannot find them (compgen -v) and make them readonly.
+	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'; `))
 	b.WriteString(p.functions())
 	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
 	b.WriteString(p.promptHook())
@@ -377,7 +386,7 @@ func callLine(p callProto, nonce string) string {
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=$?; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
-	b.WriteString(`\trap - DEBUG; \unset TMOUT 2>/dev/null; ` + plainPrompts)
+	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + plainPrompts)
 	b.WriteString(unlessReadonly("PS0", ""))
 	b.WriteString(p.promptHook())
 	if p.prev != "" {
@@ -392,7 +401,7 @@ func callLine(p callProto, nonce string) string {
 // forget removes the call's variables and functions (but its option
 // stash) and, with the same unset, puts the command's posix mode back;
 // then aliases are off for the next line.
-const forget = `\unset -f ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe 2>/dev/null; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}} 2>/dev/null; \unset ⟨V⟩q ⟨V⟩a 2>/dev/null; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -406,7 +415,7 @@ func probeLine(p callProto, nonce string) string {
 	}
 	t := `⟨V⟩r=${⟨V⟩f:-$?}; ⟨V⟩probe; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + ` $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
-		t += `\unset ⟨Q⟩o 2>/dev/null; ` // the call file has read it, if it ever will
+		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
 	return p.expand(t+forget) + "\n"
 }
