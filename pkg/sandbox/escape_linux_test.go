@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -509,5 +511,60 @@ func TestHelperRefusesOtherVersion(t *testing.T) {
 	}
 	if e := readFailure(status); e == nil || !strings.Contains(e.Error(), "another build") {
 		t.Fatalf("failure %v", e)
+	}
+}
+
+// The helper, PID 1 of the command's namespace, survives the signals its
+// caller sends it (its death would kill the command at once), and the
+// command inherits none of them ignored or blocked: its dispositions are
+// those of the same command run without the sandbox.
+func TestSignals(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	const script = `grep -E '^Sig(Ign|Blk)' /proc/self/status; echo ready; read x; grep -E '^Sig(Ign|Blk)' /proc/self/status`
+	base := exec.Command("sh", "-c", script)
+	base.Stdin = strings.NewReader("go\n")
+	plain, err := base.CombinedOutput()
+	if err != nil {
+		t.Fatalf("plain: %v %s", err, plain)
+	}
+	plain = []byte(strings.Replace(string(plain), "ready\n", "", 1))
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, self(t))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	argv := prep.Argv([]string{"sh", "-c", script})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	stdin, err := cmd.StdinPipe()
+	must(t, err)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	r := bufio.NewReader(stdout)
+	var got strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("before ready: %v %q %v", err, got.String(), prep.Failure())
+		}
+		if line == "ready\n" {
+			break
+		}
+		got.WriteString(line)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1,
+		syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGXCPU, syscall.Signal(40)} {
+		must(t, cmd.Process.Signal(sig))
+	}
+	_, _ = stdin.Write([]byte("go\n"))
+	rest, _ := io.ReadAll(r)
+	got.Write(rest)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the helper did not survive the signals: %v %v", err, prep.Failure())
+	}
+	if got.String() != string(plain) {
+		t.Errorf("dispositions in the sandbox:\n%s\nwant, as without it:\n%s", got.String(), plain)
 	}
 }
