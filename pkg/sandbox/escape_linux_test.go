@@ -444,7 +444,31 @@ func TestSweepStale(t *testing.T) {
 	otherBoot := filepath.Join(tmp, tempPrefix+"oldboot")
 	must(t, os.MkdirAll(otherBoot, 0o700))
 	must(t, os.WriteFile(filepath.Join(otherBoot, ownerFile), []byte(ownerID()+" another-boot\n"), 0o600))
+	// Today's directories name their owner instead.
+	named := func(owner string) string {
+		d := filepath.Join(tmp, runPrefix+owner+".0123ab")
+		must(t, os.MkdirAll(filepath.Join(d, "tmp"), 0o700))
+		return d
+	}
+	deadID := strconv.Itoa(dead.Process.Pid) + "." + strconv.FormatUint(deadStart, 10)
+	staleNamed, liveNamed := named(deadID), named(ownerID())
+	prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	base := filepath.Base(filepath.Dir(prep.TempDir))
+	if id, ok := nameOwner(base); !ok || id != ownerID() || len(base) > 29 {
+		t.Errorf("private directory %s does not name its owner %s in 29 characters", prep.TempDir, ownerID())
+	}
+	prep.Cleanup()
+	if _, err := os.Stat(filepath.Dir(prep.TempDir)); err == nil {
+		t.Error("Cleanup kept the private directory")
+	}
 	sweepStale("")
+	if _, err := os.Stat(staleNamed); err == nil {
+		t.Error("a dead owner's named directory was kept")
+	}
+	if _, err := os.Stat(liveNamed); err != nil {
+		t.Error("a live owner's named directory was removed")
+	}
 	if _, err := os.Stat(stale); err == nil {
 		t.Error("stale directory of a dead owner kept")
 	}

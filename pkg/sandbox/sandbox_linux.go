@@ -135,19 +135,13 @@ func (b *builder) build() (*Prepared, error) {
 	if b.sweep = sweepDue(area); b.sweep {
 		sweepStale(area)
 	}
-	base, err := os.MkdirTemp(area, tempPrefix)
+	// 0711: a --user target must reach tmp/ but not list or read the
+	// status file beside it.
+	base, err := makePrivate(area, 0o711)
 	if err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's private directory: %v", unwrap(err)).Wrap(err)
 	}
 	b.base = base
-	// 0711: a --user target must reach tmp/ but not list or read the
-	// status file beside it.
-	if err := os.Chmod(base, 0o711); err != nil {
-		return nil, result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", base, unwrap(err))
-	}
-	if err := writeOwner(base); err != nil {
-		return nil, result.Errorf(result.CodeSandboxFailed, "cannot record the sandbox's owner: %v", unwrap(err))
-	}
 	tmp := filepath.Join(base, "tmp")
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp dir: %v", unwrap(err))
@@ -158,14 +152,12 @@ func (b *builder) build() (*Prepared, error) {
 	b.sp.TempAreas = areas
 	// The helper creates the status file at its start, while it may still
 	// write here, and writes to it only if it fails or the target dies of
-	// a signal. The command sees /dev/null in its place.
+	// a signal; no status file is no failure. The command sees /dev/null
+	// in its place.
 	status := filepath.Join(base, "status")
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
-	if err := os.WriteFile(status, nil, 0o600); err != nil {
-		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's status file: %v", unwrap(err))
-	}
-	b.sp.DenyFiles = append(b.sp.DenyFiles, status, filepath.Join(base, ownerFile))
+	b.sp.DenyFiles = append(b.sp.DenyFiles, status)
 
 	if p.User != "" {
 		if err := b.user(tmp); err != nil {
@@ -297,7 +289,7 @@ func (b *builder) build() (*Prepared, error) {
 			for i := len(cgroups) - 1; i >= 0; i-- {
 				removeCgroup(cgroups[i])
 			}
-			_ = os.RemoveAll(base)
+			removePrivate(base)
 		})
 	}
 	prep := &Prepared{
@@ -451,6 +443,43 @@ func (b *builder) control() {
 	}
 }
 
+// makePrivate creates a run's private directory in area, named after its
+// owner (privateName), with mode perm whatever the umask: one mkdir where
+// the umask allows it, no chmod.
+func makePrivate(area string, perm uint32) (string, error) {
+	for try := 0; ; try++ {
+		var rnd [3]byte
+		_, _ = rand.Read(rnd[:])
+		dir := filepath.Join(area, privateName(hex.EncodeToString(rnd[:])))
+		err := unix.Mkdir(dir, perm)
+		if errors.Is(err, unix.EEXIST) && try < 10 {
+			continue
+		}
+		if err != nil {
+			return "", &fs.PathError{Op: "mkdir", Path: dir, Err: err}
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(dir, &st); err != nil || st.Mode&0o7777 != perm {
+			if err := unix.Chmod(dir, perm); err != nil {
+				_ = unix.Rmdir(dir)
+				return "", &fs.PathError{Op: "chmod", Path: dir, Err: err}
+			}
+		}
+		return dir, nil
+	}
+}
+
+// removePrivate removes a run's private directory: its status file and
+// TMPDIR removed by name, in four calls, and whatever else (what the
+// command left in TMPDIR) by a walk.
+func removePrivate(base string) {
+	_ = unix.Unlink(filepath.Join(base, "status"))
+	if unix.Rmdir(filepath.Join(base, "tmp")) == nil && unix.Rmdir(base) == nil {
+		return
+	}
+	_ = os.RemoveAll(base)
+}
+
 // under reports whether path is one of roots or inside one.
 func under(path string, roots []string) bool {
 	for _, r := range roots {
@@ -582,7 +611,7 @@ func (b *builder) cleanup() {
 		removeCgroup(b.cgroups[i])
 	}
 	if b.base != "" {
-		_ = os.RemoveAll(b.base)
+		removePrivate(b.base)
 	}
 }
 
