@@ -49,8 +49,13 @@ func tempAreas(parent string) (string, []string, error) {
 		areas = append(areas, mine)
 		// A listing without a sort or a stat per entry: the temp dir
 		// of a long-lived machine holds thousands of entries, and this
-		// runs on every sandboxed call.
-		_ = scanDir(p, func(name []byte, typ byte) {
+		// runs on every sandboxed call. (scanDir follows no symlink: a
+		// TMPDIR below one is listed where it resolves to.)
+		list := p
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			list = real
+		}
+		_ = scanDir(list, func(name []byte, typ byte) {
 			if !bytes.HasPrefix(name, []byte(areaPrefix)) || typ != unix.DT_DIR && typ != unix.DT_UNKNOWN {
 				return
 			}
