@@ -139,3 +139,76 @@ func TestPrivateReuseAfterUser(t *testing.T) {
 		t.Error("the spare was not taken")
 	}
 }
+
+// BenchmarkPrivateDir is a run's private directory taken and given back
+// (a spare renamed twice), against making and removing one, on the temp
+// dir's filesystem.
+func BenchmarkPrivateDir(b *testing.B) {
+	tmp := b.TempDir()
+	b.Setenv("TMPDIR", tmp)
+	area, _, err := tempAreas("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("spare", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := claimPrivate(area)
+			if err != nil {
+				b.Fatal(err)
+			}
+			releasePrivate(dir)
+		}
+	})
+	b.Run("mkdir-rmdir", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := makePrivate(area, 0o711)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkTempAreas lists a directory of 1,500 entries for other uids'
+// areas, as a long-lived machine's temp dir: the raw listing tempAreas
+// makes against os.ReadDir (a DirEntry per entry, sorted).
+func BenchmarkTempAreas(b *testing.B) {
+	dir := b.TempDir()
+	for i := 0; i < 1500; i++ {
+		if err := os.Mkdir(filepath.Join(dir, "entry-"+strconv.Itoa(i)), 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("scandir", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			if err := scanDir(dir, func(name []byte, _ byte) {
+				if strings.HasPrefix(string(name), areaPrefix) {
+					n++
+				}
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("readdir", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), areaPrefix) && e.IsDir() {
+					n++
+				}
+			}
+		}
+	})
+}
