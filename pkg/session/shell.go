@@ -99,9 +99,10 @@ import (
 // PS1, "." or kill disabled for good (enable -n enable ., enable -n
 // enable kill) cost a reset; a function named enable with builtin and
 // unset disabled, extdebug with a DEBUG trap that fails (which skips the
-// protocol's commands too), or a readonly PROMPT_COMMAND with a line the
-// command abandons itself leave the shell without its channel, and it
-// ends.
+// protocol's commands too), a readonly PROMPT_COMMAND with a line the
+// command abandons itself, or ulimit -n below 10 (bash saves a descriptor
+// above 9 for every redirection, exec's too) leave the shell without its
+// channel, and it ends.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
