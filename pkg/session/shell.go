@@ -112,7 +112,8 @@ func shellInit() string {
 	// USR2: keep the user's INT trap aside (the probe restores it), then
 	// raise SIGINT at ourselves. "builtin" is made safe first: a function
 	// of that name would shadow it even when quoted.
-	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
+	usr2 := `{ __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; \trap - DEBUG; } >/dev/null 2>&1; ` + keepXtrace +
+		`__agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` + promptsOff +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
 	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; ` +
 		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
@@ -122,17 +123,66 @@ func shellInit() string {
 // above): in the session's own shell it ends the call with the failing
 // status, kept for the probe that follows the abandoned line; in a
 // subshell it exits, as errexit would.
-const errTrap = `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
-	`"$$":*errexit*) ` +
-	`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; PROMPT_COMMAND=(); ` +
+const errTrap = `{ __agentsh_t=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; ` +
+	`case $BASHPID:$SHELLOPTS in ` +
+	`"$$":*errexit*) ` + keepXtrace + `\set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; ` + promptsOff +
 	`\unset -f builtin; ` +
 	`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
-	`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
+	`*:*errexit*) \exit "$__agentsh_t";; ` +
+	`*) case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; case $__agentsh_y in *x*) \set -x;; esac;; esac`
+
+// keepXtrace remembers, after the protocol switched xtrace off (silently:
+// the set +x is traced into /dev/null), that the user had it on; the call
+// file turns it back on just before the user's text, so that no protocol
+// command is ever traced: neither into the user's stderr nor, with PS4
+// expanded, onto the control channel.
+const keepXtrace = `case $__agentsh_y in *x*) __agentsh_x=x;; esac; `
+
+// promptsOff takes away what the user may have set that bash expands or
+// runs whenever it shows a prompt or reads a line (PS1, PROMPT_COMMAND,
+// PS0), on the paths that abandon a call's line: what bash shows next is
+// the pending prompt, at once.
+const promptsOff = `PS0=; PS1=${__agentsh_a-}; PROMPT_COMMAND=(); `
 
 // callPrefix is the call file's first line: the ERR trap back (see the
 // protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
 const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+
+// callStart opens the group of the user's text: xtrace back on if the user
+// had it (case is a valid body for an empty command, status 0, and is
+// not traced, since xtrace is off until its set -x).
+const callStart = `{ case ${__agentsh_x-} in x) __agentsh_x=; \set -x;; esac` + "\n"
+
+// callEnd follows the group: the group's status kept, xtrace off
+// silently, and the user's RETURN trap written to the call's trap FIFO
+// and taken away, so that the "." of the call file, which returns right
+// after, does not fire it (the next call's file sets it again). The
+// call's DEBUG trap ends here too (it lasts for its call), so that it runs
+// for none of the protocol's commands after this one. Its output and what
+// a DEBUG trap prints for these go to /dev/null; nothing here can fail
+// into the ERR trap (the || :).
+func callEnd(trapFIFO string) string {
+	return `{ __agentsh_g=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; ` +
+		`{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; } >` + shellQuote(trapFIFO) +
+		`; \trap - RETURN DEBUG; ` + keepXtrace + `case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; } >/dev/null 2>&1 || :` + "\n"
+}
+
+// trapSentinelAction is a RETURN trap the call's end sets for a moment and
+// prints after the user's, so that what it wrote always ends with
+// trapSentinel: the server tells "no RETURN trap" from "the end did not
+// run" (a return at the call's top level, an abandoned line).
+const (
+	trapSentinelAction = "__agentsh_rt"
+	trapSentinel       = "trap -- '" + trapSentinelAction + "' RETURN\n"
+)
+
+// savedTraps is what a call's end wrote to its trap FIFO: the user's
+// RETURN trap (trap -p output), and whether the end ran at all.
+func savedTraps(out []byte) (traps string, ok bool) {
+	t, ok := strings.CutSuffix(string(out), trapSentinel)
+	return t, ok
+}
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
 // prompt bash prints when the line is abandoned: an interrupt, errexit,
@@ -162,10 +212,13 @@ func newNonce() string {
 // bash's for any one complete command: it is parsed before it runs, so an
 // alias the call defines, or a shopt that changes the syntax (extglob),
 // takes effect from the next call on.
-func callFile(command string) []byte {
-	// The ":" keeps an empty command (or one of comments only) a valid
-	// group with status 0.
-	return []byte(callPrefix + "{ :\n" + command + "\n}\n")
+func callFile(command, traps, trapFIFO string) []byte {
+	restore := ""
+	if traps != "" {
+		// What the previous call's end wrote (trap -p output).
+		restore = `\eval ` + shellQuote(traps) + "\n"
+	}
+	return []byte(callPrefix + restore + callStart + command + "\n}\n" + callEnd(trapFIFO))
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -181,8 +234,10 @@ func callLine(marker string, n int, nonce, script, stdin string, outs []string) 
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \unset -f enable; \enable . : unset set trap eval kill builtin; \. %s <%s %s || __agentsh_s=$?; `+
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+	return fmt.Sprintf(`{ __agentsh_y=$-; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; `+keepXtrace+
+		`__agentsh_a=$'\n'"%s %s%d 0"$'\n'; PS1=$__agentsh_a; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_g=; \unset -f enable; \enable . : unset set trap eval kill builtin; `+
+		`{ \. %s <%s %s || __agentsh_s=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; `+keepXtrace+
+		`__agentsh_s=${__agentsh_g:-$__agentsh_s}; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
 		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
 
@@ -192,7 +247,8 @@ func callLine(marker string, n int, nonce, script, stdin string, outs []string) 
 // the user's INT trap, and the user's posix mode if the call file never
 // got to restore it.
 func probeLine(marker, nonce string) string {
-	return `__agentsh_r=${__agentsh_f:-$?}; __agentsh_f=; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+	return `{ __agentsh_r=${__agentsh_f:-$?}; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; \trap - DEBUG; } >/dev/null 2>&1; ` + keepXtrace +
+		`__agentsh_f=; \eval "${__agentsh_int-}"; __agentsh_int=; PS0=; ` +
 		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
 		fmt.Sprintf(`PS1=$'\n'"%s %s%s $__agentsh_r"$'\n'; PROMPT_COMMAND=()`, marker, tagProbe, nonce) + "\n"
@@ -221,6 +277,9 @@ type shell struct {
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
+	// traps is the user's RETURN trap as the last call's end saved it
+	// (trap -p output), for the next call's file to set again.
+	traps string
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -446,9 +505,9 @@ func marked(l string) (tag string, code int, ok bool) {
 // status; the first of the two that answers ends the call. Any other
 // marker line means the shell no longer runs the protocol's lines as
 // written.
-func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+func (sh *shell) awaitCall(n int, nonce, pre string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
 	pending := tagPending + strconv.Itoa(n)
-	probes := map[string]bool{}
+	probes := map[string]bool{pre: true}
 	for {
 		select {
 		case l, open := <-sh.lines:
@@ -472,7 +531,7 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return code, gotMarker
 			case sh.owed[tag]:
 				delete(sh.owed, tag)
-			case tag == pending && len(probes) < maxProbes:
+			case tag == pending && len(probes) < maxProbes+1:
 				// Each abandoned-line prompt gets a probe: a shell whose
 				// probe lines are skipped shows this prompt again for each.
 				p := newNonce()
@@ -553,14 +612,30 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	if sh.probe(recoverWait) {
 		return killed, true
 	}
-	if sh.closed || !treeAlive(tree) {
-		return killed, false // nothing of the call holds it: the shell is stuck
+	if sh.closed {
+		return killed, false
 	}
-	// Something the call started meanwhile still holds the shell: kill it
-	// and ask once more.
-	tree.Signal(syscall.SIGKILL)
-	killed = true
-	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	if treeAlive(tree) {
+		// Something the call started meanwhile still holds the shell:
+		// kill it and ask once more.
+		tree.Signal(syscall.SIGKILL)
+		killed = true
+		_ = syscall.Kill(pid, syscall.SIGUSR2)
+		if sh.probe(recoverWait) {
+			return killed, true
+		}
+		if sh.closed {
+			return killed, false
+		}
+	}
+	// Nothing of the call holds the shell: it is busy itself, inside a
+	// builtin that runs no trap until it returns (read or mapfile from an
+	// endless source: bash runs pending traps between commands, not
+	// between the bytes a builtin reads). Such builtins check bash's
+	// interrupt flag at every byte, which SIGINT sets, as Ctrl-C at a
+	// terminal would. A shell where the user's INT trap or ignore stands
+	// in the way does not come back, and is replaced.
+	_ = syscall.Kill(pid, syscall.SIGINT)
 	return killed, sh.probe(recoverWait)
 }
 
