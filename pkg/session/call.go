@@ -385,9 +385,7 @@ func (c *pendingCall) takeTraps(sh *shell) {
 			break
 		}
 	}
-	if t, ok := savedTraps(b); ok {
-		sh.traps = t
-	}
+	savedTraps(b, &sh.traps)
 }
 
 func (c *pendingCall) cleanup() {

@@ -32,7 +32,9 @@ import (
 //
 // Each call is one line (NONCE is fresh random for every call):
 //
-//	PS1=$'\n'"MARK aN 0"$'\n'; __agentsh_n=N; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; __agentsh_q=...; POSIXLY_CORRECT=y \:; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	{ __agentsh_y=$-; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; ...; __agentsh_a=$'\n'"MARK aN 0"$'\n'; PS1=$__agentsh_a; __agentsh_n=N; ...; { \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; ...; \set +x; } 2>/dev/null; ...; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// followed at once by a probe line (see below).
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -73,7 +75,51 @@ import (
 // at a moment it is not waiting for a child, which bash honours by
 // abandoning the line however the child died (a child that catches SIGINT
 // and exits 0 would otherwise let bash go on with the list). A probe line
-// then proves the shell is back at its prompt.
+// then proves the shell is back at its prompt. bash runs traps only between
+// commands, so a shell busy inside one builtin (read or mapfile from an
+// endless source such as /dev/zero) does not run the USR2 trap; those
+// builtins check bash's interrupt flag at every byte, so when the USR2
+// trap did not bring the shell back and nothing of the call holds it, the
+// shell gets SIGINT itself, which sets that flag (Ctrl-C at a terminal).
+// Loops of commands (while :; do :; done, (( )) and for (( )) loops) run
+// the USR2 trap between their commands; a command substitution or pipe is
+// stopped by the SIGINT to its processes. Only a builtin that never returns
+// while the user's INT trap (which bash too runs only after the builtin) or
+// an ignored SIGINT stands in the way keeps the shell from coming back: it
+// is replaced, with session_reset and the call's real elapsed_ms.
+//
+// What the user sets that bash itself runs or expands never fires for the
+// protocol's lines:
+//   - xtrace: every protocol step starts with { ...; set +x; } 2>/dev/null
+//     (the set +x is traced into /dev/null) and remembers whether it was on
+//     (__agentsh_x); the call file's group turns it back on as its first
+//     command, so the user's commands are traced into the call's stderr and
+//     no protocol command is traced anywhere: PS4 is expanded for the user's
+//     commands only (twice more, into /dev/null, when the protocol takes
+//     xtrace away). A user's BASH_XTRACEFD still gets those two lines.
+//   - PS0, PROMPT_COMMAND, PS1: the line's end, the probe, and the paths
+//     that abandon a line (errexit, the interrupt) set them to the
+//     protocol's; a probe goes with every call line, so a line bash abandons
+//     behind the user's own PS1 still ends (its status is the probe's). A
+//     line bash abandons on its own (the command's own SIGINT, an error under
+//     set -u) right after the command set PS0 or PROMPT_COMMAND runs those
+//     once. PS2 is never shown: every protocol line is complete.
+//   - RETURN: bash runs it when a sourced file returns, the call file too;
+//     the call file's end (callEnd) writes the user's RETURN trap to a
+//     per-call FIFO and removes it, and the next call's file sets it again,
+//     so it fires for the user's own sourced files and (under functrace)
+//     functions only. A return at the call's top level skips that end: the
+//     trap then fires once, as bash would for any sourced file.
+//   - DEBUG lasts for its call (callEnd, the probe and the USR2 trap take it
+//     away); it runs for the protocol's commands inside the ERR trap (bash
+//     runs DEBUG inside traps), into the call's output.
+//   - EXIT: the session's end hangs the shell up (SIGHUP) before killing it,
+//     so the user's EXIT trap runs once, when the session really ends, into
+//     the shell log; an explicit exit runs it into that call's output.
+//   - INT: the USR2 trap sets the user's INT trap aside while it interrupts
+//     (the probe puts it back), so neither a handler nor trap '' INT keeps
+//     a timeout from stopping the call; children of trap '' INT inherit the
+//     ignored SIGINT and get SIGKILL after the grace.
 //
 // set -e and set -u: bash exits, interactive or not, on any error it
 // reports itself (an unbound variable, a bad substitution, ${x:?}, a
@@ -92,9 +138,19 @@ import (
 // call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
-// file's first line sets it again. A command's own ERR trap lasts for its
-// call; "! cmd" under set -e does not suspend errexit inside cmd (a list
-// or function), since bash does that only when errexit is in force.
+// file's first line sets it again, and errtrace with it (set -E: the ERR
+// trap must reach functions and subshells for errexit to; a set +E inside a
+// call leaves errexit to the top level for the rest of that call). The
+// user's ERR trap replaces the protocol's for the rest of the call that
+// sets it (bash has one ERR trap, and a function wrapping the trap builtin
+// would break RETURN and DEBUG traps set through it: bash runs a RETURN
+// trap set in a function when that function returns, and puts a DEBUG
+// trap from before back). The call's end (callEnd) hands the user's ERR
+// action to the server, and from the next call on the protocol's ERR trap
+// runs it first, with $? the failing status, wherever it runs (so as under
+// set -E), then carries errexit out. "! cmd" under set -e does not
+// suspend errexit inside cmd (a list or function), since bash does that
+// only when errexit is in force.
 
 const (
 	// probeEvery is how often a probe line is repeated while the server
@@ -124,6 +180,9 @@ func shellInit() string {
 // status, kept for the probe that follows the abandoned line; in a
 // subshell it exits, as errexit would.
 const errTrap = `{ __agentsh_t=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; ` +
+	// The user's ERR trap (see callEnd) first, in the user's posix mode
+	// and with $? the failing status.
+	`case ${__agentsh_uerr:+x} in x) case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; (\exit "$__agentsh_t"); \eval "$__agentsh_uerr"; POSIXLY_CORRECT=y \:;; esac; ` +
 	`case $BASHPID:$SHELLOPTS in ` +
 	`"$$":*errexit*) ` + keepXtrace + `\set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; ` + promptsOff +
 	`\unset -f builtin; ` +
@@ -147,7 +206,7 @@ const promptsOff = `PS0=; PS1=${__agentsh_a-}; PROMPT_COMMAND=(); `
 // callPrefix is the call file's first line: the ERR trap back (see the
 // protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
-const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+const callPrefix = `\trap -- "$__agentsh_err" ERR; \set -E; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
 
 // callStart opens the group of the user's text: xtrace back on if the user
 // had it (case is a valid body for an empty command, status 0, and is
@@ -164,24 +223,88 @@ const callStart = `{ case ${__agentsh_x-} in x) __agentsh_x=; \set -x;; esac` + 
 // into the ERR trap (the || :).
 func callEnd(trapFIFO string) string {
 	return `{ __agentsh_g=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; ` +
-		`{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; } >` + shellQuote(trapFIFO) +
+		`{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >` + shellQuote(trapFIFO) +
 		`; \trap - RETURN DEBUG; ` + keepXtrace + `case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; } >/dev/null 2>&1 || :` + "\n"
 }
 
 // trapSentinelAction is a RETURN trap the call's end sets for a moment and
-// prints after the user's, so that what it wrote always ends with
-// trapSentinel: the server tells "no RETURN trap" from "the end did not
-// run" (a return at the call's top level, an abandoned line).
+// prints after the user's RETURN trap and after the ERR trap, so that what
+// it wrote is RETURN + sentinel + ERR + sentinel: the server tells "no
+// such trap" from "the end did not run" (a return at the call's top level,
+// an abandoned line), where the shell still has whatever it had.
 const (
 	trapSentinelAction = "__agentsh_rt"
 	trapSentinel       = "trap -- '" + trapSentinelAction + "' RETURN\n"
 )
 
-// savedTraps is what a call's end wrote to its trap FIFO: the user's
-// RETURN trap (trap -p output), and whether the end ran at all.
-func savedTraps(out []byte) (traps string, ok bool) {
-	t, ok := strings.CutSuffix(string(out), trapSentinel)
-	return t, ok
+// userTraps are the user's traps the protocol keeps across calls.
+type userTraps struct {
+	// ret is the user's RETURN trap as trap -p prints it ("" for none),
+	// set again by the next call's file.
+	ret string
+	// errAction is the user's ERR action; errSet says there is one.
+	errAction string
+	errSet    bool
+}
+
+// savedTraps reads what a call's end wrote to its trap FIFO into t; ok is
+// false when the end did not run. The protocol's own ERR trap there means
+// the user set none.
+func savedTraps(out []byte, t *userTraps) (ok bool) {
+	ret, rest, ok := strings.Cut(string(out), trapSentinel)
+	if !ok {
+		return false
+	}
+	errLine, ok := strings.CutSuffix(rest, trapSentinel)
+	if !ok {
+		return false
+	}
+	// bash prints a trap asked for by name that is not set as "trap -- - SIG".
+	if ret == "trap -- - RETURN\n" {
+		ret = ""
+	}
+	t.ret = ret
+	switch action, isTrap := trapAction(errLine, "ERR"); {
+	case errLine == "" || errLine == "trap -- - ERR\n":
+		t.errAction, t.errSet = "", false
+	case isTrap && action == errTrap:
+	case isTrap:
+		t.errAction, t.errSet = action, true
+	}
+	return true
+}
+
+// trapAction parses one line of trap -p output for sig: "trap -- 'A' SIG",
+// A in bash's single quotes ('\” for a quote).
+func trapAction(line, sig string) (string, bool) {
+	q, ok := strings.CutPrefix(line, "trap -- ")
+	if !ok {
+		return "", false
+	}
+	if q, ok = strings.CutSuffix(q, " "+sig+"\n"); !ok || len(q) < 2 || q[0] != '\'' || q[len(q)-1] != '\'' {
+		return "", false
+	}
+	parts := strings.Split(q[1:len(q)-1], `'\''`)
+	for _, p := range parts {
+		if strings.Contains(p, "'") {
+			return "", false
+		}
+	}
+	return strings.Join(parts, "'"), true
+}
+
+// restoreTraps is the call file's line that puts the user's traps back.
+func (t userTraps) restore() string {
+	var b strings.Builder
+	if t.ret != "" {
+		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ")
+	}
+	if t.errSet {
+		b.WriteString(`__agentsh_uerr=` + shellQuote(t.errAction) + "; ")
+	} else {
+		b.WriteString(`\unset __agentsh_uerr; `)
+	}
+	return b.String() + "\n"
 }
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
@@ -212,13 +335,8 @@ func newNonce() string {
 // bash's for any one complete command: it is parsed before it runs, so an
 // alias the call defines, or a shopt that changes the syntax (extglob),
 // takes effect from the next call on.
-func callFile(command, traps, trapFIFO string) []byte {
-	restore := ""
-	if traps != "" {
-		// What the previous call's end wrote (trap -p output).
-		restore = `\eval ` + shellQuote(traps) + "\n"
-	}
-	return []byte(callPrefix + restore + callStart + command + "\n}\n" + callEnd(trapFIFO))
+func callFile(command string, traps userTraps, trapFIFO string) []byte {
+	return []byte(callPrefix + traps.restore() + callStart + command + "\n}\n" + callEnd(trapFIFO))
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -277,9 +395,9 @@ type shell struct {
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
-	// traps is the user's RETURN trap as the last call's end saved it
-	// (trap -p output), for the next call's file to set again.
-	traps string
+	// traps are the user's RETURN and ERR traps as the last call's end
+	// saved them, for the next call's file.
+	traps userTraps
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
