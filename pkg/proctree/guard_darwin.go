@@ -21,8 +21,12 @@ func randomBytes(b []byte) error {
 	return err
 }
 
-func makeCgroup(string) (string, int, error) {
-	return "", -1, errors.New("proctree: macOS has no cgroups")
+func cgroupFor(string) (string, error) {
+	return "", errors.New("proctree: macOS has no cgroups")
+}
+
+func createCgroup(string) (int, error) {
+	return -1, errors.New("proctree: macOS has no cgroups")
 }
 
 func (g *Guard) dropCgroup() {}
