@@ -258,10 +258,10 @@ func TestContainmentSession(t *testing.T) {
 	awaitGone(t, ids, killed)
 }
 
-// TestContainmentEarlyKill: agentsh SIGKILLed at every moment of its
-// start, while the watchdog and the cgroup are being set up beside each
-// other and the command is being started, leaves nothing of the command
-// running: whatever of it started is killed by the watchdog.
+// TestContainmentEarlyKill: agentsh SIGKILLed at every millisecond of its
+// start, while the watchdog and the cgroup are being set up and the
+// command is being started, leaves nothing of the command running:
+// whatever of it started is killed by the watchdog.
 func TestContainmentEarlyKill(t *testing.T) {
 	dir, exe := publicDir(t)
 	marker := "7207" + strconv.Itoa(os.Getpid()%1000)

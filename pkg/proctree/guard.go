@@ -80,49 +80,14 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
-	// The cgroup is created beside the watchdog's start, which takes
-	// longer (a fork and an exec), rather than before it: the watchdog is
-	// given the cgroup's path, and a cgroup that never came to be (the
-	// guarded process died first) is to it an empty one.
-	var made chan error
-	if dir, err := cgroupFor(g.token); err == nil {
-		g.mode, g.cgDir = GuardCgroup, dir
-		made = make(chan error, 1)
-		go func() {
-			fd, err := createCgroup(dir)
-			if err == nil {
-				g.cgFD, g.evFD = fd, openEvents(dir)
-			}
-			made <- err
-		}()
+	if dir, fd, err := makeCgroup(g.token); err == nil {
+		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
+		g.evFD = openEvents(dir)
 	}
-	w, wd, lifeline, err := g.startWatchdog(argv)
-	if made != nil {
-		if cerr := <-made; cerr != nil {
-			// No cgroup after all: the watchdog started for one is let
-			// go, and environ mode's started instead.
-			if err == nil {
-				letGo(w, wd, lifeline)
-			}
-			g.mode, g.cgDir = GuardEnviron, ""
-			w, wd, lifeline, err = g.startWatchdog(argv)
-		}
-	}
+	r, w, err := os.Pipe()
 	if err != nil {
 		g.dropCgroup()
 		return nil, err
-	}
-	g.w, g.wd = w, wd
-	go g.watchWatchdog(lifeline)
-	return g, nil
-}
-
-// startWatchdog starts the watchdog of g's mode. w is the pipe it reads;
-// lifeline reads end-of-file once it is gone.
-func (g *Guard) startWatchdog(argv []string) (w *os.File, wd *os.Process, lifeline *os.File, err error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, nil, nil, err
 	}
 	// A second pipe the other way, whose write end only the watchdog
 	// holds (its stdout; it writes nothing there): end-of-file on the read
@@ -132,7 +97,8 @@ func (g *Guard) startWatchdog(argv []string) (w *os.File, wd *os.Process, lifeli
 	if err != nil {
 		r.Close()
 		w.Close()
-		return nil, nil, nil, err
+		g.dropCgroup()
+		return nil, err
 	}
 	path, args := g.watchdogArgv(argv)
 	// Its own process group: a killpg of the caller's group (an agent
@@ -141,28 +107,19 @@ func (g *Guard) startWatchdog(argv []string) (w *os.File, wd *os.Process, lifeli
 	// more than the rest of the start (the watchdog reads a pipe, not a
 	// terminal, so a session would give it nothing). Only the two pipes
 	// are passed.
-	wd, err = os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
+	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
 		Sys: &syscall.SysProcAttr{Setpgid: true}})
 	r.Close()
 	lw.Close()
 	if err != nil {
 		w.Close()
 		lr.Close()
-		return nil, nil, nil, fmt.Errorf("proctree: start the watchdog: %w", err)
+		g.dropCgroup()
+		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
-	return w, wd, lr, nil
-}
-
-// letGo tells a watchdog that nothing needs killing and reaps it once it
-// has exited, in the background.
-func letGo(w *os.File, wd *os.Process, lifeline *os.File) {
-	_, _ = io.WriteString(w, "done\n")
-	w.Close()
-	go func() {
-		_, _ = io.Copy(io.Discard, lifeline)
-		lifeline.Close()
-		_, _ = wd.Wait()
-	}()
+	g.w, g.wd = w, wd
+	go g.watchWatchdog(lr)
+	return g, nil
 }
 
 // watchWatchdog waits for the watchdog: for end-of-file on lifeline, the

@@ -21,12 +21,8 @@ func randomBytes(b []byte) error {
 	return err
 }
 
-func cgroupFor(string) (string, error) {
-	return "", errors.New("proctree: macOS has no cgroups")
-}
-
-func createCgroup(string) (int, error) {
-	return -1, errors.New("proctree: macOS has no cgroups")
+func makeCgroup(string) (string, int, error) {
+	return "", -1, errors.New("proctree: macOS has no cgroups")
 }
 
 func (g *Guard) dropCgroup() {}

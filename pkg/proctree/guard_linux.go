@@ -149,62 +149,32 @@ func ownCgroup() (string, error) {
 	return "", errors.New("proctree: not in a cgroup v2")
 }
 
-// cgroupFor returns the cgroup a guard with this token would create below
-// the caller's own, when a cgroup can be expected to work: a cgroup v2
-// hierarchy, the caller's cgroup writable, and a kernel with cgroup.kill
-// (Linux 5.14). The guess is checked by createCgroup; it lets the watchdog
-// start beside the cgroup's creation instead of after it.
-func cgroupFor(token string) (string, error) {
+// makeCgroup creates the guard's cgroup below the caller's own and returns
+// it with an fd for CLONE_INTO_CGROUP.
+func makeCgroup(token string) (string, int, error) {
 	root, err := cgroup2Root()
 	if err != nil {
-		return "", err
+		return "", -1, err
 	}
 	own, err := ownCgroup()
 	if err != nil {
-		return "", err
+		return "", -1, err
 	}
-	parent := filepath.Join(root, own)
-	if err := unix.Access(parent, unix.W_OK); err != nil {
-		return "", err
-	}
-	if !kernelAtLeast(5, 14) {
-		return "", errors.New("proctree: no cgroup.kill before Linux 5.14")
-	}
-	return filepath.Join(parent, cgroupPrefix+token), nil
-}
-
-// createCgroup creates the guard's cgroup dir and returns an fd of it for
-// CLONE_INTO_CGROUP.
-func createCgroup(dir string) (int, error) {
+	dir := filepath.Join(root, own, cgroupPrefix+token)
 	if err := unix.Mkdir(dir, 0o755); err != nil {
-		return -1, err
+		return "", -1, err
 	}
 	// cgroup.kill exists since Linux 5.14; without it the mode is useless.
 	if err := unix.Access(filepath.Join(dir, "cgroup.kill"), unix.W_OK); err != nil {
 		_ = unix.Rmdir(dir)
-		return -1, err
+		return "", -1, err
 	}
 	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		_ = unix.Rmdir(dir)
-		return -1, err
+		return "", -1, err
 	}
-	return fd, nil
-}
-
-// kernelAtLeast reports whether the running kernel's release is at least
-// major.minor (true when it cannot tell: createCgroup checks anyway).
-func kernelAtLeast(major, minor int) bool {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return true
-	}
-	rel := unix.ByteSliceToString(u.Release[:])
-	var ma, mi int
-	if _, err := fmt.Sscanf(rel, "%d.%d", &ma, &mi); err != nil {
-		return true
-	}
-	return ma > major || (ma == major && mi >= minor)
+	return dir, fd, nil
 }
 
 // openEvents opens dir's cgroup.events for Empty, or returns -1 (Empty
