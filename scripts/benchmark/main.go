@@ -290,7 +290,7 @@ func benchStartup(b *bench) error {
 		"  (encoding/gob and the JSON Schema tables alone about 0.65 ms of CPU) and a binary 3 MB larger\n"+
 		"  (the runtime's itab setup and page faults grow with it). Not linking it means `agentsh mcp` as a\n"+
 		"  program of its own beside agentsh, like agentplane-sandbox: an installation without it would\n"+
-		"  have no `agentsh mcp`. Not done here.\n"+
+		"  have no `agentsh mcp`. Not done yet.\n"+
 		"- **The rest**: package init of the command policy (starlark, the shell parser); the cobra tree\n"+
 		"  and config discovery (about 0.9 ms from Main to the run when nothing competes, one stat for the\n"+
 		"  config file); the cgroup (reading /proc/self/cgroup, mkdir about 75 us, rmdir 40 us, the fork\n"+
