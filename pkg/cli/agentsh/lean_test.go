@@ -92,3 +92,28 @@ func TestNeedsSubcommands(t *testing.T) {
 		}
 	}
 }
+
+// TestOneShotGuess: the watchdog starts early for what runs a command in
+// this process, and not for a subcommand or a call in a session, whose
+// command runs under the session server's guard.
+func TestOneShotGuess(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--", "true"}, true},
+		{[]string{"-c", "true"}, true},
+		{[]string{"--cwd", "/tmp", "ls"}, true},
+		{[]string{"--", "prog", "--session", "x"}, true}, // the program's argument
+		{[]string{"session", "start"}, false},
+		{[]string{"--session", "ses_x", "-c", "true"}, false},
+		{[]string{"--state-dir", "d", "--session", "ses_x", "-c", "true"}, false},
+		{[]string{"--session=dev", "-c", "true"}, false},
+		{[]string{"--help"}, false},
+		{nil, false},
+	} {
+		if got := oneShot(tc.args); got != tc.want {
+			t.Errorf("oneShot(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
