@@ -1,6 +1,8 @@
 package proctree
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -180,6 +182,57 @@ func TestImageEnv(t *testing.T) {
 	} {
 		if got := imageEnv([]byte(c.stat)); got != c.want {
 			t.Errorf("%s: imageEnv = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestReadProc: a file larger than the buffer comes whole (the buffer
+// grows), a stat agrees with os.ReadFile's, and a process that is gone
+// is fs.ErrNotExist, as os.ReadFile said.
+func TestReadProc(t *testing.T) {
+	want, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readProc("/proc/self/status", make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the first line is stable between two reads of one's own status.
+	first := func(b []byte) string { l, _, _ := strings.Cut(string(b), "\n"); return l }
+	if first(got) != first(want) || len(got) < len(want)/2 {
+		t.Fatalf("read %d bytes starting %q, want %d starting %q", len(got), first(got), len(want), first(want))
+	}
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	st, err := ReadStat(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, err := parseStat(c.Process.Pid, b); err != nil || want != st {
+		t.Fatalf("ReadStat %+v, want %+v (%v)", st, want, err)
+	}
+	_ = c.Process.Kill()
+	_ = c.Wait()
+	if _, err := ReadStat(c.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat of a reaped process: %v, want not exist", err)
+	}
+}
+
+// BenchmarkReadStat is one process's stat, the unit of every scan of the
+// process table (Snapshot, the session tracker).
+func BenchmarkReadStat(b *testing.B) {
+	pid := os.Getpid()
+	for b.Loop() {
+		if _, err := ReadStat(pid); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
