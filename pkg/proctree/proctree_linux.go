@@ -25,6 +25,60 @@ func ReadStat(pid int) (Stat, error) {
 	return parseStat(pid, b)
 }
 
+// Children lists the children of process pid from the kernel's lists
+// (/proc/PID/task/TID/children): those of its main thread alone when
+// threads is 1, else those of every thread. A child is on the list of the
+// thread that forked it; an orphan reparented to pid is on the main
+// thread's. A list read while one of the children is reaped can skip
+// another child, so each list is read until two reads agree (a skip shows
+// as a child listed once and gone the next time).
+func Children(pid, threads int) ([]int, error) {
+	base := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tids := []string{strconv.Itoa(pid)}
+	if threads != 1 {
+		d, err := os.Open(base)
+		if err != nil {
+			return nil, err
+		}
+		tids, err = d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	var out []int
+	var buf [512]byte
+	for _, tid := range tids {
+		path := base + tid + "/children"
+		prev, err := readProc(path, buf[:])
+		if err != nil {
+			return nil, err
+		}
+		prev = bytes.Clone(prev)
+		for try := 0; ; try++ {
+			b, err := readProc(path, buf[:])
+			if err != nil {
+				return nil, err
+			}
+			if bytes.Equal(b, prev) {
+				break
+			}
+			if try == 8 {
+				return nil, fmt.Errorf("proctree: the children of %d change faster than they can be read", pid)
+			}
+			prev = bytes.Clone(b)
+		}
+		for _, f := range bytes.Fields(prev) {
+			c, err := strconv.Atoi(string(f))
+			if err != nil {
+				return nil, fmt.Errorf("proctree: malformed %s", path)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // readProc reads a small seq_file of /proc into buf (growing it if needed)
 // with the three system calls it takes: os.ReadFile adds an fstat, a try
 // at registering the file with the poller and two fcntl calls, which cost
@@ -69,11 +123,12 @@ func parseStat(pid int, b []byte) (Stat, error) {
 		return Stat{}, fmt.Errorf("proctree: short stat for pid %d", pid)
 	}
 	s := Stat{PID: pid, State: f[0][0]}
-	var errs [4]error
+	var errs [5]error
 	s.PPID, errs[0] = strconv.Atoi(f[1])
 	s.PGID, errs[1] = strconv.Atoi(f[2])
 	s.SID, errs[2] = strconv.Atoi(f[3])
-	s.StartTime, errs[3] = strconv.ParseUint(f[19], 10, 64)
+	s.Threads, errs[3] = strconv.Atoi(f[17])
+	s.StartTime, errs[4] = strconv.ParseUint(f[19], 10, 64)
 	if err := errors.Join(errs[:]...); err != nil {
 		return Stat{}, fmt.Errorf("proctree: stat for pid %d: %w", pid, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -216,8 +217,11 @@ func TestReadProc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, err := parseStat(c.Process.Pid, b); err != nil || want != st {
-		t.Fatalf("ReadStat %+v, want %+v (%v)", st, want, err)
+	// The state may change between the reads (R as it starts, then S).
+	wantSt, err := parseStat(c.Process.Pid, b)
+	st.State, wantSt.State = 0, 0
+	if err != nil || wantSt != st || st.Threads != 1 {
+		t.Fatalf("ReadStat %+v, want %+v (%v)", st, wantSt, err)
 	}
 	_ = c.Process.Kill()
 	_ = c.Wait()
@@ -234,5 +238,57 @@ func BenchmarkReadStat(b *testing.B) {
 		if _, err := ReadStat(pid); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestChildren: the children a multi-threaded process started from any of
+// its threads are all listed, and a process that is gone is an error.
+func TestChildren(t *testing.T) {
+	var cmds []*exec.Cmd
+	done := make(chan *exec.Cmd)
+	for i := 0; i < 4; i++ {
+		go func() {
+			// A thread of its own: a child is listed by the thread that forked it.
+			runtime.LockOSThread()
+			c := exec.Command("sleep", "60")
+			if err := c.Start(); err != nil {
+				t.Error(err)
+				done <- nil
+				return
+			}
+			done <- c
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if c := <-done; c != nil {
+			cmds = append(cmds, c)
+		}
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	self, err := ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := Children(os.Getpid(), self.Threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if !slices.Contains(kids, c.Process.Pid) {
+			t.Errorf("child %d not listed in %v", c.Process.Pid, kids)
+		}
+	}
+	if one, err := Children(cmds[0].Process.Pid, 1); err != nil || len(one) != 0 {
+		t.Errorf("children of sleep: %v, %v", one, err)
+	}
+	_ = cmds[0].Process.Kill()
+	_ = cmds[0].Wait()
+	if _, err := Children(cmds[0].Process.Pid, 1); err == nil {
+		t.Error("children of a reaped process: no error")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"syscall"
 	"testing"
@@ -87,4 +88,34 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkTrackerScan is the scan at a call's end that finds what the
+// call left running, with a shell and a background process below the
+// root: "quiet" when nothing new is there (the kernel's children lists
+// prove it), "by-ids" the scan of every process started on the machine
+// since the last one, which a call that left something new gets.
+func BenchmarkTrackerScan(b *testing.B) {
+	for _, quiet := range []bool{true, false} {
+		name := "quiet"
+		if !quiet {
+			name = "by-ids"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := exec.Command("sh", "-c", "sleep 60 & wait")
+			if err := c.Start(); err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+			tr := newTracker(os.Getpid())
+			tr.scan()
+			for b.Loop() {
+				if !quiet {
+					tr.started()
+				}
+				tr.scan()
+			}
+			b.ReportMetric(float64(tr.quiets)/float64(b.N), "quiet/op")
+		})
+	}
 }
