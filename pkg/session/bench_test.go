@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -36,12 +37,28 @@ func connPair(tb testing.TB) (client, server net.Conn) {
 // `true`, from the connection's first message to its result: the
 // caller's admission, the call's files, the shell, the bookkeeping of
 // what the call left running, the rendering. answer-ns/op is what the
-// caller waits for; ns/op adds the work done after the answer (the next
-// call's files), which a call arriving meanwhile waits for; cpu-ns/op is
-// the server's own CPU time (the shell's is not counted), the figure a
-// loaded machine disturbs least. The CLI's own
-// start-up is scripts/bench's (`session` case).
+// caller waits for (the median: a shared machine's noise is one-sided);
+// ns/op adds the work done after the answer (the next call's files),
+// which a call arriving meanwhile waits for; cpu-ns/op is the server's
+// own CPU time (the shell's is not counted), the figure a loaded machine
+// disturbs least. The CLI's own start-up is scripts/bench's (`session`
+// case).
 func BenchmarkSessionCall(b *testing.B) {
+	benchCalls(b, "true")
+}
+
+// BenchmarkSessionCallBackground is a call that starts a background
+// process writing 109 kB after the call returned, then a call of `wait`
+// for it: "chatty" sends them to the session's log, "quiet" to /dev/null.
+// The difference in cpu-ns/op is what the log costs the server.
+func BenchmarkSessionCallBackground(b *testing.B) {
+	b.Run("quiet", func(b *testing.B) { benchCalls(b, "{ sleep 0.01; seq 1 20000 >/dev/null; } &", "wait") })
+	b.Run("chatty", func(b *testing.B) { benchCalls(b, "{ sleep 0.01; seq 1 20000; } &", "wait") })
+}
+
+// benchCalls runs the commands as one call each per iteration through the
+// whole server side of a call; answer-ns/op is the first call's.
+func benchCalls(b *testing.B, cmds ...string) {
 	s := newTestServer(b)
 	auth, err := newAuthority()
 	if err != nil {
@@ -49,10 +66,17 @@ func BenchmarkSessionCall(b *testing.B) {
 	}
 	s.auth = auth
 	s.calls.stock(1)
-	req := CallRequest{Command: "true", MaxOutput: 30000, KillAfter: time.Second}
-	var answers []time.Duration
-	cpu0 := cpuTime(b)
-	for b.Loop() {
+	// The session's own bound, so that the log rotates as often as in a
+	// session; in a directory of its own, which a background process's
+	// last bytes may still reach while the test cleans up.
+	logDir, err := os.MkdirTemp("", "agentplane-bglog-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(logDir) })
+	s.bg = newBackground(filepath.Join(logDir, "bg.log"), bgLogLimit)
+	call := func(cmd string) time.Duration {
+		req := CallRequest{Command: cmd, MaxOutput: 30000, KillAfter: time.Second}
 		c, sc := connPair(b)
 		done := make(chan struct{})
 		go func() { s.serveConn(sc); close(done) }()
@@ -64,9 +88,18 @@ func BenchmarkSessionCall(b *testing.B) {
 		if err := json.NewDecoder(bufio.NewReader(c)).Decode(&m); err != nil || m.Type != "result" {
 			b.Fatalf("answer %+v, %v", m, err)
 		}
-		answers = append(answers, time.Since(t))
+		d := time.Since(t)
 		c.Close()
 		<-done
+		return d
+	}
+	var answers []time.Duration
+	cpu0 := cpuTime(b)
+	for b.Loop() {
+		answers = append(answers, call(cmds[0]))
+		for _, cmd := range cmds[1:] {
+			call(cmd)
+		}
 	}
 	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	reportMedian(b, answers, "answer-ns/op")
