@@ -108,6 +108,11 @@ func (t *tracker) scan() []proctree.Stat {
 // whose list is read after. Of the root, only the main thread's list is
 // read: the kernel puts orphans there, and the root's own children are
 // known or announced (started).
+// quietLists bounds the children lists quiet reads (one per thread of
+// each known process): past it, a JVM or a browser left running makes the
+// scan by ids the cheaper one.
+const quietLists = 64
+
 func (t *tracker) quiet() ([]proctree.Stat, bool) {
 	if t.forked {
 		return nil, false
@@ -151,6 +156,13 @@ func (t *tracker) quiet() ([]proctree.Stat, bool) {
 			}
 		}
 		return true
+	}
+	lists := 1 // the root's
+	for _, st := range order {
+		lists += max(st.Threads, 1)
+	}
+	if lists > quietLists {
+		return nil, false
 	}
 	for _, st := range order {
 		// A zombie's children were moved at its exit.
