@@ -205,20 +205,25 @@ func allCases() []benchCase {
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
 			"helper (agentplane-sandbox), its mount, PID, IPC, cgroup and network namespaces, Landlock and\n" +
 			"seccomp, against the unsandboxed call. Target: within 1.5x.\n\n" +
-			"Where the sandbox's own time goes (timestamps in the runner and the helper, medians on a quiet\n" +
-			"machine): starting the helper, a second program with the namespaces created by the clone itself\n" +
-			"(about 1 ms: exec and the Go runtime of a static 3.8 MB program that links only\n" +
-			"`pkg/sandbox/confine`; the network namespace about 0.5 ms of it); the mount recipe, about 40\n" +
-			"mount calls for the read-only root, the writable binds, a fresh `/proc`, the minimal `/dev`\n" +
-			"and the covered control files and sockets (about 0.7 ms); capabilities, Landlock and the\n" +
-			"seccomp filter (about 0.3 ms); the kernel tearing the namespaces down when the helper exits,\n" +
-			"before the runner sees it (about 1 ms); on the runner's side the machine probe (0.35 ms), the\n" +
-			"private directory and the toolchain cache (0.4 ms) and removing the private directory, which\n" +
-			"on this machine's ext4 mounted with `discard` costs 1 to 2 ms for the rmdir alone (on a tmpfs\n" +
-			"TMPDIR, microseconds). What no longer runs on every call: the sweep for leftovers of killed\n" +
-			"runners (a listing of the whole temp dir, now at most once a minute), catching every signal in\n" +
-			"the helper before the set-up (about 1 ms, now beside it), and the helper's former start-up\n" +
-			"(the allowlist proxy's package init and a dynamically linked program: 2.4 ms more).", benchSandbox},
+			"Where the sandbox's own time goes (timestamps in the runner and the helper, `perf sched` for\n" +
+			"the waits, medians on a quiet machine): starting the helper, a second program with the\n" +
+			"namespaces created by the clone itself (about 1 ms: exec and the Go runtime of a static 3.9 MB\n" +
+			"program that links only `pkg/sandbox/confine`; the network namespace about 0.8 ms of CPU of\n" +
+			"it); the mount recipe, about 40 mount calls for the read-only root, the writable binds, a fresh\n" +
+			"`/proc`, the minimal `/dev` and the covered control files and sockets (about 0.8 ms);\n" +
+			"capabilities, Landlock and the seccomp filter (about 0.3 ms); the kernel tearing the mount\n" +
+			"namespace down when the helper exits, before the runner sees it: an expedited RCU grace period,\n" +
+			"1 to 3 ms, and ten on a loaded machine; on the runner's side the listing of the temp dir for\n" +
+			"other users' temp areas (a millisecond of CPU for this machine's 1,500 entries) and the\n" +
+			"private directory. What no longer runs on every call: removing the private directory (it is\n" +
+			"emptied and kept as a spare for the next run: on this machine's ext4 mounted with `discard`,\n" +
+			"every rmdir waited about 4 ms for the device), creating an owner file in it (its name says\n" +
+			"whose it is), unmounting a detached mount in the helper (another RCU grace period), catching\n" +
+			"every signal with os/signal (a round trip to the runtime's signal thread per signal, 1 to\n" +
+			"15 ms: the helper, PID 1 of its namespace, gives the runtime's handlers back to SIG_DFL,\n" +
+			"which the kernel drops for it), the sweep for leftovers of killed runners (at most once a\n" +
+			"minute), and the helper's former start-up (the allowlist proxy's package init and a\n" +
+			"dynamically linked program: 2.4 ms more).", benchSandbox},
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed (a private GOCACHE too),\n" +
 			"each cache warmed by one run first. Target: within 1.1x.", benchSandboxBuild},
