@@ -91,6 +91,8 @@ func (s *server) serveConn(c net.Conn) {
 		}
 		b, _ := result.Marshal(obj)
 		_ = enc.send(message{Type: "result", Result: b})
+		// The next call's files are made now, while its caller starts.
+		s.calls.stock(s.seqNow() + 1)
 		s.release()
 		close(settled)
 		if ended {
@@ -495,55 +497,50 @@ func (p *pump) detach(log *bgLog) {
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
-	c.trapFIFO = d.name(n, "traps")
-	r, err := d.fifo(c.trapFIFO)
-	if err != nil {
-		c.trapFIFO = ""
-		return nil, result.Errorf(result.CodeInternal, "call FIFO: %v", err)
-	}
-	c.trapR = r
-	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, callFile(req.Command, s.currentShell().traps, c.trapFIFO)); err != nil {
-		c.cleanup()
-		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
-	}
-	if req.Stdin != nil {
-		c.stdin = d.name(n, "in")
-		if err := d.writeFile(c.stdin, []byte(*req.Stdin)); err != nil {
-			c.cleanup()
-			return nil, result.Errorf(result.CodeInternal, "cannot write stdin: %v", err)
-		}
-	}
 	keep, err := capture.ParseKeep(req.Keep)
 	if err != nil {
-		c.cleanup()
 		return nil, result.Errorf(result.CodeInvalidRequest, "keep: %v", err)
 	}
 	names := []string{"stdout", "stderr"}
 	if req.Merge {
 		names = []string{"output"}
 	}
-	for _, name := range names {
-		p := d.name(n, name)
-		r, err := d.fifo(p)
-		if err != nil {
-			c.cleanup()
-			for _, pp := range c.pumps {
-				pp.r.Close()
-			}
-			return nil, result.Errorf(result.CodeInternal, "call FIFO: %v", err)
+	// Made ahead while the session was idle, when they could be (stock).
+	files, err := d.files(n, names)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot make the call's files: %v", err)
+	}
+	c.script = files.script
+	for _, f := range files.fifos {
+		c.fifos = append(c.fifos, f.path)
+		c.holders = append(c.holders, f.w)
+	}
+	fail := func(err error) (*pendingCall, error) {
+		for _, f := range files.fifos {
+			f.r.Close()
 		}
-		c.fifos = append(c.fifos, p)
-		w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-		if err != nil {
-			r.Close()
-			c.cleanup()
-			return nil, result.Errorf(result.CodeInternal, "open fifo: %v", err)
+		c.cleanup()
+		return nil, err
+	}
+	// Where the call's end hands back the user's traps (see callEnd).
+	c.trapFIFO = d.name(n, "traps")
+	if c.trapR, err = d.fifo(c.trapFIFO); err != nil {
+		c.trapFIFO = ""
+		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
+	}
+	if err := fill(files.w, files.script, callFile(req.Command, s.currentShell().traps, c.trapFIFO)); err != nil {
+		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
+	}
+	if req.Stdin != nil {
+		c.stdin = d.name(n, "in")
+		if err := d.writeFile(c.stdin, []byte(*req.Stdin)); err != nil {
+			return fail(result.Errorf(result.CodeInternal, "cannot write stdin: %v", err))
 		}
-		c.holders = append(c.holders, w)
+	}
+	for i, name := range names {
 		hc := capture.NewHeadTail(req.MaxOutput, keep)
 		c.caps[name] = hc
-		pp := &pump{r: r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
+		pp := &pump{r: files.fifos[i].r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
 		if req.Stream {
 			pp.stream = capture.NewStream(capture.RenderOptions{Raw: req.Raw})
 		}

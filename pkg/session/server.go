@@ -189,6 +189,7 @@ func (s *server) start() error {
 	if err := s.startShell(s.spec.Cwd); err != nil {
 		return err
 	}
+	s.calls.stock(1)
 	if err := s.auth.publish(s.sdir); err != nil {
 		s.killShell()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot write the session secret: %v", err)

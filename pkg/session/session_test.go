@@ -16,7 +16,7 @@ import (
 
 // newTestServer builds a server with a live shell in dir, without the
 // socket and the detached process: enough to drive the shell protocol.
-func newTestServer(t *testing.T) *server {
+func newTestServer(t testing.TB) *server {
 	t.Helper()
 	bash, err := exec.LookPath("bash")
 	if err != nil {
@@ -42,7 +42,7 @@ func newTestServer(t *testing.T) *server {
 }
 
 // runCall runs one command through the whole call path.
-func runCall(t *testing.T, s *server, req CallRequest, cancel <-chan struct{}) (*result.Object, outcome) {
+func runCall(t testing.TB, s *server, req CallRequest, cancel <-chan struct{}) (*result.Object, outcome) {
 	t.Helper()
 	if req.MaxOutput == 0 {
 		req.MaxOutput = 1 << 16
@@ -439,5 +439,84 @@ func TestSavedTraps(t *testing.T) {
 	got := userTraps{ret: "r", errAction: "e", errSet: true}
 	if savedTraps([]byte("trap -- 'x' RETURN\n"), &got) || got != (userTraps{ret: "r", errAction: "e", errSet: true}) {
 		t.Errorf("output of an end that did not run changed the traps: %+v", got)
+	}
+}
+
+// TestCallDirStock: the files made ahead are one call's, fresh (never
+// another call's), taken once; a merged call gets one FIFO and the other
+// goes; nothing is made or kept once the directory is removed.
+func TestCallDirStock(t *testing.T) {
+	d, err := newCallDir(t.TempDir(), false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := func() int {
+		es, err := os.ReadDir(d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	d.stock(1)
+	d.stock(1) // a set is ready: no second one
+	if n := entries(); n != 3 {
+		t.Fatalf("%d files made ahead, want 3", n)
+	}
+	a, err := d.files(1, []string{"stdout", "stderr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.files(2, []string{"stdout", "stderr"}) // none ready: fresh
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range []*callFiles{a, b} {
+		for _, p := range append([]string{c.script}, c.fifos[0].path, c.fifos[1].path) {
+			if seen[p] {
+				t.Fatalf("%s given twice", p)
+			}
+			seen[p] = true
+		}
+		if st, err := os.Lstat(c.fifos[0].path); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("%s is not a FIFO: %v", c.fifos[0].path, err)
+		}
+		if err := fill(c.w, c.script, []byte("echo hi\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(c.script); string(got) != "echo hi\n" {
+			t.Fatalf("script holds %q", got)
+		}
+		// What the shell writes reaches the reader made ahead.
+		if _, err := c.fifos[1].w.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if _, err := c.fifos[1].r.Read(buf); err != nil || buf[0] != 'x' {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		c.w = nil
+		c.discard()
+	}
+	if n := entries(); n != 0 {
+		t.Fatalf("%d files left after discard", n)
+	}
+	d.stock(3)
+	m, err := d.files(3, []string{"output"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.fifos) != 1 || entries() != 2 {
+		t.Fatalf("merged call: %d FIFOs, %d files", len(m.fifos), entries())
+	}
+	m.discard()
+	d.stock(4)
+	d.remove()
+	d.stock(5)
+	if _, err := os.Stat(d.path); !os.IsNotExist(err) {
+		t.Fatalf("directory still there after remove: %v", err)
+	}
+	if d.ready != nil {
+		t.Fatal("files kept after remove")
 	}
 }

@@ -474,6 +474,9 @@ func (s *server) startShell(cwd string) error {
 		pr.Close()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
 	}
+	if s.track != nil {
+		s.track.started()
+	}
 	sh := &shell{cmd: cmd, stdin: in, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {

@@ -112,6 +112,7 @@ func TestOneShot(t *testing.T) {
 		{[]string{"--pretty", "--session", "h", "-c", "true"}, false},
 		{[]string{"session", "start"}, false},
 		{[]string{"mcp"}, false},
+		{[]string{"--state-dir", "d", "--session", "ses_x", "-c", "true"}, false},
 		{[]string{"--help"}, false},
 		{nil, false},
 	} {
