@@ -53,9 +53,10 @@ func guarded(t *testing.T, p *policy.Policy, approved bool, dir string, argv ...
 		t.Fatal(err)
 	}
 	defer g.Cleanup()
-	args := g.Argv("", argv)
+	_, args, files := g.Wrap("", argv, nil)
 	cmd := exec.Command(self, args[1:]...)
 	cmd.Dir = dir
+	cmd.ExtraFiles = files
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
@@ -242,8 +243,9 @@ func TestTracedAlreadyIsUnavailable(t *testing.T) {
 	}
 	defer g.Cleanup()
 	dir := t.TempDir()
-	args := g.Argv("", []string{"sh", "-c", "echo ran > " + filepath.Join(dir, "ran")})
+	_, args, files := g.Wrap("", []string{"sh", "-c", "echo ran > " + filepath.Join(dir, "ran")}, nil)
 	cmd := exec.Command("strace", append([]string{"-f", "-o", "/dev/null", self}, args[1:]...)...)
+	cmd.ExtraFiles = files
 	out, _ := cmd.CombinedOutput()
 	rep := g.Report()
 	if rep.Error == nil || rep.Error.Code != result.CodePolicyUnavailable {
