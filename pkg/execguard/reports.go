@@ -82,25 +82,31 @@ type reportReader struct {
 
 func newReportReader(r *os.File) *reportReader {
 	rd := &reportReader{done: make(chan struct{}), last: map[int]*Report{}, refused: map[int]chan struct{}{}}
-	go rd.read(r)
+	go rd.read(r, maxReportLine)
 	return rd
 }
 
-func (rd *reportReader) read(f *os.File) {
+// read drains f to its end, taking each line of at most max bytes.
+func (rd *reportReader) read(f *os.File, max int) {
 	defer close(rd.done)
 	defer f.Close()
 	br := bufio.NewReaderSize(f, 64<<10)
 	for {
-		line, err := readLine(br, maxReportLine)
+		line, err := readLine(br, max)
 		if len(line) > 0 {
-			var l reportLine
-			if json.Unmarshal(line, &l) == nil && l.Report != nil {
-				rd.take(l)
-			}
+			rd.takeLine(line)
 		}
 		if err != nil {
 			return
 		}
+	}
+}
+
+// takeLine takes one line that parses as a report; others are ignored.
+func (rd *reportReader) takeLine(line []byte) {
+	var l reportLine
+	if json.Unmarshal(line, &l) == nil && l.Report != nil {
+		rd.take(l)
 	}
 }
 

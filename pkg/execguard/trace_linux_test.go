@@ -320,3 +320,30 @@ func TestToolchainsBehave(t *testing.T) {
 		}
 	}
 }
+
+// TestReportNeverLostWhenTheCommandExitsFirst races a refused exec in the
+// background against the command's own exit: whichever comes first, the
+// forbidden program never runs, and a run the guard ended (exit 125, which
+// sh -c 'exit 0' never is) always comes with the refusal in its report.
+func TestReportNeverLostWhenTheCommandExitsFirst(t *testing.T) {
+	p := loadRules(t, rules)
+	refused := 0
+	for i := 0; i < 20; i++ {
+		dir := t.TempDir()
+		rep, code, out := guarded(t, p, false, dir, "sh", "-c", `touch MARK & exit 0`)
+		if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil {
+			t.Fatalf("run %d: the forbidden touch ran (exit %d): %s", i, code, out)
+		}
+		switch code {
+		case 0:
+		case exitRefused:
+			if rep.Killed == nil || rep.Killed.Rule == "" {
+				t.Fatalf("run %d: exit %d without the refusal in the report: %+v, %s", i, code, rep, out)
+			}
+			refused++
+		default:
+			t.Fatalf("run %d: exit %d: %s", i, code, out)
+		}
+	}
+	t.Logf("%d of 20 runs reached the refused exec before the command's exit", refused)
+}
