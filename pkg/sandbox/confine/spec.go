@@ -38,8 +38,10 @@ const (
 // build refuses the spec rather than enforcing less than asked. 6: the
 // runner resolves a probe's addresses (4, this package) and the helper
 // turns on accounting, covers the temp areas and pins the git directories
-// (5 on main); a helper of either 5 would miss half of it.
-const SpecVersion = 6
+// (5 on main); a helper of either 5 would miss half of it. 7: the helper
+// shows the command a cgroup filesystem of the run's own cgroups only
+// (cgroupView).
+const SpecVersion = 7
 
 // Spec is what the runner hands to the helper, as base64 JSON in argv.
 type Spec struct {
