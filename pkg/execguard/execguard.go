@@ -53,6 +53,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Command is the hidden first argument that marks a re-exec of the program
@@ -125,6 +126,10 @@ type Report struct {
 	Killed *Exec `json:"killed,omitempty"`
 	// Error is set when the guard could not start the command at all.
 	Error *Failure `json:"error,omitempty"`
+	// Deaths are the traced processes that died of a signal a resource
+	// limit sends (SIGXCPU, SIGXFSZ, SIGKILL), for the sandbox to tell
+	// which limit a child hit (Prepared.NoteTraced).
+	Deaths confine.Deaths `json:"limit_deaths,omitempty"`
 }
 
 // Failure is a guard that could not run the command.

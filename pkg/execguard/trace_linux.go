@@ -78,6 +78,8 @@ func Main(args []string) int {
 		self:    os.Getpid(),
 		byFile:  map[fileID]string{},
 		tracees: map[int]bool{},
+
+		refusedPIDs: map[int]bool{},
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -157,6 +159,9 @@ type tracer struct {
 	files []uintptr
 	// tracees are the processes and threads traced, the main one aside.
 	tracees map[int]bool
+	// refusedPIDs are the images the guard killed, whose deaths are no
+	// limit's.
+	refusedPIDs map[int]bool
 }
 
 type program struct {
@@ -224,18 +229,40 @@ func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
 }
 
 func wait(pid int, ws *unix.WaitStatus, opts int) (int, error) {
+	return waitUsage(pid, ws, opts, nil)
+}
+
+func waitUsage(pid int, ws *unix.WaitStatus, opts int, ru *unix.Rusage) (int, error) {
 	for {
-		wpid, err := unix.Wait4(pid, ws, opts, nil)
+		wpid, err := unix.Wait4(pid, ws, opts, ru)
 		if err != unix.EINTR {
 			return wpid, err
 		}
 	}
 }
 
+// noteDeath records a traced process's death by a limit's signal in the
+// report (of the current call, in a session).
+func (t *tracer) noteDeath(ws syscall.WaitStatus, cpuMillis int64) {
+	if !ws.Signaled() {
+		return
+	}
+	if t.session == nil {
+		t.rep.Deaths.Note(ws, cpuMillis)
+		return
+	}
+	call, pol, _ := t.session.current()
+	if pol == nil {
+		return
+	}
+	t.session.record(call, func(cr *Report) { cr.Deaths.Note(ws, cpuMillis) })
+}
+
 func (t *tracer) loop() (syscall.WaitStatus, int) {
 	var ws unix.WaitStatus
+	var ru unix.Rusage
 	for {
-		pid, err := wait(-1, &ws, unix.WALL)
+		pid, err := waitUsage(-1, &ws, unix.WALL, &ru)
 		if err != nil {
 			// No tracee and no child left: the main process is gone
 			// without a status we saw.
@@ -243,6 +270,14 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		}
 		if ws.Exited() || ws.Signaled() {
 			delete(t.tracees, pid)
+			// The tracer learns how every process of the tree died,
+			// whoever its parent: a limit a child hit is reported
+			// from here without process accounting.
+			if !t.refusedPIDs[pid] && !(pid == t.main && t.sp.TrustFirst) {
+				ms := (ru.Utime.Nano() + ru.Stime.Nano()) / 1e6
+				t.noteDeath(syscall.WaitStatus(ws), ms)
+			}
+			delete(t.refusedPIDs, pid)
 			if pid == t.main {
 				return syscall.WaitStatus(ws), -1
 			}
@@ -377,6 +412,7 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	// Still stopped at the exec: SIGKILL ends it before its first
 	// instruction.
 	_ = unix.Kill(pid, unix.SIGKILL)
+	t.refusedPIDs[pid] = true
 	x.Action = ActionKilled
 	rep.Killed = &x
 	return false

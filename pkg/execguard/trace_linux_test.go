@@ -347,3 +347,25 @@ func TestReportNeverLostWhenTheCommandExitsFirst(t *testing.T) {
 	}
 	t.Logf("%d of 20 runs reached the refused exec before the command's exit", refused)
 }
+
+// TestGuardSeesChildrenLimitDeaths: a child killed by its file-size limit
+// and reaped by its own parent (which then exits 0) is invisible to
+// everyone but its parent and its tracer; the guard reports it, with no
+// capability needed.
+func TestGuardSeesChildrenLimitDeaths(t *testing.T) {
+	p := loadRules(t, rules)
+	dir := t.TempDir()
+	rep, code, out := guarded(t, p, false, dir, "sh", "-c", `ulimit -f 1; sh -c 'head -c 5000 /dev/zero > big'; exit 0`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	found := false
+	for _, d := range rep.Deaths {
+		if d.Signal == int(syscall.SIGXFSZ) && d.Count >= 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no SIGXFSZ death reported: %+v", rep.Deaths)
+	}
+}

@@ -340,6 +340,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if g != nil {
 		rt = g.Report()
 		rec.PolicyRuntime = rt
+		if prep != nil {
+			// The guard traced every process: their deaths by a
+			// limit's signal tell the limits children hit.
+			prep.NoteTraced(rt.Deaths)
+		}
 		if err == nil && rt.Error != nil {
 			err = rt.Err()
 		}

@@ -76,6 +76,7 @@ func lastResort(msg string) int {
 
 type helper struct {
 	sp     Spec
+	deaths Deaths // of the orphans reaped (deaths.go)
 	status *os.File
 	caught <-chan struct{} // closed once every signal is caught
 }
