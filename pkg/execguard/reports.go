@@ -174,10 +174,16 @@ func (rd *reportReader) refusedLocked(call int) chan struct{} {
 	return c
 }
 
-// refusal returns a channel closed once call had an exec refused.
+// refusal returns a channel closed once call had an exec refused. A
+// session asks for each call in turn: older calls are forgotten.
 func (rd *reportReader) refusal(call int) <-chan struct{} {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
+	for k := range rd.refused {
+		if k < call-1 {
+			delete(rd.refused, k)
+		}
+	}
 	return rd.refusedLocked(call)
 }
 
