@@ -67,8 +67,9 @@ func TestAcctLimitsHit(t *testing.T) {
 }
 
 // TestChildLimitsWithoutAccounting runs as a machine without
-// CAP_SYS_PACCT would: a file-size limit hit by an orphan (a process whose
-// parent exited, so that the namespace's init reaps it) is reported from
+// CAP_SYS_PACCT would: a file-size limit hit by an orphan (a process that
+// waits for its parent to exit before it hits the limit, so that the
+// namespace's init reaps it) is reported from
 // the helper's own wait statuses, and the report says that only orphans
 // are seen until a runtime guard that traced the run says otherwise.
 func TestChildLimitsWithoutAccounting(t *testing.T) {
@@ -85,7 +86,7 @@ func TestChildLimitsWithoutAccounting(t *testing.T) {
 	}
 	res, err := run.Run(context.Background(), run.Request{
 		Argv: prep.Argv([]string{"sh", "-c", `
-sh -c 'sh -c "exec head -c 5000 /dev/zero > big" & echo $! > pid; exit 0'
+sh -c 'sh -c "while kill -0 $$ 2>/dev/null; do sleep 0.01; done; exec head -c 5000 /dev/zero > big" & echo $! > pid; exit 0'
 while kill -0 "$(cat pid)" 2>/dev/null; do sleep 0.02; done
 echo reaped; exit 0`}),
 		Dir: ws, Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
