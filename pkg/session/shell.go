@@ -418,23 +418,19 @@ func (s *server) startShell(cwd string) error {
 	}
 	// Under a policy the shell runs traced by the policy guard (this
 	// executable again), which decides each exec with the call's policy.
-	var guardFiles []*os.File
 	if s.spec.PolicyGuard {
 		exe, _ := os.Executable()
-		g, files, err := execguard.PrepareSession(exe)
+		g, err := execguard.PrepareSession(exe)
 		if err != nil {
 			return err
 		}
 		if s.policy != nil {
 			s.policy.Close()
 		}
-		s.policy, guardFiles = g, files
+		s.policy = g
 		if s.sandbox != nil {
 			g.Guard().TrustFirst()
 		}
-		cmd.Args = g.Guard().Argv(cmd.Path, cmd.Args)
-		cmd.Path = exe
-		cmd.ExtraFiles = files
 	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
@@ -461,14 +457,17 @@ func (s *server) startShell(cwd string) error {
 			return err
 		}
 		defer started()
-		// Under a policy the guard's own descriptors come first (its
-		// fds 3 to 5); the sandbox's follow.
 		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
+	}
+	if s.spec.PolicyGuard {
+		// Last: the guard passes the sandbox's descriptors on at their
+		// numbers and adds its own after them.
+		cmd.Path, cmd.Args, cmd.ExtraFiles = s.policy.Guard().Wrap(cmd.Path, cmd.Args, cmd.ExtraFiles)
 	}
 	err = cmd.Start()
 	pw.Close()
-	for _, f := range guardFiles {
-		f.Close()
+	if s.spec.PolicyGuard {
+		s.policy.Guard().Launched()
 	}
 	if err != nil {
 		pr.Close()
