@@ -593,6 +593,38 @@ func TestStopLostJobKillsItsSession(t *testing.T) {
 	noneLive(t, m, "after stop")
 }
 
+// TestStopLostJobKillsItsSetsidDaemon: a daemon the job double-forked into
+// a session of its own (setsid, its parent gone) is, once the supervisor
+// is SIGKILLed, neither the job's descendant nor in the supervisor's
+// session; stop still finds it by the mark in its environment and kills
+// it, and never answers while it runs.
+func TestStopLostJobKillsItsSetsidDaemon(t *testing.T) {
+	st := newStore(t)
+	m := marker(t)
+	spec := Spec{Shell: "setsid sh -c 'sleep 300 &'; exec sleep 301", Env: append(os.Environ(), markEnv+"="+m)}
+	s := start(t, st, spec)
+	waitMarked(t, m, 2)
+	killSupervisor(t, st, s)
+	got, _ := st.Status(s.Handle)
+	if got.Status != StatusLost {
+		t.Fatalf("status %+v", got)
+	}
+	var daemon proctree.Stat
+	for _, p := range markedLive(m) {
+		if p.SID != got.svPID && p.PID != got.OrphanPID {
+			daemon = p
+		}
+	}
+	if daemon.PID == 0 {
+		t.Fatalf("no process outside the supervisor's session: %+v", markedLive(m))
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	noneLive(t, m, "after stop")
+}
+
 // TestKilledWritesLeaveNoTemps kills a caller of Stop in the middle of
 // its atomic write of stop.json: the next stop, which takes the lock every
 // writer of it holds, removes the leftover and stops the job.

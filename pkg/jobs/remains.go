@@ -72,7 +72,14 @@ func (r remains) live() []proctree.ID {
 	if r.sv.PID > 1 {
 		mark := sessionMark(r.sv)
 		for _, p := range snap {
-			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start && !seen[p.PID] && mayHaveEnv(p.PID, mark) {
+			if seen[p.PID] || p.StartTime < r.sv.Start {
+				continue
+			}
+			// A member of the session is the job's unless its environment
+			// proves otherwise; one that left the session (a daemon that
+			// setsid and double-forked) only when it provably carries the
+			// mark, so that a stranger is never taken for the job.
+			if p.SID == r.sv.PID && mayHaveEnv(p.PID, mark) || p.SID != r.sv.PID && hasEnv(p.PID, mark) {
 				add(p)
 			}
 		}
@@ -156,6 +163,12 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 // are found only if they are still below it).
 func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
 	_ = remains{main: proctree.ID{PID: pid, Start: start}}.kill(ctx, sig, grace)
+}
+
+// hasEnv reports whether process pid's environment provably holds kv.
+func hasEnv(pid int, kv string) bool {
+	env, err := proctree.Environ(pid)
+	return err == nil && slices.Contains(env, kv)
 }
 
 // mayHaveEnv reports whether process pid's environment holds the entry kv
