@@ -252,7 +252,8 @@ const linkMinSize = 64 << 10
 // name, through /proc/self/fd so that the link is made to the inode opened
 // inside the root, never to whatever a path names a moment later. It
 // reports false when that is not possible (small file, another file system,
-// no /proc), and the caller copies instead. The content is checked against
+// no /proc) or not safe (the inode has another name, through which it can
+// be changed in place after the commit), and the caller copies instead. The content is checked against
 // its hash when an undo reads it.
 func linkData(root *os.Root, p *plan, name string) bool {
 	if len(p.cur.content) < linkMinSize {
@@ -264,7 +265,7 @@ func linkData(root *os.Root, p *plan, name string) bool {
 	}
 	defer fd.Close()
 	fi, err := fd.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) {
 		return false
 	}
 	if fd.Sync() != nil {
@@ -279,4 +280,12 @@ func linkData(root *os.Root, p *plan, name string) bool {
 		d.Close()
 	}
 	return true
+}
+
+// soleName reports whether fi's inode has exactly one name, so that once
+// the commit renames a new file over that name nothing but the history
+// reaches the old inode by a path.
+func soleName(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(st.Nlink) == 1
 }

@@ -601,6 +601,36 @@ func TestUndoLargeFile(t *testing.T) {
 	}
 }
 
+// TestUndoLargeFileWithOtherName: a large file that has another name (a
+// hard link elsewhere, as package stores make) is replaced, and the other
+// name is then changed in place. The history must not have shared that
+// inode: undo still restores what agentfs replaced.
+func TestUndoLargeFileWithOtherName(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "big")
+	orig := strings.Repeat("0123456789abcdef\n", 2*linkMinSize/17)
+	put(t, p, orig)
+	other := filepath.Join(t.TempDir(), "store-copy")
+	if err := os.Link(p, other); err != nil {
+		t.Skip("no hard links here:", err)
+	}
+	if _, err := fsys.Write("big", []byte("small\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(other, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("changed behind agentfs's back\n")
+	f.Close()
+	if _, err := fsys.Undo("big"); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, p) != orig {
+		t.Fatal("undo did not restore the replaced content")
+	}
+}
+
 func TestWriteKeepsOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root can give a file away")
