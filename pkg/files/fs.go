@@ -10,7 +10,11 @@
 // through the os.Root (which keeps every lookup inside it), so that a write
 // through a link replaces the link's target and never the link, and so that
 // an absolute link pointing inside the root still works (os.Root alone
-// refuses every absolute link).
+// refuses every absolute link). The path so checked (root, deny rules) is
+// never looked up by name again: its directory is opened once without
+// following any symlink and every step happens in it (pin.go), so a
+// directory swapped for a symlink after the check, even one to a denied
+// place inside the root, is refused rather than followed.
 //
 // Concurrency: a mutation holds an exclusive flock on the directory that
 // contains each file it changes, from before it reads the file until after
@@ -123,8 +127,9 @@ type session struct {
 	rootAbs  string // the root as configured, made absolute and clean
 	rootReal string // the same with symlinks resolved
 	confined bool
-	base     string // absolute directory relative paths start from
-	ownerTag string // see owner
+	base     string              // absolute directory relative paths start from
+	ownerTag string              // see owner
+	pinned   map[string]*os.Root // see pinDir
 }
 
 func (f *FS) open() (*session, error) {
@@ -166,7 +171,10 @@ func (f *FS) open() (*session, error) {
 	return s, nil
 }
 
-func (s *session) close() { s.root.Close() }
+func (s *session) close() {
+	s.closePinned()
+	s.root.Close()
+}
 
 // target is a path the caller named, resolved for one operation.
 type target struct {

@@ -111,7 +111,8 @@ func (f *FS) entries(dir string) ([]*historyEntry, error) {
 }
 
 // recordHistory saves p's current state before the commit replaces it.
-func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
+// fileDir is the pinned directory of the file, name its base name there.
+func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntry, error) {
 	if f.HistoryDir == "" {
 		return nil, nil
 	}
@@ -138,7 +139,7 @@ func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
 		h.Meta.PrevSHA256 = p.cur.sha
 		h.Meta.PrevMode = uint32(p.cur.mode.Perm())
 		h.Meta.PrevSize = int64(len(p.cur.content))
-		if !linkData(root, p, h.base()+".data") {
+		if !linkData(fileDir, name, p, h.base()+".data") {
 			if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
 				return nil, historyError(err)
 			}
@@ -255,11 +256,11 @@ const linkMinSize = 64 << 10
 // no /proc) or not safe (the inode has another name, through which it can
 // be changed in place after the commit), and the caller copies instead. The content is checked against
 // its hash when an undo reads it.
-func linkData(root *os.Root, p *plan, name string) bool {
+func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	if len(p.cur.content) < linkMinSize {
 		return false
 	}
-	fd, err := root.OpenFile(p.t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	fd, err := fileDir.OpenFile(base, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false
 	}

@@ -143,6 +143,71 @@ func TestSymlinkSwappedIn(t *testing.T) {
 	}
 }
 
+// TestSymlinkSwappedToDenied resolves a path, then replaces a directory on
+// it with a symlink to a denied directory inside the root: os.Root alone
+// would follow it (it stays inside the root), so every later step must go
+// through the directory as checked, never by the path again.
+func TestSymlinkSwappedToDenied(t *testing.T) {
+	fsys, root := newTestFS(t)
+	fsys.Deny = []string{"**/private/**"}
+	put(t, filepath.Join(root, "sub/key"), "public\n")
+	put(t, filepath.Join(root, "private/key"), "SECRET\n")
+	swap := func(t *testing.T) {
+		t.Helper()
+		if err := os.Rename(filepath.Join(root, "sub"), filepath.Join(root, "sub.old")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("private", filepath.Join(root, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(filepath.Join(root, "sub"))
+			os.Rename(filepath.Join(root, "sub.old"), filepath.Join(root, "sub"))
+		})
+	}
+	for _, step := range []string{"read", "commit", "lock", "mkdir"} {
+		t.Run(step, func(t *testing.T) {
+			s, err := fsys.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			name := "sub/key"
+			if step == "mkdir" {
+				name = "sub/new/key"
+			}
+			tg, err := s.resolve(name, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			swap(t)
+			switch step {
+			case "read":
+				c, err := s.readCurrent(tg)
+				if code(err) != result.CodePathDenied {
+					t.Fatalf("read after swap: %q, %v", c.content, err)
+				}
+			case "commit":
+				p := &plan{t: tg, cur: current{}, data: []byte("pwned\n")}
+				if err := s.commit([]*plan{p}, false); code(err) != result.CodePathDenied {
+					t.Fatalf("commit after swap: %v", err)
+				}
+			case "lock":
+				if _, err := s.lockDirs([]target{tg}); code(err) != result.CodePathDenied {
+					t.Fatalf("lock after swap: %v", err)
+				}
+			case "mkdir":
+				if _, err := s.prepareDirs([]target{tg}, false); code(err) != result.CodePathDenied {
+					t.Fatalf("mkdir after swap: %v", err)
+				}
+			}
+			if get(t, filepath.Join(root, "private/key")) != "SECRET\n" || len(entriesOf(t, filepath.Join(root, "private"))) != 1 {
+				t.Fatalf("denied directory touched: %v", entriesOf(t, filepath.Join(root, "private")))
+			}
+		})
+	}
+}
+
 // TestFinalSymlinkSwappedIn replaces the file itself with a link to outside
 // after resolution: the read refuses it rather than following it.
 func TestFinalSymlinkSwappedIn(t *testing.T) {

@@ -71,9 +71,16 @@ func (p *plan) newSHA() string {
 
 // readCurrent reads the file at t, which must be a regular file or absent.
 // Symlinks were resolved by resolve, so one found here was swapped in since:
-// it is refused rather than followed.
+// it is refused rather than followed (see pinDir for the directories).
 func (s *session) readCurrent(t target) (current, error) {
-	fi, err := s.root.Lstat(t.rel)
+	d, name, err := s.dirOf(t)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return current{}, nil // its directory is still to be made
+		}
+		return current{}, err
+	}
+	fi, err := d.Lstat(name)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return current{}, nil
@@ -89,7 +96,7 @@ func (s *session) readCurrent(t target) (current, error) {
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
 	}
-	f, err := s.root.OpenFile(t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := d.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return current{}, osError(err, t.given)
 	}
@@ -170,7 +177,11 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			continue
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
-			err := s.root.Mkdir(missing[i], 0o755)
+			parent, err := s.pinDir(path.Dir(missing[i]), t.given)
+			if err != nil {
+				return created, err
+			}
+			err = parent.Mkdir(path.Base(missing[i]), 0o755)
 			if errors.Is(err, fs.ErrExist) {
 				continue // made by someone else meanwhile: not ours to remove
 			}
@@ -187,7 +198,9 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 // filled in the meantime stays.
 func (s *session) removeDirs(dirs []string) {
 	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = s.root.Remove(dirs[i])
+		if parent, err := s.pinDir(path.Dir(dirs[i]), dirs[i]); err == nil {
+			_ = parent.Remove(path.Base(dirs[i]))
+		}
 	}
 }
 
@@ -196,9 +209,9 @@ func (s *session) removeDirs(dirs []string) {
 // function that releases them. See the package documentation for why the
 // directory is what gets locked.
 func (s *session) lockDirs(ts []target) (func(), error) {
-	dirs := map[string]bool{}
+	dirs := map[string]string{} // directory -> a path given in it
 	for _, t := range ts {
-		dirs[path.Dir(t.rel)] = true
+		dirs[path.Dir(t.rel)] = t.given
 	}
 	order := make([]string, 0, len(dirs))
 	for d := range dirs {
@@ -212,7 +225,12 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 		}
 	}
 	for _, d := range order {
-		f, err := s.root.Open(d)
+		pd, err := s.pinDir(d, dirs[d])
+		if err != nil {
+			release()
+			return nil, err
+		}
+		f, err := pd.Open(".")
 		if err != nil {
 			release()
 			return nil, osError(err, s.display(d))
@@ -288,7 +306,11 @@ func (s *session) owner() string {
 // itself, so it holds nothing the file does not; one that differs is the
 // original of a change set cut off in its rename phase, kept for recovery.
 func (s *session) sweep(dir string) {
-	d, err := s.root.Open(dir)
+	pd, err := s.pinDir(dir, s.display(dir))
+	if err != nil {
+		return
+	}
+	d, err := pd.Open(".")
 	if err != nil {
 		return
 	}
@@ -299,18 +321,17 @@ func (s *session) sweep(dir string) {
 		if !ok || !s.ownerGone(owner) {
 			continue
 		}
-		side := path.Join(dir, name)
 		switch kind {
 		case "tmp":
-			_ = s.root.Remove(side)
+			_ = pd.Remove(name)
 		case "bak":
 			if len(base) >= maxSideBase {
 				continue // the file's name was cut: which file is unknown
 			}
-			a, aerr := s.root.Lstat(side)
-			b, berr := s.root.Lstat(path.Join(dir, base))
+			a, aerr := pd.Lstat(name)
+			b, berr := pd.Lstat(base)
 			if aerr == nil && berr == nil && os.SameFile(a, b) {
-				_ = s.root.Remove(side)
+				_ = pd.Remove(name)
 			}
 		}
 	}
@@ -364,7 +385,11 @@ func (s *session) stage(p *plan) error {
 		}
 	}
 	name := s.sideName(p.t.rel, "tmp")
-	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	d, base, err := s.sideOf(p.t, name)
+	if err != nil {
+		return err
+	}
+	f, err := d.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return osError(err, p.t.given)
 	}
@@ -426,7 +451,11 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	if record {
 		for _, p := range plans {
-			h, err := s.fs.recordHistory(s.root, p)
+			d, name, err := s.dirOf(p.t)
+			if err != nil {
+				return err
+			}
+			h, err := s.fs.recordHistory(d, name, p)
 			if err != nil {
 				return err
 			}
@@ -434,18 +463,25 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 		}
 	}
 	for i, p := range plans {
+		// Temp, backup and file are siblings: one pinned directory holds
+		// all three, and every step goes by base name in it.
+		d, name, err := s.dirOf(p.t)
+		if err != nil {
+			return err
+		}
 		if p.cur.exists {
 			p.backup = s.sideName(p.t.rel, "bak")
+			backup := path.Base(p.backup)
 			if p.remove {
-				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+				if err := d.Rename(name, backup); err != nil {
 					p.backup = ""
 					return osError(err, p.t.given)
 				}
 				p.renamed = true
-			} else if err := s.root.Link(p.t.rel, p.backup); err != nil {
+			} else if err := d.Link(name, backup); err != nil {
 				// A file system without hard links: move the original
 				// aside instead. Readers may briefly see no file.
-				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+				if err := d.Rename(name, backup); err != nil {
 					p.backup = ""
 					return osError(err, p.t.given)
 				}
@@ -453,7 +489,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			}
 		}
 		if !p.remove {
-			if err := s.root.Rename(p.tmp, p.t.rel); err != nil {
+			if err := d.Rename(path.Base(p.tmp), name); err != nil {
 				return osError(err, p.t.given)
 			}
 			p.tmp = ""
@@ -468,7 +504,9 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	for _, p := range plans {
 		if p.backup != "" {
-			_ = s.root.Remove(p.backup)
+			if d, _, err := s.dirOf(p.t); err == nil {
+				_ = d.Remove(path.Base(p.backup))
+			}
 			p.backup = ""
 		}
 	}
@@ -479,19 +517,21 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 func (s *session) rollback(plans []*plan) {
 	for i := len(plans) - 1; i >= 0; i-- {
 		p := plans[i]
-		if p.renamed {
+		// Every side file was made in the pinned directory, so it is there.
+		d, name, err := s.dirOf(p.t)
+		if err == nil && p.renamed {
 			if p.backup != "" {
-				_ = s.root.Rename(p.backup, p.t.rel)
+				_ = d.Rename(path.Base(p.backup), name)
 				p.backup = ""
 			} else if !p.cur.exists {
-				_ = s.root.Remove(p.t.rel)
+				_ = d.Remove(name)
 			}
 		}
-		if p.backup != "" {
-			_ = s.root.Remove(p.backup)
+		if err == nil && p.backup != "" {
+			_ = d.Remove(path.Base(p.backup))
 		}
-		if p.tmp != "" {
-			_ = s.root.Remove(p.tmp)
+		if err == nil && p.tmp != "" {
+			_ = d.Remove(path.Base(p.tmp))
 		}
 		if p.hist != nil {
 			s.fs.dropHistory(p.hist)
@@ -510,7 +550,11 @@ func (s *session) syncDirs(plans []*plan) error {
 			continue
 		}
 		seen[d] = true
-		f, err := s.root.Open(d)
+		pd, err := s.pinDir(d, p.t.given)
+		if err != nil {
+			return err
+		}
+		f, err := pd.Open(".")
 		if err != nil {
 			return osError(err, s.display(d))
 		}
