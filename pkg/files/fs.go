@@ -54,11 +54,13 @@
 package files
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -273,6 +275,12 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 			return target{}, newErr(result.CodeIOError, "%s: too many levels of symbolic links", p)
 		}
 		dest, err := s.root.Readlink(cand)
+		if errors.Is(err, syscall.EINVAL) {
+			// No longer a symlink: it was swapped since the Lstat. Look
+			// at it again (links bounds how often).
+			pending = append([]string{comp}, pending...)
+			continue
+		}
 		if err != nil {
 			return target{}, osError(err, p)
 		}
