@@ -54,12 +54,12 @@ func (f *FS) Stat(p string) (*StatResult, error) {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		r.LinkTarget, _ = d.Readlink(name)
 	case fi.Mode().IsRegular() && s.checkSize(t, fi.Size()) == nil:
-		cur, err := s.readCurrent(t)
+		cur, err := s.readFacts(t)
 		if err != nil {
 			return nil, err
 		}
 		r.SHA256 = cur.sha
-		if isText(cur.content) {
+		if !cur.factsOnly && isText(cur.content) {
 			r.TotalLines = countLines(cur.content)
 		} else {
 			r.Binary = true

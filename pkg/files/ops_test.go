@@ -1,9 +1,13 @@
 package files
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -692,5 +696,49 @@ func TestNoRootRelativePaths(t *testing.T) {
 	}
 	if _, err := fsys.Undo("a/b.txt"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestReadHugeBinaryFile reads and stats a sparse 256 MiB binary file (a
+// disk image, a model's weights): the facts (binary, size, the hash of the
+// whole file) come from a streamed pass, never from holding the file in
+// memory.
+func TestReadHugeBinaryFile(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "disk.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 256 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Skip("no sparse files here:", err)
+	}
+	f.Close()
+	want := ""
+	{
+		h := sha256.New()
+		g, _ := os.Open(p)
+		io.Copy(h, g)
+		g.Close()
+		want = hex.EncodeToString(h.Sum(nil))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := fsys.Read("disk.img", ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fsys.Stat("disk.img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if !r.Binary || r.Size != size || r.SHA256 != want || !st.Binary || st.SHA256 != want || st.Size != size {
+		t.Fatalf("read %+v, stat %+v", r, st)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Fatalf("reading a %d-byte binary file allocated %d bytes", size, alloc)
 	}
 }

@@ -3,6 +3,7 @@ package files
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,6 +39,10 @@ type current struct {
 	mode    fs.FileMode
 	uid     int
 	gid     int
+	// factsOnly: the file is binary and only its facts were read (see
+	// readFacts); content is nil and size says how large it is.
+	factsOnly bool
+	size      int64
 }
 
 // plan is one file's part of a change set: what it becomes and, once the
@@ -72,7 +77,15 @@ func (p *plan) newSHA() string {
 // readCurrent reads the file at t, which must be a regular file or absent.
 // Symlinks were resolved by resolve, so one found here was swapped in since:
 // it is refused rather than followed (see pinDir for the directories).
-func (s *session) readCurrent(t target) (current, error) {
+func (s *session) readCurrent(t target) (current, error) { return s.readFile(t, false) }
+
+// readFacts is readCurrent for Read and Stat, which report no content of
+// a binary file: a file whose first bytes show it binary is hashed in one
+// streamed pass and not held in memory (a disk image, a model's weights),
+// with factsOnly set.
+func (s *session) readFacts(t target) (current, error) { return s.readFile(t, true) }
+
+func (s *session) readFile(t target, factsOnly bool) (current, error) {
 	d, name, err := s.dirOf(t)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -110,6 +123,17 @@ func (s *session) readCurrent(t target) (current, error) {
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
+	}
+	if factsOnly && fi.Size() > binarySniffLen {
+		if c, ok, err := hashIfBinary(f, fi); ok || err != nil {
+			if err != nil {
+				return current{}, osError(err, t.given)
+			}
+			if err := s.checkSize(t, c.size); err != nil {
+				return current{}, err
+			}
+			return c, nil
+		}
 	}
 	// Read into a buffer of the exact size: growing a 100 MB buffer would
 	// copy it. A file that grew since the Stat is still read to its end.
@@ -637,3 +661,27 @@ func (f *FS) report(given, oldName, newName string, before, after []byte, before
 }
 
 func isText(b []byte) bool { return !isBinary(b) && validUTF8(b) }
+
+// hashIfBinary reads the head of f: when it shows a binary file, it hashes
+// the whole file in one streamed pass and returns its facts (ok); else f is
+// rewound for a full read.
+func hashIfBinary(f *os.File, fi fs.FileInfo) (current, bool, error) {
+	head := make([]byte, binarySniffLen)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return current{}, false, err
+	}
+	if !isBinary(head[:n]) {
+		_, err := f.Seek(0, io.SeekStart)
+		return current{}, false, err
+	}
+	h := sha256.New()
+	h.Write(head[:n])
+	rest, err := io.Copy(h, f)
+	if err != nil {
+		return current{}, false, err
+	}
+	c := current{exists: true, factsOnly: true, size: int64(n) + rest, mode: fi.Mode(), uid: -1, gid: -1,
+		sha: hex.EncodeToString(h.Sum(nil))}
+	return c, true, nil
+}
