@@ -215,6 +215,11 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 	if p == "" {
 		return target{}, invalid("empty path")
 	}
+	if strings.IndexByte(p, 0) >= 0 {
+		// The kernel would end the name at the NUL: what ran would not be
+		// what was asked (or checked against the deny rules).
+		return target{}, invalid("%s: a path cannot contain a NUL byte", clipPath(strings.ReplaceAll(p, "\x00", `\0`)))
+	}
 	abs := p
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(s.base, abs)
