@@ -655,3 +655,44 @@ func TestKilledWritesLeaveNoTemps(t *testing.T) {
 		t.Fatalf("temp files left: %v", left)
 	}
 }
+
+// TestPlantedSymlinks replaces state files with symlinks to a file outside
+// the state directory (what a job that can write there could plant): the
+// supervisor and the readers never write or read through them. The event
+// log and the logs answer state_corrupt, and the outside file is untouched.
+func TestPlantedSymlinks(t *testing.T) {
+	st := newStore(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("victim\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plant := func(name string) {
+		t.Helper()
+		_ = os.Remove(name)
+		if err := os.Symlink(victim, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	untouched := func(when string) {
+		t.Helper()
+		if b, _ := os.ReadFile(victim); string(b) != "victim\n" {
+			t.Fatalf("%s: the outside file was written: %q", when, b)
+		}
+	}
+
+	s := start(t, st, Spec{Shell: "echo out; echo err >&2"})
+	waitFor(t, st, ForExit, s.Handle)
+	plant(logPath(st.jobDir(s.ID), "stdout"))
+	if c, err := st.ReadLog(s.Handle, "stdout", 0, ReadOptions{}); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("logs through a planted link: %+v, %v", c, err)
+	}
+
+	// The job itself still runs; its events are not appended anywhere.
+	plant(st.dir.Join("events.jsonl"))
+	s2 := start(t, st, Spec{Argv: []string{"true"}})
+	waitFor(t, st, ForExit, s2.Handle)
+	untouched("start")
+	if _, err := st.dir.ReadEvents(0, nil); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("events through a planted link: %v", err)
+	}
+}

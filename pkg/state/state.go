@@ -117,7 +117,7 @@ func loadOrCreateKey(dir string) ([]byte, error) {
 }
 
 func readKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func (d *Dir) NextIDRepairing(kind string, floor func() uint64) (uint64, error) 
 	// The lock is held: temp files of the counter are of killed writers.
 	RemoveTemps(dir, kind)
 	var n uint64
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	switch {
 	case err == nil:
 		n, err = strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
@@ -181,7 +181,7 @@ func (d *Dir) NextIDRepairing(kind string, floor func() uint64) (uint64, error) 
 
 // LastID returns the highest id of kind allocated so far (0 if none).
 func (d *Dir) LastID(kind string) (uint64, error) {
-	b, err := os.ReadFile(d.Join("ids", kind))
+	b, err := ReadFile(d.Join("ids", kind))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
