@@ -476,3 +476,38 @@ func TestWaitEventsWakesOnAppend(t *testing.T) {
 		t.Fatalf("no new event: %v", err)
 	}
 }
+
+// TestWatchNamesSeesItsDirectoryGoAway: a watched directory removed or moved
+// away signals the watcher (whatever names it filters on), so a waiter
+// re-checks and finds the job gone instead of waiting for an event that
+// can no longer come.
+func TestWatchNamesSeesItsDirectoryGoAway(t *testing.T) {
+	for _, how := range []string{"move", "remove"} {
+		t.Run(how, func(t *testing.T) {
+			base := t.TempDir()
+			dir := filepath.Join(base, "job")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ch, err := WatchNames(ctx, []string{"status.json"}, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "move" {
+				err = os.Rename(dir, filepath.Join(base, "elsewhere"))
+			} else {
+				err = os.Remove(dir)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatal("no signal when the watched directory went away")
+			}
+		})
+	}
+}
