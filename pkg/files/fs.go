@@ -24,7 +24,10 @@
 // directory therefore take turns: each reads what the other wrote, so no
 // update is lost, and an --expect-sha256 check made under the lock is exact.
 // The lock is advisory: a program that is not agentfs is not held back by
-// it; ExpectSHA256 is what protects against those.
+// it; ExpectSHA256 is what protects against those, and the commit checks,
+// just before each rename, that the file is still the one it read (same
+// inode, size and modification time, or still absent), failing with
+// file_changed rather than renaming over another program's change.
 //
 // Atomicity: new content goes to a temp file beside the target, is synced,
 // and renamed over it; the directory is synced after. A failed operation,

@@ -225,6 +225,58 @@ func TestFinalSymlinkSwappedIn(t *testing.T) {
 	}
 }
 
+// TestChangedBehindItsBack has another program (not agentfs, so not held
+// off by the directory lock) change the file after agentfs read it and
+// while it staged the new content: in place, replaced by rename, or
+// created where agentfs creates. The commit must not rename over that
+// change: it fails with file_changed and the other program's file stays.
+func TestChangedBehindItsBack(t *testing.T) {
+	for _, how := range []string{"in place", "replaced", "created"} {
+		t.Run(how, func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			p := filepath.Join(root, "f.txt")
+			if how != "created" {
+				put(t, p, "one\n")
+			}
+			fsys.afterStage = func() error {
+				switch how {
+				case "in place":
+					f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					_, err = f.WriteString("theirs\n")
+					return err
+				default:
+					tmp := filepath.Join(root, "editor-tmp")
+					put(t, tmp, "theirs\n")
+					return os.Rename(tmp, p)
+				}
+			}
+			var err error
+			if how == "created" {
+				_, err = fsys.Write("f.txt", []byte("mine\n"), WriteOptions{})
+			} else {
+				_, err = fsys.Edit("f.txt", []EditSpec{{Old: "one", New: "mine"}}, EditOptions{})
+			}
+			if code(err) != result.CodeFileChanged {
+				t.Fatalf("commit over a change made behind its back: %v (file: %q)", err, get(t, p))
+			}
+			want := "theirs\n"
+			if how == "in place" {
+				want = "one\ntheirs\n"
+			}
+			if got := get(t, p); got != want {
+				t.Fatalf("the other program's change is gone: %q", got)
+			}
+			if left := entriesOf(t, root); len(left) != 1 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
+	}
+}
+
 func TestDeny(t *testing.T) {
 	fsys, root := newTestFS(t)
 	fsys.Deny = []string{"**/.env", "**/.git/**"}

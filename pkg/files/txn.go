@@ -43,6 +43,9 @@ type current struct {
 	// readFacts); content is nil and size says how large it is.
 	factsOnly bool
 	size      int64
+	// info is the file as it was when read (inode, size, modification
+	// time): the commit checks that it is still that file (see unchanged).
+	info fs.FileInfo
 }
 
 // plan is one file's part of a change set: what it becomes and, once the
@@ -151,7 +154,7 @@ func (s *session) readFile(t target, factsOnly bool) (current, error) {
 	if err := s.checkSize(t, int64(len(buf))); err != nil {
 		return current{}, err
 	}
-	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1}
+	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1, info: fi}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		c.uid, c.gid = int(st.Uid), int(st.Gid)
 	}
@@ -493,6 +496,9 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 		if err != nil {
 			return err
 		}
+		if err := unchanged(d, name, p); err != nil {
+			return err
+		}
 		if p.cur.exists {
 			p.backup = s.sideName(p.t.rel, "bak")
 			backup := path.Base(p.backup)
@@ -684,4 +690,27 @@ func hashIfBinary(f *os.File, fi fs.FileInfo) (current, bool, error) {
 	c := current{exists: true, factsOnly: true, size: int64(n) + rest, mode: fi.Mode(), uid: -1, gid: -1,
 		sha: hex.EncodeToString(h.Sum(nil))}
 	return c, true, nil
+}
+
+// unchanged checks, just before the commit replaces p's file, that it is
+// still the file p was planned on: the same inode with the same size and
+// modification time, or still absent. The directory lock holds off other
+// agentfs processes but not other programs (an editor saving, a formatter):
+// one that changed the file since it was read would otherwise lose its
+// change to the rename without a word. What it can still miss is a change
+// in the moment between this check and the rename.
+func unchanged(d *os.Root, name string, p *plan) error {
+	fi, err := d.Lstat(name)
+	switch {
+	case !p.cur.exists && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case !p.cur.exists && err == nil:
+		return newErr(result.CodeFileChanged, "%s was created by someone else while agentfs was writing it; nothing was written", p.t.given)
+	case err != nil:
+		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it (%s); nothing was written", p.t.given, unwrapMessage(err))
+	case p.cur.info != nil && (!os.SameFile(fi, p.cur.info) || fi.Size() != p.cur.info.Size() || !fi.ModTime().Equal(p.cur.info.ModTime())):
+		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it; nothing was written", p.t.given).
+			With("hint", "read it again and redo the change on what it is now")
+	}
+	return nil
 }
