@@ -160,6 +160,9 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 }
 
 func historyError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return newErr(result.CodeNoSpace, "undo history: no space left to keep it (%v); nothing was changed", err).Wrap(err)
+	}
 	return newErr(result.CodeIOError, "undo history: %v", err).Wrap(err)
 }
 

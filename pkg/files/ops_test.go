@@ -536,7 +536,10 @@ func TestOSErrorMapping(t *testing.T) {
 	}{
 		{errors.New("boom"), result.CodeIOError},
 		{pe(syscall.EIO), result.CodeIOError},
-		{pe(syscall.ENOSPC), result.CodeIOError},
+		{pe(syscall.ENOSPC), result.CodeNoSpace},
+		{pe(syscall.EDQUOT), result.CodeNoSpace},
+		{pe(syscall.ENAMETOOLONG), result.CodeInvalidRequest},
+		{pe(syscall.EIO), result.CodeIOError},
 		{pe(errors.New("path escapes from parent")), result.CodeOutsideRoot},
 		{pe(syscall.ENOENT), result.CodeFileNotFound},
 		{pe(syscall.ENOTDIR), result.CodeFileNotFound},
