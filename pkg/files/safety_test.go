@@ -561,3 +561,18 @@ func TestEditLargeFileSmallDiff(t *testing.T) {
 		t.Fatalf("%s %+v", m.Diff, m.Edits)
 	}
 }
+
+// TestMatchGlobPathological: a glob is a request value (list's glob, a
+// request's deny rules), so a model can choose one like "**/a/**/a/…/b"
+// and a path of many "a" segments. Matching must stay polynomial: the naive
+// backtracking match of this one takes longer than the test's deadline.
+func TestMatchGlobPathological(t *testing.T) {
+	pat := strings.Repeat("**/a/", 20) + "b"
+	name := strings.TrimSuffix(strings.Repeat("a/", 80), "/")
+	if MatchGlob(pat, name) {
+		t.Fatal("matched a path without b")
+	}
+	if !MatchGlob(pat, name+"/b") || !MatchGlob(strings.Repeat("**/a/", 20)+"**", name) {
+		t.Fatal("did not match")
+	}
+}
