@@ -89,7 +89,9 @@ func (r remains) live() []proctree.ID {
 
 // sessionMarkEnv is set in the environment of every job process: the
 // supervisor's pid and start time, which remains looks for.
-const sessionMarkEnv = "AGENTJOB_SUPERVISOR"
+// It is declared in proctree, whose WithoutTokens drops it for what is
+// detached from the job (a nested job's supervisor, a session's shell).
+const sessionMarkEnv = proctree.EnvJobMark
 
 // sessionMark is the sessionMarkEnv entry of the jobs of supervisor sv.
 func sessionMark(sv proctree.ID) string {
