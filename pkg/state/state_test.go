@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +103,35 @@ func TestOpenCreatesPrivateDirAndKey(t *testing.T) {
 	}
 	if !bytes.Equal(d.key, d2.key) {
 		t.Fatal("reopening changed the key")
+	}
+}
+
+// TestOpenRefusesPlantedDir: a state directory that others can write to
+// (a world-writable one someone made in /tmp), or a key file someone else
+// can read, is not this user's environment: whoever planted it could read
+// the key and forge handles, or plant files in it. Open refuses.
+func TestOpenRefusesPlantedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "st")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("a world-writable state directory: %v", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, keyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("a key others can read: %v", err)
 	}
 }
 
