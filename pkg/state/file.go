@@ -153,12 +153,29 @@ func lockFile(path string, how int) (func(), error) {
 // state directory could plant one there to have the supervisor append to,
 // or a reader show, a file elsewhere). A symlink found there is a damaged
 // state file (state_corrupt).
+//
+// Nor does it block on a FIFO (or device) planted there: the open does not
+// wait for a writer (O_NONBLOCK, which a regular file ignores), and what is
+// not a regular file is state_corrupt too.
 func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
-	f, err := os.OpenFile(path, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
+	f, err := os.OpenFile(path, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, perm)
 	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EMLINK) {
 		return nil, corrupt(path, errors.New("it is a symlink; state files are never links"))
 	}
-	return f, err
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, corrupt(path, errors.New("it is a FIFO or a socket; state files are regular files"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("it is not a regular file (%v); state files are regular files", fi.Mode().Type())
+		}
+		return nil, corrupt(path, err)
+	}
+	return f, nil
 }
 
 // ReadFile is os.ReadFile through OpenFile.

@@ -541,3 +541,25 @@ func TestWatchNamesSeesItsDirectoryGoAway(t *testing.T) {
 		})
 	}
 }
+
+// TestPlantedFIFO: a FIFO planted in place of a state file would block a
+// reader's open forever (no writer comes); it is a damaged state file.
+func TestPlantedFIFO(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscallMkfifo(d.Join("events.jsonl")); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := d.ReadEvents(0, nil); done <- err }()
+	select {
+	case err := <-done:
+		if !IsCorrupt(err) {
+			t.Fatalf("events from a FIFO: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("reading the events blocked on a planted FIFO")
+	}
+}
