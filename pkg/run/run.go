@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -305,8 +306,12 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		close(done)
 	}()
 
+	// The command is waited for in two steps: its exit (it stays a zombie,
+	// so its pid, and the group and session it leads, cannot be recycled),
+	// then, once what it left behind is killed, its reap. A kill of the
+	// group after the reap could reach a stranger that got the pid since.
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	go func() { waited <- proctree.WaitChild(pid) }()
 
 	var timer <-chan time.Time
 	if req.Timeout > 0 {
@@ -327,7 +332,6 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		waitErr = r.terminate(pid, waited)
 	}
 	r.res.Elapsed = time.Since(r.res.StartedAt)
-	r.setExit(cmd, waitErr)
 
 	// Drain: a background descendant may hold the pipes open forever.
 	if req.Drain > 0 {
@@ -338,7 +342,15 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		}
 		t.Stop()
 	}
-	r.killRest(pid)
+	// The group first, while the zombie holds its id; then the reap; then
+	// whatever left the group.
+	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+	if reapErr := cmd.Wait(); waitErr == nil {
+		waitErr = reapErr
+	}
+	faultpoint.Hit("run.reaped")
+	r.setExit(cmd, waitErr)
+	r.killRest()
 	// Anything killed above released its pipe ends; wait briefly for the
 	// readers to collect what it wrote, then force them off the pipes.
 	t := time.NewTimer(100 * time.Millisecond)
@@ -372,9 +384,8 @@ func (r *runner) terminate(pid int, waited <-chan error) error {
 	return err
 }
 
-// killRest kills whatever the command left behind.
-func (r *runner) killRest(pid int) {
-	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+// killRest kills whatever the command left behind outside its group.
+func (r *runner) killRest() {
 	if g := r.guard; g != nil && g.Mode() == proctree.GuardCgroup {
 		// Every descendant of the command is in the guard's cgroup but
 		// the detached servers, which left it (proctree.Detach): an

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -442,7 +444,31 @@ func TestSweepStale(t *testing.T) {
 	otherBoot := filepath.Join(tmp, tempPrefix+"oldboot")
 	must(t, os.MkdirAll(otherBoot, 0o700))
 	must(t, os.WriteFile(filepath.Join(otherBoot, ownerFile), []byte(ownerID()+" another-boot\n"), 0o600))
+	// Today's directories name their owner instead.
+	named := func(owner string) string {
+		d := filepath.Join(tmp, runPrefix+owner+".0123ab")
+		must(t, os.MkdirAll(filepath.Join(d, "tmp"), 0o700))
+		return d
+	}
+	deadID := strconv.Itoa(dead.Process.Pid) + "." + strconv.FormatUint(deadStart, 10)
+	staleNamed, liveNamed := named(deadID), named(ownerID())
+	prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	base := filepath.Base(filepath.Dir(prep.TempDir))
+	if id, ok := nameOwner(base); !ok || id != ownerID() || len(base) > 29 {
+		t.Errorf("private directory %s does not name its owner %s in 29 characters", prep.TempDir, ownerID())
+	}
+	prep.Cleanup()
+	if _, err := os.Stat(filepath.Dir(prep.TempDir)); err == nil {
+		t.Error("Cleanup kept the private directory")
+	}
 	sweepStale("")
+	if _, err := os.Stat(staleNamed); err == nil {
+		t.Error("a dead owner's named directory was kept")
+	}
+	if _, err := os.Stat(liveNamed); err != nil {
+		t.Error("a live owner's named directory was removed")
+	}
 	if _, err := os.Stat(stale); err == nil {
 		t.Error("stale directory of a dead owner kept")
 	}
@@ -509,5 +535,60 @@ func TestHelperRefusesOtherVersion(t *testing.T) {
 	}
 	if e := readFailure(status); e == nil || !strings.Contains(e.Error(), "another build") {
 		t.Fatalf("failure %v", e)
+	}
+}
+
+// The helper, PID 1 of the command's namespace, survives the signals its
+// caller sends it (its death would kill the command at once), and the
+// command inherits none of them ignored or blocked: its dispositions are
+// those of the same command run without the sandbox.
+func TestSignals(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	const script = `grep -E '^Sig(Ign|Blk)' /proc/self/status; echo ready; read x; grep -E '^Sig(Ign|Blk)' /proc/self/status`
+	base := exec.Command("sh", "-c", script)
+	base.Stdin = strings.NewReader("go\n")
+	plain, err := base.CombinedOutput()
+	if err != nil {
+		t.Fatalf("plain: %v %s", err, plain)
+	}
+	plain = []byte(strings.Replace(string(plain), "ready\n", "", 1))
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone}, self(t))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	argv := prep.Argv([]string{"sh", "-c", script})
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	stdin, err := cmd.StdinPipe()
+	must(t, err)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	r := bufio.NewReader(stdout)
+	var got strings.Builder
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("before ready: %v %q %v", err, got.String(), prep.Failure())
+		}
+		if line == "ready\n" {
+			break
+		}
+		got.WriteString(line)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGUSR1,
+		syscall.SIGPIPE, syscall.SIGALRM, syscall.SIGTSTP, syscall.SIGXCPU, syscall.Signal(40)} {
+		must(t, cmd.Process.Signal(sig))
+	}
+	_, _ = stdin.Write([]byte("go\n"))
+	rest, _ := io.ReadAll(r)
+	got.Write(rest)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the helper did not survive the signals: %v %v", err, prep.Failure())
+	}
+	if got.String() != string(plain) {
+		t.Errorf("dispositions in the sandbox:\n%s\nwant, as without it:\n%s", got.String(), plain)
 	}
 }

@@ -179,12 +179,47 @@ var direntBuf = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // with lstat), and raw syscalls, since this runs for every directory of
 // every writable root on every sandboxed call.
 func readDirTypes(dir string) ([]dirEntry, error) {
+	var out []dirEntry
+	err := scanDir(dir, func(name []byte, typ byte) {
+		// Only directories, .git and HEAD (of a bare repository) matter:
+		// no string for the rest.
+		if typ != unix.DT_DIR && typ != unix.DT_UNKNOWN && string(name) != ".git" && string(name) != "HEAD" {
+			return
+		}
+		nm := string(name)
+		var mode fs.FileMode
+		switch typ {
+		case unix.DT_DIR:
+			mode = fs.ModeDir
+		case unix.DT_REG:
+			mode = 0
+		case unix.DT_LNK:
+			mode = fs.ModeSymlink
+		case unix.DT_UNKNOWN:
+			st, err := os.Lstat(filepath.Join(dir, nm))
+			if err != nil {
+				return
+			}
+			mode = st.Mode().Type()
+		default:
+			mode = fs.ModeIrregular
+		}
+		out = append(out, dirEntry{nm, mode})
+	})
+	return out, err
+}
+
+// scanDir calls fn with the name (valid only during the call) and the
+// getdents type of every entry of dir but "." and "..", in the order the
+// filesystem returns them: raw syscalls, no allocation per entry, no sort
+// and no stat, for the listings made on every sandboxed call (every
+// directory of a writable root, the temp dir).
+func scanDir(dir string, fn func(name []byte, typ byte)) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unix.Close(fd)
-	var out []dirEntry
 	buf := direntBuf.Get().(*[]byte)
 	defer direntBuf.Put(buf)
 	for {
@@ -193,7 +228,7 @@ func readDirTypes(dir string) ([]dirEntry, error) {
 			continue
 		}
 		if err != nil || n <= 0 {
-			return out, nil
+			return nil
 		}
 		for b := (*buf)[:n]; len(b) >= 19; {
 			// struct linux_dirent64: ino, off, reclen, type, name.
@@ -206,33 +241,10 @@ func readDirTypes(dir string) ([]dirEntry, error) {
 				name = name[:i]
 			}
 			b = b[reclen:]
-			// Only directories, .git and HEAD (of a bare repository)
-			// matter: no string for the rest.
-			if typ != unix.DT_DIR && typ != unix.DT_UNKNOWN && string(name) != ".git" && string(name) != "HEAD" {
+			if string(name) == "." || string(name) == ".." {
 				continue
 			}
-			nm := string(name)
-			if nm == "." || nm == ".." {
-				continue
-			}
-			var mode fs.FileMode
-			switch typ {
-			case unix.DT_DIR:
-				mode = fs.ModeDir
-			case unix.DT_REG:
-				mode = 0
-			case unix.DT_LNK:
-				mode = fs.ModeSymlink
-			case unix.DT_UNKNOWN:
-				st, err := os.Lstat(filepath.Join(dir, nm))
-				if err != nil {
-					continue
-				}
-				mode = st.Mode().Type()
-			default:
-				mode = fs.ModeIrregular
-			}
-			out = append(out, dirEntry{nm, mode})
+			fn(name, typ)
 		}
 	}
 }

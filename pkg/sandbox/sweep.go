@@ -16,9 +16,15 @@ import (
 // A run's private directory and cgroups are removed by Cleanup. A runner
 // killed with SIGKILL never gets there; its sandboxed tree dies with it
 // (the helper has a parent-death signal and is PID 1 of its namespace), but
-// the directory and the cgroups stay. Each carries its owner's identity
-// (pid, start time, boot id), and the next Prepare removes those whose
-// owner is provably gone: a recycled pid is told apart by its start time.
+// the directory and the cgroups stay. Each is named after its owner (pid
+// and start time), and the next Prepare removes those whose owner is
+// provably gone: a recycled pid is told apart by its start time. (A
+// directory of an older agentplane names its owner and boot in an owner
+// file instead.) The name, not a file, so that a run costs no file to
+// create and remove on the temp dir's filesystem, whose journal makes
+// each such change a wait on a busy machine. A leftover from before a
+// reboot whose pid and start time a live process happens to have again is
+// kept until that process is gone.
 //
 // Leftovers come only from a killed runner, so the sweep (a listing of the
 // whole temp dir and of the cgroup parents) runs at most once per
@@ -27,9 +33,10 @@ import (
 // this user (planted by someone else) never suppresses a sweep.
 
 const (
-	tempPrefix   = "agentplane-sandbox-"
+	runPrefix    = "run."
+	tempPrefix   = "agentplane-sandbox-" // an older agentplane's private directories
 	cgroupPrefix = "agentplane-"
-	ownerFile    = "owner"
+	ownerFile    = "owner" // an older agentplane's record of the owner
 	sweepStamp   = "agentplane-sandbox-swept."
 	sweepEvery   = time.Minute
 )
@@ -41,9 +48,22 @@ func ownerID() string {
 	return strconv.Itoa(pid) + "." + strconv.FormatUint(start, 10)
 }
 
-func writeOwner(base string) error {
-	boot, _ := proctree.BootID()
-	return os.WriteFile(filepath.Join(base, ownerFile), []byte(ownerID()+" "+boot+"\n"), 0o600)
+// privateName is the name of a run's private directory in its temp area:
+// runPrefix, the owner and rnd, dot-separated. Short (29 characters at
+// most, as short as an older agentplane's), since tools bind Unix sockets
+// below TMPDIR and a socket's path has 107 bytes.
+func privateName(rnd string) string {
+	return runPrefix + ownerID() + "." + rnd
+}
+
+// nameOwner parses a private directory's name into its owner.
+func nameOwner(name string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(name, runPrefix)
+	f := strings.Split(rest, ".")
+	if !ok || len(f) != 3 {
+		return "", false
+	}
+	return f[0] + "." + f[1], true
 }
 
 // ownerGone parses "pid.starttime" and reports whether that process is
@@ -72,13 +92,22 @@ func sweepStale(parent string) {
 		return
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), tempPrefix) {
+		if !e.IsDir() {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
+		if id, ok := nameOwner(e.Name()); ok {
+			if ownerGone(id, "") {
+				_ = os.RemoveAll(dir)
+			}
+			continue
+		}
+		if !strings.HasPrefix(e.Name(), tempPrefix) {
+			continue
+		}
 		data, err := os.ReadFile(filepath.Join(dir, ownerFile))
 		if err != nil {
-			continue // a run being prepared right now, or not ours
+			continue // not ours
 		}
 		f := strings.Fields(string(data))
 		boot := ""

@@ -1,12 +1,14 @@
 package sandbox
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -45,19 +47,33 @@ func tempAreas(parent string) (string, []string, error) {
 			continue // /tmp not writable: no --user run can live there either
 		}
 		areas = append(areas, mine)
-		entries, err := os.ReadDir(p)
-		if err != nil {
-			continue
+		// A listing without a sort or a stat per entry: the temp dir
+		// of a long-lived machine holds thousands of entries, and this
+		// runs on every sandboxed call. (scanDir follows no symlink: a
+		// TMPDIR below one is listed where it resolves to.)
+		list := p
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			list = real
 		}
-		for _, e := range entries {
-			id, ok := strings.CutPrefix(e.Name(), areaPrefix)
-			if !ok || !e.IsDir() || id == uid {
-				continue
+		_ = scanDir(list, func(name []byte, typ byte) {
+			if !bytes.HasPrefix(name, []byte(areaPrefix)) || typ != unix.DT_DIR && typ != unix.DT_UNKNOWN {
+				return
 			}
-			if _, err := strconv.Atoi(id); err == nil {
-				areas = append(areas, filepath.Join(p, e.Name()))
+			id := string(name[len(areaPrefix):])
+			if id == uid {
+				return
 			}
-		}
+			if _, err := strconv.Atoi(id); err != nil {
+				return
+			}
+			path := filepath.Join(p, string(name))
+			if typ == unix.DT_UNKNOWN {
+				if st, err := os.Lstat(path); err != nil || !st.IsDir() {
+					return
+				}
+			}
+			areas = append(areas, path)
+		})
 	}
 	// Resolved (a TMPDIR below a symlink), so that the private directory
 	// made in own and the covers agree on every path.

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +79,31 @@ echo mine > "$TMPDIR/f" && cat "$TMPDIR/f"`, "sh", aTmp, area)
 				t.Errorf("run A saw a planted file: %q", a)
 			}
 		})
+	}
+}
+
+// Other uids' areas are found in a TMPDIR below a symlink too, and only
+// directories with a numeric uid count.
+func TestTempAreasOtherUIDs(t *testing.T) {
+	real := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	must(t, os.Symlink(real, link))
+	t.Setenv("TMPDIR", link)
+	other := filepath.Join(real, areaPrefix+"4242")
+	must(t, os.Mkdir(other, 0o711))
+	must(t, os.Mkdir(filepath.Join(real, areaPrefix+"x"), 0o711))
+	must(t, os.WriteFile(filepath.Join(real, areaPrefix+"77"), nil, 0o600))
+	must(t, os.Symlink(other, filepath.Join(real, areaPrefix+"78")))
+	_, areas, err := tempAreas("")
+	must(t, err)
+	var found []string
+	for _, a := range areas {
+		if filepath.Dir(a) == real {
+			found = append(found, filepath.Base(a))
+		}
+	}
+	own := areaPrefix + strconv.Itoa(os.Geteuid())
+	if !slices.Equal(found, []string{own, areaPrefix + "4242"}) {
+		t.Errorf("areas in the temp dir: %v, want [%s %s4242]", found, own, areaPrefix)
 	}
 }

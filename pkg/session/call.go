@@ -359,13 +359,43 @@ type pendingCall struct {
 	caps    map[string]*capture.HeadTail
 	enc     *lineWriter // the caller's connection
 	stream  bool        // the caller streams: it gets the start event
+	// trapFIFO is where the call's end writes the user's RETURN trap
+	// (see callEnd); trapR is the server's end of it.
+	trapFIFO string
+	trapR    *os.File
+}
+
+// takeTraps reads what the call's end wrote to the trap FIFO (it wrote
+// and closed it before the shell printed the prompt that ended the call)
+// and keeps the user's RETURN trap for the next call; when the end did not
+// run, the shell still has whatever trap it had, and nothing changes.
+func (c *pendingCall) takeTraps(sh *shell) {
+	if c.trapR == nil {
+		return
+	}
+	// Everything is in the pipe already: the deadline only guards against
+	// a writer that kept it open.
+	_ = c.trapR.SetReadDeadline(time.Now().Add(time.Second))
+	b := make([]byte, 0, 512)
+	buf := make([]byte, 4096)
+	for len(b) < 1<<20 {
+		k, err := c.trapR.Read(buf)
+		b = append(b, buf[:k]...)
+		if err != nil || k == 0 {
+			break
+		}
+	}
+	savedTraps(b, &sh.traps)
 }
 
 func (c *pendingCall) cleanup() {
 	for _, h := range c.holders {
 		h.Close()
 	}
-	for _, p := range append([]string{c.script, c.stdin}, c.fifos...) {
+	if c.trapR != nil {
+		c.trapR.Close()
+	}
+	for _, p := range append([]string{c.script, c.stdin, c.trapFIFO}, c.fifos...) {
 		if p != "" && p != os.DevNull {
 			_ = os.Remove(p)
 		}
@@ -465,8 +495,16 @@ func (p *pump) detach(log *bgLog) {
 func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingCall, error) {
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
+	c.trapFIFO = d.name(n, "traps")
+	r, err := d.fifo(c.trapFIFO)
+	if err != nil {
+		c.trapFIFO = ""
+		return nil, result.Errorf(result.CodeInternal, "call FIFO: %v", err)
+	}
+	c.trapR = r
 	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, callFile(req.Command)); err != nil {
+	if err := d.writeFile(c.script, callFile(req.Command, s.currentShell().traps, c.trapFIFO)); err != nil {
+		c.cleanup()
 		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
 	}
 	if req.Stdin != nil {
@@ -584,8 +622,13 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		pid := sh.self.PID
 		_ = c.enc.send(message{Type: "start", Started: &pid})
 	}
-	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)); err == nil {
-		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
+	// A probe goes with the call line: bash reads it only once the line
+	// is over, so it answers for a line abandoned behind a prompt that
+	// is not the pending one (the command set PS1 and then bash abandoned
+	// the line on its own: a SIGINT it sent itself, an error under set -u).
+	pre := newNonce()
+	if _, err := io.WriteString(sh.stdin, callLine(sh.marker, c.n, nonce, c.script, c.stdin, c.fifos)+probeLine(sh.marker, pre)); err == nil {
+		code, why = sh.awaitCall(c.n, nonce, tagProbe+pre, timer, cancel)
 	}
 	// A caller that is gone (its connection closed: killed, say) waits
 	// for nothing: the call's processes get the interrupt and then
@@ -597,6 +640,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	switch why {
 	case gotMarker:
 		res.ExitCode = code
+		c.takeTraps(sh)
 	case gotBroken:
 		// The command left the shell unable to run the protocol's lines
 		// as written: what it did ran, but its status cannot be known,

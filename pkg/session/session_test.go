@@ -384,3 +384,60 @@ func TestProbeOfAnExecdShell(t *testing.T) {
 		w.Close()
 	}
 }
+
+// TestSavedTraps runs the call file's end in a real bash and reads what it
+// wrote: the user's RETURN trap and ERR action come back exactly (quotes,
+// newlines), an unset trap reads as none, the protocol's own ERR trap
+// reads as "the user has none", and output without the sentinels (the end
+// did not run) changes nothing.
+func TestSavedTraps(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	cases := []struct {
+		name, setup       string
+		ret, errAction    string
+		errSet, untouched bool
+	}{
+		{name: "none", setup: ``},
+		{name: "return", setup: `trap 'echo ret' RETURN`, ret: "trap -- 'echo ret' RETURN\n"},
+		{name: "err", setup: `trap 'echo "it'\''s $?"' ERR`, errAction: `echo "it's $?"`, errSet: true},
+		{name: "err multi-line", setup: "trap 'echo a\necho b' ERR", errAction: "echo a\necho b", errSet: true},
+		{name: "err ignored", setup: `trap '' ERR`, errAction: "", errSet: true},
+		{name: "protocol's err", setup: `trap -- "$__agentsh_err" ERR`, untouched: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "traps")
+			script := `__agentsh_err=` + shellQuote(errTrap) + "\n" + c.setup + "\n" + callEnd(fifo)
+			if err := os.WriteFile(fifo, nil, 0o600); err != nil { // a plain file stands in for the FIFO
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bash, "--norc", "-c", script).CombinedOutput()
+			if err != nil {
+				t.Fatalf("bash: %v: %s", err, out)
+			}
+			b, err := os.ReadFile(fifo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := userTraps{errAction: "prev", errSet: true}
+			got := prev
+			if !savedTraps(b, &got) {
+				t.Fatalf("sentinels not found in %q", b)
+			}
+			want := userTraps{ret: c.ret, errAction: c.errAction, errSet: c.errSet}
+			if c.untouched {
+				want.errAction, want.errSet = prev.errAction, prev.errSet
+			}
+			if got != want {
+				t.Errorf("got %+v, want %+v (from %q)", got, want, b)
+			}
+		})
+	}
+	got := userTraps{ret: "r", errAction: "e", errSet: true}
+	if savedTraps([]byte("trap -- 'x' RETURN\n"), &got) || got != (userTraps{ret: "r", errAction: "e", errSet: true}) {
+		t.Errorf("output of an end that did not run changed the traps: %+v", got)
+	}
+}

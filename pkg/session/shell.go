@@ -32,7 +32,9 @@ import (
 //
 // Each call is one line (NONCE is fresh random for every call):
 //
-//	PS1=$'\n'"MARK aN 0"$'\n'; __agentsh_n=N; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; __agentsh_q=...; POSIXLY_CORRECT=y \:; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//	{ __agentsh_y=$-; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; ...; __agentsh_a=$'\n'"MARK aN 0"$'\n'; PS1=$__agentsh_a; __agentsh_n=N; ...; { \. 'CALL' <'IN' >'OUT' 2>'ERR' || __agentsh_s=$?; ...; \set +x; } 2>/dev/null; ...; \trap - DEBUG; ...; PS0=; PS1=$'\n'"MARK cNONCE $__agentsh_s"$'\n'; PROMPT_COMMAND=()
+//
+// followed at once by a probe line (see below).
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -73,7 +75,51 @@ import (
 // at a moment it is not waiting for a child, which bash honours by
 // abandoning the line however the child died (a child that catches SIGINT
 // and exits 0 would otherwise let bash go on with the list). A probe line
-// then proves the shell is back at its prompt.
+// then proves the shell is back at its prompt. bash runs traps only between
+// commands, so a shell busy inside one builtin (read or mapfile from an
+// endless source such as /dev/zero) does not run the USR2 trap; those
+// builtins check bash's interrupt flag at every byte, so when the USR2
+// trap did not bring the shell back and nothing of the call holds it, the
+// shell gets SIGINT itself, which sets that flag (Ctrl-C at a terminal).
+// Loops of commands (while :; do :; done, (( )) and for (( )) loops) run
+// the USR2 trap between their commands; a command substitution or pipe is
+// stopped by the SIGINT to its processes. Only a builtin that never returns
+// while the user's INT trap (which bash too runs only after the builtin) or
+// an ignored SIGINT stands in the way keeps the shell from coming back: it
+// is replaced, with session_reset and the call's real elapsed_ms.
+//
+// What the user sets that bash itself runs or expands never fires for the
+// protocol's lines:
+//   - xtrace: every protocol step starts with { ...; set +x; } 2>/dev/null
+//     (the set +x is traced into /dev/null) and remembers whether it was on
+//     (__agentsh_x); the call file's group turns it back on as its first
+//     command, so the user's commands are traced into the call's stderr and
+//     no protocol command is traced anywhere: PS4 is expanded for the user's
+//     commands only (twice more, into /dev/null, when the protocol takes
+//     xtrace away). A user's BASH_XTRACEFD still gets those two lines.
+//   - PS0, PROMPT_COMMAND, PS1: the line's end, the probe, and the paths
+//     that abandon a line (errexit, the interrupt) set them to the
+//     protocol's; a probe goes with every call line, so a line bash abandons
+//     behind the user's own PS1 still ends (its status is the probe's). A
+//     line bash abandons on its own (the command's own SIGINT, an error under
+//     set -u) right after the command set PS0 or PROMPT_COMMAND runs those
+//     once. PS2 is never shown: every protocol line is complete.
+//   - RETURN: bash runs it when a sourced file returns, the call file too;
+//     the call file's end (callEnd) writes the user's RETURN trap to a
+//     per-call FIFO and removes it, and the next call's file sets it again,
+//     so it fires for the user's own sourced files and (under functrace)
+//     functions only. A return at the call's top level skips that end: the
+//     trap then fires once, as bash would for any sourced file.
+//   - DEBUG lasts for its call (callEnd, the probe and the USR2 trap take it
+//     away); it runs for the protocol's commands inside the ERR trap (bash
+//     runs DEBUG inside traps), into the call's output.
+//   - EXIT: the session's end hangs the shell up (SIGHUP) before killing it,
+//     so the user's EXIT trap runs once, when the session really ends, into
+//     the shell log; an explicit exit runs it into that call's output.
+//   - INT: the USR2 trap sets the user's INT trap aside while it interrupts
+//     (the probe puts it back), so neither a handler nor trap '' INT keeps
+//     a timeout from stopping the call; children of trap '' INT inherit the
+//     ignored SIGINT and get SIGKILL after the grace.
 //
 // set -e and set -u: bash exits, interactive or not, on any error it
 // reports itself (an unbound variable, a bad substitution, ${x:?}, a
@@ -92,9 +138,19 @@ import (
 // call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
-// file's first line sets it again. A command's own ERR trap lasts for its
-// call; "! cmd" under set -e does not suspend errexit inside cmd (a list
-// or function), since bash does that only when errexit is in force.
+// file's first line sets it again, and errtrace with it (set -E: the ERR
+// trap must reach functions and subshells for errexit to; a set +E inside a
+// call leaves errexit to the top level for the rest of that call). The
+// user's ERR trap replaces the protocol's for the rest of the call that
+// sets it (bash has one ERR trap, and a function wrapping the trap builtin
+// would break RETURN and DEBUG traps set through it: bash runs a RETURN
+// trap set in a function when that function returns, and puts a DEBUG
+// trap from before back). The call's end (callEnd) hands the user's ERR
+// action to the server, and from the next call on the protocol's ERR trap
+// runs it first, with $? the failing status, wherever it runs (so as under
+// set -E), then carries errexit out. "! cmd" under set -e does not
+// suspend errexit inside cmd (a list or function), since bash does that
+// only when errexit is in force.
 
 const (
 	// probeEvery is how often a probe line is repeated while the server
@@ -112,7 +168,8 @@ func shellInit() string {
 	// USR2: keep the user's INT trap aside (the probe restores it), then
 	// raise SIGINT at ourselves. "builtin" is made safe first: a function
 	// of that name would shadow it even when quoted.
-	usr2 := `__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; __agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` +
+	usr2 := `{ __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; \trap - DEBUG; } >/dev/null 2>&1; ` + keepXtrace +
+		`__agentsh_int=$(\trap -p INT); \trap - INT; \unset -f builtin; ` + promptsOff +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID"`
 	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; ` +
 		`__agentsh_err=` + shellQuote(errTrap) + `; trap ` + shellQuote(usr2) + ` USR2; trap -- "$__agentsh_err" ERR` + "\n"
@@ -122,17 +179,133 @@ func shellInit() string {
 // above): in the session's own shell it ends the call with the failing
 // status, kept for the probe that follows the abandoned line; in a
 // subshell it exits, as errexit would.
-const errTrap = `__agentsh_t=$?; case $BASHPID:$SHELLOPTS in ` +
-	`"$$":*errexit*) ` +
-	`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; PROMPT_COMMAND=(); ` +
+const errTrap = `{ __agentsh_t=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; ` +
+	// The user's ERR trap (see callEnd) first, in the user's posix mode
+	// and with $? the failing status.
+	`case ${__agentsh_uerr:+x} in x) case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; (\exit "$__agentsh_t"); \eval "$__agentsh_uerr"; POSIXLY_CORRECT=y \:;; esac; ` +
+	`case $BASHPID:$SHELLOPTS in ` +
+	`"$$":*errexit*) ` + keepXtrace + `\set +e; __agentsh_e=1; __agentsh_f=$__agentsh_t; ` + promptsOff +
 	`\unset -f builtin; ` +
 	`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; \builtin kill -INT "$BASHPID";; ` +
-	`*:*errexit*) POSIXLY_CORRECT=y \:; \exit "$__agentsh_t";; esac`
+	`*:*errexit*) \exit "$__agentsh_t";; ` +
+	`*) case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; case $__agentsh_y in *x*) \set -x;; esac;; esac`
+
+// keepXtrace remembers, after the protocol switched xtrace off (silently:
+// the set +x is traced into /dev/null), that the user had it on; the call
+// file turns it back on just before the user's text, so that no protocol
+// command is ever traced: neither into the user's stderr nor, with PS4
+// expanded, onto the control channel.
+const keepXtrace = `case $__agentsh_y in *x*) __agentsh_x=x;; esac; `
+
+// promptsOff takes away what the user may have set that bash expands or
+// runs whenever it shows a prompt or reads a line (PS1, PROMPT_COMMAND,
+// PS0), on the paths that abandon a call's line: what bash shows next is
+// the pending prompt, at once.
+const promptsOff = `PS0=; PS1=${__agentsh_a-}; PROMPT_COMMAND=(); `
 
 // callPrefix is the call file's first line: the ERR trap back (see the
 // protocol above), errexit back on if the ERR trap turned it off, the user's posix mode back, and a status of 0 for an
 // empty command. It runs in posix mode, so set and unset are the builtins.
-const callPrefix = `\trap -- "$__agentsh_err" ERR; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+const callPrefix = `\trap -- "$__agentsh_err" ERR; \set -E; case ${__agentsh_e-} in 1) \set -e; __agentsh_e=;; esac; case $__agentsh_p in "") \unset POSIXLY_CORRECT;; esac; __agentsh_p=r` + "\n"
+
+// callStart opens the group of the user's text: xtrace back on if the user
+// had it (case is a valid body for an empty command, status 0, and is
+// not traced, since xtrace is off until its set -x).
+const callStart = `{ case ${__agentsh_x-} in x) __agentsh_x=; \set -x;; esac` + "\n"
+
+// callEnd follows the group: the group's status kept, xtrace off
+// silently, and the user's RETURN trap written to the call's trap FIFO
+// and taken away, so that the "." of the call file, which returns right
+// after, does not fire it (the next call's file sets it again). The
+// call's DEBUG trap ends here too (it lasts for its call), so that it runs
+// for none of the protocol's commands after this one. Its output and what
+// a DEBUG trap prints for these go to /dev/null; nothing here can fail
+// into the ERR trap (the || :).
+func callEnd(trapFIFO string) string {
+	return `{ __agentsh_g=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; ` +
+		`{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >` + shellQuote(trapFIFO) +
+		`; \trap - RETURN DEBUG; ` + keepXtrace + `case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; } >/dev/null 2>&1 || :` + "\n"
+}
+
+// trapSentinelAction is a RETURN trap the call's end sets for a moment and
+// prints after the user's RETURN trap and after the ERR trap, so that what
+// it wrote is RETURN + sentinel + ERR + sentinel: the server tells "no
+// such trap" from "the end did not run" (a return at the call's top level,
+// an abandoned line), where the shell still has whatever it had.
+const (
+	trapSentinelAction = "__agentsh_rt"
+	trapSentinel       = "trap -- '" + trapSentinelAction + "' RETURN\n"
+)
+
+// userTraps are the user's traps the protocol keeps across calls.
+type userTraps struct {
+	// ret is the user's RETURN trap as trap -p prints it ("" for none),
+	// set again by the next call's file.
+	ret string
+	// errAction is the user's ERR action; errSet says there is one.
+	errAction string
+	errSet    bool
+}
+
+// savedTraps reads what a call's end wrote to its trap FIFO into t; ok is
+// false when the end did not run. The protocol's own ERR trap there means
+// the user set none.
+func savedTraps(out []byte, t *userTraps) (ok bool) {
+	ret, rest, ok := strings.Cut(string(out), trapSentinel)
+	if !ok {
+		return false
+	}
+	errLine, ok := strings.CutSuffix(rest, trapSentinel)
+	if !ok {
+		return false
+	}
+	// bash prints a trap asked for by name that is not set as "trap -- - SIG".
+	if ret == "trap -- - RETURN\n" {
+		ret = ""
+	}
+	t.ret = ret
+	switch action, isTrap := trapAction(errLine, "ERR"); {
+	case errLine == "" || errLine == "trap -- - ERR\n":
+		t.errAction, t.errSet = "", false
+	case isTrap && action == errTrap:
+	case isTrap:
+		t.errAction, t.errSet = action, true
+	}
+	return true
+}
+
+// trapAction parses one line of trap -p output for sig: "trap -- 'A' SIG",
+// A in bash's single quotes ('\” for a quote).
+func trapAction(line, sig string) (string, bool) {
+	q, ok := strings.CutPrefix(line, "trap -- ")
+	if !ok {
+		return "", false
+	}
+	if q, ok = strings.CutSuffix(q, " "+sig+"\n"); !ok || len(q) < 2 || q[0] != '\'' || q[len(q)-1] != '\'' {
+		return "", false
+	}
+	parts := strings.Split(q[1:len(q)-1], `'\''`)
+	for _, p := range parts {
+		if strings.Contains(p, "'") {
+			return "", false
+		}
+	}
+	return strings.Join(parts, "'"), true
+}
+
+// restoreTraps is the call file's line that puts the user's traps back.
+func (t userTraps) restore() string {
+	var b strings.Builder
+	if t.ret != "" {
+		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ")
+	}
+	if t.errSet {
+		b.WriteString(`__agentsh_uerr=` + shellQuote(t.errAction) + "; ")
+	} else {
+		b.WriteString(`\unset __agentsh_uerr; `)
+	}
+	return b.String() + "\n"
+}
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
 // prompt bash prints when the line is abandoned: an interrupt, errexit,
@@ -162,10 +335,8 @@ func newNonce() string {
 // bash's for any one complete command: it is parsed before it runs, so an
 // alias the call defines, or a shopt that changes the syntax (extglob),
 // takes effect from the next call on.
-func callFile(command string) []byte {
-	// The ":" keeps an empty command (or one of comments only) a valid
-	// group with status 0.
-	return []byte(callPrefix + "{ :\n" + command + "\n}\n")
+func callFile(command string, traps userTraps, trapFIFO string) []byte {
+	return []byte(callPrefix + traps.restore() + callStart + command + "\n}\n" + callEnd(trapFIFO))
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -181,8 +352,10 @@ func callLine(marker string, n int, nonce, script, stdin string, outs []string) 
 	if len(outs) == 2 {
 		redir = fmt.Sprintf(">%s 2>%s", shellQuote(outs[0]), shellQuote(outs[1]))
 	}
-	return fmt.Sprintf(`PS1=$'\n'"%s %s%d 0"$'\n'; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \unset -f enable; \enable . : unset set trap eval kill builtin; \. %s <%s %s || __agentsh_s=$?; `+
-		`__agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
+	return fmt.Sprintf(`{ __agentsh_y=$-; __agentsh_p=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; `+keepXtrace+
+		`__agentsh_a=$'\n'"%s %s%d 0"$'\n'; PS1=$__agentsh_a; __agentsh_n=%d; __agentsh_s=0; __agentsh_f=; __agentsh_g=; \unset -f enable; \enable . : unset set trap eval kill builtin; `+
+		`{ \. %s <%s %s || __agentsh_s=$?; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; } 2>/dev/null; `+keepXtrace+
+		`__agentsh_s=${__agentsh_g:-$__agentsh_s}; \trap - DEBUG; \unset TMOUT; case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; PS0=; PS1=$'\n'"%s %s%s $__agentsh_s"$'\n'; PROMPT_COMMAND=()`+"\n",
 		marker, tagPending, n, n, shellQuote(script), shellQuote(stdin), redir, marker, tagDone, nonce)
 }
 
@@ -192,7 +365,8 @@ func callLine(marker string, n int, nonce, script, stdin string, outs []string) 
 // the user's INT trap, and the user's posix mode if the call file never
 // got to restore it.
 func probeLine(marker, nonce string) string {
-	return `__agentsh_r=${__agentsh_f:-$?}; __agentsh_f=; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \eval "${__agentsh_int-}"; __agentsh_int=; ` +
+	return `{ __agentsh_r=${__agentsh_f:-$?}; __agentsh_y=$-; __agentsh_q=${POSIXLY_CORRECT+x}; POSIXLY_CORRECT=y \:; \set +x; \trap - DEBUG; } >/dev/null 2>&1; ` + keepXtrace +
+		`__agentsh_f=; \eval "${__agentsh_int-}"; __agentsh_int=; PS0=; ` +
 		`case ${__agentsh_p-r} in r) ;; *) __agentsh_q=$__agentsh_p;; esac; __agentsh_p=r; ` +
 		`case $__agentsh_q in "") \unset POSIXLY_CORRECT;; esac; ` +
 		fmt.Sprintf(`PS1=$'\n'"%s %s%s $__agentsh_r"$'\n'; PROMPT_COMMAND=()`, marker, tagProbe, nonce) + "\n"
@@ -221,6 +395,9 @@ type shell struct {
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
+	// traps are the user's RETURN and ERR traps as the last call's end
+	// saved them, for the next call's file.
+	traps userTraps
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -446,9 +623,9 @@ func marked(l string) (tag string, code int, ok bool) {
 // status; the first of the two that answers ends the call. Any other
 // marker line means the shell no longer runs the protocol's lines as
 // written.
-func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
+func (sh *shell) awaitCall(n int, nonce, pre string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
 	pending := tagPending + strconv.Itoa(n)
-	probes := map[string]bool{}
+	probes := map[string]bool{pre: true}
 	for {
 		select {
 		case l, open := <-sh.lines:
@@ -472,7 +649,7 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return code, gotMarker
 			case sh.owed[tag]:
 				delete(sh.owed, tag)
-			case tag == pending && len(probes) < maxProbes:
+			case tag == pending && len(probes) < maxProbes+1:
 				// Each abandoned-line prompt gets a probe: a shell whose
 				// probe lines are skipped shows this prompt again for each.
 				p := newNonce()
@@ -553,14 +730,30 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	if sh.probe(recoverWait) {
 		return killed, true
 	}
-	if sh.closed || !treeAlive(tree) {
-		return killed, false // nothing of the call holds it: the shell is stuck
+	if sh.closed {
+		return killed, false
 	}
-	// Something the call started meanwhile still holds the shell: kill it
-	// and ask once more.
-	tree.Signal(syscall.SIGKILL)
-	killed = true
-	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	if treeAlive(tree) {
+		// Something the call started meanwhile still holds the shell:
+		// kill it and ask once more.
+		tree.Signal(syscall.SIGKILL)
+		killed = true
+		_ = syscall.Kill(pid, syscall.SIGUSR2)
+		if sh.probe(recoverWait) {
+			return killed, true
+		}
+		if sh.closed {
+			return killed, false
+		}
+	}
+	// Nothing of the call holds the shell: it is busy itself, inside a
+	// builtin that runs no trap until it returns (read or mapfile from an
+	// endless source: bash runs pending traps between commands, not
+	// between the bytes a builtin reads). Such builtins check bash's
+	// interrupt flag at every byte, which SIGINT sets, as Ctrl-C at a
+	// terminal would. A shell where the user's INT trap or ignore stands
+	// in the way does not come back, and is replaced.
+	_ = syscall.Kill(pid, syscall.SIGINT)
 	return killed, sh.probe(recoverWait)
 }
 

@@ -107,6 +107,19 @@ func kernel() string {
 	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }
 
+// loadavg is the one-minute load average, which moves the startup ratios
+// more than most changes do ("?" where /proc/loadavg does not exist).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
 func (b *bench) build() error {
 	pkgs := []string{"./cmd/agentsh", "./scripts/benchmark/floor", "./scripts/benchmark/libfloor"}
 	for _, extra := range []string{"./cmd/agentjob", "./cmd/agentfs", "./cmd/agentplane-sandbox"} {
@@ -205,20 +218,25 @@ func allCases() []benchCase {
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
 			"helper (agentplane-sandbox), its mount, PID, IPC, cgroup and network namespaces, Landlock and\n" +
 			"seccomp, against the unsandboxed call. Target: within 1.5x.\n\n" +
-			"Where the sandbox's own time goes (timestamps in the runner and the helper, medians on a quiet\n" +
-			"machine): starting the helper, a second program with the namespaces created by the clone itself\n" +
-			"(about 1 ms: exec and the Go runtime of a static 3.8 MB program that links only\n" +
-			"`pkg/sandbox/confine`; the network namespace about 0.5 ms of it); the mount recipe, about 40\n" +
-			"mount calls for the read-only root, the writable binds, a fresh `/proc`, the minimal `/dev`\n" +
-			"and the covered control files and sockets (about 0.7 ms); capabilities, Landlock and the\n" +
-			"seccomp filter (about 0.3 ms); the kernel tearing the namespaces down when the helper exits,\n" +
-			"before the runner sees it (about 1 ms); on the runner's side the machine probe (0.35 ms), the\n" +
-			"private directory and the toolchain cache (0.4 ms) and removing the private directory, which\n" +
-			"on this machine's ext4 mounted with `discard` costs 1 to 2 ms for the rmdir alone (on a tmpfs\n" +
-			"TMPDIR, microseconds). What no longer runs on every call: the sweep for leftovers of killed\n" +
-			"runners (a listing of the whole temp dir, now at most once a minute), catching every signal in\n" +
-			"the helper before the set-up (about 1 ms, now beside it), and the helper's former start-up\n" +
-			"(the allowlist proxy's package init and a dynamically linked program: 2.4 ms more).", benchSandbox},
+			"Where the sandbox's own time goes (timestamps in the runner and the helper, `perf sched` for\n" +
+			"the waits, medians on a quiet machine): starting the helper, a second program with the\n" +
+			"namespaces created by the clone itself (about 1 ms: exec and the Go runtime of a static 3.9 MB\n" +
+			"program that links only `pkg/sandbox/confine`; the network namespace about 0.8 ms of CPU of\n" +
+			"it); the mount recipe, about 40 mount calls for the read-only root, the writable binds, a fresh\n" +
+			"`/proc`, the minimal `/dev` and the covered control files and sockets (about 0.8 ms);\n" +
+			"capabilities, Landlock and the seccomp filter (about 0.3 ms); the kernel tearing the mount\n" +
+			"namespace down when the helper exits, before the runner sees it: an expedited RCU grace period,\n" +
+			"1 to 3 ms, and ten on a loaded machine; on the runner's side the listing of the temp dir for\n" +
+			"other users' temp areas (a millisecond of CPU for this machine's 1,500 entries) and the\n" +
+			"private directory. What no longer runs on every call: removing the private directory (it is\n" +
+			"emptied and kept as a spare for the next run: on this machine's ext4 mounted with `discard`,\n" +
+			"every rmdir waited about 4 ms for the device), creating an owner file in it (its name says\n" +
+			"whose it is), unmounting a detached mount in the helper (another RCU grace period), catching\n" +
+			"every signal with os/signal (a round trip to the runtime's signal thread per signal, 1 to\n" +
+			"15 ms: the helper, PID 1 of its namespace, gives the runtime's handlers back to SIG_DFL,\n" +
+			"which the kernel drops for it), the sweep for leftovers of killed runners (at most once a\n" +
+			"minute), and the helper's former start-up (the allowlist proxy's package init and a\n" +
+			"dynamically linked program: 2.4 ms more).", benchSandbox},
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed (a private GOCACHE too),\n" +
 			"each cache warmed by one run first. Target: within 1.1x.", benchSandboxBuild},
@@ -246,38 +264,47 @@ func allCases() []benchCase {
 func benchStartup(b *bench) error {
 	names := []string{"floor true", "timeout 60 true", "libfloor true", "agentsh -- true"}
 	argvs := [][]string{{b.path("floor"), "true"}, {"timeout", "60", "true"}, {b.path("libfloor"), "true"}, {b.path("agentsh"), "--", "true"}}
+	load0 := loadavg()
 	med, rss, err := interleave(b.runs, argvs)
 	if err != nil {
 		return err
 	}
 	b.table(names, med, rss, 0)
-	fmt.Fprintf(&b.out, "\nagentsh / floor: **%s**; agentsh / timeout: %s; agentsh / libfloor: **%s** (runs: %d each).\n",
-		ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]), b.runs)
+	fmt.Fprintf(&b.out, "\nagentsh / floor: **%s**; agentsh / timeout: %s; agentsh / libfloor: **%s** (runs: %d each; load average %s before, %s after).\n",
+		ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]), b.runs, load0, loadavg())
 	fmt.Fprintf(&b.out, "\n`libfloor` is the plain floor plus cobra and viper linked and initialised: the gap between\n"+
 		"it and `floor` is the libraries' own start-up (package init and a binary several times larger\n"+
 		"to map; `perf` shows page faults, the dynamic loader and runtime itab setup, no single hot spot).\n"+
-		"\nWhere agentsh's time goes beyond that (`perf record -g` over 100 calls, as shares of agentsh's\n"+
-		"own CPU time; the state directory is a fresh one):\n\n"+
-		"- **Package init of what libfloor does not link, ~9%%**: the MCP SDK (`agentsh mcp` is the same\n"+
-		"  binary; its JSON Schema tables and encoding/gob are the largest items), starlark and the shell\n"+
-		"  parser of the command policy, net/http. The network proxy no longer uses goproxy, whose init\n"+
-		"  parsed an RSA key on every start (a millisecond, the largest item of all).\n"+
-		"- **Runtime start of a larger binary, ~13%% (libfloor ~23%% of a smaller total)**: CPU feature\n"+
-		"  detection, the itab table and page faults grow with the binary.\n"+
-		"- **The cobra tree, ~3%%**: the root's flags and clikit's; a call that runs a command no longer\n"+
-		"  declares the subcommands' (that was another ~4%%).\n"+
-		"- **The containment guard, ~10%%, on another goroutine beside the CLI's start-up**: the cgroup\n"+
-		"  (reading /proc/self/cgroup, mkdir, rmdir after the run) and the fork and exec of the watchdog\n"+
-		"  shell, in a process group of its own (a session of its own would make a scheduler autogroup,\n"+
-		"  which doubled the cost of the fork). The shell's own start is on the other core.\n"+
-		"- **Running the command, ~9%%**: pipes, the fork into the guard's cgroup, the wait, and one read of\n"+
-		"  cgroup.events in place of a scan of /proc for leftovers.\n"+
-		"- **The audit record, ~2%%**: lock and append; the user lookup (NSS) and the JSON encoder's setup\n"+
-		"  start before the command, on another goroutine.\n"+
-		"\nAn unsandboxed call reads nothing of the state directory but the secret key and the audit log.\n"+
-		"What would close most of the rest is not linking the MCP SDK into the program every call starts\n"+
-		"(`agentsh mcp` as a program of its own, like agentplane-sandbox), and a watchdog that is not a\n"+
-		"process per call; on two cores the watchdog's exec competes with the command's.\n")
+		"\nWhere agentsh's time goes beyond libfloor (builds of agentsh with one part taken out, run\n"+
+		"interleaved with the real one: `agentsh mcp` a stub, or no watchdog process; on a loaded 2-core\n"+
+		"machine; `perf record -g`, `strace -f -T` and timestamps in the call for the parts):\n\n"+
+		"- **The watchdog, about 2 ms under load**: a `/bin/sh` per call (about 0.75 ms of CPU: the exec,\n"+
+		"  the dynamic loader, dash's start) that kills the cgroup if agentsh dies, and the wait for its\n"+
+		"  exec before the command may start. It is the price of containment (a SIGKILLed agentsh leaves\n"+
+		"  nothing running). Weighed and not taken: PR_SET_PDEATHSIG with a subreaper (kills the first\n"+
+		"  process only: setsid and double-forked descendants escape); a PID namespace, in which the kernel\n"+
+		"  kills everything when its first process dies (the command would be PID 1, which ignores SIGTERM\n"+
+		"  without a handler, so a timeout's first signal would do nothing, and it needs privilege or a\n"+
+		"  user namespace; the sandbox has one already); a static helper instead of the shell (a static Go\n"+
+		"  program costs about 2.5 ms of CPU to start); starting it beside the command instead of before\n"+
+		"  (a SIGKILL in between would leave the tree unguarded); one watchdog shared by all calls (a\n"+
+		"  server that outlives every call, with its own start-up, liveness and stale-socket handling).\n"+
+		"  agentsh no longer holds a thread in wait(2) for the watchdog all call long: it learns of the\n"+
+		"  watchdog's death from a pipe in the poller (BenchmarkGuard in pkg/proctree).\n"+
+		"- **The MCP server linked into every call, about 1.2 ms under load**: its SDK's package init\n"+
+		"  (encoding/gob and the JSON Schema tables alone about 0.65 ms of CPU) and a binary 3 MB larger\n"+
+		"  (the runtime's itab setup and page faults grow with it). Not linking it means `agentsh mcp` as a\n"+
+		"  program of its own beside agentsh, like agentplane-sandbox: an installation without it would\n"+
+		"  have no `agentsh mcp`. Not done yet.\n"+
+		"- **The rest**: package init of the command policy (starlark, the shell parser); the cobra tree\n"+
+		"  and config discovery (about 0.9 ms from Main to the run when nothing competes, one stat for the\n"+
+		"  config file); the cgroup (reading /proc/self/cgroup, mkdir about 75 us, rmdir 40 us, the fork\n"+
+		"  into a fresh cgroup about 0.1 ms more than a plain one); pipes and the drain; the audit record\n"+
+		"  (lock and append, no fsync; the user lookup starts before the command). Without the watchdog\n"+
+		"  and the MCP server agentsh / libfloor was 1.84x on the loaded machine.\n"+
+		"\nLoad moves the ratio more than any item: every process and thread beyond libfloor's one costs\n"+
+		"more than its CPU when the two cores are busy (the same builds: 1.7x run at real-time priority,\n"+
+		"2.2x at a load average of 20). A call in a session starts no watchdog of its own.\n")
 	return nil
 }
 

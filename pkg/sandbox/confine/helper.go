@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -32,20 +31,8 @@ func Main(args []string) int {
 	// parent of the target. Signals its caller sends to the process group
 	// reach the target directly; the helper itself must neither die of
 	// them (the kernel would kill the whole namespace at once, with no
-	// grace) nor ignore them with SIG_IGN, which the target would inherit.
-	// Catching every signal costs the runtime a round trip to its signal
-	// thread per signal (about 1 ms in all), so it happens beside the
-	// set-up, and the target starts only once it is done (signalsCaught).
-	// Until then a signal kills the helper, and with it nothing but the
-	// set-up of a command that has not started.
-	caught := make(chan struct{})
-	go func() {
-		sigs := make(chan os.Signal, 16)
-		signal.Notify(sigs)
-		close(caught)
-		for range sigs {
-		}
-	}()
+	// grace) nor leave them ignored for the target (catchSignals).
+	catchSignals()
 
 	if len(args) < 3 || args[1] != "--" {
 		return lastResort("usage: " + Command + " SPEC -- PROGRAM [ARG...]")
@@ -60,7 +47,7 @@ func Main(args []string) int {
 	if err != nil {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
-	h := &helper{sp: sp, status: status, caught: caught}
+	h := &helper{sp: sp, status: status}
 	if sp.V != SpecVersion {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, SpecVersion)
 	}
@@ -77,7 +64,6 @@ func lastResort(msg string) int {
 type helper struct {
 	sp     Spec
 	status *os.File
-	caught <-chan struct{} // closed once every signal is caught
 }
 
 func (h *helper) fail(exit int, code, format string, args ...any) int {

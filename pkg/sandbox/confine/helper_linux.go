@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -49,14 +48,14 @@ func (h *helper) run(argv []string) int {
 		}
 	}
 	cwd, cwdErr := os.Getwd()
-	reopen := func() error {
-		f, err := openDetached(sp.Status)
+	reopen := func() (clonedMount, error) {
+		f, m, err := openDetached(sp.Status)
 		if err != nil {
-			return fmt.Errorf("cannot reopen the status file: %v", err)
+			return m, fmt.Errorf("cannot reopen the status file: %v", err)
 		}
 		h.status.Close()
 		h.status = f
-		return nil
+		return m, nil
 	}
 	if err := setupMounts(sp, reopen); err != nil {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "%v", err)
@@ -149,8 +148,6 @@ func (h *helper) run(argv []string) int {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
-	// The helper must not die of a signal meant for the target.
-	<-h.caught
 	// The target is a child of this thread, so it inherits the thread's
 	// credentials, Landlock domain and seccomp filter; it dies with the
 	// helper (and, the helper being PID 1, so does every process of the
@@ -202,7 +199,7 @@ func (h *helper) exitOf(ws syscall.WaitStatus) int {
 	data, _ := json.Marshal(Failure{Signal: int(sig)})
 	_, _ = h.status.Write(data)
 	if os.Getpid() != 1 {
-		signal.Reset(sig)
+		setDisposition(sig, sigDFL)
 		_ = unix.Kill(os.Getpid(), sig)
 	}
 	return 128 + int(sig)

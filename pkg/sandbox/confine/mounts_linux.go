@@ -32,8 +32,10 @@ type clonedMount struct {
 
 // setupMounts builds the command's view of the filesystem. beforeReadOnly
 // runs just before the root turns read-only, which fails while a file is
-// open for writing on it: the helper moves its status file aside then.
-func setupMounts(sp Spec, beforeReadOnly func() error) error {
+// open for writing on it: the helper moves its status file aside then, to
+// a detached copy of its directory's mount, which setupMounts attaches
+// below a temp area's cover (see keepDetached).
+func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("cannot make the mount namespace private: %v", err)
 	}
@@ -76,10 +78,16 @@ func setupMounts(sp Spec, beforeReadOnly func() error) error {
 		}
 	}
 	if sp.ReadOnlyRoot {
-		if err := beforeReadOnly(); err != nil {
+		status, err := beforeReadOnly()
+		if err != nil {
 			return err
 		}
-		if err := setAttr("/", true, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
+		err = setAttr("/", true, unix.MOUNT_ATTR_RDONLY, 0)
+		if err == nil {
+			err = keepDetached(status, sp.TempAreas)
+		}
+		_ = unix.Close(status.fd)
+		if err != nil {
 			return fmt.Errorf("cannot make the root read-only: %v", err)
 		}
 		// Parents before children, so that a nested root lands on top.
@@ -238,16 +246,32 @@ func hidePaths(dirs, files []string) error {
 
 // openDetached opens path for writing through a detached copy of the
 // mount of its directory, which keeps its own (writable) flags when the
-// attached tree turns read-only, and is visible to no one else.
-func openDetached(path string) (*os.File, error) {
-	mfd, err := unix.OpenTree(unix.AT_FDCWD, filepath.Dir(path), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+// attached tree turns read-only, and is visible to no one else. It returns
+// the copy too, for keepDetached.
+func openDetached(path string) (*os.File, clonedMount, error) {
+	dir := filepath.Dir(path)
+	mfd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
-		return nil, err
+		return nil, clonedMount{}, err
 	}
-	defer unix.Close(mfd)
 	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND, 0)
 	if err != nil {
-		return nil, err
+		_ = unix.Close(mfd)
+		return nil, clonedMount{}, err
 	}
-	return os.NewFile(uintptr(fd), path), nil
+	return os.NewFile(uintptr(fd), path), clonedMount{dir, mfd}, nil
+}
+
+// keepDetached attaches the detached copy m (the status file's directory,
+// inside the run's temp area) at its own path, which the temp area's cover
+// then hides. Closing the last descriptor of a detached mount unmounts it
+// there and then, which waits for an RCU grace period (milliseconds on a
+// loaded machine) on the helper's way to the command; attached, it goes
+// with the rest of the namespace when the helper exits. Outside every
+// area (no cover would hide it) it stays detached.
+func keepDetached(m clonedMount, areas []string) error {
+	if !insideAny(m.path, areas) {
+		return nil
+	}
+	return unix.MoveMount(m.fd, "", unix.AT_FDCWD, m.path, unix.MOVE_MOUNT_F_EMPTY_PATH)
 }

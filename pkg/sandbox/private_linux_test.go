@@ -1,0 +1,214 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// privateArea is this run's temp area under a TMPDIR of the test's own.
+func privateArea(t *testing.T) string {
+	t.Helper()
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	area, _, err := tempAreas("")
+	must(t, err)
+	return area
+}
+
+func countSpares(t *testing.T, area string) int {
+	t.Helper()
+	return len(spares(area))
+}
+
+// Cleanup keeps the emptied private directory as a spare, the next run
+// takes it under its own name, and nothing the previous command left in
+// its TMPDIR reaches the next one.
+func TestPrivateReuse(t *testing.T) {
+	requireSandbox(t)
+	area := privateArea(t)
+	_, ws, _ := dirs(t)
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	res, prep := sandboxed(t, p, ws, "sh", "-c", `echo secret > "$TMPDIR/left"; mkdir -p "$TMPDIR/d/e"; echo x > "$TMPDIR/d/e/f"; chmod 0 "$TMPDIR/d"; echo ok`)
+	if out(res) != "ok\n" {
+		t.Fatalf("output %q", out(res))
+	}
+	first := filepath.Dir(prep.TempDir)
+	prep.Cleanup()
+	if n := countSpares(t, area); n != 1 {
+		t.Fatalf("%d spares after one run, want 1", n)
+	}
+	res, prep2 := sandboxed(t, p, ws, "sh", "-c", `ls -A "$TMPDIR"; stat -c '%a %u' "$TMPDIR"; echo done`)
+	if want := "700 " + strconv.Itoa(os.Geteuid()) + "\ndone\n"; out(res) != want {
+		t.Errorf("the next run's TMPDIR: %q, want %q (empty, 0700, the caller's)", out(res), want)
+	}
+	if n := countSpares(t, area); n != 0 {
+		t.Errorf("%d spares while the spare is in use, want 0", n)
+	}
+	if filepath.Dir(prep2.TempDir) == first {
+		t.Errorf("the second run kept the first one's name %s", first)
+	}
+	if _, ok := nameOwner(filepath.Base(filepath.Dir(prep2.TempDir))); !ok {
+		t.Errorf("a claimed spare does not name its owner: %s", prep2.TempDir)
+	}
+}
+
+// A spare is used only when it is what Cleanup leaves: a planted symlink,
+// a directory with the wrong mode or with something in it is removed
+// instead, and the run gets a new directory.
+func TestPrivatePlantedSpare(t *testing.T) {
+	requireSandbox(t)
+	area := privateArea(t)
+	elsewhere := t.TempDir()
+	must(t, os.Mkdir(filepath.Join(elsewhere, "tmp"), 0o700))
+	must(t, os.Chmod(elsewhere, 0o711))
+	must(t, os.Symlink(elsewhere, filepath.Join(area, sparePrefix+"link")))
+	loose := filepath.Join(area, sparePrefix+"loose")
+	must(t, os.MkdirAll(filepath.Join(loose, "tmp"), 0o700))
+	must(t, os.Chmod(loose, 0o755))
+	full := filepath.Join(area, sparePrefix+"full")
+	must(t, os.MkdirAll(filepath.Join(full, "tmp"), 0o700))
+	must(t, os.Chmod(full, 0o711))
+	must(t, os.WriteFile(filepath.Join(full, "tmp", "planted"), []byte("x"), 0o600))
+	for i := 0; i < 3; i++ {
+		prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+		must(t, err)
+		base := filepath.Dir(prep.TempDir)
+		if strings.HasPrefix(base, elsewhere) {
+			t.Fatalf("the run took the planted symlink's target %s", base)
+		}
+		entries, err := os.ReadDir(prep.TempDir)
+		must(t, err)
+		if len(entries) != 0 {
+			t.Fatalf("the run's TMPDIR holds %v", entries)
+		}
+		defer prep.Cleanup()
+	}
+	if _, err := os.Stat(filepath.Join(elsewhere, "tmp")); err != nil {
+		t.Errorf("the symlink's target was touched: %v", err)
+	}
+}
+
+// At most maxSpares are kept, however many runs end together.
+func TestPrivateSparesBounded(t *testing.T) {
+	requireSandbox(t)
+	area := privateArea(t)
+	var preps []*Prepared
+	for i := 0; i < maxSpares+3; i++ {
+		prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+		must(t, err)
+		preps = append(preps, prep)
+	}
+	for _, p := range preps {
+		p.Cleanup()
+	}
+	if n := countSpares(t, area); n != maxSpares {
+		t.Errorf("%d spares, want %d", n, maxSpares)
+	}
+	entries, err := os.ReadDir(area)
+	must(t, err)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), runPrefix) {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// A --user run's TMPDIR belongs to its target; the spare it leaves goes
+// back to the caller, 0700, before another run gets it.
+func TestPrivateReuseAfterUser(t *testing.T) {
+	requireRoot(t)
+	area := privateArea(t)
+	spare := filepath.Join(area, sparePrefix+"user")
+	must(t, os.MkdirAll(filepath.Join(spare, "tmp"), 0o700))
+	must(t, os.Chmod(spare, 0o711))
+	must(t, os.Chown(filepath.Join(spare, "tmp"), 65534, 65534))
+	must(t, os.Chmod(filepath.Join(spare, "tmp"), 0o755))
+	dir, err := claimPrivate(area)
+	must(t, err)
+	defer releasePrivate(dir)
+	var st syscall.Stat_t
+	must(t, syscall.Lstat(filepath.Join(dir, "tmp"), &st))
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o700 {
+		t.Errorf("claimed TMPDIR: uid %d mode %o, want %d 0700", st.Uid, st.Mode&0o7777, os.Geteuid())
+	}
+	if _, err := os.Stat(spare); err == nil {
+		t.Error("the spare was not taken")
+	}
+}
+
+// BenchmarkPrivateDir is a run's private directory taken and given back
+// (a spare renamed twice), against making and removing one, on the temp
+// dir's filesystem.
+func BenchmarkPrivateDir(b *testing.B) {
+	tmp := b.TempDir()
+	b.Setenv("TMPDIR", tmp)
+	area, _, err := tempAreas("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("spare", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := claimPrivate(area)
+			if err != nil {
+				b.Fatal(err)
+			}
+			releasePrivate(dir)
+		}
+	})
+	b.Run("mkdir-rmdir", func(b *testing.B) {
+		for b.Loop() {
+			dir, err := makePrivate(area, 0o711)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkTempAreas lists a directory of 1,500 entries for other uids'
+// areas, as a long-lived machine's temp dir: the raw listing tempAreas
+// makes against os.ReadDir (a DirEntry per entry, sorted).
+func BenchmarkTempAreas(b *testing.B) {
+	dir := b.TempDir()
+	for i := 0; i < 1500; i++ {
+		if err := os.Mkdir(filepath.Join(dir, "entry-"+strconv.Itoa(i)), 0o700); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("scandir", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			if err := scanDir(dir, func(name []byte, _ byte) {
+				if strings.HasPrefix(string(name), areaPrefix) {
+					n++
+				}
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("readdir", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, e := range entries {
+				if strings.HasPrefix(e.Name(), areaPrefix) && e.IsDir() {
+					n++
+				}
+			}
+		}
+	})
+}
