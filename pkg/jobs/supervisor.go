@@ -156,7 +156,7 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 	// One supervisor per job at a time: two concurrent restarts must not
 	// both run it. The lock dies with the process, so a SIGKILLed
 	// supervisor never blocks the next one.
-	lock, err := os.OpenFile(filepath.Join(sv.dir, runLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := state.OpenFile(filepath.Join(sv.dir, runLockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		sv.answer(err)
 		return err

@@ -68,6 +68,13 @@ const (
 // separated by ':' (an agentsh inside agentsh adds its own).
 const EnvToken = "AGENTPLANE_GUARD"
 
+// EnvJobMark is the environment variable that marks every process of a
+// job with its supervisor (pkg/jobs finds a job's remains by it). Like a
+// guard's token it ties a process to what started it, and like one it is
+// dropped by WithoutTokens: a detached server (a job's supervisor, a
+// session's shell) started from inside a job is not part of that job.
+const EnvJobMark = "AGENTJOB_SUPERVISOR"
+
 // StartGuard starts the watchdog as argv (a hidden entry point of the
 // caller's program that calls RunWatchdog) and prepares a cgroup when it
 // can. The caller must Release the guard once the tree is dead.
@@ -307,7 +314,8 @@ func Detach(cmd *exec.Cmd) (done func(), err error) {
 	return leaveGuardCgroup(cmd)
 }
 
-// WithoutTokens returns env without the guards' tokens. A detached server
+// WithoutTokens returns env without the guards' tokens (and a job's mark,
+// EnvJobMark). A detached server
 // runs its job or shell with the environment its client recorded, which
 // carries the tokens of the guard the client ran under: kept, they would
 // make the client's watchdog kill what is meant to outlive it.
@@ -317,7 +325,7 @@ func WithoutTokens(env []string) []string {
 	}
 	out := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, EnvToken+"=") {
+		if !strings.HasPrefix(kv, EnvToken+"=") && !strings.HasPrefix(kv, EnvJobMark+"=") {
 			out = append(out, kv)
 		}
 	}
