@@ -258,6 +258,71 @@ func TestContainmentSession(t *testing.T) {
 	awaitGone(t, ids, killed)
 }
 
+// TestContainmentEarlyKill: agentsh SIGKILLed at every millisecond of its
+// start, while the watchdog and the cgroup are being set up and the
+// command is being started, leaves nothing of the command running:
+// whatever of it started is killed by the watchdog.
+func TestContainmentEarlyKill(t *testing.T) {
+	dir, exe := publicDir(t)
+	marker := "7207" + strconv.Itoa(os.Getpid()%1000)
+	script := "sleep " + marker + " & setsid sleep " + marker + " & touch \"$0\"; wait"
+	reached := 0
+	const kills = 40
+	for i := 0; i < kills; i++ {
+		delay := time.Duration(i) * time.Millisecond
+		started := filepath.Join(dir, "started."+strconv.Itoa(i))
+		cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, started)
+		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay) // the moment of the kill is what varies, not a synchronisation
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if _, err := os.Stat(started); err == nil {
+			reached++
+		}
+	}
+	t.Logf("%d of %d kills came after the command had started", reached, kills)
+	// Every survivor would be a "sleep MARKER"; the watchdogs kill within
+	// milliseconds, the bound is for a loaded machine.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := sleepers(marker)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, p := range left {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+			t.Fatalf("processes %v of a killed agentsh's command survived", left)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc for the kills
+	}
+}
+
+// sleepers returns the live processes running "sleep MARKER".
+func sleepers(marker string) []int {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, s := range snap {
+		if s.Dead() {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
+		if err == nil && string(b) == "sleep\x00"+marker+"\x00" {
+			out = append(out, s.PID)
+		}
+	}
+	return out
+}
+
 // TestGroupKillSparesRecycledPID: the command's process group is killed
 // only while its leader is an unreaped zombie, whose id no other process
 // can get. agentsh is frozen right after the reap; a stranger is then

@@ -402,11 +402,26 @@ func cmdKillProc(ts *testscript.TestScript, neg bool, args []string) {
 	if len(found) == 0 {
 		ts.Fatalf("killproc: no live process matches %q", args[0])
 	}
+	var killed []proctree.ID
 	for _, f := range found {
 		pid, _ := strconv.Atoi(strings.SplitN(f, ":", 2)[0])
+		if id, err := proctree.Identify(pid); err == nil {
+			killed = append(killed, id)
+		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
+	// Dead is gone or a zombie, by pid and start time: the pattern alone
+	// stops matching as soon as the process's memory is released, while
+	// its exit (its descriptors, its socket) is still under way.
 	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range killed {
+		for id.Alive() {
+			if time.Now().After(deadline) {
+				ts.Fatalf("killproc: %q survived SIGKILL", args[0])
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	for len(scriptProcesses(ts, args[0])) > 0 {
 		if time.Now().After(deadline) {
 			ts.Fatalf("killproc: %q survived SIGKILL", args[0])

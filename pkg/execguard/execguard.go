@@ -9,9 +9,13 @@
 //
 //	g, err := execguard.Prepare(pol, approved, self)   // *result.Error on refusal
 //	defer g.Cleanup()
-//	req.Path, req.Argv = self, g.Argv(path, argv)
-//	res, err := run.Run(ctx, req)
+//	req.Path, req.Argv, req.ExtraFiles = g.Wrap(path, argv, req.ExtraFiles)
+//	res, err := run.Run(ctx, req)   // g.Launched() once started
 //	rep := g.Report()   // what was decided; rep.Err() is the call's refusal
+//
+// The guard reports over a pipe that only it holds (reports.go), so the
+// report survives the sandbox's mount namespace, and the command can
+// neither forge nor block it.
 //
 // The program's main must route Command to [Main] before any other work
 // (the sandbox helper is routed the same way). Main starts the command
@@ -43,10 +47,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Command is the hidden first argument that marks a re-exec of the program
@@ -86,7 +93,8 @@ type spec struct {
 	// which is not the command; what it executes is decided.
 	TrustFirst bool `json:"trust_first"`
 	// Session: the guard traces a session's shell; each call's policy
-	// comes from the controller on fds 3 and 4 (see Session).
+	// comes from the controller on the two descriptors after the report
+	// pipe (see Session).
 	Session bool `json:"session,omitempty"`
 }
 
@@ -118,6 +126,10 @@ type Report struct {
 	Killed *Exec `json:"killed,omitempty"`
 	// Error is set when the guard could not start the command at all.
 	Error *Failure `json:"error,omitempty"`
+	// Deaths are the traced processes that died of a signal a resource
+	// limit sends (SIGXCPU, SIGXFSZ, SIGKILL), for the sandbox to tell
+	// which limit a child hit (Prepared.NoteTraced).
+	Deaths confine.Deaths `json:"limit_deaths,omitempty"`
 }
 
 // Failure is a guard that could not run the command.
@@ -162,12 +174,28 @@ type Guard struct {
 	dir  string
 	self string
 	sp   spec
+	// reports is the runner's end of the report pipe; own are the
+	// guard's descriptors (the report pipe's write end first, then in
+	// session mode the control pipes), closed here once it started.
+	reports *reportReader
+	own     []*os.File
 }
 
 // Prepare makes a guard for one run of a command under p. self is this
 // program's executable, which must route Command to Main. On a platform
 // without ptrace it fails with policy_unavailable.
 func Prepare(p *policy.Policy, approved bool, self string) (*Guard, error) {
+	g, err := prepare(self, spec{Rules: p.Rules, Default: p.Default, Approved: approved})
+	if err != nil {
+		return nil, err
+	}
+	if g.sp.Rules == nil {
+		g.sp.Rules = []policy.Rule{}
+	}
+	return g, nil
+}
+
+func prepare(self string, sp spec) (*Guard, error) {
 	if err := Available(); err != nil {
 		return nil, err
 	}
@@ -175,49 +203,58 @@ func Prepare(p *policy.Policy, approved bool, self string) (*Guard, error) {
 	if err != nil {
 		return nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's directory: %v", err)
 	}
-	g := &Guard{dir: dir, self: self, sp: spec{Rules: p.Rules, Default: p.Default, Approved: approved}}
-	if g.sp.Rules == nil {
-		g.sp.Rules = []policy.Rule{}
+	r, w, err := os.Pipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's report pipe: %v", err)
 	}
-	return g, nil
+	return &Guard{dir: dir, self: self, sp: sp, reports: newReportReader(r), own: []*os.File{w}}, nil
 }
 
-// TrustFirst says that the argv given to Argv starts this program's own
+// TrustFirst says that the argv given to Wrap starts this program's own
 // sandbox helper: its image is not decided, the images it executes are.
 func (g *Guard) TrustFirst() { g.sp.TrustFirst = true }
 
-// Argv returns the argv that runs the command under the guard; the runner
-// executes it with Path set to the program's executable. path is the
-// command's executable ("" to look argv[0] up in the command's PATH).
-// It writes the guard's spec, so call it after TrustFirst.
-func (g *Guard) Argv(path string, argv []string) []string {
+// Wrap returns what the runner starts to run the command under the guard:
+// the program's executable, the guard's argv and the extra files, which
+// are the command's own (files, passed on to it at the same descriptor
+// numbers, 3 on) followed by the guard's. path is the command's
+// executable ("" to look argv[0] up in the command's PATH). Call it last,
+// once the command's extra files are known and after TrustFirst, and
+// Launched once the start returned.
+func (g *Guard) Wrap(path string, argv []string, files []*os.File) (string, []string, []*os.File) {
 	b, _ := json.Marshal(g.sp)
 	// A failure here surfaces as the guard's own: it cannot read its spec.
 	_ = os.WriteFile(filepath.Join(g.dir, "spec.json"), b, 0o600)
-	_ = os.Remove(filepath.Join(g.dir, "report.json"))
-	out := make([]string, 0, len(argv)+5)
-	out = append(out, filepath.Base(g.self), Command, g.dir, path, "--")
-	return append(out, argv...)
+	first := 3 + len(files)
+	out := make([]string, 0, len(argv)+6)
+	out = append(out, filepath.Base(g.self), Command, g.dir, strconv.Itoa(first), path, "--")
+	return g.self, append(out, argv...), append(slices.Clip(files), g.own...)
 }
 
-// Report reads what the guard recorded in the last run. A guard that died
-// before it wrote anything (killed with the call) reports only that
-// enforcement was on.
+// Launched closes the runner's copies of the guard's descriptors; call it
+// once the guard's process started, or failed to. Until then the report
+// pipe cannot end.
+func (g *Guard) Launched() {
+	for _, f := range g.own {
+		f.Close()
+	}
+	g.own = nil
+}
+
+// Report returns what the guard reported about the run; call it once the
+// guard's process ended. A guard killed before it decided anything (with
+// the call) reports only that enforcement was on.
 func (g *Guard) Report() *Report {
-	var r Report
-	b, err := os.ReadFile(filepath.Join(g.dir, "report.json"))
-	if err != nil || json.Unmarshal(b, &r) != nil {
-		r = Report{}
-	}
-	r.Enforced = EnforceRuntime
-	if r.Approved == nil {
-		r.Approved = []Exec{}
-	}
-	return &r
+	g.Launched()
+	return g.reports.final(0, reportWait)
 }
 
-// Cleanup removes the guard's directory.
-func (g *Guard) Cleanup() { _ = os.RemoveAll(g.dir) }
+// Cleanup removes the guard's directory and closes what is left open.
+func (g *Guard) Cleanup() {
+	g.Launched()
+	_ = os.RemoveAll(g.dir)
+}
 
 func readSpec(dir string) (spec, error) {
 	var sp spec
@@ -226,12 +263,4 @@ func readSpec(dir string) (spec, error) {
 		return sp, err
 	}
 	return sp, json.Unmarshal(b, &sp)
-}
-
-func writeReport(dir string, r *Report) {
-	b, _ := json.Marshal(r)
-	tmp := filepath.Join(dir, "report.json.tmp")
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		_ = os.Rename(tmp, filepath.Join(dir, "report.json"))
-	}
 }

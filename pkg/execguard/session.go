@@ -19,7 +19,9 @@ import (
 // guard's answer before it hands the call to the shell, so every exec of
 // the call is decided under that call's policy; at the end of the call it
 // asks for the call's report. A refused exec is killed; the shell and the
-// session live on.
+// session live on. Refusals reach the controller as they happen on the
+// report pipe every guard has (reports.go), so it can stop the rest of the
+// call.
 
 // sessionMessage is one line from the controller.
 type sessionMessage struct {
@@ -37,47 +39,30 @@ type Session struct {
 	ack  *os.File // from the guard
 	r    *bufio.Reader
 	dead bool
-	ev   *os.File // the guard's refusals, as they happen
-
-	dmu    sync.Mutex
-	denied map[int]chan struct{} // closed when call N had an exec refused
 }
 
-// PrepareSession makes a session-mode guard. Files are the descriptors the
-// guard process must get as its fds 3 and 4 (exec.Cmd.ExtraFiles); close
-// them in the controller once the guard has started (CloseChild).
-func PrepareSession(self string) (*Session, []*os.File, error) {
-	if err := Available(); err != nil {
-		return nil, nil, err
-	}
-	dir, err := os.MkdirTemp("", "agentplane-guard-")
+// PrepareSession makes a session-mode guard. Its Guard's Wrap gives the
+// guard's process its descriptors; call the Guard's Launched once it has
+// started.
+func PrepareSession(self string) (*Session, error) {
+	g, err := prepare(self, spec{Rules: []policy.Rule{}, Session: true})
 	if err != nil {
-		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's directory: %v", err)
+		return nil, err
 	}
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
+		g.Cleanup()
+		return nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
 	}
 	ackR, ackW, err := os.Pipe()
 	if err != nil {
-		os.RemoveAll(dir)
+		g.Cleanup()
 		ctlR.Close()
 		ctlW.Close()
-		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
+		return nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
 	}
-	evR, evW, err := os.Pipe()
-	if err != nil {
-		os.RemoveAll(dir)
-		for _, f := range []*os.File{ctlR, ctlW, ackR, ackW} {
-			f.Close()
-		}
-		return nil, nil, result.Errorf(result.CodePolicyUnavailable, "cannot make the guard's pipes: %v", err)
-	}
-	g := &Guard{dir: dir, self: self, sp: spec{Rules: []policy.Rule{}, Session: true}}
-	s := &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR), ev: evR, denied: map[int]chan struct{}{}}
-	go s.events()
-	return s, []*os.File{ctlR, ackW, evW}, nil
+	g.own = append(g.own, ctlR, ackW)
+	return &Session{g: g, ctl: ctlW, ack: ackR, r: bufio.NewReader(ackR)}, nil
 }
 
 // Started waits for the guard to start the shell and returns the shell's
@@ -115,50 +100,10 @@ func (s *Session) Started(timeout time.Duration) (int, error) {
 
 // Denied returns a channel that is closed as soon as an exec of call n is
 // refused, so the controller can stop the rest of the call.
-func (s *Session) Denied(n int) <-chan struct{} {
-	s.dmu.Lock()
-	defer s.dmu.Unlock()
-	return s.deniedLocked(n)
-}
+func (s *Session) Denied(n int) <-chan struct{} { return s.g.reports.refusal(n) }
 
-func (s *Session) deniedLocked(n int) chan struct{} {
-	c := s.denied[n]
-	if c == nil {
-		c = make(chan struct{})
-		s.denied[n] = c
-	}
-	return c
-}
-
-// events reads the guard's refusals until its pipe closes.
-func (s *Session) events() {
-	r := bufio.NewReader(s.ev)
-	for {
-		line, err := r.ReadBytes('\n')
-		if err != nil {
-			return
-		}
-		var e struct{ Denied int }
-		if json.Unmarshal(line, &e) != nil {
-			continue
-		}
-		s.dmu.Lock()
-		c := s.deniedLocked(e.Denied)
-		select {
-		case <-c:
-		default:
-			close(c)
-		}
-		for k := range s.denied {
-			if k < e.Denied-1 {
-				delete(s.denied, k)
-			}
-		}
-		s.dmu.Unlock()
-	}
-}
-
-// Guard is the session's guard, for Argv and TrustFirst.
+// Guard is the session's guard, for Wrap, Launched, TrustFirst and the
+// report of a guard that could not start the shell.
 func (s *Session) Guard() *Guard { return s.g }
 
 // Call tells the guard that call n runs next, under p (nil: no policy) with
@@ -174,11 +119,7 @@ func (s *Session) CallReport(n int) *Report {
 	if err := s.ask(sessionMessage{Op: "report", Call: n}, &r); err != nil {
 		r = Report{}
 	}
-	r.Enforced = EnforceRuntime
-	if r.Approved == nil {
-		r.Approved = []Exec{}
-	}
-	return &r
+	return normalized(&r)
 }
 
 func (s *Session) ask(m sessionMessage, out any) error {
@@ -207,7 +148,6 @@ func (s *Session) Close() {
 	s.mu.Unlock()
 	s.ctl.Close()
 	s.ack.Close()
-	s.ev.Close()
 	s.g.Cleanup()
 }
 
@@ -220,14 +160,8 @@ type sessionState struct {
 	pol      *policy.Policy
 	approved bool
 	reports  map[int]*Report
-	events   *os.File // refusals, to the controller
-	ctl, ack *os.File // requests from the controller, answers to it
-}
-
-// refused tells the controller that call n had an exec refused.
-func (st *sessionState) refused(n int) {
-	b, _ := json.Marshal(map[string]int{"denied": n})
-	_, _ = st.events.Write(append(b, '\n'))
+	out      *reportWriter // refusals, to the controller
+	ctl, ack *os.File      // requests from the controller, answers to it
 }
 
 func (st *sessionState) current() (int, *policy.Policy, bool) {
@@ -236,7 +170,9 @@ func (st *sessionState) current() (int, *policy.Policy, bool) {
 	return st.call, st.pol, st.approved
 }
 
-func (st *sessionState) record(call int, f func(*Report)) {
+// record updates call's report with f and returns it. Only the tracing
+// thread changes reports, so it may read the result after the lock.
+func (st *sessionState) record(call int, f func(*Report)) *Report {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	r := st.reports[call]
@@ -245,6 +181,7 @@ func (st *sessionState) record(call int, f func(*Report)) {
 		st.reports[call] = r
 	}
 	f(r)
+	return r
 }
 
 // serve answers the controller until its pipe closes.

@@ -33,34 +33,53 @@ const traceOptions = unix.PTRACE_O_TRACEEXEC | unix.PTRACE_O_TRACEFORK | unix.PT
 	unix.PTRACE_O_TRACECLONE | unix.PTRACE_O_EXITKILL
 
 // Main is the guard: args are what follows Command on the command line,
-// DIR PATH -- ARGV... It returns the command's exit status (or dies of the
-// command's signal), after writing its report into DIR.
+// DIR FD PATH -- ARGV..., where FD is the guard's first own descriptor (the
+// report pipe; in session mode the control pipes follow) and 3 to FD-1 are
+// the command's, passed on at the same numbers. It returns the command's
+// exit status (or dies of the command's signal), after writing its report.
 func Main(args []string) int {
 	// Every ptrace request must come from the thread that attached, and
 	// the child started with Ptrace set is attached to this thread.
 	runtime.LockOSThread()
-	if len(args) < 3 || args[2] != "--" || len(args) < 4 {
-		fmt.Fprintln(os.Stderr, "usage: "+Command+" DIR PATH -- PROGRAM [ARG...]")
+	if len(args) < 5 || args[3] != "--" {
+		fmt.Fprintln(os.Stderr, "usage: "+Command+" DIR FD PATH -- PROGRAM [ARG...]")
 		return exitRefused
 	}
-	dir, path, argv := args[0], args[1], args[3:]
+	dir, path, argv := args[0], args[2], args[4:]
+	first, err := strconv.Atoi(args[1])
+	if err != nil || first < 3 {
+		fmt.Fprintln(os.Stderr, Command+": bad descriptor "+args[1])
+		return exitRefused
+	}
+	// Nothing but the command's own descriptors goes on to it: the
+	// guard's pipes (and anything else inherited) close at exec.
+	closeOnExecFrom(3)
+	out := &reportWriter{f: os.NewFile(uintptr(first), "guard-reports")}
 	rep := &Report{Enforced: EnforceRuntime, Approved: []Exec{}}
 	fail := func(code, format string, a ...any) int {
 		rep.Error = &Failure{Code: code, Message: fmt.Sprintf(format, a...)}
-		writeReport(dir, rep)
+		out.send(0, rep)
 		return exitRefused
 	}
 	sp, err := readSpec(dir)
 	if err != nil {
 		return fail(result.CodePolicyUnavailable, "the guard cannot read its spec: %v", err)
 	}
+	files := []uintptr{0, 1, 2}
+	for fd := 3; fd < first; fd++ {
+		files = append(files, uintptr(fd))
+	}
 	t := &tracer{
 		pol:     &policy.Policy{Rules: sp.Rules, Default: sp.Default},
 		sp:      sp,
 		rep:     rep,
+		out:     out,
+		files:   files,
 		self:    os.Getpid(),
 		byFile:  map[fileID]string{},
 		tracees: map[int]bool{},
+
+		refusedPIDs: map[int]bool{},
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -71,11 +90,8 @@ func Main(args []string) int {
 		}
 	}
 	if sp.Session {
-		t.session = &sessionState{reports: map[int]*Report{}, events: os.NewFile(5, "guard-events"),
-			ctl: os.NewFile(3, "guard-control"), ack: os.NewFile(4, "guard-answers")}
-		unix.CloseOnExec(3)
-		unix.CloseOnExec(4)
-		unix.CloseOnExec(5)
+		t.session = &sessionState{reports: map[int]*Report{}, out: out,
+			ctl: os.NewFile(uintptr(first+1), "guard-control"), ack: os.NewFile(uintptr(first+2), "guard-answers")}
 	}
 	// Nothing the command runs may open the guard's descriptors or read
 	// its memory through /proc (same user, no root).
@@ -83,16 +99,19 @@ func Main(args []string) int {
 	t.learnPrograms()
 	// Termination signals reach the whole process group, the command
 	// included; the guard stays until the command is gone (and if it is
-	// killed itself, EXITKILL takes the command with it).
+	// killed itself, EXITKILL takes the command with it). Every signal is
+	// taken, none acted on: as PID 1 of a sandbox's PID namespace the
+	// guard gets from inside only the signals it handles, and a signal
+	// the Go runtime treats as fatal (SIGABRT, SIGSYS, SIGTRAP, SIGILL
+	// sent with kill) would otherwise end it, report unwritten.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT,
-		syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
+	signal.Notify(sigs)
 	go func() {
 		for range sigs {
 		}
 	}()
 	ws, code := t.run(path, argv)
-	writeReport(dir, rep)
+	out.send(0, rep)
 	if code >= 0 {
 		return code
 	}
@@ -104,6 +123,20 @@ func Main(args []string) int {
 		return 128 + int(ws.Signal())
 	}
 	return exitRefused
+}
+
+// closeOnExecFrom marks every descriptor from first on close-on-exec.
+func closeOnExecFrom(first int) {
+	err := unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return
+	}
+	entries, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd >= first {
+			unix.CloseOnExec(fd)
+		}
+	}
 }
 
 // fileID identifies an executable file.
@@ -121,8 +154,14 @@ type tracer struct {
 	bySize map[int64][]program
 	// session is set in session mode: the policy changes with each call.
 	session *sessionState
+	// out is the report pipe; files the descriptors the command gets.
+	out   *reportWriter
+	files []uintptr
 	// tracees are the processes and threads traced, the main one aside.
 	tracees map[int]bool
+	// refusedPIDs are the images the guard killed, whose deaths are no
+	// limit's.
+	refusedPIDs map[int]bool
 }
 
 type program struct {
@@ -134,7 +173,7 @@ type program struct {
 // It returns that process's wait status, or code >= 0 when the guard itself
 // ends the run (a refusal, a failure to start).
 func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
-	attr := &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2},
+	attr := &syscall.ProcAttr{Env: os.Environ(), Files: t.files,
 		Sys: &syscall.SysProcAttr{Ptrace: true}}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
@@ -190,18 +229,40 @@ func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
 }
 
 func wait(pid int, ws *unix.WaitStatus, opts int) (int, error) {
+	return waitUsage(pid, ws, opts, nil)
+}
+
+func waitUsage(pid int, ws *unix.WaitStatus, opts int, ru *unix.Rusage) (int, error) {
 	for {
-		wpid, err := unix.Wait4(pid, ws, opts, nil)
+		wpid, err := unix.Wait4(pid, ws, opts, ru)
 		if err != unix.EINTR {
 			return wpid, err
 		}
 	}
 }
 
+// noteDeath records a traced process's death by a limit's signal in the
+// report (of the current call, in a session).
+func (t *tracer) noteDeath(ws syscall.WaitStatus, cpuMillis int64) {
+	if !ws.Signaled() {
+		return
+	}
+	if t.session == nil {
+		t.rep.Deaths.Note(ws, cpuMillis)
+		return
+	}
+	call, pol, _ := t.session.current()
+	if pol == nil {
+		return
+	}
+	t.session.record(call, func(cr *Report) { cr.Deaths.Note(ws, cpuMillis) })
+}
+
 func (t *tracer) loop() (syscall.WaitStatus, int) {
 	var ws unix.WaitStatus
+	var ru unix.Rusage
 	for {
-		pid, err := wait(-1, &ws, unix.WALL)
+		pid, err := waitUsage(-1, &ws, unix.WALL, &ru)
 		if err != nil {
 			// No tracee and no child left: the main process is gone
 			// without a status we saw.
@@ -209,6 +270,14 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		}
 		if ws.Exited() || ws.Signaled() {
 			delete(t.tracees, pid)
+			// The tracer learns how every process of the tree died,
+			// whoever its parent: a limit a child hit is reported
+			// from here without process accounting.
+			if !t.refusedPIDs[pid] && !(pid == t.main && t.sp.TrustFirst) {
+				ms := (ru.Utime.Nano() + ru.Stime.Nano()) / 1e6
+				t.noteDeath(syscall.WaitStatus(ws), ms)
+			}
+			delete(t.refusedPIDs, pid)
 			if pid == t.main {
 				return syscall.WaitStatus(ws), -1
 			}
@@ -261,34 +330,39 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 }
 
 // decide judges the image pid has just executed. It returns false after
-// killing a refused image and recording why.
+// killing a refused image and recording why. What must survive the guard
+// being killed later (an image run on approval; in a session, a refusal)
+// goes out on the report pipe at once.
 func (t *tracer) decide(pid int) bool {
-	pol, approved, rep := t.pol, t.sp.Approved, t.rep
-	var call int
-	if t.session != nil {
-		call, pol, approved = t.session.current()
-		if pol == nil {
-			return true // this call has no policy
+	if t.session == nil {
+		n := len(t.rep.Approved)
+		ok := t.decideWith(pid, t.pol, t.sp.Approved, t.rep)
+		if len(t.rep.Approved) != n {
+			t.out.send(0, t.rep)
 		}
-		var r Report
-		rep = &r
-		defer func() {
-			if r.Killed != nil {
-				t.session.refused(call)
-			}
-		}()
-		defer t.session.record(call, func(cr *Report) {
-			cr.Execs += r.Execs
-			cr.Approved = append(cr.Approved, r.Approved...)
-			if len(cr.Approved) > maxApproved {
-				cr.Approved = cr.Approved[:maxApproved]
-			}
-			if cr.Killed == nil {
-				cr.Killed = r.Killed
-			}
-		})
+		return ok
 	}
-	return t.decideWith(pid, pol, approved, rep)
+	call, pol, approved := t.session.current()
+	if pol == nil {
+		return true // this call has no policy
+	}
+	var r Report
+	ok := t.decideWith(pid, pol, approved, &r)
+	cr := t.session.record(call, func(cr *Report) {
+		cr.Execs += r.Execs
+		cr.Approved = append(cr.Approved, r.Approved...)
+		if len(cr.Approved) > maxApproved {
+			cr.Approved = cr.Approved[:maxApproved]
+		}
+		if cr.Killed == nil {
+			cr.Killed = r.Killed
+		}
+	})
+	if r.Killed != nil || len(r.Approved) > 0 {
+		// The controller stops the rest of the call on a refusal.
+		t.out.send(call, cr)
+	}
+	return ok
 }
 
 func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Report) bool {
@@ -338,17 +412,20 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	// Still stopped at the exec: SIGKILL ends it before its first
 	// instruction.
 	_ = unix.Kill(pid, unix.SIGKILL)
+	t.refusedPIDs[pid] = true
 	x.Action = ActionKilled
 	rep.Killed = &x
 	return false
 }
 
-// chain returns the argv of pid's parents up to the guard.
+// chain returns the argv of pid's parents up to the guard, or up to the
+// command when the first image is the sandbox helper (TrustFirst), which
+// is not the command's.
 func (t *tracer) chain(pid int) [][]string {
 	out := [][]string{}
 	for i := 0; i < 32; i++ {
 		ppid := parentOf(pid)
-		if ppid <= 1 || ppid == t.self {
+		if ppid <= 1 || ppid == t.self || (t.sp.TrustFirst && ppid == t.main) {
 			break
 		}
 		out = append(out, cmdline(ppid))

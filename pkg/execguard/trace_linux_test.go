@@ -53,9 +53,10 @@ func guarded(t *testing.T, p *policy.Policy, approved bool, dir string, argv ...
 		t.Fatal(err)
 	}
 	defer g.Cleanup()
-	args := g.Argv("", argv)
+	_, args, files := g.Wrap("", argv, nil)
 	cmd := exec.Command(self, args[1:]...)
 	cmd.Dir = dir
+	cmd.ExtraFiles = files
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
@@ -242,8 +243,9 @@ func TestTracedAlreadyIsUnavailable(t *testing.T) {
 	}
 	defer g.Cleanup()
 	dir := t.TempDir()
-	args := g.Argv("", []string{"sh", "-c", "echo ran > " + filepath.Join(dir, "ran")})
+	_, args, files := g.Wrap("", []string{"sh", "-c", "echo ran > " + filepath.Join(dir, "ran")}, nil)
 	cmd := exec.Command("strace", append([]string{"-f", "-o", "/dev/null", self}, args[1:]...)...)
+	cmd.ExtraFiles = files
 	out, _ := cmd.CombinedOutput()
 	rep := g.Report()
 	if rep.Error == nil || rep.Error.Code != result.CodePolicyUnavailable {
@@ -316,5 +318,54 @@ func TestToolchainsBehave(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f+".out")); err != nil {
 			t.Errorf("make -j2 did not build %s", f)
 		}
+	}
+}
+
+// TestReportNeverLostWhenTheCommandExitsFirst races a refused exec in the
+// background against the command's own exit: whichever comes first, the
+// forbidden program never runs, and a run the guard ended (exit 125, which
+// sh -c 'exit 0' never is) always comes with the refusal in its report.
+func TestReportNeverLostWhenTheCommandExitsFirst(t *testing.T) {
+	p := loadRules(t, rules)
+	refused := 0
+	for i := 0; i < 20; i++ {
+		dir := t.TempDir()
+		rep, code, out := guarded(t, p, false, dir, "sh", "-c", `touch MARK & exit 0`)
+		if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil {
+			t.Fatalf("run %d: the forbidden touch ran (exit %d): %s", i, code, out)
+		}
+		switch code {
+		case 0:
+		case exitRefused:
+			if rep.Killed == nil || rep.Killed.Rule == "" {
+				t.Fatalf("run %d: exit %d without the refusal in the report: %+v, %s", i, code, rep, out)
+			}
+			refused++
+		default:
+			t.Fatalf("run %d: exit %d: %s", i, code, out)
+		}
+	}
+	t.Logf("%d of 20 runs reached the refused exec before the command's exit", refused)
+}
+
+// TestGuardSeesChildrenLimitDeaths: a child killed by its file-size limit
+// and reaped by its own parent (which then exits 0) is invisible to
+// everyone but its parent and its tracer; the guard reports it, with no
+// capability needed.
+func TestGuardSeesChildrenLimitDeaths(t *testing.T) {
+	p := loadRules(t, rules)
+	dir := t.TempDir()
+	rep, code, out := guarded(t, p, false, dir, "sh", "-c", `ulimit -f 1; sh -c 'head -c 5000 /dev/zero > big'; exit 0`)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+	found := false
+	for _, d := range rep.Deaths {
+		if d.Signal == int(syscall.SIGXFSZ) && d.Count >= 1 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no SIGXFSZ death reported: %+v", rep.Deaths)
 	}
 }

@@ -78,7 +78,12 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		default:
 			return nil, invalid("change %d: unknown action %q", i, c.Action)
 		}
-		t, err := s.resolve(c.Path, true)
+		// A delete or a move takes away the name it is given: a final
+		// symlink is not followed, so that the link is what the read
+		// below finds (and refuses), never its target taken away in its
+		// place while the link stays.
+		removes := c.Action == ActionDelete || c.Action == ActionMove
+		t, err := s.resolve(c.Path, !removes)
 		if err != nil {
 			return nil, err
 		}

@@ -47,6 +47,10 @@ func osError(err error, path string) *result.Error {
 		return newErr(result.CodePermissionDenied, "permission denied: %s", path).Wrap(err)
 	case errors.Is(err, fs.ErrExist):
 		return newErr(result.CodeFileExists, "%s already exists", path).Wrap(err)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return newErr(result.CodeNoSpace, "%s: no space left on its filesystem (%s); nothing was changed", path, unwrapMessage(err)).Wrap(err)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return invalid("%s: the path or one of its names is longer than the system allows", clipPath(path)).Wrap(err)
 	}
 	return newErr(result.CodeIOError, "%s: %s", path, unwrapMessage(err)).Wrap(err)
 }
@@ -59,4 +63,12 @@ func unwrapMessage(err error) string {
 		return fmt.Sprintf("%s: %v", pe.Op, pe.Err)
 	}
 	return err.Error()
+}
+
+// clipPath keeps a path short enough for a message.
+func clipPath(p string) string {
+	if len(p) > 120 {
+		return p[:60] + "…" + p[len(p)-40:]
+	}
+	return p
 }

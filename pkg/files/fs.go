@@ -10,7 +10,11 @@
 // through the os.Root (which keeps every lookup inside it), so that a write
 // through a link replaces the link's target and never the link, and so that
 // an absolute link pointing inside the root still works (os.Root alone
-// refuses every absolute link).
+// refuses every absolute link). The path so checked (root, deny rules) is
+// never looked up by name again: its directory is opened once without
+// following any symlink and every step happens in it (pin.go), so a
+// directory swapped for a symlink after the check, even one to a denied
+// place inside the root, is refused rather than followed.
 //
 // Concurrency: a mutation holds an exclusive flock on the directory that
 // contains each file it changes, from before it reads the file until after
@@ -20,7 +24,10 @@
 // directory therefore take turns: each reads what the other wrote, so no
 // update is lost, and an --expect-sha256 check made under the lock is exact.
 // The lock is advisory: a program that is not agentfs is not held back by
-// it; ExpectSHA256 is what protects against those.
+// it; ExpectSHA256 is what protects against those, and the commit checks,
+// just before each rename, that the file is still the one it read (same
+// inode, size and modification time, or still absent), failing with
+// file_changed rather than renaming over another program's change.
 //
 // Atomicity: new content goes to a temp file beside the target, is synced,
 // and renamed over it; the directory is synced after. A failed operation,
@@ -50,11 +57,13 @@
 package files
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -123,8 +132,9 @@ type session struct {
 	rootAbs  string // the root as configured, made absolute and clean
 	rootReal string // the same with symlinks resolved
 	confined bool
-	base     string // absolute directory relative paths start from
-	ownerTag string // see owner
+	base     string              // absolute directory relative paths start from
+	ownerTag string              // see owner
+	pinned   map[string]*os.Root // see pinDir
 }
 
 func (f *FS) open() (*session, error) {
@@ -166,7 +176,10 @@ func (f *FS) open() (*session, error) {
 	return s, nil
 }
 
-func (s *session) close() { s.root.Close() }
+func (s *session) close() {
+	s.closePinned()
+	s.root.Close()
+}
 
 // target is a path the caller named, resolved for one operation.
 type target struct {
@@ -204,6 +217,11 @@ func (s *session) relToRoot(abs string) (string, bool) {
 func (s *session) resolve(p string, followFinal bool) (target, error) {
 	if p == "" {
 		return target{}, invalid("empty path")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		// The kernel would end the name at the NUL: what ran would not be
+		// what was asked (or checked against the deny rules).
+		return target{}, invalid("%s: a path cannot contain a NUL byte", clipPath(strings.ReplaceAll(p, "\x00", `\0`)))
 	}
 	abs := p
 	if !filepath.IsAbs(abs) {
@@ -265,6 +283,12 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 			return target{}, newErr(result.CodeIOError, "%s: too many levels of symbolic links", p)
 		}
 		dest, err := s.root.Readlink(cand)
+		if errors.Is(err, syscall.EINVAL) {
+			// No longer a symlink: it was swapped since the Lstat. Look
+			// at it again (links bounds how often).
+			pending = append([]string{comp}, pending...)
+			continue
+		}
 		if err != nil {
 			return target{}, osError(err, p)
 		}

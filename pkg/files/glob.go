@@ -31,31 +31,34 @@ func splitPath(name string) []string {
 	return strings.Split(name, "/")
 }
 
+// matchSegments matches pattern segments against name segments. Each
+// (pattern position, name position) pair is decided once (memo), so a
+// pattern with many "**" segments, which a request can carry, costs
+// O(len(pat) * len(name)) steps rather than exponentially many.
 func matchSegments(pat, name []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			// Collapse runs of "**" and try every split point.
-			for len(pat) > 0 && pat[0] == "**" {
-				pat = pat[1:]
-			}
-			if len(pat) == 0 {
-				return true
-			}
-			for i := 0; i <= len(name); i++ {
-				if matchSegments(pat, name[i:]) {
-					return true
-				}
-			}
-			return false
+	memo := make([]int8, (len(pat)+1)*(len(name)+1)) // 0 unknown, 1 no, 2 yes
+	var match func(pi, ni int) bool
+	match = func(pi, ni int) bool {
+		k := pi*(len(name)+1) + ni
+		if memo[k] != 0 {
+			return memo[k] == 2
 		}
-		if len(name) == 0 {
-			return false
+		ok := false
+		switch {
+		case pi == len(pat):
+			ok = ni == len(name)
+		case pat[pi] == "**":
+			// Zero segments, or one more and still inside the "**".
+			ok = match(pi+1, ni) || (ni < len(name) && match(pi, ni+1))
+		case ni < len(name):
+			m, err := path.Match(pat[pi], name[ni])
+			ok = err == nil && m && match(pi+1, ni+1)
 		}
-		ok, err := path.Match(pat[0], name[0])
-		if err != nil || !ok {
-			return false
+		memo[k] = 1
+		if ok {
+			memo[k] = 2
 		}
-		pat, name = pat[1:], name[1:]
+		return ok
 	}
-	return len(name) == 0
+	return match(0, 0)
 }

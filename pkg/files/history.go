@@ -111,7 +111,8 @@ func (f *FS) entries(dir string) ([]*historyEntry, error) {
 }
 
 // recordHistory saves p's current state before the commit replaces it.
-func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
+// fileDir is the pinned directory of the file, name its base name there.
+func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntry, error) {
 	if f.HistoryDir == "" {
 		return nil, nil
 	}
@@ -138,7 +139,7 @@ func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
 		h.Meta.PrevSHA256 = p.cur.sha
 		h.Meta.PrevMode = uint32(p.cur.mode.Perm())
 		h.Meta.PrevSize = int64(len(p.cur.content))
-		if !linkData(root, p, h.base()+".data") {
+		if !linkData(fileDir, name, p, h.base()+".data") {
 			if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
 				return nil, historyError(err)
 			}
@@ -159,6 +160,9 @@ func (f *FS) recordHistory(root *os.Root, p *plan) (*historyEntry, error) {
 }
 
 func historyError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return newErr(result.CodeNoSpace, "undo history: no space left to keep it (%v); nothing was changed", err).Wrap(err)
+	}
 	return newErr(result.CodeIOError, "undo history: %v", err).Wrap(err)
 }
 
@@ -252,19 +256,20 @@ const linkMinSize = 64 << 10
 // name, through /proc/self/fd so that the link is made to the inode opened
 // inside the root, never to whatever a path names a moment later. It
 // reports false when that is not possible (small file, another file system,
-// no /proc), and the caller copies instead. The content is checked against
+// no /proc) or not safe (the inode has another name, through which it can
+// be changed in place after the commit), and the caller copies instead. The content is checked against
 // its hash when an undo reads it.
-func linkData(root *os.Root, p *plan, name string) bool {
+func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	if len(p.cur.content) < linkMinSize {
 		return false
 	}
-	fd, err := root.OpenFile(p.t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	fd, err := fileDir.OpenFile(base, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return false
 	}
 	defer fd.Close()
 	fi, err := fd.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) {
 		return false
 	}
 	if fd.Sync() != nil {
@@ -279,4 +284,12 @@ func linkData(root *os.Root, p *plan, name string) bool {
 		d.Close()
 	}
 	return true
+}
+
+// soleName reports whether fi's inode has exactly one name, so that once
+// the commit renames a new file over that name nothing but the history
+// reaches the old inode by a path.
+func soleName(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(st.Nlink) == 1
 }

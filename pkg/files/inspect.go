@@ -35,7 +35,11 @@ func (f *FS) Stat(p string) (*StatResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fi, err := s.root.Lstat(t.rel)
+	d, name, err := s.dirOf(t)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := d.Lstat(name)
 	if err != nil {
 		return nil, osError(err, p)
 	}
@@ -48,14 +52,14 @@ func (f *FS) Stat(p string) (*StatResult, error) {
 	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		r.LinkTarget, _ = s.root.Readlink(t.rel)
+		r.LinkTarget, _ = d.Readlink(name)
 	case fi.Mode().IsRegular() && s.checkSize(t, fi.Size()) == nil:
-		cur, err := s.readCurrent(t)
+		cur, err := s.readFacts(t)
 		if err != nil {
 			return nil, err
 		}
 		r.SHA256 = cur.sha
-		if isText(cur.content) {
+		if !cur.factsOnly && isText(cur.content) {
 			r.TotalLines = countLines(cur.content)
 		} else {
 			r.Binary = true
@@ -121,7 +125,11 @@ func (f *FS) List(dir string, opt ListOptions) (*ListResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	fi, err := s.root.Stat(t.rel)
+	d, name, err := s.dirOf(t)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := d.Lstat(name)
 	if err != nil {
 		return nil, osError(err, dir)
 	}
@@ -136,7 +144,11 @@ func (f *FS) List(dir string, opt ListOptions) (*ListResult, error) {
 	r := &ListResult{Path: dir, Entries: []Entry{}}
 	var walk func(rel, shown string, level int) error
 	walk = func(rel, shown string, level int) error {
-		d, err := s.root.Open(rel)
+		pd, err := s.pinDir(rel, dir)
+		if err != nil {
+			return err
+		}
+		d, err := pd.Open(".")
 		if err != nil {
 			return osError(err, dir)
 		}
@@ -169,7 +181,7 @@ func (f *FS) List(dir string, opt ListOptions) (*ListResult, error) {
 					ModTime: info.ModTime().UTC().Format(timeFormat),
 				}
 				if info.Mode()&fs.ModeSymlink != 0 {
-					e.LinkTarget, _ = s.root.Readlink(childRel)
+					e.LinkTarget, _ = pd.Readlink(de.Name())
 				}
 				r.Entries = append(r.Entries, e)
 			}

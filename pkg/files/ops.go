@@ -45,12 +45,15 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur, err := s.readCurrent(t)
+	cur, err := s.readFacts(t)
 	if err != nil {
 		return nil, err
 	}
 	if !cur.exists {
 		return nil, newErr(result.CodeFileNotFound, "%s does not exist", path)
+	}
+	if cur.factsOnly {
+		return &ReadResult{Path: path, SHA256: cur.sha, Size: cur.size, Binary: true}, nil
 	}
 	r := &ReadResult{Path: path, SHA256: cur.sha, Size: int64(len(cur.content))}
 	if !isText(cur.content) {

@@ -1,9 +1,13 @@
 package files
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -532,7 +536,10 @@ func TestOSErrorMapping(t *testing.T) {
 	}{
 		{errors.New("boom"), result.CodeIOError},
 		{pe(syscall.EIO), result.CodeIOError},
-		{pe(syscall.ENOSPC), result.CodeIOError},
+		{pe(syscall.ENOSPC), result.CodeNoSpace},
+		{pe(syscall.EDQUOT), result.CodeNoSpace},
+		{pe(syscall.ENAMETOOLONG), result.CodeInvalidRequest},
+		{pe(syscall.EIO), result.CodeIOError},
 		{pe(errors.New("path escapes from parent")), result.CodeOutsideRoot},
 		{pe(syscall.ENOENT), result.CodeFileNotFound},
 		{pe(syscall.ENOTDIR), result.CodeFileNotFound},
@@ -601,6 +608,36 @@ func TestUndoLargeFile(t *testing.T) {
 	}
 }
 
+// TestUndoLargeFileWithOtherName: a large file that has another name (a
+// hard link elsewhere, as package stores make) is replaced, and the other
+// name is then changed in place. The history must not have shared that
+// inode: undo still restores what agentfs replaced.
+func TestUndoLargeFileWithOtherName(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "big")
+	orig := strings.Repeat("0123456789abcdef\n", 2*linkMinSize/17)
+	put(t, p, orig)
+	other := filepath.Join(t.TempDir(), "store-copy")
+	if err := os.Link(p, other); err != nil {
+		t.Skip("no hard links here:", err)
+	}
+	if _, err := fsys.Write("big", []byte("small\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(other, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("changed behind agentfs's back\n")
+	f.Close()
+	if _, err := fsys.Undo("big"); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, p) != orig {
+		t.Fatal("undo did not restore the replaced content")
+	}
+}
+
 func TestWriteKeepsOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("only root can give a file away")
@@ -662,5 +699,49 @@ func TestNoRootRelativePaths(t *testing.T) {
 	}
 	if _, err := fsys.Undo("a/b.txt"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestReadHugeBinaryFile reads and stats a sparse 256 MiB binary file (a
+// disk image, a model's weights): the facts (binary, size, the hash of the
+// whole file) come from a streamed pass, never from holding the file in
+// memory.
+func TestReadHugeBinaryFile(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "disk.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const size = 256 << 20
+	if err := f.Truncate(size); err != nil {
+		t.Skip("no sparse files here:", err)
+	}
+	f.Close()
+	want := ""
+	{
+		h := sha256.New()
+		g, _ := os.Open(p)
+		io.Copy(h, g)
+		g.Close()
+		want = hex.EncodeToString(h.Sum(nil))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, err := fsys.Read("disk.img", ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := fsys.Stat("disk.img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if !r.Binary || r.Size != size || r.SHA256 != want || !st.Binary || st.SHA256 != want || st.Size != size {
+		t.Fatalf("read %+v, stat %+v", r, st)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
+		t.Fatalf("reading a %d-byte binary file allocated %d bytes", size, alloc)
 	}
 }

@@ -143,6 +143,71 @@ func TestSymlinkSwappedIn(t *testing.T) {
 	}
 }
 
+// TestSymlinkSwappedToDenied resolves a path, then replaces a directory on
+// it with a symlink to a denied directory inside the root: os.Root alone
+// would follow it (it stays inside the root), so every later step must go
+// through the directory as checked, never by the path again.
+func TestSymlinkSwappedToDenied(t *testing.T) {
+	fsys, root := newTestFS(t)
+	fsys.Deny = []string{"**/private/**"}
+	put(t, filepath.Join(root, "sub/key"), "public\n")
+	put(t, filepath.Join(root, "private/key"), "SECRET\n")
+	swap := func(t *testing.T) {
+		t.Helper()
+		if err := os.Rename(filepath.Join(root, "sub"), filepath.Join(root, "sub.old")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("private", filepath.Join(root, "sub")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			os.Remove(filepath.Join(root, "sub"))
+			os.Rename(filepath.Join(root, "sub.old"), filepath.Join(root, "sub"))
+		})
+	}
+	for _, step := range []string{"read", "commit", "lock", "mkdir"} {
+		t.Run(step, func(t *testing.T) {
+			s, err := fsys.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.close()
+			name := "sub/key"
+			if step == "mkdir" {
+				name = "sub/new/key"
+			}
+			tg, err := s.resolve(name, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			swap(t)
+			switch step {
+			case "read":
+				c, err := s.readCurrent(tg)
+				if code(err) != result.CodePathDenied {
+					t.Fatalf("read after swap: %q, %v", c.content, err)
+				}
+			case "commit":
+				p := &plan{t: tg, cur: current{}, data: []byte("pwned\n")}
+				if err := s.commit([]*plan{p}, false); code(err) != result.CodePathDenied {
+					t.Fatalf("commit after swap: %v", err)
+				}
+			case "lock":
+				if _, err := s.lockDirs([]target{tg}); code(err) != result.CodePathDenied {
+					t.Fatalf("lock after swap: %v", err)
+				}
+			case "mkdir":
+				if _, err := s.prepareDirs([]target{tg}, false); code(err) != result.CodePathDenied {
+					t.Fatalf("mkdir after swap: %v", err)
+				}
+			}
+			if get(t, filepath.Join(root, "private/key")) != "SECRET\n" || len(entriesOf(t, filepath.Join(root, "private"))) != 1 {
+				t.Fatalf("denied directory touched: %v", entriesOf(t, filepath.Join(root, "private")))
+			}
+		})
+	}
+}
+
 // TestFinalSymlinkSwappedIn replaces the file itself with a link to outside
 // after resolution: the read refuses it rather than following it.
 func TestFinalSymlinkSwappedIn(t *testing.T) {
@@ -157,6 +222,58 @@ func TestFinalSymlinkSwappedIn(t *testing.T) {
 	os.Symlink(filepath.Join(outside, "f"), filepath.Join(root, "f"))
 	if _, err := s.readCurrent(tg); code(err) != result.CodeNotRegularFile {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestChangedBehindItsBack has another program (not agentfs, so not held
+// off by the directory lock) change the file after agentfs read it and
+// while it staged the new content: in place, replaced by rename, or
+// created where agentfs creates. The commit must not rename over that
+// change: it fails with file_changed and the other program's file stays.
+func TestChangedBehindItsBack(t *testing.T) {
+	for _, how := range []string{"in place", "replaced", "created"} {
+		t.Run(how, func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			p := filepath.Join(root, "f.txt")
+			if how != "created" {
+				put(t, p, "one\n")
+			}
+			fsys.afterStage = func() error {
+				switch how {
+				case "in place":
+					f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					_, err = f.WriteString("theirs\n")
+					return err
+				default:
+					tmp := filepath.Join(root, "editor-tmp")
+					put(t, tmp, "theirs\n")
+					return os.Rename(tmp, p)
+				}
+			}
+			var err error
+			if how == "created" {
+				_, err = fsys.Write("f.txt", []byte("mine\n"), WriteOptions{})
+			} else {
+				_, err = fsys.Edit("f.txt", []EditSpec{{Old: "one", New: "mine"}}, EditOptions{})
+			}
+			if code(err) != result.CodeFileChanged {
+				t.Fatalf("commit over a change made behind its back: %v (file: %q)", err, get(t, p))
+			}
+			want := "theirs\n"
+			if how == "in place" {
+				want = "one\ntheirs\n"
+			}
+			if got := get(t, p); got != want {
+				t.Fatalf("the other program's change is gone: %q", got)
+			}
+			if left := entriesOf(t, root); len(left) != 1 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
 	}
 }
 
@@ -442,5 +559,20 @@ func TestEditLargeFileSmallDiff(t *testing.T) {
 	}
 	if !strings.Contains(m.Diff, "@@ -249997,7 +249997,7 @@") || m.Edits[0].StartLine != 250000 {
 		t.Fatalf("%s %+v", m.Diff, m.Edits)
+	}
+}
+
+// TestMatchGlobPathological: a glob is a request value (list's glob, a
+// request's deny rules), so a model can choose one like "**/a/**/a/…/b"
+// and a path of many "a" segments. Matching must stay polynomial: the naive
+// backtracking match of this one takes longer than the test's deadline.
+func TestMatchGlobPathological(t *testing.T) {
+	pat := strings.Repeat("**/a/", 20) + "b"
+	name := strings.TrimSuffix(strings.Repeat("a/", 80), "/")
+	if MatchGlob(pat, name) {
+		t.Fatal("matched a path without b")
+	}
+	if !MatchGlob(pat, name+"/b") || !MatchGlob(strings.Repeat("**/a/", 20)+"**", name) {
+		t.Fatal("did not match")
 	}
 }

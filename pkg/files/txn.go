@@ -3,6 +3,7 @@ package files
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,6 +39,13 @@ type current struct {
 	mode    fs.FileMode
 	uid     int
 	gid     int
+	// factsOnly: the file is binary and only its facts were read (see
+	// readFacts); content is nil and size says how large it is.
+	factsOnly bool
+	size      int64
+	// info is the file as it was when read (inode, size, modification
+	// time): the commit checks that it is still that file (see unchanged).
+	info fs.FileInfo
 }
 
 // plan is one file's part of a change set: what it becomes and, once the
@@ -71,9 +79,24 @@ func (p *plan) newSHA() string {
 
 // readCurrent reads the file at t, which must be a regular file or absent.
 // Symlinks were resolved by resolve, so one found here was swapped in since:
-// it is refused rather than followed.
-func (s *session) readCurrent(t target) (current, error) {
-	fi, err := s.root.Lstat(t.rel)
+// it is refused rather than followed (see pinDir for the directories).
+func (s *session) readCurrent(t target) (current, error) { return s.readFile(t, false) }
+
+// readFacts is readCurrent for Read and Stat, which report no content of
+// a binary file: a file whose first bytes show it binary is hashed in one
+// streamed pass and not held in memory (a disk image, a model's weights),
+// with factsOnly set.
+func (s *session) readFacts(t target) (current, error) { return s.readFile(t, true) }
+
+func (s *session) readFile(t target, factsOnly bool) (current, error) {
+	d, name, err := s.dirOf(t)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return current{}, nil // its directory is still to be made
+		}
+		return current{}, err
+	}
+	fi, err := d.Lstat(name)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return current{}, nil
@@ -89,7 +112,7 @@ func (s *session) readCurrent(t target) (current, error) {
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
 	}
-	f, err := s.root.OpenFile(t.rel, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := d.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return current{}, osError(err, t.given)
 	}
@@ -103,6 +126,17 @@ func (s *session) readCurrent(t target) (current, error) {
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
+	}
+	if factsOnly && fi.Size() > binarySniffLen {
+		if c, ok, err := hashIfBinary(f, fi); ok || err != nil {
+			if err != nil {
+				return current{}, osError(err, t.given)
+			}
+			if err := s.checkSize(t, c.size); err != nil {
+				return current{}, err
+			}
+			return c, nil
+		}
 	}
 	// Read into a buffer of the exact size: growing a 100 MB buffer would
 	// copy it. A file that grew since the Stat is still read to its end.
@@ -120,7 +154,7 @@ func (s *session) readCurrent(t target) (current, error) {
 	if err := s.checkSize(t, int64(len(buf))); err != nil {
 		return current{}, err
 	}
-	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1}
+	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1, info: fi}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		c.uid, c.gid = int(st.Uid), int(st.Gid)
 	}
@@ -170,7 +204,11 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 			continue
 		}
 		for i := len(missing) - 1; i >= 0; i-- {
-			err := s.root.Mkdir(missing[i], 0o755)
+			parent, err := s.pinDir(path.Dir(missing[i]), t.given)
+			if err != nil {
+				return created, err
+			}
+			err = parent.Mkdir(path.Base(missing[i]), 0o755)
 			if errors.Is(err, fs.ErrExist) {
 				continue // made by someone else meanwhile: not ours to remove
 			}
@@ -187,7 +225,9 @@ func (s *session) parentDirs(ts []target, noMkdir, create bool) ([]string, error
 // filled in the meantime stays.
 func (s *session) removeDirs(dirs []string) {
 	for i := len(dirs) - 1; i >= 0; i-- {
-		_ = s.root.Remove(dirs[i])
+		if parent, err := s.pinDir(path.Dir(dirs[i]), dirs[i]); err == nil {
+			_ = parent.Remove(path.Base(dirs[i]))
+		}
 	}
 }
 
@@ -196,9 +236,9 @@ func (s *session) removeDirs(dirs []string) {
 // function that releases them. See the package documentation for why the
 // directory is what gets locked.
 func (s *session) lockDirs(ts []target) (func(), error) {
-	dirs := map[string]bool{}
+	dirs := map[string]string{} // directory -> a path given in it
 	for _, t := range ts {
-		dirs[path.Dir(t.rel)] = true
+		dirs[path.Dir(t.rel)] = t.given
 	}
 	order := make([]string, 0, len(dirs))
 	for d := range dirs {
@@ -212,7 +252,12 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 		}
 	}
 	for _, d := range order {
-		f, err := s.root.Open(d)
+		pd, err := s.pinDir(d, dirs[d])
+		if err != nil {
+			release()
+			return nil, err
+		}
+		f, err := pd.Open(".")
 		if err != nil {
 			release()
 			return nil, osError(err, s.display(d))
@@ -288,7 +333,11 @@ func (s *session) owner() string {
 // itself, so it holds nothing the file does not; one that differs is the
 // original of a change set cut off in its rename phase, kept for recovery.
 func (s *session) sweep(dir string) {
-	d, err := s.root.Open(dir)
+	pd, err := s.pinDir(dir, s.display(dir))
+	if err != nil {
+		return
+	}
+	d, err := pd.Open(".")
 	if err != nil {
 		return
 	}
@@ -299,18 +348,17 @@ func (s *session) sweep(dir string) {
 		if !ok || !s.ownerGone(owner) {
 			continue
 		}
-		side := path.Join(dir, name)
 		switch kind {
 		case "tmp":
-			_ = s.root.Remove(side)
+			_ = pd.Remove(name)
 		case "bak":
 			if len(base) >= maxSideBase {
 				continue // the file's name was cut: which file is unknown
 			}
-			a, aerr := s.root.Lstat(side)
-			b, berr := s.root.Lstat(path.Join(dir, base))
+			a, aerr := pd.Lstat(name)
+			b, berr := pd.Lstat(base)
 			if aerr == nil && berr == nil && os.SameFile(a, b) {
-				_ = s.root.Remove(side)
+				_ = pd.Remove(name)
 			}
 		}
 	}
@@ -364,7 +412,11 @@ func (s *session) stage(p *plan) error {
 		}
 	}
 	name := s.sideName(p.t.rel, "tmp")
-	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	d, base, err := s.sideOf(p.t, name)
+	if err != nil {
+		return err
+	}
+	f, err := d.OpenFile(base, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return osError(err, p.t.given)
 	}
@@ -426,7 +478,11 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	if record {
 		for _, p := range plans {
-			h, err := s.fs.recordHistory(s.root, p)
+			d, name, err := s.dirOf(p.t)
+			if err != nil {
+				return err
+			}
+			h, err := s.fs.recordHistory(d, name, p)
 			if err != nil {
 				return err
 			}
@@ -434,18 +490,28 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 		}
 	}
 	for i, p := range plans {
+		// Temp, backup and file are siblings: one pinned directory holds
+		// all three, and every step goes by base name in it.
+		d, name, err := s.dirOf(p.t)
+		if err != nil {
+			return err
+		}
+		if err := unchanged(d, name, p); err != nil {
+			return err
+		}
 		if p.cur.exists {
 			p.backup = s.sideName(p.t.rel, "bak")
+			backup := path.Base(p.backup)
 			if p.remove {
-				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+				if err := d.Rename(name, backup); err != nil {
 					p.backup = ""
 					return osError(err, p.t.given)
 				}
 				p.renamed = true
-			} else if err := s.root.Link(p.t.rel, p.backup); err != nil {
+			} else if err := d.Link(name, backup); err != nil {
 				// A file system without hard links: move the original
 				// aside instead. Readers may briefly see no file.
-				if err := s.root.Rename(p.t.rel, p.backup); err != nil {
+				if err := d.Rename(name, backup); err != nil {
 					p.backup = ""
 					return osError(err, p.t.given)
 				}
@@ -453,7 +519,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			}
 		}
 		if !p.remove {
-			if err := s.root.Rename(p.tmp, p.t.rel); err != nil {
+			if err := d.Rename(path.Base(p.tmp), name); err != nil {
 				return osError(err, p.t.given)
 			}
 			p.tmp = ""
@@ -468,7 +534,9 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	}
 	for _, p := range plans {
 		if p.backup != "" {
-			_ = s.root.Remove(p.backup)
+			if d, _, err := s.dirOf(p.t); err == nil {
+				_ = d.Remove(path.Base(p.backup))
+			}
 			p.backup = ""
 		}
 	}
@@ -479,19 +547,21 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 func (s *session) rollback(plans []*plan) {
 	for i := len(plans) - 1; i >= 0; i-- {
 		p := plans[i]
-		if p.renamed {
+		// Every side file was made in the pinned directory, so it is there.
+		d, name, err := s.dirOf(p.t)
+		if err == nil && p.renamed {
 			if p.backup != "" {
-				_ = s.root.Rename(p.backup, p.t.rel)
+				_ = d.Rename(path.Base(p.backup), name)
 				p.backup = ""
 			} else if !p.cur.exists {
-				_ = s.root.Remove(p.t.rel)
+				_ = d.Remove(name)
 			}
 		}
-		if p.backup != "" {
-			_ = s.root.Remove(p.backup)
+		if err == nil && p.backup != "" {
+			_ = d.Remove(path.Base(p.backup))
 		}
-		if p.tmp != "" {
-			_ = s.root.Remove(p.tmp)
+		if err == nil && p.tmp != "" {
+			_ = d.Remove(path.Base(p.tmp))
 		}
 		if p.hist != nil {
 			s.fs.dropHistory(p.hist)
@@ -510,7 +580,11 @@ func (s *session) syncDirs(plans []*plan) error {
 			continue
 		}
 		seen[d] = true
-		f, err := s.root.Open(d)
+		pd, err := s.pinDir(d, p.t.given)
+		if err != nil {
+			return err
+		}
+		f, err := pd.Open(".")
 		if err != nil {
 			return osError(err, s.display(d))
 		}
@@ -593,3 +667,50 @@ func (f *FS) report(given, oldName, newName string, before, after []byte, before
 }
 
 func isText(b []byte) bool { return !isBinary(b) && validUTF8(b) }
+
+// hashIfBinary reads the head of f: when it shows a binary file, it hashes
+// the whole file in one streamed pass and returns its facts (ok); else f is
+// rewound for a full read.
+func hashIfBinary(f *os.File, fi fs.FileInfo) (current, bool, error) {
+	head := make([]byte, binarySniffLen)
+	n, err := io.ReadFull(f, head)
+	if err != nil && err != io.ErrUnexpectedEOF {
+		return current{}, false, err
+	}
+	if !isBinary(head[:n]) {
+		_, err := f.Seek(0, io.SeekStart)
+		return current{}, false, err
+	}
+	h := sha256.New()
+	h.Write(head[:n])
+	rest, err := io.Copy(h, f)
+	if err != nil {
+		return current{}, false, err
+	}
+	c := current{exists: true, factsOnly: true, size: int64(n) + rest, mode: fi.Mode(), uid: -1, gid: -1,
+		sha: hex.EncodeToString(h.Sum(nil))}
+	return c, true, nil
+}
+
+// unchanged checks, just before the commit replaces p's file, that it is
+// still the file p was planned on: the same inode with the same size and
+// modification time, or still absent. The directory lock holds off other
+// agentfs processes but not other programs (an editor saving, a formatter):
+// one that changed the file since it was read would otherwise lose its
+// change to the rename without a word. What it can still miss is a change
+// in the moment between this check and the rename.
+func unchanged(d *os.Root, name string, p *plan) error {
+	fi, err := d.Lstat(name)
+	switch {
+	case !p.cur.exists && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case !p.cur.exists && err == nil:
+		return newErr(result.CodeFileChanged, "%s was created by someone else while agentfs was writing it; nothing was written", p.t.given)
+	case err != nil:
+		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it (%s); nothing was written", p.t.given, unwrapMessage(err))
+	case p.cur.info != nil && (!os.SameFile(fi, p.cur.info) || fi.Size() != p.cur.info.Size() || !fi.ModTime().Equal(p.cur.info.ModTime())):
+		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it; nothing was written", p.t.given).
+			With("hint", "read it again and redo the change on what it is now")
+	}
+	return nil
+}

@@ -26,7 +26,9 @@
 // internal/faultpoint): a job starts through a gate that opens only once
 // status.json names its pid, so a supervisor killed before that leaves a
 // job that never ran; everything else it started is in its Unix session,
-// which Start can kill by the supervisor's pid (remains.go). Stop kills a
+// or (a daemon that called setsid) carries its mark in its environment,
+// and Start and Stop find it by either (remains.go). A process that also
+// clears its environment escapes both: only a cgroup would hold it. Stop kills a
 // supervisor that died or froze during the grace, and the job, itself, and
 // never answers success while a process of the job runs. A log trim
 // announces the trimmed copy's dropped count, keyed by its inode, before

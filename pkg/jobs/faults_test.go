@@ -593,6 +593,38 @@ func TestStopLostJobKillsItsSession(t *testing.T) {
 	noneLive(t, m, "after stop")
 }
 
+// TestStopLostJobKillsItsSetsidDaemon: a daemon the job double-forked into
+// a session of its own (setsid, its parent gone) is, once the supervisor
+// is SIGKILLed, neither the job's descendant nor in the supervisor's
+// session; stop still finds it by the mark in its environment and kills
+// it, and never answers while it runs.
+func TestStopLostJobKillsItsSetsidDaemon(t *testing.T) {
+	st := newStore(t)
+	m := marker(t)
+	spec := Spec{Shell: "setsid sh -c 'sleep 300 &'; exec sleep 301", Env: append(os.Environ(), markEnv+"="+m)}
+	s := start(t, st, spec)
+	waitMarked(t, m, 2)
+	killSupervisor(t, st, s)
+	got, _ := st.Status(s.Handle)
+	if got.Status != StatusLost {
+		t.Fatalf("status %+v", got)
+	}
+	var daemon proctree.Stat
+	for _, p := range markedLive(m) {
+		if p.SID != got.svPID && p.PID != got.OrphanPID {
+			daemon = p
+		}
+	}
+	if daemon.PID == 0 {
+		t.Fatalf("no process outside the supervisor's session: %+v", markedLive(m))
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	noneLive(t, m, "after stop")
+}
+
 // TestKilledWritesLeaveNoTemps kills a caller of Stop in the middle of
 // its atomic write of stop.json: the next stop, which takes the lock every
 // writer of it holds, removes the leftover and stops the job.
@@ -621,5 +653,46 @@ func TestKilledWritesLeaveNoTemps(t *testing.T) {
 	}
 	if left := temps(); len(left) != 0 {
 		t.Fatalf("temp files left: %v", left)
+	}
+}
+
+// TestPlantedSymlinks replaces state files with symlinks to a file outside
+// the state directory (what a job that can write there could plant): the
+// supervisor and the readers never write or read through them. The event
+// log and the logs answer state_corrupt, and the outside file is untouched.
+func TestPlantedSymlinks(t *testing.T) {
+	st := newStore(t)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("victim\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plant := func(name string) {
+		t.Helper()
+		_ = os.Remove(name)
+		if err := os.Symlink(victim, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	untouched := func(when string) {
+		t.Helper()
+		if b, _ := os.ReadFile(victim); string(b) != "victim\n" {
+			t.Fatalf("%s: the outside file was written: %q", when, b)
+		}
+	}
+
+	s := start(t, st, Spec{Shell: "echo out; echo err >&2"})
+	waitFor(t, st, ForExit, s.Handle)
+	plant(logPath(st.jobDir(s.ID), "stdout"))
+	if c, err := st.ReadLog(s.Handle, "stdout", 0, ReadOptions{}); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("logs through a planted link: %+v, %v", c, err)
+	}
+
+	// The job itself still runs; its events are not appended anywhere.
+	plant(st.dir.Join("events.jsonl"))
+	s2 := start(t, st, Spec{Argv: []string{"true"}})
+	waitFor(t, st, ForExit, s2.Handle)
+	untouched("start")
+	if _, err := st.dir.ReadEvents(0, nil); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("events through a planted link: %v", err)
 	}
 }

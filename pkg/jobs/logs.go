@@ -118,7 +118,7 @@ func openLog(dir, stream string) (*os.File, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	f, err := os.Open(logPath(dir, stream))
+	f, err := state.OpenFile(logPath(dir, stream), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, m.Dropped, err
 	}
@@ -170,7 +170,7 @@ func openSinkLocked(dir, stream string, limit, prevTotal int64) (*logSink, error
 		return nil, err
 	}
 	defer unlock()
-	f, err := os.OpenFile(logPath(dir, stream), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := state.OpenFile(logPath(dir, stream), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (s *logSink) total() int64 { return s.dropped + s.size }
 func (s *logSink) trim() error {
 	keep := s.limit / 2
 	cut := s.size - keep
-	src, err := os.Open(logPath(s.dir, s.stream))
+	src, err := state.OpenFile(logPath(s.dir, s.stream), os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
@@ -267,7 +267,7 @@ func (s *logSink) trim() error {
 	}
 	faultpoint.Hit("log.trim.renamed")
 	s.dropped, s.ino = next.Dropped, ino
-	nf, err := os.OpenFile(logPath(s.dir, s.stream), os.O_WRONLY|os.O_APPEND, 0o600)
+	nf, err := state.OpenFile(logPath(s.dir, s.stream), os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}

@@ -72,7 +72,14 @@ func (r remains) live() []proctree.ID {
 	if r.sv.PID > 1 {
 		mark := sessionMark(r.sv)
 		for _, p := range snap {
-			if p.SID == r.sv.PID && p.StartTime >= r.sv.Start && !seen[p.PID] && mayHaveEnv(p.PID, mark) {
+			if seen[p.PID] || p.StartTime < r.sv.Start {
+				continue
+			}
+			// A member of the session is the job's unless its environment
+			// proves otherwise; one that left the session (a daemon that
+			// setsid and double-forked) only when it provably carries the
+			// mark, so that a stranger is never taken for the job.
+			if p.SID == r.sv.PID && mayHaveEnv(p.PID, mark) || p.SID != r.sv.PID && hasEnv(p.PID, mark) {
 				add(p)
 			}
 		}
@@ -82,7 +89,9 @@ func (r remains) live() []proctree.ID {
 
 // sessionMarkEnv is set in the environment of every job process: the
 // supervisor's pid and start time, which remains looks for.
-const sessionMarkEnv = "AGENTJOB_SUPERVISOR"
+// It is declared in proctree, whose WithoutTokens drops it for what is
+// detached from the job (a nested job's supervisor, a session's shell).
+const sessionMarkEnv = proctree.EnvJobMark
 
 // sessionMark is the sessionMarkEnv entry of the jobs of supervisor sv.
 func sessionMark(sv proctree.ID) string {
@@ -156,6 +165,12 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 // are found only if they are still below it).
 func killOrphan(ctx context.Context, pid int, start uint64, sig syscall.Signal, grace time.Duration) {
 	_ = remains{main: proctree.ID{PID: pid, Start: start}}.kill(ctx, sig, grace)
+}
+
+// hasEnv reports whether process pid's environment provably holds kv.
+func hasEnv(pid int, kv string) bool {
+	env, err := proctree.Environ(pid)
+	return err == nil && slices.Contains(env, kv)
 }
 
 // mayHaveEnv reports whether process pid's environment holds the entry kv

@@ -230,7 +230,15 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, jc *jobCmd, outSink, errSink *logS
 		launched = started
 		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
 	}
+	if jc.guard != nil {
+		// Last: the guard passes the files above on at their numbers
+		// and adds its report pipe after them.
+		cmd.Path, cmd.Args, cmd.ExtraFiles = jc.guard.Wrap(cmd.Path, cmd.Args, cmd.ExtraFiles)
+	}
 	err = sv.startKnown(cmd)
+	if jc.guard != nil {
+		jc.guard.Launched()
+	}
 	launched()
 	jc.started()
 	jc.started = func() {}
@@ -276,7 +284,7 @@ func (sv *supervisor) recordRunning(r *jobRun, first bool) error {
 	sv.rec.Status, sv.rec.Ready = StatusRunning, false
 	sv.rec.PID, sv.rec.PIDStart = r.pid, st.StartTime
 	sv.rec.StartedAt, sv.rec.EndedAt = state.FormatTime(time.Now()), ""
-	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = nil, "", ""
+	sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason, sv.rec.Denied = nil, "", "", nil
 	if err := sv.reserveSpace(); err != nil && sv.hs != nil {
 		// Without room to record its end, a job could end as lost.
 		r.closeGate(false)
@@ -454,7 +462,7 @@ func (sv *supervisor) outcome(r *jobRun, res runResult) (runResult, error) {
 		if rep.Killed != nil {
 			// The guard killed a program the policy refused, and the
 			// run with it.
-			res.status, res.reason = StatusFailed, result.AsError(rep.Err()).Code
+			res.status, res.reason, res.denied = StatusFailed, result.AsError(rep.Err()).Code, rep.Killed
 		}
 	}
 	ws, _ := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -481,9 +489,10 @@ func (sv *supervisor) outcome(r *jobRun, res runResult) (runResult, error) {
 	return res, nil
 }
 
-// guard puts cmd under the job's runtime policy, when it has one: cmd then
-// runs this program as the guard, which runs and polices what cmd was.
-// sandboxed says cmd already starts the sandbox helper.
+// guard prepares the runtime guard of the job's policy, when it has one,
+// for cmd; startJob then makes cmd run this program as the guard, which
+// runs and polices what cmd was. sandboxed says cmd starts the sandbox
+// helper.
 func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, error) {
 	if sv.spec.Policy == nil {
 		return nil, nil
@@ -503,7 +512,7 @@ func (sv *supervisor) guard(cmd *exec.Cmd, sandboxed bool) (*execguard.Guard, er
 	if sandboxed {
 		g.TrustFirst()
 	}
-	cmd.Args, cmd.Path = g.Argv(cmd.Path, cmd.Args), exe
+	// startJob wraps cmd in it once its extra files are known.
 	return g, nil
 }
 

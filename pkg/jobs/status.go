@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/netproxy"
 
 	"errors"
@@ -55,8 +56,11 @@ type record struct {
 	Restarts        int      `json:"restarts"`
 	Run             int      `json:"run"`
 	Reason          string   `json:"reason,omitempty"`
-	StdoutBytes     int64    `json:"stdout_bytes,omitempty"`
-	StderrBytes     int64    `json:"stderr_bytes,omitempty"`
+	// Denied is the exec the runtime guard refused in the run that ended
+	// (reason policy_denied or approval_required).
+	Denied      *execguard.Exec `json:"denied,omitempty"`
+	StdoutBytes int64           `json:"stdout_bytes,omitempty"`
+	StderrBytes int64           `json:"stderr_bytes,omitempty"`
 	// StdoutLost and StderrLost count output that could not be written
 	// (a full disk).
 	StdoutLost int64 `json:"stdout_lost_bytes,omitempty"`
@@ -97,8 +101,12 @@ type Status struct {
 	StderrLostBytes int64 `json:"stderr_lost_bytes,omitempty"`
 	// Reason says why a job failed when no exit code does:
 	// ready_timeout, or the code of a start failure.
-	Reason     string `json:"reason,omitempty"`
-	LostReason string `json:"lost_reason,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Denied is the exec the runtime policy refused, which ended the run
+	// (with reason policy_denied or approval_required): its argv, parent
+	// chain, decision and the rule that decided it.
+	Denied     *execguard.Exec `json:"denied,omitempty"`
+	LostReason string          `json:"lost_reason,omitempty"`
 	// OrphanPID is the job's process, still alive although its
 	// supervisor is gone; Stop can kill it.
 	OrphanPID int `json:"orphan_pid,omitempty"`
@@ -173,7 +181,7 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		Name: rec.Name, Status: rec.Status, ExitCode: rec.ExitCode,
 		PID: rec.PID, Command: commandOf(rec.Shell, rec.Argv), Cwd: rec.Cwd, StartedAt: rec.StartedAt,
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
-		Reason: rec.Reason, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
+		Reason: rec.Reason, Denied: rec.Denied, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
 		Backend: BackendLocal, svLocal: true,
 	}
 	if rec.Proxy {

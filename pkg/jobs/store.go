@@ -189,7 +189,7 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	defer devnull.Close()
 	// The supervisor's own diagnostics (a panic, say) go to a file in the
 	// job directory: detached like /dev/null, but not lost.
-	svlog, err := os.OpenFile(filepath.Join(st.jobDir(id), svLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	svlog, err := state.OpenFile(filepath.Join(st.jobDir(id), svLogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
@@ -230,7 +230,7 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	if errors.As(rerr, &refused) {
 		return refused
 	}
-	diag, _ := os.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
+	diag, _ := state.ReadFile(filepath.Join(st.jobDir(id), svLogFile))
 	return jobErr(result.CodeStartFailed, "the job supervisor did not confirm the start").
 		With("supervisor_log", string(tailBytes(diag, 2000))).Wrap(rerr)
 }
@@ -284,7 +284,7 @@ func (st *Store) Resolve(ref string) (string, error) {
 	if ref == "" {
 		return "", result.Errorf(result.CodeInvalidHandle, "no job handle or name given")
 	}
-	b, err := os.ReadFile(st.namePath(ref))
+	b, err := state.ReadFile(st.namePath(ref))
 	if err == nil {
 		id := strings.TrimSpace(string(b))
 		if _, err := os.Stat(st.jobDir(id)); err == nil {
@@ -311,7 +311,7 @@ func (st *Store) setName(name, id string) error {
 		return err
 	}
 	defer unlock()
-	if b, err := os.ReadFile(st.namePath(name)); err == nil {
+	if b, err := state.ReadFile(st.namePath(name)); err == nil {
 		if cur, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
 			if n, _ := strconv.ParseUint(id, 10, 64); cur > n {
 				return nil
@@ -330,7 +330,7 @@ func (st *Store) dropName(name, id string) {
 		return
 	}
 	defer unlock()
-	if b, err := os.ReadFile(st.namePath(name)); err == nil && strings.TrimSpace(string(b)) == id {
+	if b, err := state.ReadFile(st.namePath(name)); err == nil && strings.TrimSpace(string(b)) == id {
 		_ = os.Remove(st.namePath(name))
 	}
 }
@@ -510,7 +510,7 @@ func (e cacheEntry) record() record {
 }
 
 func (st *Store) loadListCache() map[string]cacheEntry {
-	f, err := os.Open(st.dir.Join("jobs", listCacheFile))
+	f, err := state.OpenFile(st.dir.Join("jobs", listCacheFile), os.O_RDONLY, 0)
 	if err != nil {
 		return nil
 	}
@@ -534,7 +534,7 @@ func (st *Store) saveListCache(m map[string]cacheEntry) {
 		return
 	}
 	jobsDir := st.dir.Join("jobs")
-	lock, err := os.OpenFile(filepath.Join(jobsDir, listCacheFile+".lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	lock, err := state.OpenFile(filepath.Join(jobsDir, listCacheFile+".lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -155,7 +156,7 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 	// One supervisor per job at a time: two concurrent restarts must not
 	// both run it. The lock dies with the process, so a SIGKILLed
 	// supervisor never blocks the next one.
-	lock, err := os.OpenFile(filepath.Join(sv.dir, runLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := state.OpenFile(filepath.Join(sv.dir, runLockFile), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		sv.answer(err)
 		return err
@@ -338,6 +339,7 @@ type runResult struct {
 	exitCode *int
 	signal   string
 	reason   string
+	denied   *execguard.Exec // the exec the runtime guard refused
 }
 
 func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error {
@@ -383,7 +385,7 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			return err
 		}
 		first = false
-		sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason = res.exitCode, res.signal, res.reason
+		sv.rec.ExitCode, sv.rec.Signal, sv.rec.Reason, sv.rec.Denied = res.exitCode, res.signal, res.reason, res.denied
 		if !sv.shouldRestart(res) {
 			sv.rec.Status, sv.rec.Final, sv.rec.Ready = res.status, true, false
 			sv.event(res.status)

@@ -28,7 +28,7 @@ func writeLockIdentity(f *os.File, self proctree.Stat) {
 // no write access.
 func (st *Store) lockHolder(id string) (proctree.Stat, bool) {
 	var sv proctree.Stat
-	f, err := os.Open(filepath.Join(st.jobDir(id), runLockFile))
+	f, err := state.OpenFile(filepath.Join(st.jobDir(id), runLockFile), os.O_RDONLY, 0)
 	if err != nil {
 		return sv, false
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -68,5 +70,28 @@ func TestStart(t *testing.T) {
 	case <-exited: // killed and reaped, not left half-started
 	default:
 		t.Fatalf("the silent server %d still runs", p.Pid)
+	}
+}
+
+// TestStartDropsCallersMarks: a detached server is not part of the job or
+// the guarded command that started it, so it carries neither's mark (the
+// job's supervisor mark, the guard token) and a kill of the caller's job
+// by its mark spares it.
+func TestStartDropsCallersMarks(t *testing.T) {
+	cmd := server("ok")
+	cmd.Env = append(cmd.Env, proctree.EnvJobMark+"=123.456", proctree.EnvToken+"=tok")
+	p, exited, err := Start(context.Background(), cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Kill(); <-exited }()
+	env, err := proctree.Environ(p.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, proctree.EnvJobMark+"=") || strings.HasPrefix(kv, proctree.EnvToken+"=") {
+			t.Fatalf("the server carries its caller's mark %s", kv)
+		}
 	}
 }

@@ -2,7 +2,6 @@ package proctree
 
 import (
 	"bufio"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -69,6 +68,13 @@ const (
 // separated by ':' (an agentsh inside agentsh adds its own).
 const EnvToken = "AGENTPLANE_GUARD"
 
+// EnvJobMark is the environment variable that marks every process of a
+// job with its supervisor (pkg/jobs finds a job's remains by it). Like a
+// guard's token it ties a process to what started it, and like one it is
+// dropped by WithoutTokens: a detached server (a job's supervisor, a
+// session's shell) started from inside a job is not part of that job.
+const EnvJobMark = "AGENTJOB_SUPERVISOR"
+
 // StartGuard starts the watchdog as argv (a hidden entry point of the
 // caller's program that calls RunWatchdog) and prepares a cgroup when it
 // can. The caller must Release the guard once the tree is dead.
@@ -77,7 +83,7 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, errors.New("proctree: no watchdog command")
 	}
 	var tok [12]byte
-	if _, err := rand.Read(tok[:]); err != nil {
+	if err := randomBytes(tok[:]); err != nil {
 		return nil, err
 	}
 	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
@@ -90,32 +96,48 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.dropCgroup()
 		return nil, err
 	}
+	// A second pipe the other way, whose write end only the watchdog
+	// holds (its stdout; it writes nothing there): end-of-file on the read
+	// end tells the guarded process that the watchdog is gone, in the
+	// poller, where a wait(2) would hold a thread for the whole run.
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		r.Close()
+		w.Close()
+		g.dropCgroup()
+		return nil, err
+	}
 	path, args := g.watchdogArgv(argv)
 	// Its own process group: a killpg of the caller's group (an agent
 	// host aborting a turn) must not take the watchdog with it. Not a
 	// session of its own: setsid makes a scheduler autogroup, which costs
 	// more than the rest of the start (the watchdog reads a pipe, not a
-	// terminal, so a session would give it nothing). Only the pipe is
-	// passed: the watchdog writes nothing.
-	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r},
+	// terminal, so a session would give it nothing). Only the two pipes
+	// are passed.
+	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
 		Sys: &syscall.SysProcAttr{Setpgid: true}})
 	r.Close()
+	lw.Close()
 	if err != nil {
 		w.Close()
+		lr.Close()
 		g.dropCgroup()
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
 	g.w, g.wd = w, wd
-	go g.watchWatchdog()
+	go g.watchWatchdog(lr)
 	return g, nil
 }
 
-// watchWatchdog waits for the watchdog (it owns g.wd's wait). A watchdog
-// that dies before Release (killed by the command, or by anyone) leaves
-// the tree unguarded against the guarded process's own death, so the tree
-// is killed now, as the watchdog would have: the cgroup, or every bearer
-// of the token and member of a watched session.
-func (g *Guard) watchWatchdog() {
+// watchWatchdog waits for the watchdog: for end-of-file on lifeline, the
+// pipe only the watchdog holds open, then reaps it (it owns g.wd's wait).
+// A watchdog that dies before Release (killed by the command, or by
+// anyone) leaves the tree unguarded against the guarded process's own
+// death, so the tree is killed now, as the watchdog would have: the
+// cgroup, or every bearer of the token and member of a watched session.
+func (g *Guard) watchWatchdog(lifeline *os.File) {
+	_, _ = io.Copy(io.Discard, lifeline)
+	lifeline.Close()
 	_, _ = g.wd.Wait()
 	g.mu.Lock()
 	released := g.released
@@ -292,7 +314,8 @@ func Detach(cmd *exec.Cmd) (done func(), err error) {
 	return leaveGuardCgroup(cmd)
 }
 
-// WithoutTokens returns env without the guards' tokens. A detached server
+// WithoutTokens returns env without the guards' tokens (and a job's mark,
+// EnvJobMark). A detached server
 // runs its job or shell with the environment its client recorded, which
 // carries the tokens of the guard the client ran under: kept, they would
 // make the client's watchdog kill what is meant to outlive it.
@@ -302,7 +325,7 @@ func WithoutTokens(env []string) []string {
 	}
 	out := env[:0:0]
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, EnvToken+"=") {
+		if !strings.HasPrefix(kv, EnvToken+"=") && !strings.HasPrefix(kv, EnvJobMark+"=") {
 			out = append(out, kv)
 		}
 	}

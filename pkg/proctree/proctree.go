@@ -53,6 +53,7 @@ type Stat struct {
 	SID       int
 	State     byte   // R, S, D, Z, T, X, …
 	StartTime uint64 // Linux: clock ticks since boot; macOS: µs since the epoch
+	Threads   int    // Linux: the number of threads; 0 where not known
 }
 
 // Dead reports whether the process has exited and only its zombie remains.

@@ -216,3 +216,8 @@ func Cwd(pid int) (string, error) {
 	}
 	return path, nil
 }
+
+// Children is not known here: macOS keeps no such lists.
+func Children(pid, threads int) ([]int, error) {
+	return nil, fmt.Errorf("proctree: no children lists on macOS")
+}

@@ -1,9 +1,12 @@
 package proctree
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,5 +184,111 @@ func TestImageEnv(t *testing.T) {
 		if got := imageEnv([]byte(c.stat)); got != c.want {
 			t.Errorf("%s: imageEnv = %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestReadProc: a file larger than the buffer comes whole (the buffer
+// grows), a stat agrees with os.ReadFile's, and a process that is gone
+// is fs.ErrNotExist, as os.ReadFile said.
+func TestReadProc(t *testing.T) {
+	want, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readProc("/proc/self/status", make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the first line is stable between two reads of one's own status.
+	first := func(b []byte) string { l, _, _ := strings.Cut(string(b), "\n"); return l }
+	if first(got) != first(want) || len(got) < len(want)/2 {
+		t.Fatalf("read %d bytes starting %q, want %d starting %q", len(got), first(got), len(want), first(want))
+	}
+	c := exec.Command("sleep", "60")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	st, err := ReadStat(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(c.Process.Pid) + "/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state may change between the reads (R as it starts, then S).
+	wantSt, err := parseStat(c.Process.Pid, b)
+	st.State, wantSt.State = 0, 0
+	if err != nil || wantSt != st || st.Threads != 1 {
+		t.Fatalf("ReadStat %+v, want %+v (%v)", st, wantSt, err)
+	}
+	_ = c.Process.Kill()
+	_ = c.Wait()
+	if _, err := ReadStat(c.Process.Pid); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stat of a reaped process: %v, want not exist", err)
+	}
+}
+
+// BenchmarkReadStat is one process's stat, the unit of every scan of the
+// process table (Snapshot, the session tracker).
+func BenchmarkReadStat(b *testing.B) {
+	pid := os.Getpid()
+	for b.Loop() {
+		if _, err := ReadStat(pid); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestChildren: the children a multi-threaded process started from any of
+// its threads are all listed, and a process that is gone is an error.
+func TestChildren(t *testing.T) {
+	var cmds []*exec.Cmd
+	done := make(chan *exec.Cmd)
+	for i := 0; i < 4; i++ {
+		go func() {
+			// A thread of its own: a child is listed by the thread that forked it.
+			runtime.LockOSThread()
+			c := exec.Command("sleep", "60")
+			if err := c.Start(); err != nil {
+				t.Error(err)
+				done <- nil
+				return
+			}
+			done <- c
+		}()
+	}
+	for i := 0; i < 4; i++ {
+		if c := <-done; c != nil {
+			cmds = append(cmds, c)
+		}
+	}
+	defer func() {
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}()
+	self, err := ReadStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := Children(os.Getpid(), self.Threads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if !slices.Contains(kids, c.Process.Pid) {
+			t.Errorf("child %d not listed in %v", c.Process.Pid, kids)
+		}
+	}
+	if one, err := Children(cmds[0].Process.Pid, 1); err != nil || len(one) != 0 {
+		t.Errorf("children of sleep: %v, %v", one, err)
+	}
+	_ = cmds[0].Process.Kill()
+	_ = cmds[0].Wait()
+	if _, err := Children(cmds[0].Process.Pid, 1); err == nil {
+		t.Error("children of a reaped process: no error")
 	}
 }

@@ -60,7 +60,8 @@ func processAcctAvailable() bool {
 func (b *builder) accounting() error {
 	if (b.p.CPUTime <= 0 && b.p.FileSize <= 0) || !b.caps.ProcessAcct {
 		if b.p.CPUTime > 0 || b.p.FileSize > 0 {
-			b.report["limits_of_children"] = "not_reported"
+			// Until a runtime guard says it traced the run (NoteTraced).
+			b.report["limits_of_children"] = childrenOrphans
 		}
 		return nil
 	}
@@ -70,7 +71,7 @@ func (b *builder) accounting() error {
 	}
 	b.sp.Acct = path
 	b.sp.DenyFiles = append(b.sp.DenyFiles, path)
-	b.report["limits_of_children"] = "process_accounting"
+	b.report["limits_of_children"] = childrenAcct
 	return nil
 }
 
@@ -132,18 +133,20 @@ func acctLimitsHit(p Policy, path string) []string {
 		return nil
 	}
 	cpu, fsize := false, false
-	softCPU := float64((p.CPUTime + 999999999) / 1000000000)
 	for _, r := range readAcct(path) {
+		var sig unix.Signal
 		if r.status.Signaled() {
-			switch r.status.Signal() {
-			case unix.SIGXCPU:
-				cpu = cpu || p.CPUTime > 0
-			case unix.SIGXFSZ:
-				fsize = fsize || p.FileSize > 0
-			}
+			sig = r.status.Signal()
 		}
-		// comp_t keeps 13 significant bits: allow for its rounding.
-		if p.CPUTime > 0 && r.cpuSecs >= softCPU*(1-1.0/4096) {
+		switch deathLimit(p, sig, r.cpuSecs) {
+		case result.CodeCPULimit:
+			cpu = true
+		case result.CodeFileSizeLimit:
+			fsize = true
+		}
+		// A process that caught SIGXCPU and then exited: CPU time past
+		// the soft limit (comp_t keeps 13 significant bits).
+		if p.CPUTime > 0 && r.cpuSecs >= softCPUSecs(p)*(1-1.0/4096) {
 			cpu = true
 		}
 	}

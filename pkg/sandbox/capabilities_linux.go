@@ -171,7 +171,7 @@ func (c Capabilities) Layers() []Layer {
 		{"hidden_paths", c.MountNS && nsOK, "", "--deny-read paths, the secret key, session sockets and, under --net none and --net proxy, the host's pathname Unix sockets"},
 		{"pid_namespace", c.PidNS && nsOK, "fresh /proc", "signals, ptrace, prlimit and /proc/PID/root of processes outside; the tree outliving its runner (PID 1 takes it down)"},
 		{"ipc_namespace", c.IPCNS && nsOK, "", "host SysV shared memory, semaphores and message queues"},
-		{"cgroup_namespace", c.CgroupNS && nsOK, "cgroupfs read-only", "leaving the run's cgroup (and its limits)"},
+		{"cgroup_namespace", c.CgroupNS && nsOK, "a read-only cgroupfs of the run's own cgroups", "leaving the run's cgroup (and its limits); reading other runs' cgroups, their names and counters"},
 		{"net_namespace", c.NetNS && nsOK, "", "every network but loopback (--net none) and the allowlist proxy (--net proxy)"},
 		{"unix_socket_gate", c.SeccompNotify && c.Seccomp && seccompArch && c.NetNS && nsOK, "seccomp user notification: " + strings.Join(confine.GateSyscalls, ", "), "under --net none and --net proxy, host pathname Unix sockets bound after the start (only the run's own sockets are reachable)"},
 		{"seccomp", c.Seccomp && seccompArch, strings.Join(SeccompRules(), ", "), "io_uring, AF_VSOCK, prlimit on other processes, the key ring, bpf, perf, userfaultfd, open_by_handle_at, set-id bits"},
@@ -182,7 +182,23 @@ func (c Capabilities) Layers() []Layer {
 		{"cgroup_v1_pids", c.CgroupV1Pids != "", "", "--pids for the whole tree (RLIMIT_NPROC does not apply to root)"},
 		{"rlimits", true, "", "--cpu-time, --file-size, --nofile"},
 		{"process_accounting", c.ProcessAcct, "acct(2) per PID namespace", "a --cpu-time or --file-size limit hit by a child going unreported when the command exits 0"},
+		{"children_limits", c.ProcessAcct, childrenLimitsDetail(c), "a --cpu-time or --file-size limit hit by any child going unreported when the command exits 0 (limits_of_children says how a run saw them)"},
 	}
+}
+
+// childrenLimitsDetail says how this machine sees a limit hit by a child
+// of the command (limits_of_children in a result): every process with
+// process accounting; else only the orphans the namespace's init reaps,
+// and every process when a runtime policy's guard traces the run. Nothing
+// else lets a process without CAP_SYS_PACCT learn how a process it did
+// not start and does not trace died (the proc connector needs
+// CAP_NET_ADMIN, BPF needs CAP_BPF).
+func childrenLimitsDetail(c Capabilities) string {
+	if c.ProcessAcct {
+		return childrenAcct + ": every process of the run"
+	}
+	return childrenOrphans + " without CAP_SYS_PACCT: only processes that outlive their parent (the namespace's init reaps them); " +
+		childrenTraced + " under a runtime policy: every process (the guard traces them)"
 }
 
 // seccompNotifyAvailable reports user notification among the seccomp

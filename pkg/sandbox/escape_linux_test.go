@@ -538,6 +538,80 @@ func TestHelperRefusesOtherVersion(t *testing.T) {
 	}
 }
 
+// Other runs' cgroups: a concurrent run's memory and pids cgroups (their
+// names, counters and limits) are not visible to the command, which reads
+// its own at the usual paths; a run with no limit of its own sees no
+// cgroup at all. The control reads the victim's cgroup from the host's
+// view, which is what the command saw before.
+func TestEscapeOtherRunsCgroups(t *testing.T) {
+	requireSandbox(t)
+	requireRoot(t)
+	c := Probe()
+	if c.CgroupV1Memory == "" || c.CgroupV1Pids == "" {
+		t.Skip("no writable cgroup v1 memory and pids controllers")
+	}
+	_, ws, _ := dirs(t)
+	// The victim: a concurrent sandboxed run with limits, holding still.
+	vprep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Memory: 96 << 20, Pids: 24}, self(t))
+	must(t, err)
+	t.Cleanup(vprep.Cleanup)
+	victim := exec.Command(self(t))
+	victim.Args = vprep.Argv([]string{"sleep", "600"})
+	victim.Env = append(os.Environ(), vprep.Env...)
+	victim.Dir = ws
+	victim.SysProcAttr = vprep.SysProcAttr
+	must(t, victim.Start())
+	t.Cleanup(func() { _ = victim.Process.Kill(); _ = victim.Wait() })
+	// Its cgroups as the host sees them, once the helper joined them.
+	var names []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(names) < 2 && time.Now().Before(deadline) {
+		names = nil
+		data, _ := os.ReadFile("/proc/" + strconv.Itoa(victim.Process.Pid) + "/cgroup")
+		for _, line := range strings.Split(string(data), "\n") {
+			f := strings.SplitN(line, ":", 3)
+			if len(f) < 3 || !strings.Contains(f[2], cgroupPrefix) {
+				continue
+			}
+			mount := map[string]string{"memory": c.CgroupV1Memory, "pids": c.CgroupV1Pids}[f[1]]
+			if mount == "" {
+				continue
+			}
+			// Control: outside the sandbox it is right there.
+			if _, err := os.Stat(filepath.Join(mount, f[2], "cgroup.procs")); err != nil {
+				t.Fatalf("control: the victim's cgroup %s is not in the host's view: %v", f[2], err)
+			}
+			names = append(names, filepath.Base(f[2]))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(names) < 2 {
+		t.Fatalf("the victim never joined its cgroups: %v", names)
+	}
+	script := `
+echo "cgroup=[$(grep -E ':(memory|pids):' /proc/self/cgroup | tr '\n' ' ')]"
+echo "dirs below own: $(find /sys/fs/cgroup -mindepth 2 -type d | wc -l)"
+echo "hierarchies: $(ls /sys/fs/cgroup | tr '\n' ' ')"
+echo "own memory limit: $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"
+echo "own pids max: $(cat /sys/fs/cgroup/pids/pids.max)"
+echo "own pids current > 0: $([ "$(cat /sys/fs/cgroup/pids/pids.current)" -gt 0 ] && echo yes)"
+for n in ` + strings.Join(names, " ") + `; do
+  if find /sys/fs/cgroup /proc -maxdepth 6 -name "$n" 2>/dev/null | grep -q .; then echo "found $n"; fi
+  if grep -rqs "$n" /sys/fs/cgroup /proc/self/mountinfo /proc/1/cgroup; then echo "named $n"; fi
+done
+exit 0`
+	res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Memory: 64 << 20, Pids: 32}, ws, "sh", "-c", script)
+	o := out(res)
+	if strings.Contains(o, "found ") || strings.Contains(o, "named ") {
+		t.Fatalf("the other run's cgroup is visible: %s", o)
+	}
+	wantLines(t, o, "cgroup=[8:pids:/ 4:memory:/ ]", "dirs below own: 0", "hierarchies: memory pids ",
+		"own memory limit: 67108864", "own pids max: 32", "own pids current > 0: yes")
+	// No limit of its own: no cgroup to show.
+	res, _ = sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, "sh", "-c", `echo "entries: $(find /sys/fs/cgroup -mindepth 1 | wc -l)"`)
+	wantLines(t, out(res), "entries: 0")
+}
+
 // The helper, PID 1 of the command's namespace, survives the signals its
 // caller sends it (its death would kill the command at once), and the
 // command inherits none of them ignored or blocked: its dispositions are

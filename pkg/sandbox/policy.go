@@ -51,7 +51,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -196,6 +198,90 @@ type Prepared struct {
 	exitStatus func(exitCode int, signal string) (int, string)
 	limitsHit  func() []string
 	net        *netProxy // with --net proxy
+
+	// traced are the limit deaths the runtime guard saw (NoteTraced).
+	tmu    sync.Mutex
+	traced confine.Deaths
+}
+
+// NoteTraced hands over what the runtime policy guard, the tracer of every
+// process of the run, saw of their deaths by a limit's signal (nil: none),
+// so that a limit a child hit is reported also without process
+// accounting. Call it after the run, before LimitsHit and Classify.
+func (p *Prepared) NoteTraced(d confine.Deaths) {
+	p.tmu.Lock()
+	p.traced = append(p.traced, d...)
+	p.tmu.Unlock()
+	if p.Report != nil && p.Report["limits_of_children"] != childrenAcct {
+		p.Report["limits_of_children"] = childrenTraced
+	}
+}
+
+func (p *Prepared) tracedDeaths() confine.Deaths {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	return slices.Clone(p.traced)
+}
+
+// How a limit hit by a child of the command is seen (the report's
+// limits_of_children): every process's death, by process accounting or by
+// the runtime guard's tracing; or only the deaths of the processes that
+// outlive their parent, which the namespace's init reaps (no capability
+// lets an unprivileged run see more without tracing).
+const (
+	childrenAcct    = "process_accounting"
+	childrenTraced  = "runtime_guard"
+	childrenOrphans = "orphans_only"
+)
+
+// deathLimit names the limit a process's death by sig after cpuSecs of CPU
+// shows was enforced, or "".
+func deathLimit(p Policy, sig unix.Signal, cpuSecs float64) string {
+	switch {
+	case sig == unix.SIGXCPU && p.CPUTime > 0:
+		return result.CodeCPULimit
+	case sig == unix.SIGXFSZ && p.FileSize > 0:
+		return result.CodeFileSizeLimit
+	case sig == unix.SIGKILL && p.CPUTime > 0 && cpuSecs >= softCPUSecs(p)*(1-1.0/4096):
+		// The hard limit's SIGKILL comes after the soft limit was
+		// passed; comp_t (acct) keeps 13 significant bits.
+		return result.CodeCPULimit
+	}
+	return ""
+}
+
+// softCPUSecs is --cpu-time as the whole seconds RLIMIT_CPU counts.
+func softCPUSecs(p Policy) float64 { return float64((p.CPUTime + 999999999) / 1000000000) }
+
+// deathsLimits names the limits deaths show, in a stable order.
+func deathsLimits(p Policy, deaths ...confine.Deaths) []string {
+	var cpu, fsize bool
+	for _, ds := range deaths {
+		for _, d := range ds {
+			switch deathLimit(p, unix.Signal(d.Signal), float64(d.CPUMillis)/1000) {
+			case result.CodeCPULimit:
+				cpu = true
+			case result.CodeFileSizeLimit:
+				fsize = true
+			}
+		}
+	}
+	var hit []string
+	if cpu {
+		hit = append(hit, result.CodeCPULimit)
+	}
+	if fsize {
+		hit = append(hit, result.CodeFileSizeLimit)
+	}
+	return hit
+}
+
+// helperDeaths reads the limit deaths of the orphans the helper reaped.
+func helperDeaths(status string) confine.Deaths {
+	if e, _ := readHelperError(status); e != nil && e.Code == "" {
+		return e.Deaths
+	}
+	return nil
 }
 
 // Launch is called before each start of the command (a job's restart is a
@@ -488,7 +574,7 @@ func readHelperError(status string) (*helperError, error) {
 		return nil, err
 	}
 	var e helperError
-	if err := json.Unmarshal(data, &e); err == nil && e.Code == "" && e.Signal > 0 {
+	if err := json.Unmarshal(data, &e); err == nil && e.Code == "" && (e.Signal > 0 || len(e.Deaths) > 0) {
 		return &e, nil
 	}
 	if err := json.Unmarshal(data, &e); err != nil || e.Code == "" {

@@ -288,7 +288,8 @@ func (b *builder) build() (*Prepared, error) {
 			releasePrivate(base)
 		})
 	}
-	prep := &Prepared{
+	var prep *Prepared
+	prep = &Prepared{
 		Path:        self,
 		Env:         append([]string{"TMPDIR=" + tmp, "TMP=" + tmp, "TEMP=" + tmp}, env...),
 		SysProcAttr: attr,
@@ -296,7 +297,7 @@ func (b *builder) build() (*Prepared, error) {
 		TempDir:     tmp,
 		Cleanup:     cleanup,
 		Classify: func(exitCode int, signal string) string {
-			return classify(policy, memCg, pidCg, sp.Acct, statusPath, exitCode, signal)
+			return classify(policy, memCg, pidCg, sp.Acct, statusPath, exitCode, signal, prep.tracedDeaths())
 		},
 		Failure: func() error { return readFailure(statusPath) },
 		net:     np,
@@ -304,7 +305,13 @@ func (b *builder) build() (*Prepared, error) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
 		limitsHit: func() []string {
-			return append(limitsHit(memCg, pidCg), acctLimitsHit(policy, sp.Acct)...)
+			hit := append(limitsHit(memCg, pidCg), acctLimitsHit(policy, sp.Acct)...)
+			for _, code := range deathsLimits(policy, helperDeaths(statusPath), prep.tracedDeaths()) {
+				if !slices.Contains(hit, code) {
+					hit = append(hit, code)
+				}
+			}
+			return hit
 		},
 	}
 	prep.Argv = func(argv []string) []string {
@@ -747,7 +754,7 @@ func removeCgroup(dir string) {
 
 // classify reads the cgroup counters and the exit status to name the limit
 // that ended the run.
-func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal string) string {
+func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal string, traced confine.Deaths) string {
 	if e, _ := readHelperError(status); e != nil && e.Code != "" {
 		return e.Code
 	}
@@ -764,6 +771,11 @@ func classify(p Policy, memCg, pidCg, acct, status string, exitCode int, signal 
 	// A child's death by a limit, which the command turned into its own
 	// failure (make's exit 2).
 	if hit := acctLimitsHit(p, acct); len(hit) > 0 {
+		return hit[0]
+	}
+	// Without accounting: the deaths the namespace's init reaped, and
+	// those the runtime guard traced.
+	if hit := deathsLimits(p, helperDeaths(status), traced); len(hit) > 0 {
 		return hit[0]
 	}
 	return ""

@@ -507,11 +507,14 @@ func TestCleanupRemovesCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// This process's own cgroups only: other runs on the machine have
+	// theirs, named after their owners.
+	own := cgroupPrefix + ownerID() + ".*"
 	var cgs []string
 	for _, root := range []string{c.CgroupV1Memory, c.CgroupV1Pids} {
-		m, _ := filepath.Glob(filepath.Join(root, "*", "agentplane-*"))
-		m2, _ := filepath.Glob(filepath.Join(root, "agentplane-*"))
-		m3, _ := filepath.Glob(filepath.Join(root, "*", "*", "agentplane-*"))
+		m, _ := filepath.Glob(filepath.Join(root, "*", own))
+		m2, _ := filepath.Glob(filepath.Join(root, own))
+		m3, _ := filepath.Glob(filepath.Join(root, "*", "*", own))
 		cgs = append(cgs, append(append(m, m2...), m3...)...)
 	}
 	if len(cgs) < 2 {

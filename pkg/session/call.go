@@ -91,6 +91,8 @@ func (s *server) serveConn(c net.Conn) {
 		}
 		b, _ := result.Marshal(obj)
 		_ = enc.send(message{Type: "result", Result: b})
+		// The next call's files are made now, while its caller starts.
+		s.calls.stock(s.seqNow() + 1)
 		s.release()
 		close(settled)
 		if ended {
@@ -360,13 +362,43 @@ type pendingCall struct {
 	enc     *lineWriter // the caller's connection
 	stream  bool        // the caller streams: it gets the start event
 	proto   callProto   // the call's protocol text
+	// trapFIFO is where the call's end writes the user's RETURN trap
+	// (see callEnd); trapR is the server's end of it.
+	trapFIFO string
+	trapR    *os.File
+}
+
+// takeTraps reads what the call's end wrote to the trap FIFO (it wrote
+// and closed it before the shell printed the prompt that ended the call)
+// and keeps the user's RETURN trap for the next call; when the end did not
+// run, the shell still has whatever trap it had, and nothing changes.
+func (c *pendingCall) takeTraps(sh *shell) {
+	if c.trapR == nil {
+		return
+	}
+	// Everything is in the pipe already: the deadline only guards against
+	// a writer that kept it open.
+	_ = c.trapR.SetReadDeadline(time.Now().Add(time.Second))
+	b := make([]byte, 0, 512)
+	buf := make([]byte, 4096)
+	for len(b) < 1<<20 {
+		k, err := c.trapR.Read(buf)
+		b = append(b, buf[:k]...)
+		if err != nil || k == 0 {
+			break
+		}
+	}
+	savedTraps(b, c.proto.errAction(), &sh.traps)
 }
 
 func (c *pendingCall) cleanup() {
 	for _, h := range c.holders {
 		h.Close()
 	}
-	for _, p := range append([]string{c.script, c.stdin}, c.fifos...) {
+	if c.trapR != nil {
+		c.trapR.Close()
+	}
+	for _, p := range append([]string{c.script, c.stdin, c.trapFIFO}, c.fifos...) {
 		if p != "" && p != os.DevNull {
 			_ = os.Remove(p)
 		}
@@ -468,47 +500,50 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	sh := s.currentShell()
 	c.proto = callProto{marker: sh.marker, n: n, vars: newVars(), prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
-	c.script = d.name(n, "sh")
-	if err := d.writeFile(c.script, callFile(c.proto, req.Command)); err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot write the call: %v", err)
-	}
-	if req.Stdin != nil {
-		c.stdin = d.name(n, "in")
-		if err := d.writeFile(c.stdin, []byte(*req.Stdin)); err != nil {
-			c.cleanup()
-			return nil, result.Errorf(result.CodeInternal, "cannot write stdin: %v", err)
-		}
-	}
 	keep, err := capture.ParseKeep(req.Keep)
 	if err != nil {
-		c.cleanup()
 		return nil, result.Errorf(result.CodeInvalidRequest, "keep: %v", err)
 	}
 	names := []string{"stdout", "stderr"}
 	if req.Merge {
 		names = []string{"output"}
 	}
-	for _, name := range names {
-		p := d.name(n, name)
-		r, err := d.fifo(p)
-		if err != nil {
-			c.cleanup()
-			for _, pp := range c.pumps {
-				pp.r.Close()
-			}
-			return nil, result.Errorf(result.CodeInternal, "call FIFO: %v", err)
+	// Made ahead while the session was idle, when they could be (stock).
+	files, err := d.files(n, names)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot make the call's files: %v", err)
+	}
+	c.script = files.script
+	for _, f := range files.fifos {
+		c.fifos = append(c.fifos, f.path)
+		c.holders = append(c.holders, f.w)
+	}
+	fail := func(err error) (*pendingCall, error) {
+		for _, f := range files.fifos {
+			f.r.Close()
 		}
-		c.fifos = append(c.fifos, p)
-		w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-		if err != nil {
-			r.Close()
-			c.cleanup()
-			return nil, result.Errorf(result.CodeInternal, "open fifo: %v", err)
+		c.cleanup()
+		return nil, err
+	}
+	// Where the call's end hands back the user's traps (see callEnd).
+	c.trapFIFO = d.name(n, "traps")
+	if c.trapR, err = d.fifo(c.trapFIFO); err != nil {
+		c.trapFIFO = ""
+		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
+	}
+	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {
+		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
+	}
+	if req.Stdin != nil {
+		c.stdin = d.name(n, "in")
+		if err := d.writeFile(c.stdin, []byte(*req.Stdin)); err != nil {
+			return fail(result.Errorf(result.CodeInternal, "cannot write stdin: %v", err))
 		}
-		c.holders = append(c.holders, w)
+	}
+	for i, name := range names {
 		hc := capture.NewHeadTail(req.MaxOutput, keep)
 		c.caps[name] = hc
-		pp := &pump{r: r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
+		pp := &pump{r: files.fifos[i].r, name: name, cap: hc, enc: enc, done: make(chan struct{}), detached: make(chan struct{})}
 		if req.Stream {
 			pp.stream = capture.NewStream(capture.RenderOptions{Raw: req.Raw})
 		}
@@ -602,6 +637,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	switch why {
 	case gotMarker:
 		res.ExitCode = code
+		c.takeTraps(sh)
 	case gotBroken:
 		// The command left the shell unable to run the protocol's lines
 		// as written: what it did ran, but its status cannot be known,

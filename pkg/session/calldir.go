@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,9 +19,121 @@ import (
 // for writing, never to create, rename or delete anything there), every
 // file is created with O_EXCL|O_NOFOLLOW under a random name, and its mode
 // is set through the descriptor, not the path.
+//
+// Creating those files is most of what preparing a call costs (on a
+// journaling filesystem each create is a metadata write), so the directory
+// keeps one call's set made ahead (stock, while the session is idle): the
+// next call only writes its text into a file that already exists.
 type callDir struct {
 	path  string
 	share bool // a --user shell must read scripts and open FIFOs
+
+	mu     sync.Mutex
+	ready  *callFiles // made ahead for the next call; nil: none
+	closed bool       // removed: nothing more is made
+}
+
+// callFiles are the files of one call: its script, open for writing, and
+// its output FIFOs, each open at both ends.
+type callFiles struct {
+	script string
+	w      *os.File
+	fifos  []madeFifo
+}
+
+// madeFifo is a FIFO open for reading and, by our own holder, for writing,
+// so that a read does not see EOF before the shell opens it.
+type madeFifo struct {
+	path string
+	r, w *os.File
+}
+
+func (f madeFifo) discard() {
+	f.r.Close()
+	f.w.Close()
+	_ = os.Remove(f.path)
+}
+
+func (c *callFiles) discard() {
+	if c.w != nil {
+		c.w.Close()
+	}
+	_ = os.Remove(c.script)
+	for _, f := range c.fifos {
+		f.discard()
+	}
+}
+
+// stock makes the files of call n ahead of it, unless a set is ready.
+func (d *callDir) stock(n int) {
+	d.mu.Lock()
+	skip := d.ready != nil || d.closed
+	d.mu.Unlock()
+	if skip {
+		return
+	}
+	c, err := d.make(n, []string{"stdout", "stderr"})
+	if err != nil {
+		return // the call makes its own
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.ready != nil || d.closed {
+		c.discard()
+		return
+	}
+	d.ready = c
+}
+
+// files returns the files of call n with FIFOs named by outs: the set made
+// ahead if there is one, else fresh ones.
+func (d *callDir) files(n int, outs []string) (*callFiles, error) {
+	d.mu.Lock()
+	c := d.ready
+	d.ready = nil
+	d.mu.Unlock()
+	if c == nil {
+		return d.make(n, outs)
+	}
+	// A merged call needs one FIFO of the two.
+	for len(c.fifos) > len(outs) {
+		c.fifos[len(c.fifos)-1].discard()
+		c.fifos = c.fifos[:len(c.fifos)-1]
+	}
+	return c, nil
+}
+
+func (d *callDir) make(n int, outs []string) (*callFiles, error) {
+	c := &callFiles{script: d.name(n, "sh")}
+	w, err := d.create(c.script)
+	if err != nil {
+		return nil, err
+	}
+	c.w = w
+	for _, o := range outs {
+		f, err := d.makeFifo(d.name(n, o))
+		if err != nil {
+			c.discard()
+			return nil, err
+		}
+		c.fifos = append(c.fifos, f)
+	}
+	return c, nil
+}
+
+// makeFifo creates a FIFO and opens both of its ends.
+func (d *callDir) makeFifo(path string) (madeFifo, error) {
+	r, err := d.fifo(path)
+	if err != nil {
+		return madeFifo{}, err
+	}
+	w, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		r.Close()
+		_ = os.Remove(path)
+		return madeFifo{}, fmt.Errorf("open fifo: %w", err)
+	}
+	return madeFifo{path: path, r: r, w: w}, nil
 }
 
 // newCallDir creates the directory. An unsandboxed session keeps it in
@@ -50,7 +163,16 @@ func newCallDir(sdir string, sandboxed bool, user string) (*callDir, error) {
 	return &callDir{path: p, share: true}, nil
 }
 
-func (d *callDir) remove() { _ = os.RemoveAll(d.path) }
+func (d *callDir) remove() {
+	d.mu.Lock()
+	d.closed = true
+	if d.ready != nil {
+		d.ready.discard()
+		d.ready = nil
+	}
+	d.mu.Unlock()
+	_ = os.RemoveAll(d.path)
+}
 
 // name returns a fresh unguessable path for one of call n's files.
 func (d *callDir) name(n int, suffix string) string {
@@ -62,14 +184,34 @@ func (d *callDir) name(n int, suffix string) string {
 // writeFile creates a new file (never an existing one, never through a
 // symlink) and writes data to it.
 func (d *callDir) writeFile(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	f, err := d.create(path)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
-	if err == nil && d.share {
-		err = f.Chmod(0o644)
+	return fill(f, path, data)
+}
+
+// create creates a new file (never an existing one, never through a
+// symlink), readable by a --user shell.
+func (d *callDir) create(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
 	}
+	if d.share {
+		if err := f.Chmod(0o644); err != nil {
+			f.Close()
+			_ = os.Remove(path)
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// fill writes data to the file create made and closes it; the file goes
+// if that fails.
+func fill(f *os.File, path string, data []byte) error {
+	_, err := f.Write(data)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

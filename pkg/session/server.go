@@ -190,6 +190,7 @@ func (s *server) start() error {
 	if err := s.startShell(s.spec.Cwd); err != nil {
 		return err
 	}
+	s.calls.stock(1)
 	if err := s.auth.publish(s.sdir); err != nil {
 		s.killShell()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot write the session secret: %v", err)
@@ -339,6 +340,29 @@ func (s *server) idleWatch() {
 }
 
 // killShell kills the current shell and everything below it.
+// hangUpWait bounds how long a session that ends gives its shell to run
+// the user's EXIT trap.
+const hangUpWait = 2 * time.Second
+
+// hangUp ends a live shell the way a closed terminal does, SIGHUP, so that
+// the user's EXIT trap runs once, when the session really ends (its output
+// goes to the shell log); a shell that has not exited within hangUpWait is
+// killed with everything else.
+func (s *server) hangUp() {
+	sh := s.currentShell()
+	if sh == nil || sh.gone() {
+		return
+	}
+	_ = syscall.Kill(sh.self.PID, syscall.SIGHUP)
+	_ = syscall.Kill(sh.self.PID, syscall.SIGCONT)
+	t := time.NewTimer(hangUpWait)
+	defer t.Stop()
+	select {
+	case <-sh.exited:
+	case <-t.C:
+	}
+}
+
 func (s *server) killShell() {
 	sh := s.currentShell()
 	if sh == nil {
@@ -380,6 +404,7 @@ func (s *server) stop(reason string) {
 }
 
 func (s *server) finish(reason string) {
+	s.hangUp()
 	s.killShell()
 	// Background jobs that left the shell's group are still ours: the
 	// server is a subreaper and owns nothing else but the watchdog, which

@@ -360,7 +360,7 @@ func TestProtocolLinesQuote(t *testing.T) {
 	// Every command the protocol runs is a quoted builtin (no alias), an
 	// assignment or one of its own functions.
 	unquoted := regexp.MustCompile(`(^|[;{|&]|\(\)|then|do|\)) *([a-z.:]+)( |;|$)`)
-	for _, text := range []string{l, probeLine(p, "N"), string(callFile(p, "true"))} {
+	for _, text := range []string{l, probeLine(p, "N"), string(callFile(p, "true", userTraps{ret: "trap -- 'echo r' RETURN\n", errAction: "echo e", errSet: true}, "/x/traps"))} {
 		for _, m := range unquoted.FindAllStringSubmatch(text, -1) {
 			switch m[2] {
 			case "case", "esac", "while", "do", "done", "in":
@@ -409,5 +409,142 @@ func TestErrexitAfterAnInterrupt(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(s.sdir, "shell.log"))
 			t.Fatalf("errexit after an interrupt: %v %+v; shell log:\n%s", obj, out, b)
 		}
+	}
+}
+
+// TestSavedTraps runs the call file's end in a real bash and reads what it
+// wrote: the user's RETURN trap and ERR action come back exactly (quotes,
+// newlines), an unset trap reads as none, the protocol's own ERR trap
+// reads as "the user has none", and output without the sentinels (the end
+// did not run) changes nothing.
+func TestSavedTraps(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	cases := []struct {
+		name, setup       string
+		ret, errAction    string
+		errSet, untouched bool
+	}{
+		{name: "none", setup: ``},
+		{name: "return", setup: `trap 'echo ret' RETURN`, ret: "trap -- 'echo ret' RETURN\n"},
+		{name: "err", setup: `trap 'echo "it'\''s $?"' ERR`, errAction: `echo "it's $?"`, errSet: true},
+		{name: "err multi-line", setup: "trap 'echo a\necho b' ERR", errAction: "echo a\necho b", errSet: true},
+		{name: "err ignored", setup: `trap '' ERR`, errAction: "", errSet: true},
+		{name: "protocol's err", setup: `trap -- "$ERR" ERR`, untouched: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "traps")
+			p := callProto{marker: "M", n: 1, vars: newVars(), ctlIn: os.DevNull, ctlOut: os.DevNull}
+			script := p.functions() + "\nERR=" + shellQuote(p.errAction()) + "\n" + c.setup + "\n" + p.callEnd(fifo)
+			if err := os.WriteFile(fifo, nil, 0o600); err != nil { // a plain file stands in for the FIFO
+				t.Fatal(err)
+			}
+			out, err := exec.Command(bash, "--norc", "-c", script).CombinedOutput()
+			if err != nil {
+				t.Fatalf("bash: %v: %s", err, out)
+			}
+			b, err := os.ReadFile(fifo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prev := userTraps{errAction: "prev", errSet: true}
+			got := prev
+			if !savedTraps(b, p.errAction(), &got) {
+				t.Fatalf("sentinels not found in %q", b)
+			}
+			want := userTraps{ret: c.ret, errAction: c.errAction, errSet: c.errSet}
+			if c.untouched {
+				want.errAction, want.errSet = prev.errAction, prev.errSet
+			}
+			if got != want {
+				t.Errorf("got %+v, want %+v (from %q)", got, want, b)
+			}
+		})
+	}
+	got := userTraps{ret: "r", errAction: "e", errSet: true}
+	if savedTraps([]byte("trap -- 'x' RETURN\n"), "e", &got) || got != (userTraps{ret: "r", errAction: "e", errSet: true}) {
+		t.Errorf("output of an end that did not run changed the traps: %+v", got)
+	}
+}
+
+// TestCallDirStock: the files made ahead are one call's, fresh (never
+// another call's), taken once; a merged call gets one FIFO and the other
+// goes; nothing is made or kept once the directory is removed.
+func TestCallDirStock(t *testing.T) {
+	d, err := newCallDir(t.TempDir(), false, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := func() int {
+		es, err := os.ReadDir(d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(es)
+	}
+	d.stock(1)
+	d.stock(1) // a set is ready: no second one
+	if n := entries(); n != 3 {
+		t.Fatalf("%d files made ahead, want 3", n)
+	}
+	a, err := d.files(1, []string{"stdout", "stderr"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.files(2, []string{"stdout", "stderr"}) // none ready: fresh
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range []*callFiles{a, b} {
+		for _, p := range append([]string{c.script}, c.fifos[0].path, c.fifos[1].path) {
+			if seen[p] {
+				t.Fatalf("%s given twice", p)
+			}
+			seen[p] = true
+		}
+		if st, err := os.Lstat(c.fifos[0].path); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+			t.Fatalf("%s is not a FIFO: %v", c.fifos[0].path, err)
+		}
+		if err := fill(c.w, c.script, []byte("echo hi\n")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(c.script); string(got) != "echo hi\n" {
+			t.Fatalf("script holds %q", got)
+		}
+		// What the shell writes reaches the reader made ahead.
+		if _, err := c.fifos[1].w.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 1)
+		if _, err := c.fifos[1].r.Read(buf); err != nil || buf[0] != 'x' {
+			t.Fatalf("read %q, %v", buf, err)
+		}
+		c.w = nil
+		c.discard()
+	}
+	if n := entries(); n != 0 {
+		t.Fatalf("%d files left after discard", n)
+	}
+	d.stock(3)
+	m, err := d.files(3, []string{"output"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.fifos) != 1 || entries() != 2 {
+		t.Fatalf("merged call: %d FIFOs, %d files", len(m.fifos), entries())
+	}
+	m.discard()
+	d.stock(4)
+	d.remove()
+	d.stock(5)
+	if _, err := os.Stat(d.path); !os.IsNotExist(err) {
+		t.Fatalf("directory still there after remove: %v", err)
+	}
+	if d.ready != nil {
+		t.Fatal("files kept after remove")
 	}
 }

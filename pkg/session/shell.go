@@ -111,7 +111,51 @@ import (
 // at a moment it is not waiting for a child, which bash honours by
 // abandoning the line however the child died (a child that catches SIGINT
 // and exits 0 would otherwise let bash go on with the list). A probe line
-// then proves the shell is back at its prompt.
+// then proves the shell is back at its prompt. bash runs traps only between
+// commands, so a shell busy inside one builtin (read or mapfile from an
+// endless source such as /dev/zero) does not run the USR2 trap; those
+// builtins check bash's interrupt flag at every byte, so when the USR2
+// trap did not bring the shell back and nothing of the call holds it, the
+// shell gets SIGINT itself, which sets that flag (Ctrl-C at a terminal).
+// Loops of commands (while :; do :; done, (( )) and for (( )) loops) run
+// the USR2 trap between their commands; a command substitution or pipe is
+// stopped by the SIGINT to its processes. Only a builtin that never returns
+// while the user's INT trap (which bash too runs only after the builtin) or
+// an ignored SIGINT stands in the way keeps the shell from coming back: it
+// is replaced, with session_reset and the call's real elapsed_ms.
+//
+// What the user sets that bash itself runs or expands never fires for the
+// protocol's lines:
+//   - xtrace: every protocol step starts with { ...; set +x; } 2>/dev/null
+//     (the set +x is traced into /dev/null) and remembers whether it was on
+//     (__agentsh_x); the call file's group turns it back on as its first
+//     command, so the user's commands are traced into the call's stderr and
+//     no protocol command is traced anywhere: PS4 is expanded for the user's
+//     commands only (twice more, into /dev/null, when the protocol takes
+//     xtrace away). A user's BASH_XTRACEFD still gets those two lines.
+//   - PS0, PROMPT_COMMAND, PS1: the line's end, the probe, and the paths
+//     that abandon a line (errexit, the interrupt) set them to the
+//     protocol's; a probe goes with every call line, so a line bash abandons
+//     behind the user's own PS1 still ends (its status is the probe's). A
+//     line bash abandons on its own (the command's own SIGINT, an error under
+//     set -u) right after the command set PS0 or PROMPT_COMMAND runs those
+//     once. PS2 is never shown: every protocol line is complete.
+//   - RETURN: bash runs it when a sourced file returns, the call file too;
+//     the call file's end (callEnd) writes the user's RETURN trap to a
+//     per-call FIFO and removes it, and the next call's file sets it again,
+//     so it fires for the user's own sourced files and (under functrace)
+//     functions only. A return at the call's top level skips that end: the
+//     trap then fires once, as bash would for any sourced file.
+//   - DEBUG lasts for its call (callEnd, the probe and the USR2 trap take it
+//     away); it runs for the protocol's commands inside the ERR trap (bash
+//     runs DEBUG inside traps), into the call's output.
+//   - EXIT: the session's end hangs the shell up (SIGHUP) before killing it,
+//     so the user's EXIT trap runs once, when the session really ends, into
+//     the shell log; an explicit exit runs it into that call's output.
+//   - INT: the USR2 trap sets the user's INT trap aside while it interrupts
+//     (the probe puts it back), so neither a handler nor trap '' INT keeps
+//     a timeout from stopping the call; children of trap '' INT inherit the
+//     ignored SIGINT and get SIGKILL after the grace.
 //
 // set -e and set -u: bash exits, interactive or not, on any error it
 // reports itself (an unbound variable, a bad substitution, ${x:?}, a
@@ -130,9 +174,19 @@ import (
 // call's status is 1. An explicit exit
 // still ends the session. bash takes the ERR trap away while such a source
 // runs and puts the one from before back when it returns, so the call
-// file's first line sets it again. A command's own ERR trap lasts for its
-// call; "! cmd" under set -e does not suspend errexit inside cmd (a list
-// or function), since bash does that only when errexit is in force.
+// file's first line sets it again, and errtrace with it (set -E: the ERR
+// trap must reach functions and subshells for errexit to; a set +E inside a
+// call leaves errexit to the top level for the rest of that call). The
+// user's ERR trap replaces the protocol's for the rest of the call that
+// sets it (bash has one ERR trap, and a function wrapping the trap builtin
+// would break RETURN and DEBUG traps set through it: bash runs a RETURN
+// trap set in a function when that function returns, and puts a DEBUG
+// trap from before back). The call's end (callEnd) hands the user's ERR
+// action to the server, and from the next call on the protocol's ERR trap
+// runs it first, with $? the failing status, wherever it runs (so as under
+// set -E), then carries errexit out. "! cmd" under set -e does not
+// suspend errexit inside cmd (a list or function), since bash does that
+// only when errexit is in force.
 
 const (
 	// probeEvery is how often a probe line is repeated while the server
@@ -149,6 +203,87 @@ const (
 // (its traps, its prompt hook) each call line sets afresh.
 func shellInit() string {
 	return `PS1=; PS2=; PS4='+ '; HISTFILE=; MAILCHECK=; PROMPT_COMMAND=(); unset TMOUT; set +H +o history -E; history -c` + "\n"
+}
+
+// trapSentinelAction is a RETURN trap the call's end sets for a moment and
+// prints after the user's RETURN trap and after the ERR trap, so that what
+// it wrote is RETURN + sentinel + ERR + sentinel: the server tells "no
+// such trap" from "the end did not run" (a return at the call's top level,
+// an abandoned line), where the shell still has whatever it had.
+const (
+	trapSentinelAction = "__agentsh_rt"
+	trapSentinel       = "trap -- '" + trapSentinelAction + "' RETURN\n"
+)
+
+// userTraps are the user's traps the protocol keeps across calls.
+type userTraps struct {
+	// ret is the user's RETURN trap as trap -p prints it ("" for none),
+	// set again by the next call's file.
+	ret string
+	// errAction is the user's ERR action; errSet says there is one.
+	errAction string
+	errSet    bool
+}
+
+// savedTraps reads what a call's end wrote to its trap FIFO into t; ok is
+// false when the end did not run. The protocol's own ERR trap there
+// (errTrap, the call's varsErr) means the user set none.
+func savedTraps(out []byte, errTrap string, t *userTraps) (ok bool) {
+	ret, rest, ok := strings.Cut(string(out), trapSentinel)
+	if !ok {
+		return false
+	}
+	errLine, ok := strings.CutSuffix(rest, trapSentinel)
+	if !ok {
+		return false
+	}
+	// bash prints a trap asked for by name that is not set as "trap -- - SIG".
+	if ret == "trap -- - RETURN\n" {
+		ret = ""
+	}
+	t.ret = ret
+	switch action, isTrap := trapAction(errLine, "ERR"); {
+	case errLine == "" || errLine == "trap -- - ERR\n":
+		t.errAction, t.errSet = "", false
+	case isTrap && action == errTrap:
+	case isTrap:
+		t.errAction, t.errSet = action, true
+	}
+	return true
+}
+
+// trapAction parses one line of trap -p output for sig: "trap -- 'A' SIG",
+// A in bash's single quotes ('\” for a quote).
+func trapAction(line, sig string) (string, bool) {
+	q, ok := strings.CutPrefix(line, "trap -- ")
+	if !ok {
+		return "", false
+	}
+	if q, ok = strings.CutSuffix(q, " "+sig+"\n"); !ok || len(q) < 2 || q[0] != '\'' || q[len(q)-1] != '\'' {
+		return "", false
+	}
+	parts := strings.Split(q[1:len(q)-1], `'\''`)
+	for _, p := range parts {
+		if strings.Contains(p, "'") {
+			return "", false
+		}
+	}
+	return strings.Join(parts, "'"), true
+}
+
+// restore is the part of the call file's prefix that puts the user's
+// traps back: the RETURN trap as trap -p printed it (evaluated in posix
+// mode, so trap is the builtin), the ERR action in the call's varsUerr,
+// which varsErr runs first.
+func (t userTraps) restore() string {
+	var b strings.Builder
+	if t.ret != "" {
+		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ")
+	}
+	if t.errSet {
+		b.WriteString(`⟨V⟩uerr=` + shellQuote(t.errAction) + "; ")
+	}
+	return b.String()
 }
 
 // Tags of the prompts. A call line shows tagPending+N while it runs (the
@@ -283,6 +418,28 @@ func (p callProto) promptHook() string {
 	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen())+")")
 }
 
+// pending is the prompt of a line that is abandoned (tagPending).
+func (p callProto) pending() string {
+	return p.expand(`$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'`)
+}
+
+// abandonHook is PROMPT_COMMAND while the call runs: the hook's reopen,
+// and the pending prompt, so that a line bash abandons on its own (the
+// command's SIGINT to the shell, an error under set -u) right after the
+// command set PS1 still shows the prompt the server answers with a
+// probe. The line's tail and the probe set promptHook back.
+func (p callProto) abandonHook() string {
+	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen()+"; PS1="+p.pending())+")")
+}
+
+// promptsOff takes away, on the paths that abandon a line (the USR2 and
+// ERR traps), what the command may have set that bash expands or runs
+// whenever it shows a prompt or reads a line (PS1, PROMPT_COMMAND, PS0):
+// what bash shows next is the pending prompt, at once.
+func (p callProto) promptsOff() string {
+	return plainPrompts + unlessReadonly("PS0", "") + unlessReadonly("PS1", p.pending()) + p.abandonHook()
+}
+
 // functions defines the call's protocol functions. varsUsr2 is the USR2
 // trap (see the protocol above): keep the command's options and INT trap
 // aside (the probe restores the trap), the control channel back, then
@@ -302,12 +459,14 @@ func (p callProto) functions() string {
 	// comes last: bash takes that SIGINT only at the next command, and
 	// abandoning the line from inside the trap function leaves errexit
 	// ignored for good.
-	back := p.reopen() + "; " + p.expand(posixBack+aliasesOff)
+	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) +
-		p.expand(`⟨V⟩usr2() { ⟨V⟩on; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || while \:; do \:; done; `+raiseINT+`}; `) +
-		p.expand(`⟨V⟩err() { ⟨V⟩t=$?; case $BASHPID:$SHELLOPTS in "$$":*errexit*) ⟨V⟩on; ⟨V⟩f=$⟨V⟩t; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*errexit*) POSIXLY_CORRECT=y \:; \exit "$⟨V⟩t";; esac; }; `) +
+		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
+		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
+			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
+			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set -$⟨V⟩a; \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} ${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o} ${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q} ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
@@ -319,12 +478,14 @@ func (p callProto) functions() string {
 
 // callPrefix is the call file's first line: it says the file ran (varsD),
 // sets the ERR trap (bash takes it away while a source whose status is
-// tested runs), puts back the options the previous call kept (its
+// tested runs) and errtrace (so that errexit reaches functions and
+// subshells though a previous call ran set +E), the user's traps the
+// previous call's end saved (userTraps), puts back the options the previous call kept (its
 // varsO), the command's posix mode and, last, its aliases. It starts in
 // posix mode, with the options kept and aliases off. A failure in it is
 // no errexit (|| \:): the options are back by then.
-func (p callProto) callPrefix() string {
-	t := `⟨V⟩d=1; \trap -- ⟨V⟩err ERR; `
+func (p callProto) callPrefix(traps userTraps) string {
+	t := `⟨V⟩d=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR; \set -E; ` + traps.restore()
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
 		t += `\set -${⟨Q⟩o//[!euv]/}; `
@@ -345,8 +506,9 @@ func (p callProto) callPrefix() string {
 // $UNSET; rm -r build would run the rm in the wrong directory). The price is
 // bash's for any one complete command: it is parsed before it runs, so an
 // alias the call defines, or a shopt that changes the syntax (extglob),
-// takes effect from the next call on.
-func callFile(p callProto, command string) []byte {
+// takes effect from the next call on. The call's end (callEnd) follows the
+// group.
+func callFile(p callProto, command string, traps userTraps, trapFIFO string) []byte {
 	// The first command keeps an empty command (or one of comments only)
 	// a valid group with status 0; it puts back xtrace, so that nothing
 	// before the command is traced.
@@ -354,7 +516,31 @@ func callFile(p callProto, command string) []byte {
 	if p.prev != "" {
 		first = p.expand(`⟨V⟩a=${⟨Q⟩o//[!x]/}; \eval ${⟨V⟩a:+'\set -x'}`)
 	}
-	return []byte(p.callPrefix() + "{ " + first + "\n" + command + "\n}\n")
+	return []byte(p.callPrefix(traps) + "{ " + first + "\n" + command + "\n}; " + p.callEnd(trapFIFO))
+}
+
+// callEnd follows the group of the user's text, still inside the sourced
+// file: the group's status kept (varsG, which the line reports), the
+// options kept and posix mode on (varsOn, as the line's tail would), then
+// the user's RETURN trap and the ERR trap written to the call's trap FIFO
+// and the RETURN and DEBUG traps taken away, so that the "." of the call
+// file, which returns right after, does not fire a RETURN trap (the next
+// call's file sets it again) and the DEBUG trap (it lasts for its call)
+// runs for none of the protocol's commands after this one. It is inline,
+// not a function: bash runs a RETURN trap set in a function when the
+// function returns, and puts a DEBUG trap from before back. What it and
+// a DEBUG trap print goes to /dev/null (xtrace's lines for varsG and
+// varsOn too); nothing here can fail into the ERR trap (the || \:).
+func (p callProto) callEnd(trapFIFO string) string {
+	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; { \trap -p RETURN; \trap -- `+shellQuote(trapSentinelAction)+` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >`+shellQuote(trapFIFO)+
+		`; \trap - RETURN; } >/dev/null 2>&1 || \:`) + "\n"
+}
+
+// errAction is the call's ERR trap: the failing status kept and the
+// options kept (xtrace off) with what they trace thrown away, then
+// varsErr, whose call is not traced.
+func (p callProto) errAction() string {
+	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$- ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; ⟨V⟩on; } 2>/dev/null; ⟨V⟩err`)
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -379,13 +565,13 @@ func callLine(p callProto, nonce string) string {
 	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; `))
 	// The names the tail assigns are set nowhere before it, so that a
 	// call cannot find them (compgen -v) and make them readonly.
-	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'; `))
+	b.WriteString(`PS1=` + p.pending() + `; `)
 	b.WriteString(p.functions())
 	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
-	b.WriteString(p.promptHook())
+	b.WriteString(p.abandonHook())
 	b.WriteString(`\exec ` + p.redirs() + ` 255>&-; `)
 	// The options are kept with stderr away: -x would trace it.
-	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=$?; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
+	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
 	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + plainPrompts)
 	b.WriteString(unlessReadonly("PS0", ""))
@@ -402,7 +588,7 @@ func callLine(p callProto, nonce string) string {
 // forget removes the call's variables and functions (but its option
 // stash) and, with the same unset, puts the command's posix mode back;
 // then aliases are off for the next line.
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -414,7 +600,9 @@ func probeLine(p callProto, nonce string) string {
 	if p.vars == "" {
 		return p.expand(`PS1=$'\n'"⟨M⟩ `+tagProbe+nonce+` $?"$'\n'`) + "\n"
 	}
-	t := `⟨V⟩r=${⟨V⟩f:-$?}; ⟨V⟩probe; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + ` $⟨V⟩r"$'\n'; `
+	// The DEBUG trap goes at the top level: bash puts back the one
+	// from before when a function returns (without functrace).
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; ⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + ` $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
@@ -455,6 +643,9 @@ type shell struct {
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
+	// traps are the user's RETURN and ERR traps as the last call's end
+	// saved them, for the next call's file.
+	traps userTraps
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -475,23 +666,19 @@ func (s *server) startShell(cwd string) error {
 	}
 	// Under a policy the shell runs traced by the policy guard (this
 	// executable again), which decides each exec with the call's policy.
-	var guardFiles []*os.File
 	if s.spec.PolicyGuard {
 		exe, _ := os.Executable()
-		g, files, err := execguard.PrepareSession(exe)
+		g, err := execguard.PrepareSession(exe)
 		if err != nil {
 			return err
 		}
 		if s.policy != nil {
 			s.policy.Close()
 		}
-		s.policy, guardFiles = g, files
+		s.policy = g
 		if s.sandbox != nil {
 			g.Guard().TrustFirst()
 		}
-		cmd.Args = g.Guard().Argv(cmd.Path, cmd.Args)
-		cmd.Path = exe
-		cmd.ExtraFiles = files
 	}
 	// A session of its own: no controlling terminal, and a process group
 	// whose id is the shell's pid, for the final kill.
@@ -515,19 +702,25 @@ func (s *server) startShell(cwd string) error {
 			return err
 		}
 		defer started()
-		// Under a policy the guard's own descriptors come first (its
-		// fds 3 to 5); the sandbox's follow.
 		cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
+	}
+	if s.spec.PolicyGuard {
+		// Last: the guard passes the sandbox's descriptors on at their
+		// numbers and adds its own after them.
+		cmd.Path, cmd.Args, cmd.ExtraFiles = s.policy.Guard().Wrap(cmd.Path, cmd.Args, cmd.ExtraFiles)
 	}
 	err = cmd.Start()
 	ch.shellIn.Close()
 	pw.Close()
-	for _, f := range guardFiles {
-		f.Close()
+	if s.spec.PolicyGuard {
+		s.policy.Guard().Launched()
 	}
 	if err != nil {
 		ch.close()
 		return result.Errorf(result.CodeSessionStartFailed, "cannot start the shell %s: %v", s.spec.Shell, err).Wrap(err)
+	}
+	if s.track != nil {
+		s.track.started()
 	}
 	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
@@ -789,14 +982,30 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	if sh.probe(recoverWait) {
 		return killed, true
 	}
-	if sh.closed || !treeAlive(tree) {
-		return killed, false // nothing of the call holds it: the shell is stuck
+	if sh.closed {
+		return killed, false
 	}
-	// Something the call started meanwhile still holds the shell: kill it
-	// and ask once more.
-	tree.Signal(syscall.SIGKILL)
-	killed = true
-	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	if treeAlive(tree) {
+		// Something the call started meanwhile still holds the shell:
+		// kill it and ask once more.
+		tree.Signal(syscall.SIGKILL)
+		killed = true
+		_ = syscall.Kill(pid, syscall.SIGUSR2)
+		if sh.probe(recoverWait) {
+			return killed, true
+		}
+		if sh.closed {
+			return killed, false
+		}
+	}
+	// Nothing of the call holds the shell: it is busy itself, inside a
+	// builtin that runs no trap until it returns (read or mapfile from an
+	// endless source: bash runs pending traps between commands, not
+	// between the bytes a builtin reads). Such builtins check bash's
+	// interrupt flag at every byte, which SIGINT sets, as Ctrl-C at a
+	// terminal would. A shell where the user's INT trap or ignore stands
+	// in the way does not come back, and is replaced.
+	_ = syscall.Kill(pid, syscall.SIGINT)
 	return killed, sh.probe(recoverWait)
 }
 

@@ -44,6 +44,7 @@ func TestTrackerAgreesWithSnapshot(t *testing.T) {
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
+		tr.started() // as the server does for the shell it starts
 		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
 		return c
 	}

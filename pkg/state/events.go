@@ -46,7 +46,7 @@ type Event struct {
 // one write(2) of a whole line; a torn last line left by a crash is cut off
 // before appending, so it never glues onto the next event.
 func (d *Dir) AppendEvent(e Event) (Event, error) {
-	f, err := os.OpenFile(d.Join(eventsFile), os.O_RDWR|os.O_CREATE|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	f, err := OpenFile(d.Join(eventsFile), os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return e, err
 	}
@@ -140,7 +140,7 @@ func parseSeq(line []byte) (int64, bool) {
 // newline is a torn or in-progress append and is ignored; lines that do not
 // parse are skipped.
 func (d *Dir) ReadEvents(since int64, keep func(Event) bool) ([]Event, error) {
-	f, err := os.Open(d.Join(eventsFile))
+	f, err := OpenFile(d.Join(eventsFile), os.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -48,7 +49,7 @@ func WriteJSONAtomic(path string, v any, perm os.FileMode) error {
 // returned unchanged, so callers can test for fs.ErrNotExist; a file that
 // does not parse is a state_corrupt error (see IsCorrupt).
 func ReadJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	if err != nil {
 		return err
 	}
@@ -122,13 +123,13 @@ func LockShared(path string) (unlock func(), err error) {
 // an exclusive lock, read-only for a shared one.
 func openLockFile(path string, how int) (*os.File, error) {
 	if how == unix.LOCK_EX {
-		return os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+		return OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_CLOEXEC, 0)
+	f, err := OpenFile(path, os.O_RDONLY, 0)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return f, err
 	}
-	f, err = os.OpenFile(path, os.O_RDONLY|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err = OpenFile(path, os.O_RDONLY|os.O_CREATE, 0o600)
 	if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
 		return os.Open(os.DevNull) // nothing to lock against; see LockShared
 	}
@@ -145,4 +146,44 @@ func lockFile(path string, how int) (func(), error) {
 		return nil, fmt.Errorf("state: lock %s: %w", path, err)
 	}
 	return func() { _ = f.Close() }, nil
+}
+
+// OpenFile is os.OpenFile for a file inside a state directory: it never
+// follows a symlink in the last component (a job that can write to the
+// state directory could plant one there to have the supervisor append to,
+// or a reader show, a file elsewhere). A symlink found there is a damaged
+// state file (state_corrupt).
+//
+// Nor does it block on a FIFO (or device) planted there: the open does not
+// wait for a writer (O_NONBLOCK, which a regular file ignores), and what is
+// not a regular file is state_corrupt too.
+func OpenFile(path string, flag int, perm os.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, perm)
+	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EMLINK) {
+		return nil, corrupt(path, errors.New("it is a symlink; state files are never links"))
+	}
+	if errors.Is(err, syscall.ENXIO) {
+		return nil, corrupt(path, errors.New("it is a FIFO or a socket; state files are regular files"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("it is not a regular file (%v); state files are regular files", fi.Mode().Type())
+		}
+		return nil, corrupt(path, err)
+	}
+	return f, nil
+}
+
+// ReadFile is os.ReadFile through OpenFile.
+func ReadFile(path string) ([]byte, error) {
+	f, err := OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,6 +69,9 @@ func Open(dir string) (*Dir, error) {
 	}
 	if err := os.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("state: create %s: %w", abs, err)
+	}
+	if err := checkPrivate(abs, 0o022, "writable by others"); err != nil {
+		return nil, err
 	}
 	key, err := loadOrCreateKey(abs)
 	if err != nil {
@@ -117,7 +121,10 @@ func loadOrCreateKey(dir string) ([]byte, error) {
 }
 
 func readKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	if err := checkPrivate(path, 0o077, "readable by others"); err != nil {
+		return nil, err
+	}
+	b, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +165,7 @@ func (d *Dir) NextIDRepairing(kind string, floor func() uint64) (uint64, error) 
 	// The lock is held: temp files of the counter are of killed writers.
 	RemoveTemps(dir, kind)
 	var n uint64
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path)
 	switch {
 	case err == nil:
 		n, err = strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64)
@@ -181,7 +188,7 @@ func (d *Dir) NextIDRepairing(kind string, floor func() uint64) (uint64, error) 
 
 // LastID returns the highest id of kind allocated so far (0 if none).
 func (d *Dir) LastID(kind string) (uint64, error) {
-	b, err := os.ReadFile(d.Join("ids", kind))
+	b, err := ReadFile(d.Join("ids", kind))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -207,4 +214,26 @@ func flock(fd int, how int) error {
 			return err
 		}
 	}
+}
+
+// checkPrivate refuses path when another user owns it or its mode has any
+// of the bits in others: a state directory someone else made (in /tmp,
+// say) or a key they can read would let them forge this environment's
+// handles or plant files in it. A path that does not exist passes (it is
+// about to be created, privately).
+func checkPrivate(path string, others os.FileMode, what string) error {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm()&others != 0 {
+		return fmt.Errorf("state: %s is %s (mode %04o); an environment must be private to its user", path, what, fi.Mode().Perm())
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("state: %s belongs to uid %d, not to this user (uid %d)", path, st.Uid, os.Geteuid())
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +103,35 @@ func TestOpenCreatesPrivateDirAndKey(t *testing.T) {
 	}
 	if !bytes.Equal(d.key, d2.key) {
 		t.Fatal("reopening changed the key")
+	}
+}
+
+// TestOpenRefusesPlantedDir: a state directory that others can write to
+// (a world-writable one someone made in /tmp), or a key file someone else
+// can read, is not this user's environment: whoever planted it could read
+// the key and forge handles, or plant files in it. Open refuses.
+func TestOpenRefusesPlantedDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "st")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("a world-writable state directory: %v", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, keyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Fatalf("a key others can read: %v", err)
 	}
 }
 
@@ -474,5 +504,62 @@ func TestWaitEventsWakesOnAppend(t *testing.T) {
 	defer cancel2()
 	if _, err := d.WaitEvents(short, 1, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no new event: %v", err)
+	}
+}
+
+// TestWatchNamesSeesItsDirectoryGoAway: a watched directory removed or moved
+// away signals the watcher (whatever names it filters on), so a waiter
+// re-checks and finds the job gone instead of waiting for an event that
+// can no longer come.
+func TestWatchNamesSeesItsDirectoryGoAway(t *testing.T) {
+	for _, how := range []string{"move", "remove"} {
+		t.Run(how, func(t *testing.T) {
+			base := t.TempDir()
+			dir := filepath.Join(base, "job")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			ch, err := WatchNames(ctx, []string{"status.json"}, dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if how == "move" {
+				err = os.Rename(dir, filepath.Join(base, "elsewhere"))
+			} else {
+				err = os.Remove(dir)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				t.Fatal("no signal when the watched directory went away")
+			}
+		})
+	}
+}
+
+// TestPlantedFIFO: a FIFO planted in place of a state file would block a
+// reader's open forever (no writer comes); it is a damaged state file.
+func TestPlantedFIFO(t *testing.T) {
+	d, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscallMkfifo(d.Join("events.jsonl")); err != nil {
+		t.Skip("no FIFOs here:", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := d.ReadEvents(0, nil); done <- err }()
+	select {
+	case err := <-done:
+		if !IsCorrupt(err) {
+			t.Fatalf("events from a FIFO: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("reading the events blocked on a planted FIFO")
 	}
 }

@@ -22,7 +22,8 @@ func Watch(ctx context.Context, paths ...string) (<-chan struct{}, error) {
 // WatchNames is Watch limited to changes of files whose base name is in
 // names (all changes when names is empty). Waiting for one small file in a
 // directory where a busy log is appended must not wake on every append.
-// Files replaced by rename count as changed under their new name.
+// Files replaced by rename count as changed under their new name, and a
+// watched directory that is removed or moved away counts as changed.
 func WatchNames(ctx context.Context, names []string, paths ...string) (<-chan struct{}, error) {
 	keep := func(string) bool { return true }
 	if len(names) > 0 {
@@ -30,7 +31,13 @@ func WatchNames(ctx context.Context, names []string, paths ...string) (<-chan st
 		for _, n := range names {
 			set[n] = true
 		}
-		keep = func(p string) bool { return set[filepath.Base(p)] }
+		// A watched path itself going away (removed, moved) always counts:
+		// nothing inside it can change any more, so a waiter must look again.
+		self := make(map[string]bool, len(paths))
+		for _, p := range paths {
+			self[filepath.Clean(p)] = true
+		}
+		keep = func(p string) bool { return set[filepath.Base(p)] || self[filepath.Clean(p)] }
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

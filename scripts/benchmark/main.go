@@ -107,6 +107,19 @@ func kernel() string {
 	return unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])
 }
 
+// loadavg is the one-minute load average, which moves the startup ratios
+// more than most changes do ("?" where /proc/loadavg does not exist).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
 func (b *bench) build() error {
 	pkgs := []string{"./cmd/agentsh", "./scripts/benchmark/floor", "./scripts/benchmark/libfloor"}
 	for _, extra := range []string{"./cmd/agentjob", "./cmd/agentfs", "./cmd/agentplane-sandbox"} {
@@ -235,7 +248,8 @@ func allCases() []benchCase {
 			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
 			"1 MB of output through a session against the same through a one-shot call, and a call that starts\n" +
-			"a chatty background process (its output goes to the session's log) against one that starts a quiet one.", benchSession},
+			"a call that starts a chatty background process (its output goes to the session's log) against one that starts\n" +
+			"the same process writing to /dev/null, each followed by a call of `wait`.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
 			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
 			"diffs; agentfs does all four). Each run edits the file back and forth, interleaved.", benchEditSmall},
@@ -251,38 +265,47 @@ func allCases() []benchCase {
 func benchStartup(b *bench) error {
 	names := []string{"floor true", "timeout 60 true", "libfloor true", "agentsh -- true"}
 	argvs := [][]string{{b.path("floor"), "true"}, {"timeout", "60", "true"}, {b.path("libfloor"), "true"}, {b.path("agentsh"), "--", "true"}}
+	load0 := loadavg()
 	med, rss, err := interleave(b.runs, argvs)
 	if err != nil {
 		return err
 	}
 	b.table(names, med, rss, 0)
-	fmt.Fprintf(&b.out, "\nagentsh / floor: **%s**; agentsh / timeout: %s; agentsh / libfloor: **%s** (runs: %d each).\n",
-		ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]), b.runs)
+	fmt.Fprintf(&b.out, "\nagentsh / floor: **%s**; agentsh / timeout: %s; agentsh / libfloor: **%s** (runs: %d each; load average %s before, %s after).\n",
+		ratio(med[3], med[0]), ratio(med[3], med[1]), ratio(med[3], med[2]), b.runs, load0, loadavg())
 	fmt.Fprintf(&b.out, "\n`libfloor` is the plain floor plus cobra and viper linked and initialised: the gap between\n"+
 		"it and `floor` is the libraries' own start-up (package init and a binary several times larger\n"+
 		"to map; `perf` shows page faults, the dynamic loader and runtime itab setup, no single hot spot).\n"+
-		"\nWhere agentsh's time goes beyond that (`perf record -g` over 100 calls, as shares of agentsh's\n"+
-		"own CPU time; the state directory is a fresh one):\n\n"+
-		"- **Package init of what libfloor does not link, ~9%%**: the MCP SDK (`agentsh mcp` is the same\n"+
-		"  binary; its JSON Schema tables and encoding/gob are the largest items), starlark and the shell\n"+
-		"  parser of the command policy, net/http. The network proxy no longer uses goproxy, whose init\n"+
-		"  parsed an RSA key on every start (a millisecond, the largest item of all).\n"+
-		"- **Runtime start of a larger binary, ~13%% (libfloor ~23%% of a smaller total)**: CPU feature\n"+
-		"  detection, the itab table and page faults grow with the binary.\n"+
-		"- **The cobra tree, ~3%%**: the root's flags and clikit's; a call that runs a command no longer\n"+
-		"  declares the subcommands' (that was another ~4%%).\n"+
-		"- **The containment guard, ~10%%, on another goroutine beside the CLI's start-up**: the cgroup\n"+
-		"  (reading /proc/self/cgroup, mkdir, rmdir after the run) and the fork and exec of the watchdog\n"+
-		"  shell, in a process group of its own (a session of its own would make a scheduler autogroup,\n"+
-		"  which doubled the cost of the fork). The shell's own start is on the other core.\n"+
-		"- **Running the command, ~9%%**: pipes, the fork into the guard's cgroup, the wait, and one read of\n"+
-		"  cgroup.events in place of a scan of /proc for leftovers.\n"+
-		"- **The audit record, ~2%%**: lock and append; the user lookup (NSS) and the JSON encoder's setup\n"+
-		"  start before the command, on another goroutine.\n"+
-		"\nAn unsandboxed call reads nothing of the state directory but the secret key and the audit log.\n"+
-		"What would close most of the rest is not linking the MCP SDK into the program every call starts\n"+
-		"(`agentsh mcp` as a program of its own, like agentplane-sandbox), and a watchdog that is not a\n"+
-		"process per call; on two cores the watchdog's exec competes with the command's.\n")
+		"\nWhere agentsh's time goes beyond libfloor (builds of agentsh with one part taken out, run\n"+
+		"interleaved with the real one: `agentsh mcp` a stub, or no watchdog process; on a loaded 2-core\n"+
+		"machine; `perf record -g`, `strace -f -T` and timestamps in the call for the parts):\n\n"+
+		"- **The watchdog, about 2 ms under load**: a `/bin/sh` per call (about 0.75 ms of CPU: the exec,\n"+
+		"  the dynamic loader, dash's start) that kills the cgroup if agentsh dies, and the wait for its\n"+
+		"  exec before the command may start. It is the price of containment (a SIGKILLed agentsh leaves\n"+
+		"  nothing running). Weighed and not taken: PR_SET_PDEATHSIG with a subreaper (kills the first\n"+
+		"  process only: setsid and double-forked descendants escape); a PID namespace, in which the kernel\n"+
+		"  kills everything when its first process dies (the command would be PID 1, which ignores SIGTERM\n"+
+		"  without a handler, so a timeout's first signal would do nothing, and it needs privilege or a\n"+
+		"  user namespace; the sandbox has one already); a static helper instead of the shell (a static Go\n"+
+		"  program costs about 2.5 ms of CPU to start); starting it beside the command instead of before\n"+
+		"  (a SIGKILL in between would leave the tree unguarded); one watchdog shared by all calls (a\n"+
+		"  server that outlives every call, with its own start-up, liveness and stale-socket handling).\n"+
+		"  agentsh no longer holds a thread in wait(2) for the watchdog all call long: it learns of the\n"+
+		"  watchdog's death from a pipe in the poller (BenchmarkGuard in pkg/proctree).\n"+
+		"- **The MCP server linked into every call, about 1.2 ms under load**: its SDK's package init\n"+
+		"  (encoding/gob and the JSON Schema tables alone about 0.65 ms of CPU) and a binary 3 MB larger\n"+
+		"  (the runtime's itab setup and page faults grow with it). Not linking it means `agentsh mcp` as a\n"+
+		"  program of its own beside agentsh, like agentplane-sandbox: an installation without it would\n"+
+		"  have no `agentsh mcp`. Not done yet.\n"+
+		"- **The rest**: package init of the command policy (starlark, the shell parser); the cobra tree\n"+
+		"  and config discovery (about 0.9 ms from Main to the run when nothing competes, one stat for the\n"+
+		"  config file); the cgroup (reading /proc/self/cgroup, mkdir about 75 us, rmdir 40 us, the fork\n"+
+		"  into a fresh cgroup about 0.1 ms more than a plain one); pipes and the drain; the audit record\n"+
+		"  (lock and append, no fsync; the user lookup starts before the command). Without the watchdog\n"+
+		"  and the MCP server agentsh / libfloor was 1.84x on the loaded machine.\n"+
+		"\nLoad moves the ratio more than any item: every process and thread beyond libfloor's one costs\n"+
+		"more than its CPU when the two cores are busy (the same builds: 1.7x run at real-time priority,\n"+
+		"2.2x at a load average of 20). A call in a session starts no watchdog of its own.\n")
 	return nil
 }
 
@@ -518,17 +541,25 @@ func benchSession(b *bench) error {
 	}
 	b.table(names, med, rss, 0)
 	fmt.Fprintf(&b.out, "\n1 MB through a session / one-shot: **%s** (runs: %d each).\n\n", ratio(med[1], med[0]), b.runs/2)
-	// The background log: a call that starts a chatty & process (100 kB
-	// written after the call returns, into the session's log) against a
-	// call that starts a quiet one.
-	names = []string{"agentsh --session H -c 'sleep 0.2 &'", "agentsh --session H -c 'seq 1 20000 &'"}
-	argvs = [][]string{{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "sleep 0.2 >/dev/null &"},
-		{b.path("agentsh"), "--state-dir", stateDir, "--session", h, "--drain", "0", "-c", "{ sleep 0.01; seq 1 20000; } &"}}
+	// The background log: a call that starts a chatty & process, whose
+	// 109 kB come after the call returned and go to the session's log,
+	// against the same process writing to /dev/null. The log's work is done
+	// after the call's answer, so each run is the call and then a call of
+	// `wait`, which returns once the process has written everything: the
+	// work lands in the run that caused it, not in the next one measured.
+	bgCall := func(cmd string) string {
+		return fmt.Sprintf("%[1]s --state-dir %[2]s --session %[3]s --drain 0 -c '%[4]s' >/dev/null && %[1]s --state-dir %[2]s --session %[3]s -c wait >/dev/null",
+			b.path("agentsh"), stateDir, h, cmd)
+	}
+	names = []string{"agentsh --session H -c '{ sleep 0.01; seq 1 20000 >/dev/null; } &'; ... -c wait",
+		"agentsh --session H -c '{ sleep 0.01; seq 1 20000; } &'; ... -c wait"}
+	argvs = [][]string{{"sh", "-c", bgCall("{ sleep 0.01; seq 1 20000 >/dev/null; } &")},
+		{"sh", "-c", bgCall("{ sleep 0.01; seq 1 20000; } &")}}
 	med, rss, err = interleave(b.runs/2, argvs)
 	if err != nil {
 		return err
 	}
 	b.table(names, med, rss, 0)
-	fmt.Fprintf(&b.out, "\nchatty background process / quiet one: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
+	fmt.Fprintf(&b.out, "\nchatty background process (its output in the session's log) / the same process quiet: **%s** (runs: %d each).\n", ratio(med[1], med[0]), b.runs/2)
 	return nil
 }

@@ -174,6 +174,27 @@ func inside(dir, root string) bool {
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
+// refuseFileKeys refuses, under --root or --deny, the request keys that
+// name a file agentfs itself opens outside both (the flags marked
+// clikit.LocalFile, and an --edits given as @FILE, named by extra): a
+// request carrying a model's arguments could otherwise copy any file it
+// cannot read into the workspace. Unconfined, read reaches that file
+// anyway; the same flags on the command line are the person's own.
+func (c *CommonOptions) refuseFileKeys(cmd *cobra.Command, env *clikit.Env, extra ...string) error {
+	if c.Root == "" && len(c.Deny) == 0 {
+		return nil
+	}
+	names := append(clikit.MarkedOn(cmd.Flags(), clikit.LocalFile), extra...)
+	for _, f := range names {
+		if env.FromRequest(f) {
+			key := clikit.ConfigKey(f)
+			return result.Errorf(result.CodeInvalidRequest, "request key %q names a file agentfs would open outside --root and --deny; give the content inline", key).
+				With("key", key)
+		}
+	}
+	return nil
+}
+
 // engine builds the files engine for one call. Only a mutation opens the
 // state directory, for its undo history.
 func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error) {

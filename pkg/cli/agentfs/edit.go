@@ -81,6 +81,13 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 			return nil, err
 		}
 		o.Path = args[0]
+		var fileEdits []string
+		if strings.HasPrefix(o.Edits, "@") {
+			fileEdits = append(fileEdits, "edits")
+		}
+		if err := o.refuseFileKeys(cmd, env, fileEdits...); err != nil {
+			return nil, err
+		}
 		o.hasOld, o.hasNew = clikit.FlagChanged(cmd, "old"), clikit.FlagChanged(cmd, "new")
 		switch {
 		case o.Edits != "" && (o.hasOld || o.hasNew || o.ReplaceAll):

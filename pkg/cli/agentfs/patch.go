@@ -52,6 +52,9 @@ func NewCmdPatch(env *clikit.Env, common *CommonOptions, runF func(*PatchOptions
 	clikit.MarkFlags(f, clikit.LocalFile, "patch-file")
 	f.StringVar(&o.Patch, "patch", "", "the patch `TEXT` itself (the request key for a tool call)")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
+		if err := o.refuseFileKeys(cmd, env); err != nil {
+			return nil, err
+		}
 		o.hasPatch = clikit.FlagChanged(cmd, "patch")
 		if o.hasPatch && o.PatchFile != "" {
 			return nil, result.Errorf(result.CodeUsage, "give either --patch or --patch-file, not both")

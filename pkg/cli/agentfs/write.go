@@ -31,7 +31,7 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 		Short: "Write a file atomically",
 		Long: "Replace (or with --append extend) a file's content atomically, creating it and its parent " +
 			"directories. The file keeps its mode; writing through a symlink updates its target. " +
-			"--content-file is read by agentfs itself and is not subject to --root or --deny.",
+			"--content-file is read by agentfs itself and is not subject to --root or --deny (so under either, a request may not name it).",
 		Args: cobra.MaximumNArgs(1),
 		Annotations: map[string]string{
 			clikit.AnnotTool:           "agentfs_write",
@@ -58,6 +58,9 @@ func NewCmdWrite(env *clikit.Env, common *CommonOptions, runF func(*WriteOptions
 			return nil, err
 		}
 		o.Path = args[0]
+		if err := o.refuseFileKeys(cmd, env); err != nil {
+			return nil, err
+		}
 		o.hasContent = clikit.FlagChanged(cmd, "content")
 		if o.hasContent && o.ContentFile != "" {
 			return nil, result.Errorf(result.CodeUsage, "give either --content or --content-file, not both")

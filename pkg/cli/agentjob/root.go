@@ -157,6 +157,9 @@ func statusObject(o *result.Object, s jobs.Status) *result.Object {
 	if s.Reason != "" {
 		o.Set("reason", s.Reason)
 	}
+	if s.Denied != nil {
+		o.Set("denied", s.Denied)
+	}
 	if s.LostReason != "" {
 		o.Set("lost_reason", s.LostReason)
 	}
@@ -236,10 +239,12 @@ type statusView struct {
 	StderrBytes int64   `json:"stderr_bytes"`
 	Description *string `json:"description"`
 	Reason      string  `json:"reason,omitempty"`
-	LostReason  string  `json:"lost_reason,omitempty"`
-	OrphanPID   int     `json:"orphan_pid,omitempty"`
-	Backend     *string `json:"backend"`
-	SlurmJobID  string  `json:"slurm_job_id,omitempty"`
+	// Denied is the exec the runtime policy refused.
+	Denied     *execguard.Exec `json:"denied,omitempty"`
+	LostReason string          `json:"lost_reason,omitempty"`
+	OrphanPID  int             `json:"orphan_pid,omitempty"`
+	Backend    *string         `json:"backend"`
+	SlurmJobID string          `json:"slurm_job_id,omitempty"`
 	// SchedulerState and SchedulerError are a slurm job's scheduler view.
 	SchedulerState string `json:"scheduler_state,omitempty"`
 	SchedulerError string `json:"scheduler_error,omitempty"`
@@ -263,7 +268,7 @@ func viewOf(s jobs.Status) statusView {
 		Handle: s.Handle, Name: ptr(s.Name), Status: s.Status, ExitCode: s.ExitCode, Signal: s.Signal,
 		PID: s.PID, Command: s.Command, Cwd: s.Cwd, StartedAt: ptr(s.StartedAt), EndedAt: s.EndedAt,
 		Ready: s.Ready, Restarts: s.Restarts, StdoutBytes: s.StdoutBytes, StderrBytes: s.StderrBytes,
-		Description: ptr(s.Description), Reason: s.Reason, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
+		Description: ptr(s.Description), Reason: s.Reason, Denied: s.Denied, LostReason: s.LostReason, OrphanPID: s.OrphanPID,
 		Backend: ptr(s.Backend), SlurmJobID: s.SlurmJobID, SchedulerState: s.SchedulerState, SchedulerError: s.SchedulerError,
 		StdoutLostBytes: s.StdoutLostBytes, StderrLostBytes: s.StderrLostBytes, Error: errorViewOf(s.Error),
 		Network: s.Network,

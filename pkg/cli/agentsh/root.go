@@ -131,9 +131,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return clikit.Main(p, args, stdin, stdout, stderr)
 }
 
-// oneShot guesses, from the first argument alone, whether args are a
-// one-shot run rather than a subcommand or a help request; a wrong guess
-// costs one watchdog started in vain, or one started later.
+// oneShot guesses, from the arguments alone, whether args are a one-shot
+// run rather than a subcommand, a help request or a call in a session
+// (whose server has a guard of its own): the first argument, and a
+// --session among the arguments before "--". A wrong guess costs one
+// watchdog started in vain, or one started later, never a call without
+// one: a run whose watchdog Main did not start starts it itself.
 func oneShot(args []string) bool {
 	if len(args) == 0 {
 		return false
@@ -141,6 +144,14 @@ func oneShot(args []string) bool {
 	switch args[0] {
 	case "session", "sandbox", "check", "audit", "mcp", "help", "completion", "--help", "-h", "--version":
 		return false
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--session" || strings.HasPrefix(a, "--session=") {
+			return false
+		}
 	}
 	return true
 }

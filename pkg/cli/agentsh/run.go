@@ -321,7 +321,14 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if g != nil {
 		defer g.Cleanup()
-		s.req.Path, s.req.Argv = guard.Wrap(g, selfExe(), s.req.Path, s.req.Argv, prep != nil)
+		s.req.Path, s.req.Argv, s.req.ExtraFiles = guard.Wrap(g, s.req.Path, s.req.Argv, s.req.ExtraFiles, prep != nil)
+		onStart := s.req.OnStart
+		s.req.OnStart = func(pid int) {
+			g.Launched()
+			if onStart != nil {
+				onStart(pid)
+			}
+		}
 	}
 	if s.req.Guard, err = guarded(); err != nil {
 		return startErr(result.Errorf(result.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
@@ -333,6 +340,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if g != nil {
 		rt = g.Report()
 		rec.PolicyRuntime = rt
+		if prep != nil {
+			// The guard traced every process: their deaths by a
+			// limit's signal tell the limits children hit.
+			prep.NoteTraced(rt.Deaths)
+		}
 		if err == nil && rt.Error != nil {
 			err = rt.Err()
 		}
@@ -358,6 +370,17 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if decision != nil {
 		obj.Set("policy", guard.Object(decision, rt))
 	}
+	if prep != nil {
+		obj.Set("sandbox", prep.Report)
+		if n := prep.Network(); n != nil {
+			obj.Set("network", n)
+		}
+		if hit := prep.LimitsHit(); len(hit) > 0 {
+			// Reported even when the command exited 0: a fork or an
+			// allocation inside it failed.
+			prep.Report["limits_hit"] = hit
+		}
+	}
 	if rerr := rt.Err(); rerr != nil {
 		// An exec the policy refused was killed before it ran, and the
 		// rest of the tree with it: the call failed.
@@ -369,21 +392,10 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		return &clikit.Outcome{Value: obj, Exit: ExitFailed}, nil
 	}
-	if prep != nil {
-		obj.Set("sandbox", prep.Report)
-		if n := prep.Network(); n != nil {
-			obj.Set("network", n)
-		}
-		if hit := prep.LimitsHit(); len(hit) > 0 {
-			// Reported even when the command exited 0: a fork or an
-			// allocation inside it failed.
-			prep.Report["limits_hit"] = hit
-		}
-		if res.Status == run.StatusCompleted && res.ExitCode != 0 {
-			if code := prep.Classify(res.ExitCode, res.Signal); code != "" {
-				obj.Set("success", false)
-				obj.Set("error", result.ErrorObject(result.Errorf(code, "the command hit the sandbox's %s", strings.ReplaceAll(strings.TrimSuffix(code, "_limit"), "_", " ")+" limit")))
-			}
+	if prep != nil && res.Status == run.StatusCompleted && res.ExitCode != 0 {
+		if code := prep.Classify(res.ExitCode, res.Signal); code != "" {
+			obj.Set("success", false)
+			obj.Set("error", result.ErrorObject(result.Errorf(code, "the command hit the sandbox's %s", strings.ReplaceAll(strings.TrimSuffix(code, "_limit"), "_", " ")+" limit")))
 		}
 	}
 	if env.Description != "" {

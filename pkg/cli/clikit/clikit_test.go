@@ -129,6 +129,10 @@ func TestRequestErrors(t *testing.T) {
 		{"empty", ``, "invalid_request", "empty"},
 		{"missing positional", `{"name":"x"}`, "invalid_request", "missing path"},
 		{"description type", `{"path":"x","description":3}`, "invalid_request", "expected a string"},
+		// A host that shows the first of two equal keys for approval must
+		// not see the second one run.
+		{"duplicate key", `{"path":"x","path":"y"}`, "invalid_request", `key "path" is given twice`},
+		{"duplicate nested key", `{"path":"x","env":[],"edits":[{"a":1,"a":2}]}`, "invalid_request", `key "a" is given twice`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,7 +74,53 @@ func DecodeRequest(data []byte) (map[string]any, error) {
 	if !ok {
 		return nil, invalidRequest("the request must be a JSON object, not %s", jsonKind(v))
 	}
+	if key, dup := duplicateKey(data); dup {
+		return nil, invalidRequest("key %q is given twice; a request names each key once", key).With("key", key)
+	}
 	return m, nil
+}
+
+// duplicateKey finds a key given twice in one object of the (valid) JSON
+// document data. Decoding keeps the last of them, while a host that shows
+// the request for approval may show the first: the two must never differ.
+func duplicateKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	// One entry per open container: the keys seen, nil for an array.
+	var stack []map[string]bool
+	expectKey := func() bool { return len(stack) > 0 && stack[len(stack)-1] != nil }
+	wantKey := true // in an object, the next string token is a key
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{':
+				stack = append(stack, map[string]bool{})
+				wantKey = true
+				continue
+			case '[':
+				stack = append(stack, nil)
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+			}
+		case string:
+			if expectKey() && wantKey {
+				keys := stack[len(stack)-1]
+				if keys[t] {
+					return t, true
+				}
+				keys[t] = true
+				wantKey = false
+				continue
+			}
+		}
+		// A value ended (or a container closed): in an object a key comes next.
+		wantKey = expectKey()
+	}
 }
 
 func jsonKind(v any) string {

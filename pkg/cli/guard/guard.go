@@ -105,13 +105,14 @@ func (o *Options) RuntimePolicy() (*policy.Policy, error) {
 }
 
 // Wrap puts argv (run as path, "" to look argv[0] up) under the runtime
-// guard g, returning what the runner executes: self with the guard's argv.
+// guard g, returning what the runner executes: self with the guard's argv,
+// and the extra files (the command's own, files, then the guard's).
 // sandboxed says argv starts the program's own sandbox helper.
-func Wrap(g *execguard.Guard, self, path string, argv []string, sandboxed bool) (string, []string) {
+func Wrap(g *execguard.Guard, path string, argv []string, files []*os.File, sandboxed bool) (string, []string, []*os.File) {
 	if sandboxed {
 		g.TrustFirst()
 	}
-	return self, g.Argv(path, argv)
+	return g.Wrap(path, argv, files)
 }
 
 // Decide checks a shell string (script != "") or an argv against the

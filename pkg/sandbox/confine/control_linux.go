@@ -50,7 +50,8 @@ func (h *helper) serve(target int, ctl *os.File) int {
 	for {
 		for {
 			var ws syscall.WaitStatus
-			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			var ru syscall.Rusage
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
 			if errors.Is(err, syscall.EINTR) {
 				continue
 			}
@@ -66,6 +67,8 @@ func (h *helper) serve(target int, ctl *os.File) int {
 			if id, ok := probes[pid]; ok {
 				delete(probes, pid)
 				reply(id, ws.Exited() && ws.ExitStatus() == 0)
+			} else {
+				h.deaths.Note(ws, CPUMillis(&ru)) // an orphan, reparented to PID 1
 			}
 		}
 		select {

@@ -63,6 +63,7 @@ func lastResort(msg string) int {
 
 type helper struct {
 	sp     Spec
+	deaths Deaths // of the orphans reaped (deaths.go)
 	status *os.File
 }
 

@@ -176,14 +176,19 @@ func (h *helper) run(argv []string) int {
 func (h *helper) reap(target int) int {
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "wait for the command: %v", err)
 		}
-		if pid != target || ws.Stopped() || ws.Continued() {
+		if ws.Stopped() || ws.Continued() {
+			continue
+		}
+		if pid != target {
+			h.deaths.Note(ws, CPUMillis(&ru)) // an orphan, reparented to PID 1
 			continue
 		}
 		return h.exitOf(ws)
@@ -192,11 +197,29 @@ func (h *helper) reap(target int) int {
 
 // exitOf is the helper's exit status for the target's wait status.
 func (h *helper) exitOf(ws syscall.WaitStatus) int {
+	// Orphans that died before the target are zombies by now: their
+	// deaths count too.
+	for {
+		var ows syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ows, syscall.WNOHANG, &ru)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			break
+		}
+		h.deaths.Note(ows, CPUMillis(&ru))
+	}
 	if ws.Exited() {
+		if len(h.deaths) > 0 {
+			data, _ := json.Marshal(Failure{Deaths: h.deaths})
+			_, _ = h.status.Write(data)
+		}
 		return ws.ExitStatus()
 	}
 	sig := ws.Signal()
-	data, _ := json.Marshal(Failure{Signal: int(sig)})
+	data, _ := json.Marshal(Failure{Signal: int(sig), Deaths: h.deaths})
 	_, _ = h.status.Write(data)
 	if os.Getpid() != 1 {
 		setDisposition(sig, sigDFL)

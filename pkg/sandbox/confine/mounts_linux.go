@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,8 +19,8 @@ import (
 // namespace (no /proc/PID/root of any process outside), a minimal /dev
 // (no block devices to read a deny-read file around the filesystem),
 // agentplane's control files bound read-only, its secrets and the host's
-// Unix sockets covered, and the cgroup filesystem read-only so that limits
-// cannot be left. The helper builds it as PID 1 of the new namespaces and
+// Unix sockets covered, and a cgroup filesystem of the run's own (read-only,
+// so that limits cannot be left; showing no other run's cgroups). The helper builds it as PID 1 of the new namespaces and
 // before it gives up its capabilities; nothing in it propagates outside.
 
 // devNodes are the character devices a command may use; everything else
@@ -110,6 +112,9 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		return fmt.Errorf("cannot pin the git repositories: %v", err)
 	}
 	if err := freshProc(); err != nil {
+		return err
+	}
+	if err := cgroupView(sp.Cgroups); err != nil {
 		return err
 	}
 	if sp.MinimalDev {
@@ -274,4 +279,115 @@ func keepDetached(m clonedMount, areas []string) error {
 		return nil
 	}
 	return unix.MoveMount(m.fd, "", unix.AT_FDCWD, m.path, unix.MOVE_MOUNT_F_EMPTY_PATH)
+}
+
+// cgroupRoot is where the cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupView replaces /sys/fs/cgroup by a read-only tmpfs holding, for
+// each hierarchy in which the run has a cgroup of its own (own: the
+// directories it joined, its memory and pids cgroups), a fresh mount of
+// that hierarchy. The helper joined them and then made a cgroup namespace,
+// so a mount made now is rooted at the run's cgroup: the command reads its
+// own counters and limits (memory.usage_in_bytes, pids.max, …) at the usual
+// paths and sees no other cgroup, no other run's names or counters. A
+// hierarchy in which the run has no cgroup of its own would be rooted at
+// the caller's, above every concurrent run's, and is left out.
+func cgroupView(own []string) error {
+	st, err := os.Stat(cgroupRoot)
+	if err != nil || !st.IsDir() {
+		return nil // no cgroups here to hide
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+	}
+	var mine []cgroupMount
+	for _, dir := range own {
+		best := cgroupMount{}
+		for _, m := range mounts {
+			if (dir == m.point || strings.HasPrefix(dir, m.point+"/")) && len(m.point) > len(best.point) {
+				best = m
+			}
+		}
+		if best.point == "" || !strings.HasPrefix(best.point, cgroupRoot+"/") {
+			return fmt.Errorf("cannot find the cgroup hierarchy of %s", dir)
+		}
+		mine = append(mine, best)
+	}
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("agentplane-cgroup", cgroupRoot, "tmpfs", flags, "mode=0755,size=16k,nr_inodes=64"); err != nil {
+		return fmt.Errorf("cannot cover %s: %v", cgroupRoot, err)
+	}
+	for _, h := range mine {
+		if err := os.MkdirAll(h.point, 0o755); err != nil {
+			return fmt.Errorf("cannot create %s: %v", h.point, err)
+		}
+		if err := unix.Mount("cgroup", h.point, h.fstype, flags, h.data); err != nil {
+			return fmt.Errorf("cannot mount the run's own cgroup at %s: %v", h.point, err)
+		}
+	}
+	// The tmpfs and every hierarchy on it: nothing to move to, nothing to
+	// create.
+	if err := setAttr(cgroupRoot, true, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
+		return fmt.Errorf("cannot make %s read-only: %v", cgroupRoot, err)
+	}
+	return nil
+}
+
+// cgroupMount is one cgroup hierarchy in the mount table: where it is
+// mounted, its type (cgroup or cgroup2) and the options that name it (its
+// controllers, or name=…).
+type cgroupMount struct{ point, fstype, data string }
+
+func cgroupMounts() ([]cgroupMount, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	return parseCgroupMounts(string(b)), nil
+}
+
+// parseCgroupMounts reads the cgroup and cgroup2 mounts of a mountinfo
+// table (proc(5)): ID PARENT MAJ:MIN ROOT POINT OPTIONS [TAGS...] - TYPE
+// SOURCE SUPEROPTIONS.
+func parseCgroupMounts(table string) []cgroupMount {
+	var out []cgroupMount
+	for _, line := range strings.Split(table, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if len(f) < 5 || len(g) < 3 || (g[0] != "cgroup" && g[0] != "cgroup2") {
+			continue
+		}
+		var opts []string
+		for _, o := range strings.Split(g[2], ",") {
+			if o != "rw" && o != "ro" && o != "" {
+				opts = append(opts, o)
+			}
+		}
+		out = append(out, cgroupMount{point: unescapeMountinfo(f[4]), fstype: g[0], data: strings.Join(opts, ",")})
+	}
+	return out
+}
+
+// unescapeMountinfo undoes the octal escapes of mountinfo (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

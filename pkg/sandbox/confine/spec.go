@@ -38,8 +38,11 @@ const (
 // build refuses the spec rather than enforcing less than asked. 6: the
 // runner resolves a probe's addresses (4, this package) and the helper
 // turns on accounting, covers the temp areas and pins the git directories
-// (5 on main); a helper of either 5 would miss half of it.
-const SpecVersion = 6
+// (5 on main); a helper of either 5 would miss half of it. 7: the helper
+// shows the command a cgroup filesystem of the run's own cgroups only
+// (cgroupView), and records the limit deaths of the orphans it reaps in the
+// status file (Failure.Deaths).
+const SpecVersion = 7
 
 // Spec is what the runner hands to the helper, as base64 JSON in argv.
 type Spec struct {
@@ -106,6 +109,10 @@ type Failure struct {
 	Message string `json:"message,omitempty"`
 	// Signal, without a code, is not a failure: the target died of it.
 	Signal int `json:"signal,omitempty"`
+	// Deaths, without a code, is not a failure either: processes of the
+	// run other than the target that the helper reaped died of a signal
+	// a limit sends (deaths.go).
+	Deaths Deaths `json:"deaths,omitempty"`
 }
 
 // Probe kinds of a control request.
