@@ -121,33 +121,33 @@ import (
 // the USR2 trap between their commands; a command substitution or pipe is
 // stopped by the SIGINT to its processes. Only a builtin that never returns
 // while the user's INT trap (which bash too runs only after the builtin) or
-// an ignored SIGINT stands in the way keeps the shell from coming back: it
-// is replaced, with session_reset and the call's real elapsed_ms.
+// an ignored SIGINT stands in the way, or kill disabled for good (the USR2
+// trap then spins with SIGINT ignored), keeps the shell from coming back:
+// it is replaced, with session_reset and the call's real elapsed_ms.
 //
 // What the user sets that bash itself runs or expands never fires for the
 // protocol's lines:
-//   - xtrace: every protocol step starts with { ...; set +x; } 2>/dev/null
-//     (the set +x is traced into /dev/null) and remembers whether it was on
-//     (__agentsh_x); the call file's group turns it back on as its first
-//     command, so the user's commands are traced into the call's stderr and
-//     no protocol command is traced anywhere: PS4 is expanded for the user's
-//     commands only (twice more, into /dev/null, when the protocol takes
-//     xtrace away). A user's BASH_XTRACEFD still gets those two lines.
-//   - PS0, PROMPT_COMMAND, PS1: the line's end, the probe, and the paths
+//   - xtrace is one of the options kept aside between calls (varsO, see
+//     stashOpts); the call file's group turns it back on as its first
+//     command, and the protocol steps that run during a call (the ERR
+//     trap's action, the call's end) keep the options first with their
+//     stderr thrown away, so that no protocol command is traced anywhere.
+//   - PS0, PROMPT_COMMAND, PS1: the line's tail, the probe, and the paths
 //     that abandon a line (errexit, the interrupt) set them to the
-//     protocol's; a probe goes with every call line, so a line bash abandons
-//     behind the user's own PS1 still ends (its status is the probe's). A
-//     line bash abandons on its own (the command's own SIGINT, an error under
-//     set -u) right after the command set PS0 or PROMPT_COMMAND runs those
-//     once. PS2 is never shown: every protocol line is complete.
+//     protocol's, and while a call runs the prompt hook sets the pending
+//     prompt, so a line bash abandons on its own (the command's own
+//     SIGINT, an error under set -u) behind the user's own PS1 still ends.
+//     Right after the command set PS0, such a line runs it once; right
+//     after it set PROMPT_COMMAND, the channel is not reopened and the
+//     session ends. PS2 is never shown: every protocol line is complete.
 //   - RETURN: bash runs it when a sourced file returns, the call file too;
 //     the call file's end (callEnd) writes the user's RETURN trap to a
 //     per-call FIFO and removes it, and the next call's file sets it again,
 //     so it fires for the user's own sourced files and (under functrace)
 //     functions only. A return at the call's top level skips that end: the
 //     trap then fires once, as bash would for any sourced file.
-//   - DEBUG lasts for its call (callEnd, the probe and the USR2 trap take it
-//     away); it runs for the protocol's commands inside the ERR trap (bash
+//   - DEBUG lasts for its call (callEnd, the line's tail, the probe line
+//     and, under functrace, the USR2 trap take it away); it runs for the protocol's commands inside the ERR trap (bash
 //     runs DEBUG inside traps), into the call's output.
 //   - EXIT: the session's end hangs the shell up (SIGHUP) before killing it,
 //     so the user's EXIT trap runs once, when the session really ends, into
@@ -184,7 +184,8 @@ import (
 // trap from before back). The call's end (callEnd) hands the user's ERR
 // action to the server, and from the next call on the protocol's ERR trap
 // runs it first, with $? the failing status, wherever it runs (so as under
-// set -E), then carries errexit out. "! cmd" under set -e does not
+// set -E), then carries errexit out (judged on the options at the trap,
+// kept in varsY before the trap's prefix turns them off). "! cmd" under set -e does not
 // suspend errexit inside cmd (a list or function), since bash does that
 // only when errexit is in force.
 
@@ -523,7 +524,7 @@ func callFile(p callProto, command string, traps userTraps, trapFIFO string) []b
 // file: the group's status kept (varsG, which the line reports), the
 // options kept and posix mode on (varsOn, as the line's tail would), then
 // the user's RETURN trap and the ERR trap written to the call's trap FIFO
-// and the RETURN and DEBUG traps taken away, so that the "." of the call
+// and the DEBUG (before the write) and RETURN traps taken away, so that the "." of the call
 // file, which returns right after, does not fire a RETURN trap (the next
 // call's file sets it again) and the DEBUG trap (it lasts for its call)
 // runs for none of the protocol's commands after this one. It is inline,
