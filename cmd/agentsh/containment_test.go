@@ -377,3 +377,58 @@ wait`
 		t.Fatalf("the session did not survive: %s", out)
 	}
 }
+
+// TestContainmentKeeperKilledNobody: as nobody, the command (or anyone)
+// SIGKILLs the keeper, its parent: the tree, now agentsh's, is killed at
+// once, so that agentsh's own death afterwards leaves nothing behind, and
+// agentsh still reports the call.
+func TestContainmentKeeperKilledNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	ids := awaitReady(t, pidfile, func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	})
+	keeper := 0
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && s.PPID == cmd.Process.Pid && len(argv) > 1 && argv[1] == proctree.KeeperCommand {
+			keeper = s.PID
+		}
+	}
+	if keeper == 0 {
+		t.Fatal("no keeper among agentsh's children")
+	}
+	killed := time.Now()
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitGone(t, ids, killed)
+	<-exited
+	if got := gjson.Get(out.String(), "signal").String(); got != "SIGKILL" {
+		t.Errorf("agentsh reported %s, want the command killed", out.String())
+	}
+}
