@@ -432,3 +432,67 @@ func TestContainmentKeeperKilledNobody(t *testing.T) {
 		t.Errorf("agentsh reported %s, want the command killed", out.String())
 	}
 }
+
+// TestContainmentSessionNobody: as nobody (no cgroup), SIGKILL of a
+// session server kills its shell and what the shell started in the
+// background, also descendants that cleared their environment and left
+// the session: the server runs below a keeper of its own.
+func TestContainmentSessionNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	run := func(args ...string) string {
+		t.Helper()
+		c := exec.Command(exe, args...)
+		c.Env, c.Dir = env, dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("agentsh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run("session", "start", "--name", "s")
+	t.Cleanup(func() {
+		c := exec.Command(exe, "session", "stop", "s")
+		c.Env, c.Dir = env, dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		_ = c.Run()
+	})
+	if err := os.WriteFile(filepath.Join(dir, "tree.sh"), []byte(escapeScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	run("--session", "s", "-c", fmt.Sprintf("sh ./tree.sh %s '%s' '%s' >/dev/null 2>&1 &", pidfile, py, pl))
+	ids := awaitReady(t, pidfile, func() bool { return true })
+	// The server is the session-serve process whose parent is its keeper
+	// (or the only one, without a keeper).
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serves := map[int]bool{}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && len(argv) > 2 && argv[1] == "__session-serve" && strings.HasPrefix(argv[2], dir) {
+			serves[s.PID] = true
+		}
+	}
+	server := 0
+	for _, s := range snap {
+		if serves[s.PID] && (serves[s.PPID] || len(serves) == 1) {
+			server = s.PID
+		}
+	}
+	if server == 0 {
+		t.Fatalf("no session server among %v", serves)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitGone(t, ids, killed)
+}

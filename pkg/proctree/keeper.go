@@ -2,6 +2,8 @@ package proctree
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -290,4 +292,66 @@ func pidList(pids []int) string {
 		b.WriteString(" " + strconv.Itoa(p))
 	}
 	return b.String()
+}
+
+// RunKeeperAbove is the keeper of a detached server whose own tree a
+// cgroup cannot hold (a session server run by an unprivileged user): it
+// becomes a child subreaper, starts the server (path, argv, env) as its
+// only child in a session of its own with the same descriptors 0 to 3 (3:
+// the launch handshake), and waits for it. A server that dies, SIGKILL
+// included, leaves its orphans (its shell, what the shell started in the
+// background, whatever setsid or environment they used) to the keeper,
+// which kills every one but the detached servers (exempt) and exits with
+// the server's status. A server that ends by itself has already killed
+// its tree; the keeper finds nothing.
+func RunKeeperAbove(path string, argv, env []string, exempt func(Stat) bool) int {
+	if err := SetSubreaper(); err != nil {
+		return 1
+	}
+	files := []*os.File{os.Stdin, os.Stdout, os.Stderr, os.NewFile(3, "handshake")}
+	p, err := os.StartProcess(path, argv, &os.ProcAttr{Env: env, Files: files,
+		Sys: &syscall.SysProcAttr{Setsid: true}})
+	if err != nil {
+		return 1
+	}
+	// The handshake is the server's: its end of file must come when the
+	// server closes or dies, not when the keeper does.
+	_ = syscall.Close(3)
+	releaseStdio(0)
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(p.Pid, &ws, 0, nil)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	KillAllDescendantsExcept(10*time.Second, exempt)
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return 1
+}
+
+// NeedsKeeper reports whether a guard started now would be in environ
+// mode on a platform with a keeper: no writable cgroup v2 here, so a
+// detached server's tree needs RunKeeperAbove.
+func NeedsKeeper() bool {
+	if !keeperWorks() {
+		return false
+	}
+	var tok [12]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return true
+	}
+	g := &Guard{cgFD: -1, evFD: -1}
+	dir, fd, err := makeCgroup("probe-" + hex.EncodeToString(tok[:]))
+	if err != nil {
+		return true
+	}
+	g.cgDir, g.cgFD = dir, fd
+	g.dropCgroup()
+	return false
 }
