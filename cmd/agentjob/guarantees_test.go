@@ -87,6 +87,13 @@ func TestConcurrentStartStatus(t *testing.T) {
 	}
 	out, code := runAgentjob(t, dir, append([]string{"wait", "--timeout", "120s"}, handles...)...)
 	if code != 0 {
+		// What a supervisor that died said about it, if anything.
+		logs, _ := filepath.Glob(filepath.Join(dir, "jobs", "*", "supervisor.log"))
+		for _, l := range logs {
+			if b, _ := os.ReadFile(l); len(b) > 0 {
+				t.Logf("%s:\n%s", l, b)
+			}
+		}
 		t.Fatalf("wait: exit %d: %s", code, out)
 	}
 	for i, h := range handles {

@@ -496,3 +496,89 @@ func TestContainmentSessionNobody(t *testing.T) {
 	}
 	awaitGone(t, ids, killed)
 }
+
+// TestGroupKillSparesRecycledPID: the command's process group is killed
+// only while its leader is an unreaped zombie, whose id no other process
+// can get. agentsh is frozen right after the reap; a stranger is then
+// given the leader's very pid as the leader of a session of its own (the
+// kernel's next-pid knob), and agentsh, thawed, must leave it alone.
+func TestGroupKillSparesRecycledPID(t *testing.T) {
+	const knob = "/proc/sys/kernel/ns_last_pid"
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to set " + knob)
+	}
+	if _, err := os.Stat(knob); err != nil {
+		t.Skip("no " + knob)
+	}
+	dir := t.TempDir()
+	pidfile := filepath.Join(dir, "pid")
+	cmd := exec.Command(os.Args[0], "--", "sh", "-c", `echo $$ > "$1"`, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir,
+		"AGENTPLANE_FAULTPOINT=run.reaped=stop")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if st, err := proctree.ReadStat(cmd.Process.Pid); err == nil && st.State == 'T' {
+			break
+		}
+		select {
+		case <-exited:
+			t.Fatal("agentsh exited without stopping at run.reaped")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("agentsh never stopped at run.reaped")
+		}
+		time.Sleep(5 * time.Millisecond) // polling another process's state
+	}
+	b, err := os.ReadFile(pidfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file: %q", b)
+	}
+	// Other processes of a busy machine take pids too: try until the
+	// stranger gets exactly the leader's.
+	var stranger *exec.Cmd
+	for range 200 {
+		if err := os.WriteFile(knob, []byte(strconv.Itoa(leader-1)), 0o644); err != nil {
+			t.Skipf("cannot set %s: %v", knob, err)
+		}
+		c := exec.Command("sleep", "7201")
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Process.Pid == leader {
+			stranger = c
+			break
+		}
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}
+	if stranger == nil {
+		t.Skipf("pid %d was never handed out again", leader)
+	}
+	strangerExited := make(chan struct{})
+	go func() { _ = stranger.Wait(); close(strangerExited) }()
+	t.Cleanup(func() { _ = stranger.Process.Kill(); <-strangerExited })
+	if err := cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	select {
+	case <-strangerExited:
+		t.Fatalf("agentsh killed process %d, which got its command's pid after the reap", leader)
+	default:
+	}
+	if err := syscall.Kill(leader, 0); err != nil {
+		t.Fatalf("the stranger with pid %d is gone: %v", leader, err)
+	}
+}

@@ -121,6 +121,13 @@ class ExecutionBackendTest(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(r["status"], "running_background")
         handle = r["command_id"]
         self.addCleanup(self.backend.cancel_command, handle)
+        # A stop may come before the shell has echoed: wait for the line,
+        # reading the log without the since_last cursor, which command_output
+        # uses below.
+        deadline = time.monotonic() + 20
+        while "serving" not in self.backend._call("agentjob", ["logs"], {"job": handle})["stdout"]["data"]:
+            self.assertLess(time.monotonic(), deadline, "the job never echoed")
+            time.sleep(0.02)
         self.assertEqual(self.backend.cancel_command(handle), {"success": True, "status": "stopped"})
         out = self.backend.command_output(handle)
         self.assertEqual((out["status"], out["output"]), ("stopped", "serving\n"))

@@ -252,21 +252,30 @@ func RunKeeper(args []string, exempt func(Stat) bool) int {
 		id = ID{PID: p.Pid}
 	}
 	say("started %d %d", id.PID, id.Start)
+	// The command is waited for as the runner waits for its own: its
+	// exit first (it stays a zombie, so its pid and the group it leads
+	// cannot be recycled), its reap only in kill, after its group.
 	go func() {
-		var ws syscall.WaitStatus
-		for {
-			_, err := syscall.Wait4(p.Pid, &ws, 0, nil)
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil {
-				// Reaped by a kill below: it died of that SIGKILL.
-				ws = syscall.WaitStatus(syscall.SIGKILL)
-			}
-			break
+		ws, err := waitExit(p.Pid)
+		if err != nil {
+			ws = syscall.WaitStatus(syscall.SIGKILL)
 		}
 		say("exited %d", int(ws))
 	}()
+	reaped := false
+	kill := func(timeout time.Duration) []int {
+		if !reaped { // after the reap, the group's id may be a stranger's
+			_ = SignalGroup(p.Pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			for {
+				if _, err := syscall.Wait4(p.Pid, &ws, 0, nil); err != syscall.EINTR {
+					break
+				}
+			}
+			reaped = true
+		}
+		return KillAllDescendantsExcept(timeout, exempt)
+	}
 	sc := bufio.NewScanner(ctl)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -275,12 +284,11 @@ func RunKeeper(args []string, exempt func(Stat) bool) int {
 			return 0
 		case len(f) == 2 && f[0] == "kill":
 			ms, _ := strconv.Atoi(f[1])
-			left := KillAllDescendantsExcept(time.Duration(ms)*time.Millisecond, exempt)
-			say("killed%s", pidList(left))
+			say("killed%s", pidList(kill(time.Duration(ms)*time.Millisecond)))
 		}
 	}
 	// End of file without "done": the guarded process is gone.
-	if left := KillAllDescendantsExcept(10*time.Second, exempt); len(left) > 0 {
+	if left := kill(10 * time.Second); len(left) > 0 {
 		return 1
 	}
 	return 0

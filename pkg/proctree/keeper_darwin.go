@@ -17,3 +17,9 @@ func socketPair() (*os.File, *os.File, error) {
 func releaseStdio(int) {}
 
 func plainAttrOS(*syscall.SysProcAttr) bool { return false }
+
+func waitExit(pid int) (syscall.WaitStatus, error) {
+	var ws syscall.WaitStatus
+	_, err := syscall.Wait4(pid, &ws, 0, nil)
+	return ws, err
+}

@@ -1,7 +1,11 @@
 package proctree
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -41,4 +45,27 @@ func plainAttrOS(a *syscall.SysProcAttr) bool {
 	return a.Credential == nil && !a.Ptrace && !a.Setctty && !a.Noctty && !a.Foreground &&
 		a.Pdeathsig == 0 && a.Cloneflags == 0 && a.Unshareflags == 0 && a.UidMappings == nil &&
 		a.GidMappings == nil && a.AmbientCaps == nil && a.PidFD == nil && a.Chroot == ""
+}
+
+// waitExit waits for the child pid to exit without reaping it (WNOWAIT)
+// and returns its wait status, which the zombie's /proc/PID/stat carries
+// (field 52, exit_code, in waitpid's form).
+func waitExit(pid int) (syscall.WaitStatus, error) {
+	if err := WaitChild(pid); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, errors.New("proctree: unreadable stat")
+	}
+	f := strings.Fields(string(b[i+2:])) // field N is f[N-3]
+	if len(f) < 50 {
+		return 0, errors.New("proctree: stat without exit_code")
+	}
+	n, err := strconv.Atoi(f[49])
+	return syscall.WaitStatus(n), err
 }

@@ -75,3 +75,16 @@ func Wait(ctx context.Context, id ID) error {
 		}
 	}
 }
+
+// WaitChild blocks until the caller's child pid has exited, without
+// reaping it: kqueue's NOTE_EXIT fires when the child becomes a zombie.
+// While it stays one its pid, and with it the process group and session
+// it leads, cannot be handed to another process: a kill of that group
+// after WaitChild and before the reap can only reach what it left behind.
+func WaitChild(pid int) error {
+	st, err := ReadStat(pid)
+	if err != nil {
+		return err
+	}
+	return Wait(context.Background(), ID{PID: pid, Start: st.StartTime})
+}

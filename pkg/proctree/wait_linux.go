@@ -69,3 +69,18 @@ func pollForever(fd int) error {
 		return err
 	}
 }
+
+// WaitChild blocks until the caller's child pid has exited, without
+// reaping it (waitid WNOWAIT). While the child stays a zombie its pid, and
+// with it the process group and session it leads, cannot be handed to
+// another process: a kill of that group after WaitChild and before the
+// reap (os.Process.Wait) can only reach what the child left behind.
+func WaitChild(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/capture"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -329,11 +330,17 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		close(done)
 	}()
 
+	// The command is waited for in two steps: its exit (it stays a zombie,
+	// so its pid, and the group and session it leads, cannot be recycled),
+	// then, once what it left behind is killed, its reap. A kill of the
+	// group after the reap could reach a stranger that got the pid since.
 	waited := make(chan error, 1)
 	if r.keeper != nil {
+		// The keeper waits the same way: the command stays its zombie
+		// until Kill.
 		go func() { waited <- r.waitKept() }()
 	} else {
-		go func() { waited <- cmd.Wait() }()
+		go func() { waited <- proctree.WaitChild(pid) }()
 	}
 
 	var timer <-chan time.Time
@@ -355,7 +362,6 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		waitErr = r.terminate(pid, waited)
 	}
 	r.res.Elapsed = time.Since(r.res.StartedAt)
-	r.setExit(cmd, waitErr)
 
 	// Drain: a background descendant may hold the pipes open forever.
 	if req.Drain > 0 {
@@ -366,7 +372,21 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		}
 		t.Stop()
 	}
-	r.killRest(pid)
+	// The group first, while the zombie holds its id; then the reap; then
+	// whatever left the group. Under a keeper, the zombie is the
+	// keeper's: its Kill does the three in the same order.
+	if k := r.keeper; k != nil {
+		r.res.Leftover = k.Kill(5 * time.Second)
+		k.Release()
+	} else {
+		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+		if reapErr := cmd.Wait(); waitErr == nil {
+			waitErr = reapErr
+		}
+	}
+	faultpoint.Hit("run.reaped")
+	r.setExit(cmd, waitErr)
+	r.killRest()
 	// Anything killed above released its pipe ends; wait briefly for the
 	// readers to collect what it wrote, then force them off the pipes.
 	t := time.NewTimer(100 * time.Millisecond)
@@ -426,16 +446,8 @@ func (r *runner) exempt() func(proctree.Stat) bool {
 	}
 }
 
-// killRest kills whatever the command left behind.
-func (r *runner) killRest(pid int) {
-	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-	if k := r.keeper; k != nil {
-		// The keeper holds the whole tree (every orphan is its own);
-		// what it leaves, the detached servers, comes to us once it is
-		// released, and the scan below spares them.
-		r.res.Leftover = k.Kill(5 * time.Second)
-		k.Release()
-	}
+// killRest kills whatever the command left behind outside its group.
+func (r *runner) killRest() {
 	if g := r.guard; g != nil && g.Mode() == proctree.GuardCgroup {
 		// Every descendant of the command is in the guard's cgroup but
 		// the detached servers, which left it (proctree.Detach): an
