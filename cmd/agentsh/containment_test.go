@@ -400,8 +400,8 @@ func TestContainmentSparesDetachedNobody(t *testing.T) {
 	nobody := &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	script := `a=$1 p=$2
 "$a" session start --name keep > /dev/null || exit 9
-"$a" --session keep -c 'sleep 7402 >/dev/null 2>&1 & echo $! >> '"$p" > /dev/null || exit 9
-env -i setsid sleep 7401 & echo $! >> $p
+"$a" --session keep -c 'sleep 7602 >/dev/null 2>&1 & echo $! >> '"$p" > /dev/null || exit 9
+env -i setsid sleep 7601 & echo $! >> $p
 echo $$ >> $p
 echo ready >> $p
 wait`
