@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -225,4 +226,67 @@ func TestSupervisorKilledAtAnyMoment(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitSignalled: SIGTERM or SIGINT to a wait ends the wait, not the
+// job: the answer is the job's status as it is, wait_cancelled, and
+// 128+N, never a bare internal error.
+func TestWaitSignalled(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(proctree.SignalName(sig), func(t *testing.T) {
+			dir := t.TempDir()
+			out, code := runAgentjob(t, dir, "start", "--", "sleep", "7611")
+			h := gjson.Get(out, "handle").String()
+			if code != 0 || h == "" {
+				t.Fatalf("start: exit %d: %s", code, out)
+			}
+			t.Cleanup(func() { runAgentjob(t, dir, "stop", h) })
+			cmd := agentjobCmd(dir, "wait", h)
+			var buf bytes.Buffer
+			cmd.Stdout = &buf
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// The wait is armed once it watches the job's directory:
+			// its inotify descriptor shows in /proc (the signal handler
+			// is installed before any command runs).
+			deadline := time.Now().Add(60 * time.Second)
+			for !hasInotify(cmd.Process.Pid) {
+				if time.Now().After(deadline) {
+					_ = cmd.Process.Kill()
+					t.Fatal("the wait never watched the job")
+				}
+				time.Sleep(5 * time.Millisecond) // polling another process's descriptors
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 128+int(sig) {
+				t.Fatalf("wait: %v, want exit %d; %s", err, 128+int(sig), buf.String())
+			}
+			got := buf.String()
+			if c := gjson.Get(got, "error.code").String(); c != "wait_cancelled" {
+				t.Fatalf("error code %q: %s", c, got)
+			}
+			if s := gjson.Get(got, "status").String(); s != "running" {
+				t.Fatalf("status %q: %s", s, got)
+			}
+			out, _ = runAgentjob(t, dir, "status", h)
+			if s := gjson.Get(out, "status").String(); s != "running" {
+				t.Fatalf("the job did not go on: %s", out)
+			}
+		})
+	}
+}
+
+func hasInotify(pid int) bool {
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, fd := range fds {
+		if l, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); l == "anon_inode:inotify" {
+			return true
+		}
+	}
+	return false
 }

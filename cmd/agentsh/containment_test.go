@@ -33,6 +33,58 @@ echo $$ >> $p
 echo ready >> $p
 wait`
 
+// escapeScript starts, in the background, descendants that leave the
+// command's Unix session and clear their environment (so neither the
+// session nor the guard's token finds them), writes their pids to the file
+// $1 and then "ready", and waits: env -i then setsid, a double fork through
+// env -i and setsid, a Python double fork with setsid and an execve with an
+// empty environment, and a Perl daemon that also closes every descriptor
+// and leaves the working directory (a plain child keeps the script's wait). $2 and $3 are python3 and perl ("" when
+// absent: that case is left out).
+const escapeScript = `p=$1 py=$2 pl=$3 n=3; : >> "$p"
+sleep 7200 & echo $! >> $p
+env -i /bin/sh -c 'setsid sleep 7201 & echo $! >> "$1"' sh "$p" &
+(env -i /bin/sh -c '(setsid sleep 7202 & echo $! >> "$1") &' sh "$p") &
+if [ -n "$py" ]; then n=$((n+1)); "$py" -c '
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1], "a") as f:
+            f.write("%d\n" % os.getpid())
+        os.execve("/bin/sleep", ["sleep", "7203"], {})
+    os._exit(0)
+os.wait()
+' "$p" & fi
+if [ -n "$pl" ]; then n=$((n+1)); "$pl" -e '
+use POSIX;
+my $p = shift;
+exit 0 if fork;
+POSIX::setsid();
+exit 0 if fork;
+open(my $f, ">>", $p) or die; print $f "$$\n"; close $f;
+POSIX::close($_) for 0..1023;
+chdir "/";
+%ENV = ();
+exec "/bin/sleep", "7204";
+' "$p" & fi
+while [ $(wc -l < $p) -lt $n ]; do sleep 0.01; done
+echo $$ >> $p
+echo ready >> $p
+wait`
+
+// interpreter returns the absolute path of an interpreter the escape
+// script uses, or "" when the machine has none (the real file, not a
+// version manager's shim).
+func interpreter(names ...string) string {
+	for _, n := range names {
+		if st, err := os.Stat(n); err == nil && st.Mode().IsRegular() {
+			return n
+		}
+	}
+	return ""
+}
+
 // publicDir is a temporary directory that any user can enter, with a copy
 // of this test binary in it, for runs as nobody.
 func publicDir(t *testing.T) (dir, exe string) {
@@ -80,7 +132,7 @@ func awaitReady(t *testing.T, pidfile string, alive func() bool) []proctree.ID {
 				}
 				id, err := proctree.Identify(pid)
 				if err != nil {
-					t.Fatalf("process %d of the tree is already gone: %v", pid, err)
+					t.Fatalf("process %d of the tree is already gone: %v; pid file: %q", pid, err, b)
 				}
 				ids = append(ids, id)
 			}
@@ -126,13 +178,17 @@ func TestContainment(t *testing.T) {
 		asNobody     bool
 		killGroup    bool
 		killWatchdog bool // SIGKILL the watchdog first, then agentsh
+		escape       bool // the tree is escapeScript's, not treeScript's
 	}{
-		{"sigkill", false, false, false},
-		{"killpg-caller", false, true, false},
-		{"sigkill-nobody", true, false, false},
-		{"killpg-caller-nobody", true, true, false},
-		{"watchdog-then-agentsh", false, false, true},
-		{"watchdog-then-agentsh-nobody", true, false, true},
+		{"sigkill", false, false, false, false},
+		{"killpg-caller", false, true, false, false},
+		{"sigkill-nobody", true, false, false, false},
+		{"killpg-caller-nobody", true, true, false, false},
+		{"watchdog-then-agentsh", false, false, true, false},
+		{"watchdog-then-agentsh-nobody", true, false, true, false},
+		{"escape-sigkill", false, false, false, true},
+		{"escape-sigkill-nobody", true, false, false, true},
+		{"escape-killpg-caller-nobody", true, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.asNobody && os.Geteuid() != 0 {
@@ -140,7 +196,14 @@ func TestContainment(t *testing.T) {
 			}
 			dir, exe := publicDir(t)
 			pidfile := filepath.Join(dir, "pids")
-			cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+			args := []string{"--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile}
+			if tc.escape {
+				py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+				pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+				t.Logf("escapes through env -i and setsid; python3 %q, perl %q", py, pl)
+				args = []string{"--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl}
+			}
+			cmd := exec.Command(exe, args...)
 			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 			cmd.Dir = dir
 			// The caller's group: agentsh leads a group of its own, as
@@ -321,6 +384,182 @@ func sleepers(marker string) []int {
 		}
 	}
 	return out
+}
+
+// TestContainmentSparesDetachedNobody: as an unprivileged user (no
+// cgroup: the keeper holds the tree), SIGKILL of agentsh kills the
+// command but not a session the command started on purpose, nor that
+// session's own background process.
+func TestContainmentSparesDetachedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	nobody := &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	script := `a=$1 p=$2
+"$a" session start --name keep > /dev/null || exit 9
+"$a" --session keep -c 'sleep 7602 >/dev/null 2>&1 & echo $! >> '"$p" > /dev/null || exit 9
+env -i setsid sleep 7601 & echo $! >> $p
+echo $$ >> $p
+echo ready >> $p
+wait`
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", exe, pidfile)
+	cmd.Env, cmd.Dir, cmd.SysProcAttr = env, dir, nobody
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		c := exec.Command(exe, "session", "stop", "keep")
+		c.Env, c.Dir, c.SysProcAttr = env, dir, nobody
+		_ = c.Run()
+	})
+	ids := awaitReady(t, pidfile, func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	})
+	background, tree := ids[0], ids[1:]
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, tree, killed)
+	if !background.Alive() {
+		t.Fatal("the session's background process died with the call that started the session")
+	}
+	c := exec.Command(exe, "--session", "keep", "-c", "echo still-here")
+	c.Env, c.Dir, c.SysProcAttr = env, dir, nobody
+	out, _ := c.Output()
+	if got := gjson.Get(string(out), "stdout").String(); got != "still-here\n" {
+		t.Fatalf("the session did not survive: %s", out)
+	}
+}
+
+// TestContainmentKeeperKilledNobody: as nobody, the command (or anyone)
+// SIGKILLs the keeper, its parent: the tree, now agentsh's, is killed at
+// once, so that agentsh's own death afterwards leaves nothing behind, and
+// agentsh still reports the call.
+func TestContainmentKeeperKilledNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	ids := awaitReady(t, pidfile, func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	})
+	keeper := 0
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && s.PPID == cmd.Process.Pid && len(argv) > 1 && argv[1] == proctree.KeeperCommand {
+			keeper = s.PID
+		}
+	}
+	if keeper == 0 {
+		t.Fatal("no keeper among agentsh's children")
+	}
+	killed := time.Now()
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitGone(t, ids, killed)
+	<-exited
+	if got := gjson.Get(out.String(), "signal").String(); got != "SIGKILL" {
+		t.Errorf("agentsh reported %s, want the command killed", out.String())
+	}
+}
+
+// TestContainmentSessionNobody: as nobody (no cgroup), SIGKILL of a
+// session server kills its shell and what the shell started in the
+// background, also descendants that cleared their environment and left
+// the session: the server runs below a keeper of its own.
+func TestContainmentSessionNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	run := func(args ...string) string {
+		t.Helper()
+		c := exec.Command(exe, args...)
+		c.Env, c.Dir = env, dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("agentsh %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	run("session", "start", "--name", "s")
+	t.Cleanup(func() {
+		c := exec.Command(exe, "session", "stop", "s")
+		c.Env, c.Dir = env, dir
+		c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		_ = c.Run()
+	})
+	if err := os.WriteFile(filepath.Join(dir, "tree.sh"), []byte(escapeScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	run("--session", "s", "-c", fmt.Sprintf("sh ./tree.sh %s '%s' '%s' >/dev/null 2>&1 &", pidfile, py, pl))
+	ids := awaitReady(t, pidfile, func() bool { return true })
+	// The server is the session-serve process whose parent is its keeper
+	// (or the only one, without a keeper).
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serves := map[int]bool{}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && len(argv) > 2 && argv[1] == "__session-serve" && strings.HasPrefix(argv[2], dir) {
+			serves[s.PID] = true
+		}
+	}
+	server := 0
+	for _, s := range snap {
+		if serves[s.PID] && (serves[s.PPID] || len(serves) == 1) {
+			server = s.PID
+		}
+	}
+	if server == 0 {
+		t.Fatalf("no session server among %v", serves)
+	}
+	killed := time.Now()
+	if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	awaitGone(t, ids, killed)
 }
 
 // TestGroupKillSparesRecycledPID: the command's process group is killed

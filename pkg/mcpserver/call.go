@@ -98,10 +98,13 @@ func (s *Server) arguments(t *tool, raw json.RawMessage) (map[string]any, bool, 
 				"%q is not a tool argument of this MCP server", k).With("key", k).With("hint", why)
 		}
 	}
-	// agentfs edit reads --edits @FILE itself, like content_file.
-	if e, ok := args["edits"].(string); ok && strings.HasPrefix(e, "@") {
-		return nil, false, result.Errorf(result.CodeInvalidRequest, "\"edits\" may not name a file over MCP").
-			With("key", "edits").With("hint", whyFile)
+	// agentfs edit reads --edits @FILE itself, like content_file: the
+	// flags marked clikit.FileRef.
+	for _, k := range t.FileRefs {
+		if e, ok := args[k].(string); ok && strings.HasPrefix(e, "@") {
+			return nil, false, result.Errorf(result.CodeInvalidRequest, "%q may not name a file over MCP", k).
+				With("key", k).With("hint", whyFile)
+		}
 	}
 	detached := false
 	if v, ok := args[DetachedKey]; ok && t.Name == "agentsh_session_start" {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -149,5 +150,45 @@ func TestMarkedKeysRefused(t *testing.T) {
 	}
 	if tried < 50 {
 		t.Fatalf("only %d refusals tried: are the marks there?", tried)
+	}
+}
+
+// TestHelpNamesMarkedKeys: each program's mcp help names every argument
+// its tools refuse by a mark (ServerOwned, LocalFile, FileRef), because
+// the lists are derived from those marks, and names no other.
+func TestHelpNamesMarkedKeys(t *testing.T) {
+	for _, p := range []*clikit.Program{agentsh.Program(), agentjob.Program(), agentfs.Program()} {
+		env := &clikit.Env{Program: p, In: strings.NewReader(""), Out: io.Discard, Err: io.Discard,
+			LookupEnv: func(string) (string, bool) { return "", false }, Environ: func() []string { return nil }}
+		root := clikit.NewRoot(env)
+		mcp, _, err := root.Find([]string{"mcp"})
+		if err != nil || mcp.Name() != "mcp" {
+			t.Fatalf("%s has no mcp command: %v", p.Name, err)
+		}
+		long := strings.Join(strings.Fields(mcp.Long), " ")
+		want := map[string]bool{}
+		for _, tool := range clikit.Tools(root) {
+			for _, m := range []clikit.Mark{clikit.ServerOwned, clikit.LocalFile, clikit.FileRef} {
+				for _, f := range marked(tool, m) {
+					want[clikit.ConfigKey(f.Name)] = true
+				}
+			}
+		}
+		if len(want) == 0 {
+			t.Fatalf("%s: no marked keys at all", p.Name)
+		}
+		names := func(k string) bool {
+			return regexp.MustCompile(`(^|[^a-z_])` + regexp.QuoteMeta(k) + `([^a-z_]|$)`).MatchString(long)
+		}
+		for k := range want {
+			if !names(k) {
+				t.Errorf("%s mcp --help does not name %s:\n%s", p.Name, k, long)
+			}
+		}
+		for _, k := range []string{"stdin_file", "save_output", "content_file", "patch_file", "stream", "tee", "exit_zero"} {
+			if !want[k] && names(k) {
+				t.Errorf("%s mcp --help names %s, which none of its tools refuses", p.Name, k)
+			}
+		}
 	}
 }

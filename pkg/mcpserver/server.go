@@ -93,6 +93,9 @@ type ToolSpec struct {
 	// Server are the request keys of the command's flags marked
 	// clikit.ServerOwned: refused as arguments as well.
 	Server []string `json:"server,omitempty"`
+	// FileRefs are the request keys of the command's flags marked
+	// clikit.FileRef: an "@FILE" value of one is refused.
+	FileRefs []string `json:"file_refs,omitempty"`
 }
 
 // Config is what the server needs to know.
@@ -252,6 +255,7 @@ func Describe(p *clikit.Program, o DescribeOptions) (*ToolSet, error) {
 			Name: t.Name, Description: t.Description, InputSchema: toolSchema(t, refused),
 			Path: strings.Fields(t.Command.CommandPath())[1:], Flags: flags, Hints: t.Hints,
 			Operator: markedKeys(t, clikit.Operator), Files: markedKeys(t, clikit.LocalFile), Server: markedKeys(t, clikit.ServerOwned),
+			FileRefs: markedKeys(t, clikit.FileRef),
 		})
 	}
 	return set, nil

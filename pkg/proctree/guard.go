@@ -35,13 +35,16 @@ import (
 //     (/proc/PID/environ, kern.procargs2 on macOS) holds it, and every member of
 //     the command's Unix session, until a scan finds none. A descendant
 //     that clears its environment (env -i) and leaves the session escapes
-//     this mode; Mode reports which one is in force.
+//     the token; on Linux a runner therefore starts the command under the
+//     guard's Keeper (Keep), its subreaper parent, which no descendant
+//     leaves. Mode reports which mode is in force.
 //
 // Detached servers that a command starts on purpose (a job supervisor, a
 // session server) are launched through Detach, which takes them out of the
 // guard's cgroup and environment, so they outlive it.
 type Guard struct {
 	mode  string
+	exe   string // the guarded program, which serves KeeperCommand
 	cgDir string // cgroup mode: the command's cgroup
 	cgFD  int    // cgroup mode: an O_PATH fd of cgDir, for CLONE_INTO_CGROUP
 	evFD  int    // cgroup mode: cgroup.events, opened with the cgroup, for Empty
@@ -86,7 +89,7 @@ func StartGuard(argv []string) (*Guard, error) {
 	if err := randomBytes(tok[:]); err != nil {
 		return nil, err
 	}
-	g := &Guard{mode: GuardEnviron, token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
+	g := &Guard{mode: GuardEnviron, exe: argv[0], token: hex.EncodeToString(tok[:]), cgFD: -1, evFD: -1}
 	if dir, fd, err := makeCgroup(g.token); err == nil {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
 		g.evFD = openEvents(dir)

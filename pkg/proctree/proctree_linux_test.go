@@ -1,6 +1,7 @@
 package proctree
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -290,5 +291,31 @@ func TestChildren(t *testing.T) {
 	_ = cmds[0].Wait()
 	if _, err := Children(cmds[0].Process.Pid, 1); err == nil {
 		t.Error("children of a reaped process: no error")
+	}
+}
+
+// TestTerminateSparesRecycledGroup: once the main process has exited (its
+// exited channel closed: reaped), a live process with the leader's pid is
+// a stranger that got the recycled pid, and its group is not signalled.
+func TestTerminateSparesRecycledGroup(t *testing.T) {
+	stranger := exec.Command("sleep", "7621")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gone := make(chan struct{})
+	go func() { _ = stranger.Wait(); close(gone) }()
+	defer func() { _ = stranger.Process.Kill(); <-gone }()
+	exited := make(chan struct{})
+	close(exited)
+	// The tree's leader "was" the stranger's pid: a group and a root of
+	// that pid, its exit already seen.
+	pid := stranger.Process.Pid
+	Terminate(context.Background(), Tree{Group: pid, Root: os.Getpid() + 1<<22}, syscall.SIGKILL, 0, exited)
+	// A SIGKILL takes effect asynchronously: give it a second to show.
+	select {
+	case <-gone:
+		t.Fatal("Terminate killed the group of a stranger with the reaped leader's pid")
+	case <-time.After(time.Second):
 	}
 }

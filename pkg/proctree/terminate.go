@@ -93,7 +93,7 @@ func Terminate(ctx context.Context, t Tree, sig syscall.Signal, grace time.Durat
 	if exited == nil {
 		exited = waitChan(ctx, t.Main)
 	}
-	t.Signal(sig)
+	t.signalUnlessGone(sig, exited)
 	if sig != syscall.SIGKILL {
 		if waitFor(ctx, exited, grace) {
 			// What the main process leaves behind got the first signal
@@ -102,8 +102,24 @@ func Terminate(ctx context.Context, t Tree, sig syscall.Signal, grace time.Durat
 			return true
 		}
 	}
-	t.Signal(syscall.SIGKILL)
+	t.signalUnlessGone(syscall.SIGKILL, exited)
 	return waitFor(ctx, exited, -1)
+}
+
+// signalUnlessGone is Signal, but without the group when its leader has
+// exited and a live process has the leader's pid: the leader was reaped
+// and its pid, which names the group, handed to a stranger. While the
+// group has members the kernel does not hand the pid out, so with no
+// process of that pid the group is still the tree's.
+func (t Tree) signalUnlessGone(sig syscall.Signal, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		if st, err := ReadStat(t.Group); t.Group > 0 && err == nil && !st.Dead() {
+			t.Group = 0
+		}
+	default:
+	}
+	t.Signal(sig)
 }
 
 // waitFor waits for exited, at most d (d < 0: no bound but ctx).

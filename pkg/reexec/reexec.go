@@ -15,15 +15,17 @@ import (
 	"strings"
 
 	"github.com/agentplane/agentplane/pkg/execguard"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // The names, argv[1] of the re-executed program. Never rename one: a
 // running server or supervisor is recognised by it (DetachedServers).
 const (
-	SessionServer = "__session-serve" // a session's server: STATE_DIR ID
-	JobSupervisor = "__supervise"     // a job's supervisor: STATE_DIR ID [SLURM_JOB_ID]
-	Watchdog      = "__watchdog"      // a containment guard's watchdog (proctree.Guard)
+	SessionServer = "__session-serve"      // a session's server: STATE_DIR ID
+	JobSupervisor = "__supervise"          // a job's supervisor: STATE_DIR ID [SLURM_JOB_ID]
+	Watchdog      = "__watchdog"           // a containment guard's watchdog (proctree.Guard)
+	Keeper        = proctree.KeeperCommand // a guard's keeper: the command's subreaper parent (proctree.Keeper)
 	SandboxHelper = sandbox.HelperCommand
 	ExecGuard     = execguard.Command
 )
@@ -41,6 +43,7 @@ func Table() []Entry {
 		{SessionServer, []string{"agentsh"}, "the server of one agentsh session"},
 		{JobSupervisor, []string{"agentjob"}, "the supervisor of one job"},
 		{Watchdog, []string{"agentsh"}, "kills a command's tree when agentsh or a session server dies"},
+		{Keeper, []string{"agentsh"}, "the parent and subreaper of a command without a cgroup: kills its tree when agentsh dies"},
 		{SandboxHelper, []string{"agentsh", "agentjob"}, "confines itself, then executes the command"},
 		{ExecGuard, []string{"agentsh", "agentjob"}, "runs the command under the runtime command policy"},
 	}

@@ -30,9 +30,10 @@ const (
 // failure to do it: the call did what was asked and its result says how
 // that went. Hosts that tell the two apart (MCP's isError) ask IsOutcome.
 const (
-	CodeWaitTimeout = "wait_timeout"
-	CodeJobFailed   = "job_failed"
-	CodeNotReady    = "not_ready"
+	CodeWaitTimeout   = "wait_timeout"
+	CodeWaitCancelled = "wait_cancelled"
+	CodeJobFailed     = "job_failed"
+	CodeNotReady      = "not_ready"
 )
 
 // Running a command (agentsh, agentjob start).
@@ -142,6 +143,7 @@ var Codes = []CodeInfo{
 	{CodeStateCorrupt, "a state file does not parse (damaged outside agentplane); the error names the file, and only what depends on it is affected", progAll, false},
 
 	{CodeWaitTimeout, "a wait's timeout passed before what it waited for happened", progJob, true},
+	{CodeWaitCancelled, "SIGINT or SIGTERM stopped a wait before what it waited for happened; the jobs go on; exit status 128+N", progJob, true},
 	{CodeJobFailed, "the awaited job ended, but not well (failed, stopped, timeout, lost)", progJob, true},
 	{CodeNotReady, "a job started to be awaited ready ended, or timed out, before it was ready", progJob, true},
 

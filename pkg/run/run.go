@@ -220,6 +220,10 @@ type runner struct {
 	req   Request
 	res   *Result
 	guard *proctree.Guard // nil without Request.Guard
+	// keeper, in the guard's environ mode, is the command's parent and
+	// subreaper that outlives this process (proctree.Keeper).
+	keeper *proctree.Keeper
+	kws    syscall.WaitStatus // the command's status, as the keeper saw it
 
 	readers sync.WaitGroup
 }
@@ -255,6 +259,16 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		cmd.Env = r.guard.Env(cmd.Env)
 	}
 
+	if r.guard != nil && req.ReapAll {
+		// Without a cgroup, the guard holds the tree through a keeper
+		// between this process and the command (nil where it has none).
+		k, err := r.guard.Keep(cmd)
+		if err != nil {
+			return nil, result.Errorf(result.CodeStartFailed, "cannot prepare the keeper: %v", err).Wrap(err)
+		}
+		r.keeper = k
+	}
+
 	stdin, err := r.openStdin()
 	if err != nil {
 		return nil, err
@@ -267,7 +281,12 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	}
 
 	r.res.StartedAt = time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	var kept proctree.ID
+	if err == nil && r.keeper != nil {
+		kept, err = r.keeper.Started()
+	}
+	if err != nil {
 		for _, s := range streams {
 			s.r.Close()
 		}
@@ -284,11 +303,16 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		f.Close()
 	}
 	pid := cmd.Process.Pid
+	if r.keeper != nil {
+		pid = kept.PID
+	}
 	r.res.PID = pid
 	if r.guard != nil && r.guard.Mode() != proctree.GuardCgroup {
 		// environ mode kills the command's Unix session too. The child
 		// is not reaped before Wait, so its stat is still its own.
-		if id, err := proctree.Identify(pid); err == nil {
+		if r.keeper != nil {
+			r.guard.Watch(kept)
+		} else if id, err := proctree.Identify(pid); err == nil {
 			r.guard.Watch(id)
 		}
 	}
@@ -311,7 +335,13 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	// then, once what it left behind is killed, its reap. A kill of the
 	// group after the reap could reach a stranger that got the pid since.
 	waited := make(chan error, 1)
-	go func() { waited <- proctree.WaitChild(pid) }()
+	if r.keeper != nil {
+		// The keeper waits the same way: the command stays its zombie
+		// until Kill.
+		go func() { waited <- r.waitKept() }()
+	} else {
+		go func() { waited <- proctree.WaitChild(pid) }()
+	}
 
 	var timer <-chan time.Time
 	if req.Timeout > 0 {
@@ -343,10 +373,16 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		t.Stop()
 	}
 	// The group first, while the zombie holds its id; then the reap; then
-	// whatever left the group.
-	_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-	if reapErr := cmd.Wait(); waitErr == nil {
-		waitErr = reapErr
+	// whatever left the group. Under a keeper, the zombie is the
+	// keeper's: its Kill does the three in the same order.
+	if k := r.keeper; k != nil {
+		r.res.Leftover = k.Kill(5 * time.Second)
+		k.Release()
+	} else {
+		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
+		if reapErr := cmd.Wait(); waitErr == nil {
+			waitErr = reapErr
+		}
 	}
 	faultpoint.Hit("run.reaped")
 	r.setExit(cmd, waitErr)
@@ -384,6 +420,32 @@ func (r *runner) terminate(pid int, waited <-chan error) error {
 	return err
 }
 
+// waitKept waits for the command through its keeper. A keeper that dies
+// first (the command, or anyone, killed it) has left the tree to this
+// process, a subreaper: it is killed at once, as the keeper would have,
+// since nothing else would kill it should this process die too.
+func (r *runner) waitKept() error {
+	ws, err := r.keeper.Wait()
+	if errors.Is(err, proctree.ErrKeeperLost) {
+		proctree.KillAllDescendantsExcept(5*time.Second, r.exempt())
+		ws = syscall.WaitStatus(syscall.SIGKILL)
+	}
+	r.kws = ws
+	return err
+}
+
+// exempt is what the final cleanup spares: the guard's watchdog and the
+// detached servers (Request.Exempt).
+func (r *runner) exempt() func(proctree.Stat) bool {
+	g := r.guard
+	if g == nil {
+		return r.req.Exempt
+	}
+	return func(s proctree.Stat) bool {
+		return g.IsWatchdog(s) || (r.req.Exempt != nil && r.req.Exempt(s))
+	}
+}
+
 // killRest kills whatever the command left behind outside its group.
 func (r *runner) killRest() {
 	if g := r.guard; g != nil && g.Mode() == proctree.GuardCgroup {
@@ -401,13 +463,7 @@ func (r *runner) killRest() {
 		return
 	}
 	if r.req.ReapAll {
-		exempt := r.req.Exempt
-		if g := r.guard; g != nil {
-			exempt = func(s proctree.Stat) bool {
-				return g.IsWatchdog(s) || (r.req.Exempt != nil && r.req.Exempt(s))
-			}
-		}
-		r.res.Leftover = proctree.KillAllDescendantsExcept(5*time.Second, exempt)
+		r.res.Leftover = append(r.res.Leftover, proctree.KillAllDescendantsExcept(5*time.Second, r.exempt())...)
 	}
 }
 
@@ -415,14 +471,17 @@ func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
 	if r.res.Status == "" {
 		r.res.Status = StatusCompleted
 	}
-	st := cmd.ProcessState
-	if st == nil {
-		return
-	}
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	if !ok {
-		r.res.ExitCode = st.ExitCode()
-		return
+	ws := r.kws
+	if r.keeper == nil {
+		st := cmd.ProcessState
+		if st == nil {
+			return
+		}
+		var ok bool
+		if ws, ok = st.Sys().(syscall.WaitStatus); !ok {
+			r.res.ExitCode = st.ExitCode()
+			return
+		}
 	}
 	switch {
 	case ws.Exited():

@@ -431,22 +431,17 @@ func (p *pump) run() {
 		k, err := p.r.Read(buf)
 		if k > 0 {
 			p.mu.Lock()
-			if p.log != nil {
-				p.log.write(buf[:k])
-			} else {
-				p.cap.Write(buf[:k])
-				if p.stream != nil {
-					if t := p.stream.Next(buf[:k]); len(t) > 0 {
-						_ = p.enc.send(message{Type: p.name, Data: string(t)})
-					}
-				}
-			}
+			p.take(buf[:k])
 			p.mu.Unlock()
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			// The pipe is empty: everything the call wrote is in the
-			// capture. What comes now is background output.
+			// Go reports an expired deadline before it tries the read,
+			// so the pipe may still hold what the call wrote (the pump
+			// had not come round to it yet): read it out directly until
+			// it is empty. Then everything the call wrote is in the
+			// capture, and what comes now is background output.
 			p.mu.Lock()
+			p.empty(buf)
 			p.flushStream()
 			p.log = p.next
 			p.mu.Unlock()
@@ -464,6 +459,47 @@ func (p *pump) run() {
 			p.mu.Unlock()
 			return
 		}
+	}
+}
+
+// take puts b where the pump's output goes now: the background log once
+// the call is over, the call's capture (and stream) before. p.mu is held.
+func (p *pump) take(b []byte) {
+	if p.log != nil {
+		p.log.write(b)
+		return
+	}
+	p.cap.Write(b)
+	if p.stream != nil {
+		if t := p.stream.Next(b); len(t) > 0 {
+			_ = p.enc.send(message{Type: p.name, Data: string(t)})
+		}
+	}
+}
+
+// empty reads what the FIFO holds now into the capture, bypassing the
+// expired deadline with reads on the descriptor itself (it is
+// non-blocking: an empty pipe answers EAGAIN, one without writers 0).
+// p.mu is held.
+func (p *pump) empty(buf []byte) {
+	rc, err := p.r.SyscallConn()
+	if err != nil {
+		return
+	}
+	for {
+		var k int
+		var rerr error
+		if err := rc.Control(func(fd uintptr) {
+			for {
+				k, rerr = syscall.Read(int(fd), buf)
+				if rerr != syscall.EINTR {
+					return
+				}
+			}
+		}); err != nil || rerr != nil || k <= 0 {
+			return
+		}
+		p.take(buf[:k])
 	}
 }
 

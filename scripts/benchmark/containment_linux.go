@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +25,7 @@ func benchContainment(b *bench) error {
 	}
 	var lat []time.Duration
 	for i := 0; i < n; i++ {
-		d, err := killOnce(b)
+		d, err := killOnce(b, b.path("agentsh"), b.tmp, nil)
 		if err != nil {
 			return err
 		}
@@ -42,17 +44,30 @@ func benchContainment(b *bench) error {
 	return nil
 }
 
-func killOnce(b *bench) (time.Duration, error) {
-	dir, err := os.MkdirTemp(b.tmp, "contain-")
+// killOnce runs exe (agentsh) in a fresh directory under tmp, as cred
+// (nil: this process's user), with a tree of a plain, a setsid and a
+// double-forked descendant, SIGKILLs it once the tree runs and returns how
+// long the tree outlived it.
+func killOnce(b *bench, exe, tmp string, cred *syscall.Credential) (time.Duration, error) {
+	dir, err := os.MkdirTemp(tmp, "contain-")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
+	if cred != nil {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return 0, err
+		}
+	}
 	pids := filepath.Join(dir, "pids")
 	script := `sleep 7901 & echo $! >> $1; setsid sleep 7902 & echo $! >> $1; (sleep 7903 & echo $! >> $1); ` +
 		`while [ $(wc -l < $1) -lt 3 ]; do sleep 0.01; done; echo ready >> $1; wait`
-	cmd := exec.Command(b.path("agentsh"), "--", "sh", "-c", script, "sh", pids)
+	cmd := exec.Command(exe, "--", "sh", "-c", script, "sh", pids)
 	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
@@ -102,4 +117,64 @@ func killOnce(b *bench) (time.Duration, error) {
 		}
 	}
 	return time.Since(start), nil
+}
+
+// benchContainmentUnprivileged is the guard without a cgroup: agentsh run
+// as nobody, where the command runs under the keeper (a re-exec of agentsh
+// that is its subreaper parent). It measures what the keeper costs on
+// `agentsh -- true` against the same call as root (cgroup mode), and how
+// long a SIGKILLed agentsh's tree outlives it.
+func benchContainmentUnprivileged(b *bench) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root, to compare with nobody")
+	}
+	pub, err := os.MkdirTemp("", "agentplane-bench-nobody-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(pub)
+	if err := os.Chmod(pub, 0o755); err != nil {
+		return err
+	}
+	exe := filepath.Join(pub, "agentsh")
+	if err := copyFile(b.path("agentsh"), exe); err != nil {
+		return err
+	}
+	state := filepath.Join(pub, "state")
+	if err := os.Mkdir(state, 0o777); err != nil {
+		return err
+	}
+	as := func(uid string) []string {
+		return []string{"env", "XDG_STATE_HOME=" + state + "/" + uid, "XDG_CONFIG_HOME=" + state,
+			"setpriv", "--reuid=" + uid, "--regid=" + uid, "--clear-groups", exe, "--", "true"}
+	}
+	names := []string{"agentsh -- true as root (cgroup)", "agentsh -- true as nobody (keeper)"}
+	med, rss, err := interleave(b.runs, [][]string{as("0"), as("65534")})
+	if err != nil {
+		return err
+	}
+	b.table(names, med, rss, 0)
+	n := max(b.runs/3, 5)
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		d, err := killOnce(b, exe, pub, &syscall.Credential{Uid: 65534, Gid: 65534})
+		if err != nil {
+			return err
+		}
+		lat = append(lat, d)
+	}
+	worst := slices.Max(lat)
+	fmt.Fprintf(&b.out, "\n| measure | median | worst | runs |\n| --- | --- | --- | --- |\n")
+	fmt.Fprintf(&b.out, "| SIGKILL of agentsh (as nobody) to the whole tree gone | %s | %s | %d |\n", ms(median(lat)), ms(worst), n)
+	fmt.Fprintf(&b.out, "\nThe keeper's cost is one more start of the agentsh binary (its runtime and package init)\n"+
+		"on the call's path, and one socket round trip for the command's pid and status.\n")
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }

@@ -213,6 +213,8 @@ func allCases() []benchCase {
 			"viper. Target: within 1.2x of libfloor, the containment guard included.", benchStartup},
 		{"containment", "SIGKILL of a running `agentsh` whose command left a plain, a setsid and a double-forked\n" +
 			"descendant: how long the tree outlives agentsh (the guard's watchdog kills it).", benchContainment},
+		{"containment unprivileged", "The guard without a cgroup (agentsh as nobody: the keeper, the command's subreaper\n" +
+			"parent): `agentsh -- true` against the same call as root, and the SIGKILL case above.", benchContainmentUnprivileged},
 		{"capture", "Capturing 2 GiB of output (`head -c 2G /dev/zero`) through agentsh, against the same bytes\n" +
 			"through a pipe to `cat >/dev/null`. Target: within 1.3x of the pipe, with bounded memory.", benchCapture},
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +

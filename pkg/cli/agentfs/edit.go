@@ -68,6 +68,7 @@ func NewCmdEdit(env *clikit.Env, common *CommonOptions, runF func(*EditOptions) 
 	f.BoolVar(&o.Fuzzy, "fuzzy", false, "also accept a unique match that differs only in whitespace or indentation")
 	f.Var(editsValue{&o.Edits}, "edits", "several edits as a JSON array, or @FILE holding one")
 	_ = f.SetAnnotation("edits", clikit.AnnotJSON, []string{"true"})
+	clikit.MarkFlags(f, clikit.FileRef, "edits")
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		if n, ok := editAliases[strings.ReplaceAll(name, "_", "-")]; ok {
 			return pflag.NormalizedName(n)

@@ -75,7 +75,8 @@ interrupted: with --follow, true when the stream stopped before the job ended (-
 jobs: with several JOBs, one status object each instead of the fields above
 first: with --any and several JOBs, the handle of the first job done
 timed_out: true when --timeout passed first (exit 124)
-error: job_failed when a job ended otherwise, wait_timeout on a timeout`,
+error: job_failed when a job ended otherwise, wait_timeout on a timeout,
+wait_cancelled when SIGINT or SIGTERM stopped the wait (exit 128+N; the jobs go on)`,
 	},
 	"stop": {
 		Example: `  agentjob stop web

@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/jobs"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
 // Error codes of wait.
 const (
-	CodeWaitTimeout = result.CodeWaitTimeout // --timeout passed first
-	CodeJobFailed   = result.CodeJobFailed   // the job ended, but not well
+	CodeWaitTimeout   = result.CodeWaitTimeout   // --timeout passed first
+	CodeWaitCancelled = result.CodeWaitCancelled // SIGINT or SIGTERM came first
+	CodeJobFailed     = result.CodeJobFailed     // the job ended, but not well
 )
 
 // WaitOptions are the flags and arguments of wait.
@@ -89,7 +92,11 @@ func waitRun(o *WaitOptions) (*clikit.Outcome, error) {
 	}
 	list, err := st.Wait(ctx, o.Jobs, o.For, o.Any)
 	timedOut := errors.Is(err, context.DeadlineExceeded) && o.Env.Ctx.Err() == nil
-	if err != nil && !timedOut {
+	// A signal to the waiter ends the wait, not the jobs: it answers like
+	// a timeout, with the statuses as they are.
+	sig, cancelled := o.Env.Signal().(syscall.Signal)
+	cancelled = cancelled && err != nil && o.Env.Ctx.Err() != nil
+	if err != nil && !timedOut && !cancelled {
 		return nil, err
 	}
 	// Judge the jobs that are done; with --any only those count, so a
@@ -118,6 +125,9 @@ func waitRun(o *WaitOptions) (*clikit.Outcome, error) {
 	case timedOut:
 		exit = ExitWaitTimeout
 		rerr = result.Errorf(CodeWaitTimeout, "the wait timed out after %v", o.Timeout)
+	case cancelled:
+		exit = 128 + int(sig)
+		rerr = result.Errorf(CodeWaitCancelled, "the wait was stopped by %s; the jobs go on", proctree.SignalName(sig))
 	case o.Any && ok > 0:
 	case failed != "":
 		exit = ExitFailed

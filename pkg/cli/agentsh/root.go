@@ -93,6 +93,9 @@ func hidden() map[string]reexec.Main {
 	return map[string]reexec.Main{
 		reexec.SessionServer: func(args []string, _ io.Reader, _ io.Writer) int { return serveMain(args) },
 		reexec.Watchdog:      func(args []string, stdin io.Reader, _ io.Writer) int { return proctree.RunWatchdog(args, stdin) },
+		reexec.Keeper: func(args []string, _ io.Reader, _ io.Writer) int {
+			return proctree.RunKeeper(args, reexec.DetachedServers(os.Environ()))
+		},
 		reexec.SandboxHelper: func(args []string, _ io.Reader, _ io.Writer) int { return sandbox.HelperMain(args) },
 		reexec.ExecGuard:     func(args []string, _ io.Reader, _ io.Writer) int { return execguard.Main(args) },
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/launch"
+	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
@@ -480,10 +481,25 @@ func normalPolicy(p sandbox.Policy) sandbox.Policy {
 
 // serveMain is the hidden session server: argv is STATE_DIR ID. It runs
 // before the cobra tree is built, so a server costs no CLI start-up.
+// keptServer marks the session server that a keeper started
+// (proctree.RunKeeperAbove), so that it serves instead of keeping.
+const keptServer = "AGENTPLANE_KEPT_SERVER"
+
 func serveMain(argv []string) int {
 	if len(argv) != 2 {
 		return ExitFailed
 	}
+	// Without a cgroup to hold the shell's tree, the server runs below a
+	// keeper of its own (this same entry point, marked by keptServer): its
+	// SIGKILL leaves the tree to the keeper, which kills it.
+	if os.Getenv(keptServer) == "" && proctree.NeedsKeeper() {
+		if exe, err := os.Executable(); err == nil {
+			env := append(os.Environ(), keptServer+"=1")
+			return proctree.RunKeeperAbove(exe, append([]string{"agentsh", reexec.SessionServer}, argv...), env,
+				reexec.DetachedServers(os.Environ()))
+		}
+	}
+	os.Unsetenv(keptServer)
 	d, err := state.Open(argv[0])
 	if err != nil {
 		return ExitFailed

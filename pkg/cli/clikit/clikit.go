@@ -109,6 +109,9 @@ type Env struct {
 	// reader tells it from the events without looking for success.
 	StreamResult bool
 
+	// afterBuild runs once the whole tree is built (AfterBuild).
+	afterBuild []func()
+
 	cfg       configSource
 	outcome   *Outcome
 	outMu     sync.Mutex
@@ -323,8 +326,18 @@ func NewRoot(env *Env) *cobra.Command {
 	addSchemaCmd(root, env)
 	markGroups(root, env)
 	typeArgErrors(root)
+	hooks := env.afterBuild
+	env.afterBuild = nil
+	for _, f := range hooks {
+		f()
+	}
 	return root
 }
+
+// AfterBuild runs f once the program's whole tree is built, before
+// NewRoot returns: for text derived from the marks of every command (the
+// mcp command's lists), whatever order the commands were added in.
+func (e *Env) AfterBuild(f func()) { e.afterBuild = append(e.afterBuild, f) }
 
 // typeArgErrors makes cobra's argument checks return usage errors as typed
 // values, so the harness never recognises them by their text. A command

@@ -218,6 +218,9 @@ func markNote(f *pflag.Flag) string {
 	if HasMark(f, LocalFile) {
 		notes = append(notes, "opened by the program itself: never an MCP tool argument")
 	}
+	if HasMark(f, FileRef) {
+		notes = append(notes, "@FILE is opened by the program itself: never over MCP")
+	}
 	if HasMark(f, Floor) {
 		notes = append(notes, "under sandbox_lock the configured value is a floor")
 	}

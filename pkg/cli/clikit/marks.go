@@ -46,6 +46,10 @@ const (
 	// outside the sandbox with it: the MCP server refuses it as an argument,
 	// and agentsh refuses it as a request key when the call is sandboxed.
 	LocalFile Mark = "agentplane/local-file"
+	// FileRef: a value of the flag that starts with @ names a file the
+	// program reads itself (agentfs --edits @FILE), which is LocalFile's
+	// risk for that form alone: the MCP server refuses such a value.
+	FileRef Mark = "agentplane/file-ref"
 	// ServerOwned: the flag changes how a call reports rather than what it
 	// does, so the MCP server owns it: it sets it itself (agentsh --stream,
 	// for progress), or it has no meaning over MCP (follow modes never end;

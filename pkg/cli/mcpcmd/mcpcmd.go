@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,7 +45,9 @@ type Options struct {
 }
 
 // long is the help text of the mcp command, the man page's description;
-// {{settings}} stands for the server's settings (Long).
+// {{settings}} stands for the server's settings, {{server}} for the
+// arguments the server owns and {{files}} for those that name a local file
+// (Long).
 const long = `Serve this program's operations as Model Context Protocol tools over stdio
 (newline-delimited JSON-RPC on stdin and stdout), for MCP hosts such as editors and
 agent frameworks. agentsh mcp --all also serves agentjob's and agentfs's tools
@@ -72,11 +75,10 @@ Settings: {{settings}}, --state-dir and --config are the server's, given as flag
 here or through the environment and config file like the CLI's. They are
 passed to every call as flags and a tool call cannot set them: an argument
 naming one is refused with invalid_request. With --sandbox workspace-write and no --workspace, the workspace
-is the server's working directory, not a call's cwd. The stream, tee, exit_zero
-and follow arguments are the server's too. Arguments that name a local file the
-program would open itself, unconfined (stdin_file, save_output, content_file,
-patch_file, edits "@FILE"), are refused: they would read past --deny-read and
---root or write outside the sandbox; give the content inline.
+is the server's working directory, not a call's cwd. {{server}}
+Arguments that name a local file the program would open itself, unconfined
+({{files}}), are refused: they would read past --deny-read and --root or write
+outside the sandbox; give the content inline.
 
 A session keeps the sandbox it was started with: the server's sandbox applies to
 the sessions started through it, and a session handle from elsewhere in the same
@@ -180,9 +182,12 @@ func ServerFlags() []string {
 	return out
 }
 
-// Long is the help text of the mcp command, with the server's settings
-// as the groups that declare them name them.
-func Long() string {
+// Long is the help text of the mcp command of the program whose tree is
+// root: the server's settings as the groups that declare them name them,
+// and the arguments its tools refuse from the marks of their flags
+// (clikit.ServerOwned, clikit.LocalFile, clikit.FileRef). A nil root
+// (before the tree is built) leaves those two lists out.
+func Long(root *cobra.Command) string {
 	var groups []string
 	for i, g := range serverFlags() {
 		var names []string
@@ -194,10 +199,66 @@ func Long() string {
 		groups = append(groups, settingGroups()[i].name+" ("+strings.Join(names, ", ")+")")
 	}
 	text := strings.Replace(long, "{{settings}}", strings.Join(groups, ", "), 1)
-	// Refill the paragraph that now holds the list.
+	server, files := refusedArgs(root)
+	text = strings.Replace(text, "{{server}}", server, 1)
+	text = strings.Replace(text, "{{files}}", files, 1)
+	// Refill the paragraph that now holds the lists.
 	start := strings.Index(text, "Settings: ")
 	end := start + strings.Index(text[start:], "\n\n")
 	return text[:start] + fill(text[start:end], 84) + text[end:]
+}
+
+// refusedArgs words the arguments of root's tools that the server owns and
+// those that name a local file, from the marks on their flags.
+func refusedArgs(root *cobra.Command) (server, files string) {
+	if root == nil {
+		return "", "..."
+	}
+	keys := func(m clikit.Mark, suffix string) []string {
+		var out []string
+		for _, t := range clikit.Tools(root) {
+			// The command's own flags and its parents' persistent ones,
+			// read without InheritedFlags, which would merge them into
+			// the command (and change its usage line).
+			sets := []*pflag.FlagSet{t.Command.Flags()}
+			for c := t.Command; c != nil; c = c.Parent() {
+				sets = append(sets, c.PersistentFlags())
+			}
+			for _, fs := range sets {
+				fs.VisitAll(func(f *pflag.Flag) {
+					if k := clikit.ConfigKey(f.Name) + suffix; clikit.HasMark(f, m) && !slices.Contains(out, k) {
+						out = append(out, k)
+					}
+				})
+			}
+		}
+		return out
+	}
+	if owned := keys(clikit.ServerOwned, ""); len(owned) > 0 {
+		verb := "argument is"
+		if len(owned) > 1 {
+			verb = "arguments are"
+		}
+		server = "The " + andList(owned) + " " + verb + " the server's too."
+	}
+	local := append(keys(clikit.LocalFile, ""), keys(clikit.FileRef, ` "@FILE"`)...)
+	if len(local) == 0 {
+		local = []string{"none among this program's tools"}
+	}
+	files = strings.Join(local, ", ")
+	if root.Name() == "agentsh" {
+		// --all serves the other programs' tools, refused by their marks.
+		files += "; with --all also agentjob's and agentfs's, which their mcp pages name"
+	}
+	return server, files
+}
+
+// andList joins words as prose: "a", "a and b", "a, b and c".
+func andList(w []string) string {
+	if len(w) < 2 {
+		return strings.Join(w, "")
+	}
+	return strings.Join(w[:len(w)-1], ", ") + " and " + w[len(w)-1]
 }
 
 // fill wraps the words of s into lines of at most width columns.
@@ -228,7 +289,7 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve this program's operations as MCP tools over stdio",
-		Long:  Long(),
+		Long:  Long(nil),
 		Args:  cobra.NoArgs,
 		// stdout is the MCP connection: a server that cannot start says
 		// why on stderr.
@@ -256,6 +317,8 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		// and the subprocess resolves it as the CLI would.
 		f.StringArrayVar(vals, n, nil, "the server's --"+n+" for every call whose command has it")
 	}
+	// The lists of refused arguments come from every command's flags.
+	env.AfterBuild(func() { cmd.Long = Long(root) })
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		return serve(cmd, env, o, *stateDir)
 	})

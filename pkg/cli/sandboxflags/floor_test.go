@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // floorCall parses args as a call's flags with vars as the environment and
@@ -33,11 +34,13 @@ func floorCall(t *testing.T, vars map[string]string, args ...string) error {
 	return CheckFloor(cmd, env, &o)
 }
 
-// TestFloorRules attacks every flag marked clikit.Floor: under the lock a
-// looser value is refused with sandbox_locked and a stricter one passes;
-// without the lock the configured value is only a default. A flag marked
-// Floor without a case here (or without a rule in loosened) fails.
-func TestFloorRules(t *testing.T) {
+// TestFloorFlags: the flags marked clikit.Floor are the settings the
+// engine's floor has rules for (sandbox.FloorSettings; the rules
+// themselves are tested there), and each flag's configured value and call
+// value reach the engine: under the lock a looser value given as a flag is
+// refused with sandbox_locked and a stricter one passes; without the lock
+// the configured value is only a default.
+func TestFloorFlags(t *testing.T) {
 	cases := map[string]struct {
 		configured   string
 		loose, tight []string
@@ -64,6 +67,11 @@ func TestFloorRules(t *testing.T) {
 	slices.Sort(names)
 	if strings.Join(marked, " ") != strings.Join(names, " ") {
 		t.Fatalf("flags marked Floor %v, cases for %v", marked, names)
+	}
+	engine := sandbox.FloorSettings()
+	slices.Sort(engine)
+	if strings.Join(marked, " ") != strings.Join(engine, " ") {
+		t.Fatalf("flags marked Floor %v, floor settings of the engine %v", marked, engine)
 	}
 	for _, name := range marked {
 		c := cases[name]

@@ -1,6 +1,7 @@
 // Package sandboxflags is the sandbox as the CLIs take it: the sandbox and
-// limit flags, the policy they make, and the operator's floor under
-// sandbox_lock. agentsh (one-shot and sessions) and agentjob start share
+// limit flags, the policy they make, and the values of the operator's
+// floor under sandbox_lock (whose rules are the engine's, sandbox.Floor).
+// agentsh (one-shot and sessions) and agentjob start share
 // it, so a job is confined by the same flags, with the same meaning, as a
 // run.
 package sandboxflags
@@ -159,100 +160,71 @@ func absAll(cwd string, paths []string) []string {
 // when the configuration sets sandbox_lock = true (or AGENTPLANE_SANDBOX_LOCK=1).
 // Without the lock, configured values are only defaults, which a flag or
 // request may change either way. The settings the lock holds are the flags
-// marked clikit.Floor; each has its rule in loosened.
+// marked clikit.Floor; this maps their configured values and the call's to
+// sandbox.Settings, and the comparison is the engine's (sandbox.Floor).
 func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
 	lock, _ := env.Configured(cmd, "sandbox-lock")
 	if len(lock) == 0 || (lock[0] != "true" && lock[0] != "1") {
 		return nil
 	}
+	var f sandbox.Floor
 	for _, name := range clikit.MarkedOn(cmd.Flags(), clikit.Floor) {
 		v, ok := env.Configured(cmd, name)
 		if !ok {
 			continue
 		}
-		if err := o.loosened(name, v); err != nil {
+		if held, err := floorValue(&f.Settings, name, v); err != nil {
 			return err
+		} else if held {
+			f.Held = append(f.Held, name)
 		}
 	}
-	return nil
+	return f.Check(o.settings())
 }
 
-// loosened is the rule of the floor flag name: the error when o is looser
-// than the configured values v.
-func (o *Options) loosened(name string, v []string) error {
+// settings are the call's sandbox settings, as its flags gave them.
+func (o *Options) settings() sandbox.Settings {
+	return sandbox.Settings{Mode: o.Mode, Net: o.Net, AllowWrite: o.AllowWrite, AllowHost: o.AllowHost,
+		DenyRead: o.DenyRead, Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
+		FileSize: o.FileSize, Nofile: int64(o.Nofile)}
+}
+
+// floorValue sets the field of s that the floor flag name gives, from its
+// configured values v, and reports whether it holds anything (an
+// unparsable configured limit holds nothing: the same value as the flag's
+// default fails that flag's own parse). A marked flag without a field is
+// an internal error.
+func floorValue(s *sandbox.Settings, name string, v []string) (bool, error) {
+	first := ""
+	if len(v) > 0 {
+		first = v[0]
+	}
+	var err error
 	switch name {
-	case "sandbox":
-		rank := map[string]int{"none": 0, "workspace-write": 1, "read-only": 2}
-		if len(v) > 0 && rank[o.Mode] < rank[v[0]] {
-			return locked("sandbox", v[0], o.Mode)
-		}
-	case "net":
-		if len(v) > 0 && v[0] == "none" && o.Net != "none" {
-			return locked("net", "none", o.Net)
-		}
-		if len(v) > 0 && v[0] == "proxy" && o.Net == "host" && len(o.AllowHost) == 0 {
-			return locked("net", "proxy", "host")
-		}
-	case "memory", "cpu-time", "pids", "file-size", "nofile":
-		got := map[string]int64{"memory": o.Memory, "cpu-time": int64(o.CPUTime), "pids": int64(o.Pids), "file-size": o.FileSize, "nofile": int64(o.Nofile)}[name]
-		if len(v) == 0 {
-			return nil
-		}
-		floor, err := limitValue(name, v[0])
-		if err != nil || floor == 0 {
-			return nil
-		}
-		if got == 0 || got > floor {
-			return locked(name, v[0], "a looser value")
-		}
-	case "allow-write", "allow-host":
-		allowed := map[string]bool{}
-		for _, a := range v {
-			allowed[a] = true
-		}
-		got := o.AllowWrite
-		if name == "allow-host" {
-			got = o.AllowHost
-		}
-		for _, a := range got {
-			if !allowed[a] {
-				return locked(name, strings.Join(v, ","), a)
-			}
-		}
-	case "deny-read":
-		have := map[string]bool{}
-		for _, d := range o.DenyRead {
-			have[d] = true
-		}
-		for _, d := range v {
-			if !have[d] {
-				return locked("deny-read", d, "without it")
-			}
-		}
+	case sandbox.FloorSandbox:
+		s.Mode = first
+	case sandbox.FloorNet:
+		s.Net = first
+	case sandbox.FloorMemory:
+		s.Memory, err = clikit.ParseSize(first)
+	case sandbox.FloorFileSize:
+		s.FileSize, err = clikit.ParseSize(first)
+	case sandbox.FloorCPUTime:
+		s.CPUTime, err = clikit.ParseDuration(first)
+	case sandbox.FloorPids:
+		s.Pids, err = clikit.ParseSize(first)
+	case sandbox.FloorNofile:
+		s.Nofile, err = clikit.ParseSize(first)
+	case sandbox.FloorAllowWrite:
+		s.AllowWrite = v
+	case sandbox.FloorAllowHost:
+		s.AllowHost = v
+	case sandbox.FloorDenyRead:
+		s.DenyRead = v
 	default:
-		return result.Errorf(result.CodeInternal, "--%s is marked as a sandbox floor but has no floor rule", name)
+		return false, result.Errorf(result.CodeInternal, "--%s is marked as a sandbox floor but has no setting", name)
 	}
-	return nil
-}
-
-func limitValue(name, s string) (int64, error) {
-	switch name {
-	case "memory", "file-size":
-		return clikit.ParseSize(s)
-	case "cpu-time":
-		d, err := clikit.ParseDuration(s)
-		return int64(d), err
-	}
-	var v clikit.SizeValue
-	var n int64
-	v.N = &n
-	err := v.Set(s)
-	return n, err
-}
-
-func locked(flag, floor, got string) error {
-	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
-		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
+	return err == nil, nil
 }
 
 // AddLockFlag registers the hidden sandbox-lock setting so that it
