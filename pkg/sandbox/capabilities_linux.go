@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -280,31 +279,12 @@ func cgroupMounts() []mount {
 			continue
 		}
 		out = append(out, mount{
-			point:  unescapeMount(fields[4]),
+			point:  confine.UnescapeMountinfo(fields[4]),
 			fstype: fstype,
 			opts:   strings.Split(fields[sep+3], ","),
 		})
 	}
 	return out
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // ownCgroups maps each v1 controller to this process's cgroup path in it.

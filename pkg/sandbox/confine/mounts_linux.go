@@ -368,13 +368,14 @@ func parseCgroupMounts(table string) []cgroupMount {
 				opts = append(opts, o)
 			}
 		}
-		out = append(out, cgroupMount{point: unescapeMountinfo(f[4]), fstype: g[0], data: strings.Join(opts, ",")})
+		out = append(out, cgroupMount{point: UnescapeMountinfo(f[4]), fstype: g[0], data: strings.Join(opts, ",")})
 	}
 	return out
 }
 
-// unescapeMountinfo undoes the octal escapes of mountinfo (\040 for a space).
-func unescapeMountinfo(s string) string {
+// UnescapeMountinfo undoes the octal escapes of mountinfo (\040 for a
+// space); pkg/sandbox's probes read mountinfo with it too.
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}
