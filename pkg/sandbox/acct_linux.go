@@ -150,12 +150,5 @@ func acctLimitsHit(p Policy, path string) []string {
 			cpu = true
 		}
 	}
-	var hit []string
-	if cpu {
-		hit = append(hit, result.CodeCPULimit)
-	}
-	if fsize {
-		hit = append(hit, result.CodeFileSizeLimit)
-	}
-	return hit
+	return limitCodes(cpu, fsize)
 }

@@ -266,14 +266,7 @@ func deathsLimits(p Policy, deaths ...confine.Deaths) []string {
 			}
 		}
 	}
-	var hit []string
-	if cpu {
-		hit = append(hit, result.CodeCPULimit)
-	}
-	if fsize {
-		hit = append(hit, result.CodeFileSizeLimit)
-	}
-	return hit
+	return limitCodes(cpu, fsize)
 }
 
 // helperDeaths reads the limit deaths of the orphans the helper reaped.
@@ -646,4 +639,17 @@ func (p *Prepared) Wrap(exe, program string, argv, env []string) Wrapped {
 		w.SysProcAttr = &a
 	}
 	return w
+}
+
+// limitCodes names the CPU and file-size limits that were hit, in a
+// stable order.
+func limitCodes(cpu, fsize bool) []string {
+	var hit []string
+	if cpu {
+		hit = append(hit, result.CodeCPULimit)
+	}
+	if fsize {
+		hit = append(hit, result.CodeFileSizeLimit)
+	}
+	return hit
 }
