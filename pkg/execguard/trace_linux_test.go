@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -21,6 +23,9 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == Command {
 		os.Exit(Main(os.Args[2:]))
+	}
+	if len(os.Args) > 2 && (os.Args[1] == untracedCommand || os.Args[1] == untraced3Command) {
+		os.Exit(untracedChild(os.Args[1], os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -111,6 +116,16 @@ func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
 		"symlink":        `ln -s "$(command -v touch)" harmless && ./harmless MARK`,
 		"renamed copy":   `cp "$(command -v touch)" harmless && ./harmless MARK`,
 		"deep nesting":   `bash -c "sh -c 'echo MARK | env nice xargs touch'"`,
+	}
+	// The loader run as a program maps the program itself: no exec of it.
+	for _, l := range []string{"/lib64/ld-linux-x86-64.so.2"} {
+		if _, err := os.Stat(l); err == nil {
+			cases["ld.so direct"] = l + ` "$(command -v touch)" MARK`
+			cases["ld.so options"] = l + ` --inhibit-cache --argv0 ls "$(command -v touch)" MARK`
+			cases["ld.so renamed copy"] = `cp ` + l + ` runner && ./runner "$(command -v touch)" MARK`
+			cases["ld.so relative"] = `cp "$(command -v touch)" ./t && ` + l + ` ./t MARK`
+			break
+		}
 	}
 	for name, script := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -367,5 +382,71 @@ func TestGuardSeesChildrenLimitDeaths(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no SIGXFSZ death reported: %+v", rep.Deaths)
+	}
+}
+
+// The attack modes of the test binary: run ARGV in a child made with
+// CLONE_UNTRACED, which a tracer's fork and clone options cannot follow
+// (through clone, or through clone3, which Go uses for CLONE_NEWTIME).
+const (
+	untracedCommand  = "__untraced"
+	untraced3Command = "__untraced3"
+)
+
+func untracedChild(mode string, argv []string) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_UNTRACED}
+	if mode == untraced3Command {
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWTIME
+	}
+	err := cmd.Run()
+	var en syscall.Errno
+	switch {
+	case err == nil:
+		os.Stdout.WriteString(mode + ": ran\n")
+	case errors.As(err, &en):
+		os.Stdout.WriteString(mode + ": " + unix.ErrnoName(en) + "\n")
+	default:
+		os.Stdout.WriteString(mode + ": " + err.Error() + "\n")
+	}
+	return 0
+}
+
+// TestNoUntracedChild: no process of the traced tree can make a child the
+// guard does not trace (which could then exec a forbidden program unseen):
+// clone(CLONE_UNTRACED) is refused, clone3 (flags in memory) is ENOSYS. The
+// control shows the same child runs the program without the guard.
+func TestNoUntracedChild(t *testing.T) {
+	need(t, "touch")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := loadRules(t, rules)
+	modes := []string{untracedCommand}
+	if os.Geteuid() == 0 {
+		modes = append(modes, untraced3Command) // CLONE_NEWTIME needs privilege
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			rep, code, out := guarded(t, p, false, dir, self, mode, "touch", "MARK")
+			if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil {
+				t.Fatalf("the forbidden touch ran in an untraced child (exit %d): %s %+v", code, out, rep)
+			}
+			want := map[string]string{untracedCommand: "EPERM", untraced3Command: "ENOSYS"}[mode]
+			if !strings.Contains(out, mode+": "+want) {
+				t.Errorf("output %q, want %s: %s", out, mode, want)
+			}
+			ctl := exec.Command(self, mode, "touch", "MARK")
+			ctl.Dir = dir
+			if b, err := ctl.CombinedOutput(); err != nil || !strings.Contains(string(b), mode+": ran") {
+				t.Fatalf("control: %v %s", err, b)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "MARK")); err != nil {
+				t.Fatalf("control: the untraced child did not run: %v", err)
+			}
+		})
 	}
 }
