@@ -22,6 +22,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // Available reports whether runtime enforcement can work on this platform
@@ -175,6 +176,14 @@ type program struct {
 func (t *tracer) run(path string, argv []string) (syscall.WaitStatus, int) {
 	attr := &syscall.ProcAttr{Env: os.Environ(), Files: t.files,
 		Sys: &syscall.SysProcAttr{Ptrace: true}}
+	// On this (locked) thread, so that the command inherits it: no
+	// process of the tree can make a child the guard does not trace.
+	if err := confine.LoadGuardFilter(); err != nil {
+		if t.session != nil {
+			t.session.ack.Close()
+		}
+		return 0, t.unavailable("cannot load the guard's seccomp filter (clone without tracing): %v", err)
+	}
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		if t.session != nil {
@@ -379,8 +388,21 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	if name := t.identify(pid); name != "" && name != filepath.Base(argv[0]) {
 		names = append(names, name)
 	}
+	alts := [][]string{}
 	for _, n := range names {
-		alt := append([]string{n}, argv[1:]...)
+		alts = append(alts, append([]string{n}, argv[1:]...))
+	}
+	if policy.IsLoader(exe) || t.identify(pid) == loaderName {
+		// ld.so PROGRAM runs PROGRAM without an exec: decide it here,
+		// under its name and as the rules' program its file is.
+		if prog := policy.LoaderProgram(argv); prog != nil {
+			alts = append(alts, prog)
+			if name := t.identifyPath(pid, prog[0]); name != "" && name != loaderName {
+				alts = append(alts, append([]string{name}, prog[1:]...))
+			}
+		}
+	}
+	for _, alt := range alts {
 		if d2 := pol.DecideExec(alt); policy.Stricter(d2.Decision, d.Decision) {
 			d = d2
 			d.Argv = argv
@@ -486,16 +508,50 @@ func (t *tracer) learnPrograms() {
 			t.bySize[st.Size] = append(t.bySize[st.Size], program{name: name, path: p})
 		}
 	}
+	if len(t.byFile) == 0 {
+		return
+	}
+	// The dynamic loader, so that a copy of it under another name is
+	// still taken for the loader whose argument is the program it runs.
+	for _, p := range loaderPaths {
+		var st unix.Stat_t
+		if unix.Stat(p, &st) != nil {
+			continue
+		}
+		if _, dup := t.byFile[fileID{uint64(st.Dev), st.Ino}]; dup {
+			continue
+		}
+		t.byFile[fileID{uint64(st.Dev), st.Ino}] = loaderName
+		t.bySize[st.Size] = append(t.bySize[st.Size], program{name: loaderName, path: p})
+	}
 }
+
+// loaderName stands for the dynamic loader among the programs identify
+// knows; loaderPaths are where the loaders of the architectures live.
+const loaderName = "ld.so"
+
+var loaderPaths = []string{"/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-musl-x86_64.so.1", "/lib/ld-musl-aarch64.so.1"}
 
 // identify names the program whose file pid executes, when it is one the
 // rules name under another name: a hard link, or a byte-for-byte copy.
 func (t *tracer) identify(pid int) string {
+	return t.identifyFile("/proc/" + strconv.Itoa(pid) + "/exe")
+}
+
+// identifyPath names the program of path as process pid would open it
+// (a relative path from its working directory).
+func (t *tracer) identifyPath(pid int, path string) string {
+	if !filepath.IsAbs(path) {
+		path = filepath.Join("/proc", strconv.Itoa(pid), "cwd", path)
+	}
+	return t.identifyFile(path)
+}
+
+func (t *tracer) identifyFile(exe string) string {
 	if len(t.byFile) == 0 {
 		return ""
 	}
 	var st unix.Stat_t
-	exe := "/proc/" + strconv.Itoa(pid) + "/exe"
 	if unix.Stat(exe, &st) != nil {
 		return ""
 	}

@@ -118,7 +118,7 @@ func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
 		"deep nesting":   `bash -c "sh -c 'echo MARK | env nice xargs touch'"`,
 	}
 	// The loader run as a program maps the program itself: no exec of it.
-	for _, l := range []string{"/lib64/ld-linux-x86-64.so.2"} {
+	for _, l := range loaderPaths {
 		if _, err := os.Stat(l); err == nil {
 			cases["ld.so direct"] = l + ` "$(command -v touch)" MARK`
 			cases["ld.so options"] = l + ` --inhibit-cache --argv0 ls "$(command -v touch)" MARK`

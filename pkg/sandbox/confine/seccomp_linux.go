@@ -110,10 +110,13 @@ const (
 
 func retErrno(e unix.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e)&unix.SECCOMP_RET_DATA }
 
-// buildFilter assembles the program. Each rule is a block entered when
-// the syscall number matches; a block ends by returning its errno or
+// buildFilter assembles the sandbox's program.
+func buildFilter() []unix.SockFilter { return buildFilterOf(filterRules()) }
+
+// buildFilterOf assembles a program of rules. Each rule is a block entered
+// when the syscall number matches; a block ends by returning its errno or
 // allowing the call.
-func buildFilter() []unix.SockFilter {
+func buildFilterOf(rules []syscallRule) []unix.SockFilter {
 	p := &bpfProg{}
 	p.stmt(ldAbs, offArch)
 	p.jump(jeqK, auditArch, 1, 0)
@@ -123,7 +126,7 @@ func buildFilter() []unix.SockFilter {
 		p.jump(jgeK, x32Bit, 0, 1)
 		p.stmt(retK, retErrno(unix.ENOSYS))
 	}
-	for _, r := range filterRules() {
+	for _, r := range rules {
 		block := ruleBlock(r)
 		// if nr != r.nr skip the block
 		p.jump(jeqK, r.nr, 0, uint8(len(block)))
@@ -172,8 +175,9 @@ func ruleBlock(r syscallRule) []unix.SockFilter {
 // loadFilter installs the filter on the calling thread (no TSYNC: the
 // helper's other threads stay as they are; the target inherits it from
 // the thread that starts it). no_new_privs must be set already.
-func loadFilter() error {
-	ins := buildFilter()
+func loadFilter() error { return loadProgram(buildFilter()) }
+
+func loadProgram(ins []unix.SockFilter) error {
 	if len(ins) > 255 {
 		// Jump offsets are 8 bits; the program is far below that, but a
 		// rule table that grows past it must not silently mis-jump.
