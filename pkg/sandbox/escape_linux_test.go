@@ -104,6 +104,31 @@ func attack(args []string) int {
 		id, _ := strconv.Atoi(args[1])
 		_, err := unix.SysvShmAttach(id, 0, unix.SHM_RDONLY)
 		res("shm", err)
+	case "helper": // reach PID 1, the helper (outside the command's filters, root's capabilities on its other threads)
+		pidfd, err := unix.PidfdOpen(1, 0)
+		if err != nil {
+			res("pidfd_open", err)
+		} else {
+			getfd := error(unix.EBADF)
+			for fd := 3; fd < 64; fd++ {
+				nfd, err := unix.PidfdGetfd(pidfd, fd, 0)
+				if err == nil {
+					unix.Close(nfd)
+					getfd = nil
+					break
+				}
+				if !errors.Is(err, unix.EBADF) {
+					getfd = err
+				}
+			}
+			res("getfd", getfd)
+		}
+		fd, err := unix.Open("/proc/1/mem", unix.O_RDWR, 0)
+		if err == nil {
+			unix.Close(fd)
+		}
+		res("mem", err)
+		res("seize", unix.PtraceSeize(1))
 	default:
 		fmt.Println("unknown attack", args[0])
 		return 2
@@ -664,5 +689,35 @@ func TestSignals(t *testing.T) {
 	}
 	if got.String() != string(plain) {
 		t.Errorf("dispositions in the sandbox:\n%s\nwant, as without it:\n%s", got.String(), plain)
+	}
+}
+
+// The helper is PID 1 of the command's namespaces, the one process there
+// outside its filters and Landlock domain (the gate's threads) with root's
+// capabilities: the command can neither take its descriptors (the status
+// file, the gate's seccomp listener) nor trace it or write its memory, in
+// every kind of run.
+func TestEscapeHelperProcess(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	for name, p := range map[string]Policy{
+		"net-none":        {Net: NetNone},
+		"net-proxy":       {Net: NetProxy, AllowHosts: []string{"127.0.0.1:1"}},
+		"limit-only":      {Pids: 64},
+		"workspace-write": {Mode: ModeWorkspaceWrite, Workspace: ws},
+		"read-only":       {Mode: ModeReadOnly, Net: NetNone},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, _ := sandboxed(t, p, ws, self(t), attackCommand, "helper")
+			o := out(res)
+			for _, w := range []string{"getfd: ok", "mem: ok", "seize: ok"} {
+				if strings.Contains(o, w) {
+					t.Errorf("the command reached the helper (%s): %s %s", w, o, text(res.Stderr))
+				}
+			}
+			if !strings.Contains(o, "seize: ") {
+				t.Errorf("the attack did not run: %s %s", o, text(res.Stderr))
+			}
+		})
 	}
 }
