@@ -450,3 +450,20 @@ func TestNoUntracedChild(t *testing.T) {
 		})
 	}
 }
+
+// TestModifiedCopyOfAForbiddenProgram is the attack the guard cannot stop:
+// a copy of a forbidden program with one byte appended (a file, or a memfd
+// run by fexecve) is neither the program's inode nor its content, and the
+// rules decide programs by name. Open: identity by file cannot name it;
+// what such a copy does is the sandbox's to contain (README, "What neither
+// layer sees").
+func TestModifiedCopyOfAForbiddenProgram(t *testing.T) {
+	t.Skip("open defect: a modified copy of a forbidden program (one byte appended) is not identified as that program")
+	need(t, "bash", "touch")
+	dir := t.TempDir()
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, "bash", "-c",
+		`cp "$(command -v touch)" harmless && printf '\0' >> harmless && ./harmless MARK`)
+	if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil || rep.Killed == nil {
+		t.Fatalf("the modified copy ran (exit %d): %s", code, out)
+	}
+}

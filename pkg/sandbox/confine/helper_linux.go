@@ -17,6 +17,15 @@ import (
 
 func (h *helper) run(argv []string) int {
 	sp := h.sp
+	// The command runs as the helper's uid with a subset of its
+	// capabilities, which the kernel takes as leave to trace it, take its
+	// descriptors (pidfd_getfd: the gate's listener, the status file) and
+	// write its memory; the helper's other threads keep what the command
+	// gave up. Not dumpable, it needs CAP_SYS_PTRACE, which the command
+	// never has. (execve makes the command's own image dumpable again.)
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot make the helper undumpable: %v", err)
+	}
 	for _, dir := range sp.Cgroups {
 		// "0" is this process; everything it starts stays inside.
 		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0); err != nil {
