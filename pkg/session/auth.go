@@ -85,6 +85,11 @@ type peerIdentity struct {
 	MountNS    string
 	NetNS      string
 	NoNewPrivs bool
+	// Guard is the pid of the runtime policy guard that traces the
+	// process ("" when none does): a call under a runtime policy may drive
+	// only a session its own guard traces, or the session's shell would
+	// run what the policy forbids outside the traced tree.
+	Guard string
 }
 
 // refuses says why peer may not drive a session served by self, or "".
@@ -100,6 +105,8 @@ func (self peerIdentity) refuses(peer peerIdentity) string {
 		return "it runs in another network namespace"
 	case peer.NoNewPrivs && !self.NoNewPrivs:
 		return "it runs with no_new_privs (inside a sandbox)"
+	case peer.Guard != "" && peer.Guard != self.Guard:
+		return "it runs under a runtime command policy whose guard does not trace this session"
 	}
 	return ""
 }

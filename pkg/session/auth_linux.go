@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/pkg/execguard"
 )
 
 const noFollow = unix.O_NOFOLLOW
@@ -51,6 +53,10 @@ func identityOf(pid int) (peerIdentity, error) {
 			}
 		case "NoNewPrivs":
 			id.NoNewPrivs = fields[0] == "1"
+		case "TracerPid":
+			if fields[0] != "0" && isGuard(fields[0]) {
+				id.Guard = fields[0]
+			}
 		}
 	}
 	if id.UID < 0 {
@@ -103,4 +109,16 @@ func peerOf(c *net.UnixConn) (peerIdentity, error) {
 		id.UID = int(cred.Uid)
 	}
 	return id, nil
+}
+
+// isGuard reports whether pid is a runtime policy guard (execguard's
+// hidden command). A traced process cannot change its tracer, so the
+// command cannot make this false.
+func isGuard(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		return true // a tracer that hides its command line is not trusted to be none
+	}
+	args := strings.Split(string(b), "\x00")
+	return len(args) > 1 && args[1] == execguard.Command
 }
