@@ -647,3 +647,48 @@ func TestGroupKillSparesRecycledPID(t *testing.T) {
 		t.Fatalf("the stranger with pid %d is gone: %v", leader, err)
 	}
 }
+
+// TestContainmentLeavesGuardCgroupAsRoot: an unsandboxed root command moves
+// a descendant out of the guard's cgroup (root may write any cgroup.procs),
+// clears its environment and leaves the session: after a SIGKILL of agentsh
+// nothing finds it (no subreaper above it is left, cgroup.kill misses it,
+// the token and the session are gone). Open: the cgroup mode needs a keeper
+// (a subreaper parent of the command) as the environ mode has; --sandbox
+// holds the tree in a PID namespace instead.
+func TestContainmentLeavesGuardCgroupAsRoot(t *testing.T) {
+	t.Skip("open defect: as root without --sandbox a descendant that leaves the guard's cgroup, its session and the token outlives a SIGKILLed agentsh")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	script := `p=$1
+env -i /bin/sh -c 'for f in /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs; do [ -w $f ] && echo $$ > $f && break; done; echo $$ >> "$1"; exec setsid sleep 7301' sh "$p" &
+while [ ! -s $p ]; do sleep 0.01; done
+echo ready >> $p
+wait`
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	alive := func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	}
+	ids := awaitReady(t, pidfile, alive)
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
