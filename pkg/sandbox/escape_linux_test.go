@@ -708,7 +708,7 @@ func TestEscapeHelperProcess(t *testing.T) {
 		"read-only":       {Mode: ModeReadOnly, Net: NetNone},
 	} {
 		t.Run(name, func(t *testing.T) {
-			res, _ := sandboxed(t, p, ws, self(t), attackCommand, "helper")
+			res, prep := sandboxed(t, p, ws, self(t), attackCommand, "helper")
 			o := out(res)
 			for _, w := range []string{"getfd: ok", "mem: ok", "seize: ok"} {
 				if strings.Contains(o, w) {
@@ -716,7 +716,7 @@ func TestEscapeHelperProcess(t *testing.T) {
 				}
 			}
 			if !strings.Contains(o, "seize: ") {
-				t.Errorf("the attack did not run: %s %s", o, text(res.Stderr))
+				t.Errorf("the attack did not run (exit %d, %v): %s %s", res.ExitCode, prep.Failure(), o, text(res.Stderr))
 			}
 		})
 	}
