@@ -338,6 +338,9 @@ func TestPeerRefusal(t *testing.T) {
 		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "x", NetNS: "n"}, false},
 		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "x"}, false},
 		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "n", NoNewPrivs: true}, false},
+		// A caller under a runtime policy's guard drives only a session
+		// that guard traces.
+		{peerIdentity{UID: 1000, UserNS: "u", MountNS: "m", NetNS: "n", Guard: "42"}, false},
 	}
 	for i, c := range cases {
 		if got := self.refuses(c.peer) == ""; got != c.ok {
@@ -348,6 +351,14 @@ func TestPeerRefusal(t *testing.T) {
 	nnp.NoNewPrivs = true
 	if nnp.refuses(nnp) != "" {
 		t.Error("a server with no_new_privs must admit callers like itself")
+	}
+	traced := self
+	traced.Guard = "42"
+	if traced.refuses(traced) != "" {
+		t.Error("a session its guard traces must admit that guard's callers")
+	}
+	if traced.refuses(self) != "" {
+		t.Error("an untraced caller must be admitted by a traced session")
 	}
 }
 
