@@ -84,7 +84,11 @@ func TestChildLimitsWithoutAccounting(t *testing.T) {
 	if got := prep.Report["limits_of_children"]; got != childrenOrphans {
 		t.Fatalf("limits_of_children %v, want %s", got, childrenOrphans)
 	}
+	files, started, err := prep.Launch()
+	must(t, err)
+	t.Cleanup(started)
 	res, err := run.Run(context.Background(), run.Request{
+		ExtraFiles: files,
 		Argv: prep.Argv([]string{"sh", "-c", `
 sh -c 'sh -c "while kill -0 $$ 2>/dev/null; do sleep 0.01; done; exec head -c 5000 /dev/zero > big" & echo $! > pid; exit 0'
 while kill -0 "$(cat pid)" 2>/dev/null; do sleep 0.02; done

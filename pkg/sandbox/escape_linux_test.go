@@ -405,6 +405,7 @@ func TestEscapeOutliveRunner(t *testing.T) {
 	t.Cleanup(prep.Cleanup)
 	cmd := exec.Command(self(t))
 	cmd.Args = prep.Argv([]string{"sh", "-c", "setsid sh -c 'sleep 600 & sleep 600' & (sleep 600 &) ; echo started; exec sleep 600"})
+	launch(t, prep, cmd)
 	cmd.Env = append(os.Environ(), prep.Env...)
 	cmd.Dir = ws
 	cmd.SysProcAttr = prep.SysProcAttr
@@ -534,6 +535,7 @@ func TestHelperProgram(t *testing.T) {
 	cmd := exec.Command(prep.Path)
 	cmd.Args = prep.Argv([]string{"sh", "-c", "echo x > " + outside + "/f 2>/dev/null || echo denied; echo in > inside && echo wrote; kill -TERM $$"})
 	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	launch(t, prep, cmd)
 	b, _ := cmd.Output()
 	if string(b) != "denied\nwrote\n" {
 		t.Fatalf("output %q", b)
@@ -547,13 +549,40 @@ func TestHelperProgram(t *testing.T) {
 	}
 }
 
+// The command cannot read its own policy's layout (the covered paths, the
+// status file, the private directory) from the helper, PID 1 of its
+// namespace: the spec comes on a pipe the helper closed before the
+// command started, and argv names only the descriptor.
+func TestEscapeReadOwnSpec(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	res, prep := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone, DenyRead: []string{"/etc/hostname"}}, ws,
+		"sh", "-c", `tr '\0' ' ' < /proc/1/cmdline; echo; ls /proc/1/fd`)
+	got := out(res)
+	lines := strings.SplitN(got, "\n", 2)
+	if len(lines) < 2 || !strings.HasSuffix(lines[0], " "+HelperCommand+" 3 -- sh -c tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc/1/fd ") {
+		t.Fatalf("PID 1's argv %q", got)
+	}
+	base := filepath.Dir(prep.TempDir)
+	for _, secret := range []string{base, filepath.Base(base), "/etc/hostname", "status", "deny"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("PID 1 shows %q: %q", secret, got)
+		}
+	}
+}
+
 // A helper from another build refuses a spec it does not know rather than
 // enforcing less than was asked.
 func TestHelperRefusesOtherVersion(t *testing.T) {
 	status := filepath.Join(t.TempDir(), "status")
-	enc := base64RawURL(`{"v":1,"status":"` + status + `","uid":-1,"gid":-1}`)
-	cmd := exec.Command(self(t), HelperCommand, enc, "--", "true")
-	err := cmd.Run()
+	r, w, err := os.Pipe()
+	must(t, err)
+	_, _ = w.WriteString(`{"v":1,"status":"` + status + `","uid":-1,"gid":-1}`)
+	w.Close()
+	cmd := exec.Command(self(t), HelperCommand, "3", "--", "true")
+	cmd.ExtraFiles = []*os.File{r}
+	err = cmd.Run()
+	r.Close()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != confine.ExitSetupFailed {
 		t.Fatalf("run: %v", err)
@@ -582,6 +611,7 @@ func TestEscapeOtherRunsCgroups(t *testing.T) {
 	t.Cleanup(vprep.Cleanup)
 	victim := exec.Command(self(t))
 	victim.Args = vprep.Argv([]string{"sleep", "600"})
+	launch(t, vprep, victim)
 	victim.Env = append(os.Environ(), vprep.Env...)
 	victim.Dir = ws
 	victim.SysProcAttr = vprep.SysProcAttr
@@ -658,6 +688,7 @@ func TestSignals(t *testing.T) {
 	argv := prep.Argv([]string{"sh", "-c", script})
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir, cmd.SysProcAttr = append(os.Environ(), prep.Env...), ws, prep.SysProcAttr
+	launch(t, prep, cmd)
 	stdin, err := cmd.StdinPipe()
 	must(t, err)
 	stdout, err := cmd.StdoutPipe()

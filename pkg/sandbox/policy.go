@@ -45,13 +45,13 @@
 package sandbox
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -97,8 +97,6 @@ type (
 )
 
 const specVersion = confine.SpecVersion
-
-func decodeSpec(arg string) (spec, error) { return confine.DecodeSpec(arg) }
 
 // Policy is what the caller asks for. The zero value asks for nothing.
 type Policy struct {
@@ -195,6 +193,7 @@ type Prepared struct {
 	// connection the network allowlist refused (for the audit log).
 	OnDeny func(netproxy.Denial)
 
+	spec       *spec // the helper's, without KeepFDs and Control (nil: no helper)
 	exitStatus func(exitCode int, signal string) (int, string)
 	limitsHit  func() []string
 	net        *netProxy // with --net proxy
@@ -278,19 +277,58 @@ func helperDeaths(status string) confine.Deaths {
 }
 
 // Launch is called before each start of the command (a job's restart is a
-// new start): the files it returns must be the command's extra files right
-// after the control socket (fd 3 on, or fd 4 on with Control) and before
-// the KeepFDs ones; started must be called once the start returned,
-// whether it succeeded or not. Without --net proxy it returns no files and
-// a started that does nothing.
+// new start), after KeepFDs and Control are set: the files it returns must
+// be the command's extra files right after the control socket (fd 3 on,
+// or fd 4 on with Control) and before the KeepFDs ones. The first is the
+// pipe the helper reads its spec from (confine.SpecFD), then, with --net
+// proxy, the proxy's handover socket. started must be called once the
+// start returned, whether it succeeded or not. Without a sandbox it
+// returns no files and a started that does nothing.
 func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
-	if p.net == nil {
+	if p.spec == nil {
 		return nil, func() {}, nil
+	}
+	r, err := p.sendSpec()
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	closeSpec := func() { once.Do(func() { r.Close() }) }
+	if p.net == nil {
+		return []*os.File{r}, closeSpec, nil
 	}
 	if p.OnDeny != nil {
 		p.net.proxy.SetOnDeny(p.OnDeny)
 	}
-	return p.net.launch()
+	files, netStarted, err := p.net.launch()
+	if err != nil {
+		closeSpec()
+		return nil, nil, err
+	}
+	return append([]*os.File{r}, files...), func() { closeSpec(); netStarted() }, nil
+}
+
+// sendSpec returns the read end of a pipe holding the helper's spec for
+// one start. The write end is this process's only (close-on-exec), written
+// and closed by a goroutine, so that the helper reads to end-of-file; it
+// ends early, with EPIPE, when every read end is closed unread (a start
+// that failed: started closes ours).
+func (p *Prepared) sendSpec() (*os.File, error) {
+	s := *p.spec
+	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
+	enc, err := json.Marshal(s)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox spec's pipe: %v", err).Wrap(err)
+	}
+	go func() {
+		_, _ = w.Write(enc)
+		w.Close()
+	}()
+	return r, nil
 }
 
 // Network reports the allowlist and its refusals so far, with --net
@@ -593,20 +631,16 @@ func exitStatus(status string, exitCode int, signal string) (int, string) {
 	return 128 + e.Signal, proctree.SignalName(syscall.Signal(e.Signal))
 }
 
-// helperArgv is the runner's half of the argv protocol: the function that
-// wraps a command's argv in the helper invocation carrying sp.
-func helperArgv(self string, sp spec) (func([]string) []string, error) {
-	sp.V = specVersion
-	enc, err := json.Marshal(sp)
-	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
-	}
-	arg := base64.RawURLEncoding.EncodeToString(enc)
-	return func(argv []string) []string {
+// useHelper makes p start the helper self with spec sp: Argv wraps a
+// command's argv in the helper's invocation, which names only the spec's
+// descriptor; Launch writes the spec on it.
+func (p *Prepared) useHelper(self string, sp spec) {
+	p.spec = &sp
+	p.Argv = func(argv []string) []string {
 		out := make([]string, 0, len(argv)+4)
-		out = append(out, self, HelperCommand, arg, "--")
+		out = append(out, self, HelperCommand, strconv.Itoa(confine.SpecFD(p.Control)), "--")
 		return append(out, argv...)
-	}, nil
+	}
 }
 
 // Wrapped is a command to start through the sandbox helper.

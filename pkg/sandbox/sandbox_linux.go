@@ -3,9 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"os"
@@ -314,14 +312,7 @@ func (b *builder) build() (*Prepared, error) {
 			return hit
 		},
 	}
-	prep.Argv = func(argv []string) []string {
-		s := sp
-		s.V, s.KeepFDs, s.Control = specVersion, prep.KeepFDs, prep.Control
-		enc, _ := json.Marshal(s)
-		out := make([]string, 0, len(argv)+4)
-		out = append(out, self, HelperCommand, base64.RawURLEncoding.EncodeToString(enc), "--")
-		return append(out, argv...)
-	}
+	prep.useHelper(self, sp)
 	return prep, nil
 }
 

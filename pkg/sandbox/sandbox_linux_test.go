@@ -102,6 +102,18 @@ func requireLandlock(t testing.TB) {
 	}
 }
 
+// launch gives cmd the helper's descriptors for one start
+// (Prepared.Launch).
+func launch(t *testing.T, prep *Prepared, cmd *exec.Cmd) {
+	t.Helper()
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(started)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, files...)
+}
+
 // sandboxed prepares p and runs argv with pkg/run in dir.
 func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result, *Prepared) {
 	t.Helper()
@@ -476,10 +488,15 @@ func TestHelperFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(prep.Cleanup)
+		files, started, err := prep.Launch()
+		if err != nil {
+			t.Fatal(err)
+		}
 		res, err := run.Run(context.Background(), run.Request{
 			Argv: prep.Argv([]string{"no-such-command-xyz"}), Env: append(os.Environ(), prep.Env...),
-			Timeout: 30 * time.Second, SysProcAttr: prep.SysProcAttr,
+			Timeout: 30 * time.Second, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
 		})
+		started()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -648,7 +665,14 @@ func runTrue(p Policy, self string) error {
 	cmd := exec.Command(prep.Argv([]string{"true"})[0], prep.Argv([]string{"true"})[1:]...)
 	cmd.Env = append(os.Environ(), prep.Env...)
 	cmd.SysProcAttr = prep.SysProcAttr
-	if err := cmd.Run(); err != nil {
+	files, started, err := prep.Launch()
+	if err != nil {
+		return err
+	}
+	cmd.ExtraFiles = files
+	err = cmd.Run()
+	started()
+	if err != nil {
 		if f := prep.Failure(); f != nil {
 			return f
 		}

@@ -337,13 +337,8 @@ func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
 	}
 	sp.Rlimits = processRlimits(p, report)
 
-	argv, err := helperArgv(self, sp)
-	if err != nil {
-		return nil, err
-	}
 	policy := p
-	return &Prepared{
-		Argv:    argv,
+	prep := &Prepared{
 		Env:     []string{"TMPDIR=" + realTmp, "TMP=" + realTmp, "TEMP=" + realTmp},
 		Report:  report,
 		TempDir: realTmp,
@@ -354,7 +349,9 @@ func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
 			return rlimitHit(policy, signalOf(exitCode, signal))
 		},
 		Failure: func() error { return readFailure(status) },
-	}, nil
+	}
+	prep.useHelper(self, sp)
+	return prep, nil
 }
 
 // seatbeltFor turns p into the Seatbelt policy and records it in report.

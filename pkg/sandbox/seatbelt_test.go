@@ -3,6 +3,7 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // These tests run on every platform: they read the generated Seatbelt
@@ -644,13 +646,10 @@ func TestBuildSeatbelt(t *testing.T) {
 		t.Fatal(err)
 	}
 	argv := prep.Argv([]string{"make", "test"})
-	if len(argv) != 6 || argv[0] != "/opt/bin/agentsh" || argv[1] != HelperCommand || argv[3] != "--" || argv[4] != "make" || argv[5] != "test" {
+	if len(argv) != 6 || argv[0] != "/opt/bin/agentsh" || argv[1] != HelperCommand || argv[2] != "3" || argv[3] != "--" || argv[4] != "make" || argv[5] != "test" {
 		t.Fatalf("argv %q", argv)
 	}
-	sp, err := decodeSpec(argv[2])
-	if err != nil {
-		t.Fatal(err)
-	}
+	sp := launchedSpec(t, prep)
 	if !strings.HasPrefix(sp.Status, base+"/") || len(sp.Rlimits) != 3 || sp.UID != -1 {
 		t.Fatalf("spec %+v", sp)
 	}
@@ -706,8 +705,31 @@ func TestBuildSeatbelt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, _ = decodeSpec(prep.Argv([]string{"x"})[2])
+	sp = launchedSpec(t, prep)
 	if len(sp.Seatbelt) != 0 || len(sp.Rlimits) != 1 || prep.Report["filesystem"] != "host" {
 		t.Fatalf("limits alone: spec %+v report %v", sp, prep.Report)
 	}
+}
+
+// launchedSpec is the spec Launch hands the helper, on the pipe that is
+// its first file.
+func launchedSpec(t *testing.T, prep *Prepared) spec {
+	t.Helper()
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer started()
+	if len(files) == 0 {
+		t.Fatal("Launch returned no spec pipe")
+	}
+	data, err := io.ReadAll(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := confine.ParseSpec(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sp
 }

@@ -2,11 +2,15 @@ package sandbox
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -47,33 +51,15 @@ func tempAreas(parent string) (string, []string, error) {
 			continue // /tmp not writable: no --user run can live there either
 		}
 		areas = append(areas, mine)
-		// A listing without a sort or a stat per entry: the temp dir
-		// of a long-lived machine holds thousands of entries, and this
-		// runs on every sandboxed call. (scanDir follows no symlink: a
-		// TMPDIR below one is listed where it resolves to.)
+		// (scanDir follows no symlink: a TMPDIR below one is listed
+		// where it resolves to.)
 		list := p
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			list = real
 		}
-		_ = scanDir(list, func(name []byte, typ byte) {
-			if !bytes.HasPrefix(name, []byte(areaPrefix)) || typ != unix.DT_DIR && typ != unix.DT_UNKNOWN {
-				return
-			}
-			id := string(name[len(areaPrefix):])
-			if id == uid {
-				return
-			}
-			if _, err := strconv.Atoi(id); err != nil {
-				return
-			}
-			path := filepath.Join(p, string(name))
-			if typ == unix.DT_UNKNOWN {
-				if st, err := os.Lstat(path); err != nil || !st.IsDir() {
-					return
-				}
-			}
-			areas = append(areas, path)
-		})
+		for _, name := range otherAreas(list, mine, uid) {
+			areas = append(areas, filepath.Join(p, name))
+		}
 	}
 	// Resolved (a TMPDIR below a symlink), so that the private directory
 	// made in own and the covers agree on every path.
@@ -86,6 +72,125 @@ func tempAreas(parent string) (string, []string, error) {
 		own = real
 	}
 	return own, areas, nil
+}
+
+// The temp dir of a long-lived machine holds thousands of entries, and
+// its listing (about a millisecond of CPU for 1,500) would run on every
+// sandboxed call. It is kept in the caller's own area (areaCache, which
+// the covers hide from every command) with the directory's device, inode
+// and modification time, and reused while they are unchanged: adding,
+// removing or renaming an entry sets the time, and only root can set it
+// back. A listing is kept only when the directory was last changed more
+// than areaCacheMargin before it started, so that a change in the same
+// tick of the filesystem's clock as the one before cannot leave the time
+// as it was.
+const (
+	areaCache       = "areas"
+	areaCacheMargin = 2 * time.Second
+)
+
+// otherAreas returns the names of the other uids' areas in dir, whose own
+// area (the cache's home) is mine.
+func otherAreas(dir, mine, uid string) []string {
+	var st unix.Stat_t
+	statErr := unix.Stat(dir, &st)
+	cache := filepath.Join(mine, areaCache)
+	key := fmt.Sprintf("%d %d %d %d", st.Dev, st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
+	if statErr == nil {
+		if names, ok := readAreaCache(cache, key); ok {
+			return names
+		}
+	}
+	listed := time.Now()
+	names := listAreas(dir, uid)
+	if statErr == nil && listed.Sub(time.Unix(st.Mtim.Unix())) > areaCacheMargin {
+		writeAreaCache(cache, key, names)
+	}
+	return names
+}
+
+// listAreas lists dir for other uids' areas: without a sort or a stat per
+// entry.
+func listAreas(dir, uid string) []string {
+	names := []string{}
+	_ = scanDir(dir, func(name []byte, typ byte) {
+		if !bytes.HasPrefix(name, []byte(areaPrefix)) || typ != unix.DT_DIR && typ != unix.DT_UNKNOWN {
+			return
+		}
+		id := string(name[len(areaPrefix):])
+		if id == uid {
+			return
+		}
+		if _, err := strconv.Atoi(id); err != nil {
+			return
+		}
+		if typ == unix.DT_UNKNOWN {
+			if st, err := os.Lstat(filepath.Join(dir, string(name))); err != nil || !st.IsDir() {
+				return
+			}
+		}
+		names = append(names, string(name))
+	})
+	return names
+}
+
+// The cache file is the key line, one name a line, and "end": a file cut
+// short is no answer. Concurrent runs share it under flock, written in
+// place (a rename would free the old file's block, which a filesystem
+// mounted with discard waits for).
+
+func readAreaCache(path, key string) ([]string, bool) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, unix.LOCK_SH) != nil {
+		return nil, false
+	}
+	buf := make([]byte, 4096)
+	var data []byte
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, false
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+	}
+	lines := strings.Split(string(data), "\n")
+	if len(lines) < 3 || lines[0] != key || lines[len(lines)-1] != "" || lines[len(lines)-2] != "end" {
+		return nil, false
+	}
+	names := lines[1 : len(lines)-2]
+	for _, n := range names {
+		if !strings.HasPrefix(n, areaPrefix) || strings.Contains(n, "/") {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+func writeAreaCache(path, key string, names []string) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, unix.LOCK_EX) != nil {
+		return
+	}
+	data := []byte(key + "\n" + strings.Join(append(names, "end"), "\n") + "\n")
+	if n, err := unix.Pwrite(fd, data, 0); err != nil || n != len(data) {
+		_ = unix.Ftruncate(fd, 0)
+		return
+	}
+	_ = unix.Ftruncate(fd, int64(len(data)))
 }
 
 // ownArea creates the caller's area at path, or checks that the one there

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // waitFor polls cond with a generous bound.
@@ -105,5 +108,85 @@ func TestTempAreasOtherUIDs(t *testing.T) {
 	own := areaPrefix + strconv.Itoa(os.Geteuid())
 	if !slices.Equal(found, []string{own, areaPrefix + "4242"}) {
 		t.Errorf("areas in the temp dir: %v, want [%s %s4242]", found, own, areaPrefix)
+	}
+}
+
+// The listing of the temp dir is reused only while the directory's time
+// says nothing changed, and is not kept when the directory changed within
+// areaCacheMargin before it (a change in the same clock tick would leave
+// the time as it was). Setting the time back, which only root can, is
+// the only way past it: the test does that to see the cache used.
+func TestTempAreasCache(t *testing.T) {
+	real := t.TempDir()
+	t.Setenv("TMPDIR", real)
+	found := func() []string {
+		t.Helper()
+		_, areas, err := tempAreas("")
+		must(t, err)
+		var out []string
+		for _, a := range areas {
+			if filepath.Dir(a) == real && a != filepath.Join(real, areaPrefix+strconv.Itoa(os.Geteuid())) {
+				out = append(out, filepath.Base(a))
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	plant := func(uid string, mtime time.Time) {
+		t.Helper()
+		must(t, os.Mkdir(filepath.Join(real, areaPrefix+uid), 0o711))
+		if !mtime.IsZero() {
+			must(t, os.Chtimes(real, mtime, mtime))
+		}
+	}
+	// Changed just now: listed, not kept; a change in the same tick is
+	// seen by the next call.
+	plant("4201", time.Time{})
+	st, err := os.Stat(real)
+	must(t, err)
+	recent := st.ModTime()
+	if got := found(); !slices.Equal(got, []string{areaPrefix + "4201"}) {
+		t.Fatalf("areas %v", got)
+	}
+	plant("4202", recent)
+	if got := found(); !slices.Equal(got, []string{areaPrefix + "4201", areaPrefix + "4202"}) {
+		t.Fatalf("a change in the same tick as the last listing was missed: %v", got)
+	}
+	// Quiet for long enough: the listing is kept and reused.
+	past := time.Now().Add(-time.Hour).Truncate(time.Second)
+	must(t, os.Chtimes(real, past, past))
+	if got := found(); len(got) != 2 {
+		t.Fatalf("areas %v", got)
+	}
+	plant("4203", past) // behind the cache's back
+	if got := found(); len(got) != 2 {
+		t.Fatalf("the cached listing was not used: %v", got)
+	}
+	// Any change of the directory is seen.
+	plant("4204", time.Time{})
+	want := []string{areaPrefix + "4201", areaPrefix + "4202", areaPrefix + "4203", areaPrefix + "4204"}
+	if got := found(); !slices.Equal(got, want) {
+		t.Fatalf("areas after a change %v, want %v", got, want)
+	}
+	must(t, os.Remove(filepath.Join(real, areaPrefix+"4201")))
+	if got := found(); !slices.Equal(got, want[1:]) {
+		t.Fatalf("areas after a removal %v, want %v", got, want[1:])
+	}
+	// A cache file cut short or holding a path is no answer.
+	must(t, os.Chtimes(real, past, past))
+	var ust unix.Stat_t
+	must(t, unix.Stat(real, &ust))
+	key := fmt.Sprintf("%d %d %d %d", ust.Dev, ust.Ino, ust.Mtim.Sec, ust.Mtim.Nsec)
+	cache := filepath.Join(real, areaPrefix+strconv.Itoa(os.Geteuid()), areaCache)
+	for _, bad := range []string{"", key + "\n" + areaPrefix + "4202\n", key + "\n" + areaPrefix + "1/../../etc\nend\n", key + "\nend"} {
+		must(t, os.WriteFile(cache, []byte(bad), 0o600))
+		if got := found(); !slices.Equal(got, want[1:]) {
+			t.Fatalf("cache %q: areas %v", bad, got)
+		}
+	}
+	// The control: a well-formed cache with that key is believed.
+	must(t, os.WriteFile(cache, []byte(key+"\n"+areaPrefix+"4202\nend\n"), 0o600))
+	if got := found(); !slices.Equal(got, want[1:2]) {
+		t.Fatalf("a well-formed cache was not used: %v", got)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -15,7 +16,8 @@ import (
 )
 
 // Main is the sandbox helper: args are what follows Command on
-// the command line, "<spec>" "--" target argv. It confines its own process
+// the command line, the spec's descriptor (SpecFD), "--" and the target's
+// argv. It confines its own process
 // and execve()s the target, so it returns only on failure, with the exit
 // status the program must exit with: 125 when the sandbox could not be set
 // up, 126 or 127 when the target could not be executed or found. The
@@ -34,10 +36,11 @@ func Main(args []string) int {
 	// grace) nor leave them ignored for the target (catchSignals).
 	catchSignals()
 
-	if len(args) < 3 || args[1] != "--" {
-		return lastResort("usage: " + Command + " SPEC -- PROGRAM [ARG...]")
+	fd, err := strconv.Atoi(args0(args))
+	if len(args) < 3 || args[1] != "--" || err != nil || fd < 3 {
+		return lastResort("usage: " + Command + " SPEC-FD -- PROGRAM [ARG...]")
 	}
-	sp, err := DecodeSpec(args[0])
+	sp, err := ReadSpec(fd)
 	if err != nil {
 		return lastResort(err.Error())
 	}
@@ -52,6 +55,13 @@ func Main(args []string) int {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, SpecVersion)
 	}
 	return h.run(args[2:])
+}
+
+func args0(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return args[0]
 }
 
 // lastResort reports a failure that happened before the status file could

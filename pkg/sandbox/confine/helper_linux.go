@@ -130,11 +130,9 @@ func (h *helper) run(argv []string) int {
 	// reach the target: a descriptor the caller of agentplane left open
 	// (a secret file, a socket) is closed at exec.
 	// The control socket (fd 3 when there is one) is the helper's own,
-	// and so was the proxy's handover socket after it (closed above).
-	first := 3
-	if sp.Control {
-		first = ControlFD + 1
-	}
+	// and so were the spec's pipe after it (closed by ReadSpec) and the
+	// proxy's handover socket after that (closed above).
+	first := SpecFD(sp.Control) + 1
 	if sp.ProxyPort > 0 {
 		first++
 	}

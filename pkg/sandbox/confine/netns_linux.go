@@ -33,10 +33,5 @@ func handOverProxyListener(fd, port int) error {
 }
 
 // proxyFD is the helper's descriptor of its end of the handover socket
-// pair: the extra file after the control socket, if any (Prepared.Launch).
-func (sp Spec) proxyFD() int {
-	if sp.Control {
-		return ControlFD + 1
-	}
-	return 3
-}
+// pair: the extra file after the spec's pipe (Prepared.Launch).
+func (sp Spec) proxyFD() int { return SpecFD(sp.Control) + 1 }

@@ -1,5 +1,6 @@
 // Package confine is the sandbox helper's side of package sandbox: the
-// process that the runner starts with a Spec in its argv, which confines
+// process that the runner starts with a Spec on an inherited pipe
+// (SpecFD), which confines
 // itself (on Linux, as PID 1 of new namespaces: process accounting, the
 // mounts with the temp-area covers and the pinned git directories,
 // capabilities, no_new_privs, Landlock, the seccomp filter, rlimits; on
@@ -14,11 +15,12 @@
 package confine
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
 )
 
 // Command is the hidden first argument that marks a re-exec of a program
@@ -41,10 +43,14 @@ const (
 // (5 on main); a helper of either 5 would miss half of it. 7: the helper
 // shows the command a cgroup filesystem of the run's own cgroups only
 // (cgroupView), and records the limit deaths of the orphans it reaps in the
-// status file (Failure.Deaths).
-const SpecVersion = 7
+// status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
+// in argv.
+const SpecVersion = 8
 
-// Spec is what the runner hands to the helper, as base64 JSON in argv.
+// Spec is what the runner hands to the helper, as JSON on the pipe at
+// SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
+// command could read its own policy's layout (the covered paths, the
+// status file) in /proc/1/cmdline.
 type Spec struct {
 	V           int      `json:"v"`
 	Status      string   `json:"status"` // file the helper writes its error to
@@ -142,12 +148,41 @@ type ControlReply struct {
 // ControlFD is where the helper finds its control socket.
 const ControlFD = 3
 
-// DecodeSpec is the helper's half of the argv protocol.
-func DecodeSpec(arg string) (Spec, error) {
+// SpecFD is the descriptor on which the helper reads its spec: the first
+// extra file after the control socket, if any, which the runner names in
+// the helper's argv (Command, the number, "--", the target's argv).
+func SpecFD(control bool) int {
+	if control {
+		return ControlFD + 1
+	}
+	return 3
+}
+
+// maxSpec bounds what the helper reads as its spec.
+const maxSpec = 16 << 20
+
+// ReadSpec is the helper's half of the spec protocol: it reads the spec
+// from the pipe at fd to its end and closes fd, which the target must not
+// inherit.
+func ReadSpec(fd int) (Spec, error) {
 	var sp Spec
-	data, err := base64.RawURLEncoding.DecodeString(arg)
+	f := os.NewFile(uintptr(fd), "sandbox-spec")
+	if f == nil {
+		return sp, fmt.Errorf("bad sandbox spec descriptor %d", fd)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxSpec+1))
+	f.Close()
 	if err != nil {
-		return sp, fmt.Errorf("bad sandbox spec: %v", err)
+		return sp, fmt.Errorf("cannot read the sandbox spec: %v", unwrap(err))
+	}
+	return ParseSpec(data)
+}
+
+// ParseSpec decodes a spec as the runner writes it.
+func ParseSpec(data []byte) (Spec, error) {
+	var sp Spec
+	if len(data) > maxSpec {
+		return sp, fmt.Errorf("bad sandbox spec: larger than %d bytes", maxSpec)
 	}
 	if err := json.Unmarshal(data, &sp); err != nil {
 		return sp, fmt.Errorf("bad sandbox spec: %v", err)
