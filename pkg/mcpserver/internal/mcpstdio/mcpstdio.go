@@ -349,11 +349,7 @@ func (c *Conn) handleMessage(ctx context.Context, raw []byte, rep reply) {
 		return
 	}
 	if v := string(m["jsonrpc"]); v != `"2.0"` {
-		if hasID || m["method"] != nil {
-			rep(errorResponse(id, errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)))
-		} else {
-			rep(nil)
-		}
+		rep(errorResponse(id, errorf(CodeInvalidRequest, `invalid request: "jsonrpc" must be "2.0"`)))
 		return
 	}
 	methodRaw, hasMethod := m["method"]
