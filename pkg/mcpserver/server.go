@@ -16,6 +16,17 @@
 // naming them are removed from the tools' input schemas and refused in
 // calls, and the server's values are passed as flags, which override a
 // request (CONTRACT §1).
+//
+// The MCP protocol itself (JSON-RPC over stdio, version negotiation,
+// cancellation, progress, logging) is internal/mcpstdio, written here
+// rather than taken from the MCP Go SDK: the SDK's package initialisation
+// (encoding/gob, jsonschema-go, net/http and html/template pieces) cost
+// every agentsh, agentjob and agentfs call about a millisecond and its
+// binary three megabytes, since the mcp command is linked into each
+// program. The SDK stays a test dependency: e2e_test.go drives the real
+// "mcp" commands with the official Go SDK client, and js_test.go with the
+// JavaScript SDK's, so that they, not this package's reading of the spec,
+// decide whether the server speaks MCP.
 package mcpserver
 
 import (
