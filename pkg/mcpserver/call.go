@@ -13,9 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/mcpserver/internal/mcpstdio"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/state"
 )
@@ -29,47 +28,44 @@ const cancelGrace = 2 * time.Minute
 // of one agentsh call; output arriving in between is counted in the next.
 const progressEvery = 200 * time.Millisecond
 
-// handler runs one tool call.
-func (s *Server) handler(t *tool) mcp.ToolHandler {
-	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		s.inflight.Add(1)
-		defer s.inflight.Done()
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		defer context.AfterFunc(s.connCtx, cancel)()
-		args, detached, rerr := s.arguments(t, req.Params.Arguments)
-		if rerr != nil {
-			return render(t, failureMap(rerr)), nil
-		}
-		if s.cfg.Verbose {
-			s.logf("call %s", t.Name)
-		}
-		token := req.Params.GetProgressToken()
-		var onLine func(map[string]any)
-		if token != nil && t.Name == "agentsh_run" {
-			onLine = s.outputProgress(ctx, req.Session, token)
-		}
-		if token != nil && t.Name == "agentjob_wait" && s.cfg.StateDir != "" {
-			stop := s.waitProgress(ctx, req.Session, token, args)
-			defer stop()
-		}
-		res, err := s.exec(ctx, t, args, onLine)
-		if err != nil {
-			res = failureMap(err)
-		}
-		if s.cfg.Verbose {
-			s.logf("%s", summary(t.Name, res))
-		}
-		if h, ok := res["session"].(string); ok && res["success"] == true {
-			switch t.Name {
-			case "agentsh_session_start":
-				s.trackSession(h, !detached)
-			case "agentsh_session_stop":
-				s.trackSession(h, false)
-			}
-		}
-		return render(t, res), nil
+// handle runs one tool call.
+func (s *Server) handle(ctx context.Context, t *tool, call *mcpstdio.Call) mcpstdio.Result {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.connCtx, cancel)()
+	args, detached, rerr := s.arguments(t, call.Arguments)
+	if rerr != nil {
+		return render(t, failureMap(rerr))
 	}
+	if s.cfg.Verbose {
+		s.logf("call %s", t.Name)
+	}
+	var onLine func(map[string]any)
+	if call.HasProgress && t.Name == "agentsh_run" {
+		onLine = outputProgress(call)
+	}
+	if call.HasProgress && t.Name == "agentjob_wait" && s.cfg.StateDir != "" {
+		stop := s.waitProgress(ctx, call, args)
+		defer stop()
+	}
+	res, err := s.exec(ctx, t, args, onLine)
+	if err != nil {
+		res = failureMap(err)
+	}
+	if s.cfg.Verbose {
+		s.logf("%s", summary(t.Name, res))
+	}
+	if h, ok := res["session"].(string); ok && res["success"] == true {
+		switch t.Name {
+		case "agentsh_session_start":
+			s.trackSession(h, !detached)
+		case "agentsh_session_stop":
+			s.trackSession(h, false)
+		}
+	}
+	return render(t, res)
 }
 
 // arguments decodes a call's arguments and refuses the keys the server
@@ -231,7 +227,7 @@ func decodeObject(b []byte) (map[string]any, error) {
 
 // outputProgress turns agentsh's stream events into progress: the bytes
 // of output so far.
-func (s *Server) outputProgress(ctx context.Context, ss *mcp.ServerSession, token any) func(map[string]any) {
+func outputProgress(call *mcpstdio.Call) func(map[string]any) {
 	var total int64
 	var sent time.Time
 	return func(ev map[string]any) {
@@ -246,10 +242,7 @@ func (s *Server) outputProgress(ctx context.Context, ss *mcp.ServerSession, toke
 			return
 		}
 		sent = now
-		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-			ProgressToken: token, Progress: float64(total),
-			Message: fmt.Sprintf("%d bytes of output", total),
-		})
+		call.Progress(float64(total), fmt.Sprintf("%d bytes of output", total))
 	}
 }
 
@@ -258,7 +251,7 @@ func (s *Server) outputProgress(ctx context.Context, ss *mcp.ServerSession, toke
 // function sends what the limiter still holds and what the log has beyond
 // the last event seen, so that the change that ended the wait is reported
 // before its result.
-func (s *Server) waitProgress(ctx context.Context, ss *mcp.ServerSession, token any, args map[string]any) func() {
+func (s *Server) waitProgress(ctx context.Context, call *mcpstdio.Call, args map[string]any) func() {
 	want := map[string]bool{}
 	if list, ok := args["jobs"].([]any); ok {
 		for _, j := range list {
@@ -279,7 +272,7 @@ func (s *Server) waitProgress(ctx context.Context, ss *mcp.ServerSession, token 
 	n := 0
 	send := func(nt notice) {
 		n++
-		_ = ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(n), Message: nt.summary()})
+		call.Progress(float64(n), nt.summary())
 	}
 	lim := newLimiter(s.cfg.EventInterval, s.cfg.EventBurst)
 	var mu sync.Mutex // guards lim and since between the loop and stop
@@ -334,13 +327,9 @@ func failureMap(err error) map[string]any {
 // render makes the MCP result: the CLI's JSON object as structured
 // content, and for hosts that only show text, a summary line followed by
 // the same object as JSON.
-func render(t *tool, res map[string]any) *mcp.CallToolResult {
+func render(t *tool, res map[string]any) mcpstdio.Result {
 	b, _ := result.Marshal(res)
-	return &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: summary(t.Name, res) + "\n" + string(b)}},
-		StructuredContent: res,
-		IsError:           isToolError(res),
-	}
+	return mcpstdio.Result{Text: summary(t.Name, res) + "\n" + string(b), Structured: res, IsError: isToolError(res)}
 }
 
 // isToolError decides MCP's isError (CONTRACT §7): true only when the tool

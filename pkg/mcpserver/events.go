@@ -7,8 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
+	"github.com/agentplane/agentplane/pkg/mcpserver/internal/mcpstdio"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -18,7 +17,7 @@ const EventLogger = "agentjob"
 // followEvents forwards the environment's job lifecycle events, from the
 // moment the server started, to the client as logging notifications,
 // through the rate limiter, and to the calls that subscribed to them.
-func (s *Server) followEvents(ctx context.Context, ss *mcp.ServerSession) {
+func (s *Server) followEvents(ctx context.Context, conn *mcpstdio.Conn) {
 	d, err := state.Open(s.cfg.StateDir)
 	if err != nil {
 		s.logf("no job notifications: %v", err)
@@ -52,12 +51,12 @@ func (s *Server) followEvents(ctx context.Context, ss *mcp.ServerSession) {
 		}
 	}()
 	runLimited(ctx, events, newLimiter(s.cfg.EventInterval, s.cfg.EventBurst), func(n notice) {
-		level := mcp.LoggingLevel("info")
+		level := "info"
 		switch n.Event.Type {
 		case "failed", "timeout", "lost":
 			level = "warning"
 		}
-		_ = ss.Log(ctx, &mcp.LoggingMessageParams{Logger: EventLogger, Level: level, Data: n.data()})
+		conn.Log(level, EventLogger, n.data())
 	})
 }
 

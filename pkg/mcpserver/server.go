@@ -16,6 +16,17 @@
 // naming them are removed from the tools' input schemas and refused in
 // calls, and the server's values are passed as flags, which override a
 // request (CONTRACT §1).
+//
+// The MCP protocol itself (JSON-RPC over stdio, version negotiation,
+// cancellation, progress, logging) is internal/mcpstdio, written here
+// rather than taken from the MCP Go SDK: the SDK's package initialisation
+// (encoding/gob, jsonschema-go, net/http and html/template pieces) cost
+// every agentsh, agentjob and agentfs call about a millisecond and its
+// binary three megabytes, since the mcp command is linked into each
+// program. The SDK stays a test dependency: e2e_test.go drives the real
+// "mcp" commands with the official Go SDK client, and js_test.go with the
+// JavaScript SDK's, so that they, not this package's reading of the spec,
+// decide whether the server speaks MCP.
 package mcpserver
 
 import (
@@ -28,10 +39,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/mcpserver/internal/mcpstdio"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -336,18 +347,6 @@ func effective(env *clikit.Env, t clikit.Tool, given map[string][]string, name s
 	return ""
 }
 
-// annotations are a tool's hints as MCP annotations (clikit.Hints.MCP).
-func annotations(h *clikit.Hints) *mcp.ToolAnnotations {
-	m := h.MCP()
-	destructive, openWorld := m["destructiveHint"].(bool), m["openWorldHint"].(bool)
-	return &mcp.ToolAnnotations{
-		ReadOnlyHint:    m["readOnlyHint"].(bool),
-		DestructiveHint: &destructive,
-		IdempotentHint:  m["idempotentHint"].(bool),
-		OpenWorldHint:   &openWorld,
-	}
-}
-
 // toolSchema is the tool's request schema without the keys a client may
 // not set, plus the MCP-only arguments.
 func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
@@ -381,44 +380,37 @@ func toolSchema(t clikit.Tool, refused map[string]string) map[string]any {
 // connection started (unless detached). A Server serves one connection:
 // stdio has exactly one, and the sessions it owns are per connection.
 func (s *Server) Serve(ctx context.Context, in io.Reader, out io.Writer) error {
-	srv := mcp.NewServer(&mcp.Implementation{Name: s.name(), Version: clikit.Version}, &mcp.ServerOptions{
-		Instructions: s.instructions(),
-		Capabilities: &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, Tools: &mcp.ToolCapabilities{}},
-	})
+	tools := make([]mcpstdio.Tool, 0, len(s.tools))
+	byName := map[string]*tool{}
 	for _, t := range s.tools {
-		srv.AddTool(&mcp.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Annotations: annotations(t.Hints)}, s.handler(t))
+		// The annotations are the command's hints (clikit.Hints.MCP).
+		tools = append(tools, mcpstdio.Tool{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema, Annotations: t.Hints.MCP()})
+		byName[t.Name] = t
 	}
+	conn := mcpstdio.New(out, mcpstdio.Options{
+		Name: s.name(), Version: clikit.Version, Instructions: s.instructions(), Tools: tools,
+		Handle: func(ctx context.Context, c *mcpstdio.Call) mcpstdio.Result { return s.handle(ctx, byName[c.Name], c) },
+		Log:    s.logf,
+	})
 	// Calls outlive neither the connection nor the server: when either
 	// ends, their contexts end and their subprocesses get SIGINT.
 	connCtx, endConn := context.WithCancel(ctx)
 	defer endConn()
 	s.connCtx = connCtx
-	transport := &mcp.IOTransport{Reader: readCloser{in}, Writer: writeCloser{out}}
-	ss, err := srv.Connect(ctx, transport, nil)
-	if err != nil {
-		return err
-	}
 	var wg sync.WaitGroup
 	if s.servesJobs() && s.cfg.StateDir != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.followEvents(connCtx, ss)
+			s.followEvents(connCtx, conn)
 		}()
 	}
-	done := make(chan error, 1)
-	go func() { done <- ss.Wait() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		_ = ss.Close()
-		err = <-done
-	}
+	err := conn.Serve(connCtx, in)
 	endConn()
 	s.inflight.Wait()
 	wg.Wait()
 	s.stopSessions()
-	if errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		err = nil
 	}
 	return err
@@ -505,11 +497,3 @@ func (s *Server) stopSessions() {
 		}
 	}
 }
-
-type readCloser struct{ io.Reader }
-
-func (readCloser) Close() error { return nil }
-
-type writeCloser struct{ io.Writer }
-
-func (writeCloser) Close() error { return nil }
