@@ -3,7 +3,6 @@ package policy
 import (
 	"regexp"
 	"strings"
-	"sync"
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
@@ -155,10 +154,7 @@ func (x *extractor) dataToCode(n syntax.Node, u *unit) {
 	}
 }
 
-// identRE and numberRE are compiled on first use, not at package init:
-// most calls never reach an arithmetic context, and every call of every
-// program linking the policy would pay for them.
-var identRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // arithmetic reports an arithmetic context that evaluates the value of a
 // variable the script does not only set to numbers: bash evaluates such a
@@ -171,7 +167,7 @@ func (x *extractor) arithmetic(e syntax.Node, u *unit) {
 		var name string
 		switch n := n.(type) {
 		case *syntax.Lit:
-			if identRE().MatchString(n.Value) {
+			if identRE.MatchString(n.Value) {
 				name = n.Value
 			}
 		case *syntax.ParamExp:
@@ -196,7 +192,7 @@ var specialNumeric = map[string]bool{
 	"EPOCHSECONDS": true, "SHLVL": true,
 }
 
-var numberRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)$`) })
+var numberRE = regexp.MustCompile(`^[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)$`)
 
 // numericVars returns the variables a script only ever sets to numbers
 // (literal numbers, arithmetic results, arithmetic assignments).
@@ -216,7 +212,7 @@ func numericVars(f *syntax.File) map[string]bool {
 		if len(w.Parts) == 1 {
 			switch p := w.Parts[0].(type) {
 			case *syntax.Lit:
-				return numberRE().MatchString(p.Value)
+				return numberRE.MatchString(p.Value)
 			case *syntax.ArithmExp:
 				return true
 			}
@@ -250,7 +246,7 @@ func numericVars(f *syntax.File) map[string]bool {
 				switch n.Args[0].Lit() {
 				case "read", "mapfile", "readarray", "printf", "getopts", "select":
 					for _, a := range n.Args[1:] {
-						if l := a.Lit(); identRE().MatchString(l) {
+						if l := a.Lit(); identRE.MatchString(l) {
 							mark(l, false)
 						}
 					}
