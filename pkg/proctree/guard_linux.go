@@ -56,6 +56,21 @@ func guardCgroupOwner(name string) (pid int, start uint64, ok bool) {
 	return pid, start, true
 }
 
+// startSweep starts, when due, the sweep of dead guards' cgroups beside
+// the guard's own (cgroup mode); Release waits for it, so that a short
+// call does not exit in the middle of it.
+func (g *Guard) startSweep() {
+	if g.mode != GuardCgroup || !SweepDue("", guardSweepStamp, guardSweepEvery) {
+		return
+	}
+	done := make(chan struct{})
+	g.swept = done
+	go func() {
+		defer close(done)
+		sweepGuardCgroups(filepath.Dir(g.cgDir))
+	}()
+}
+
 // sweepGuardCgroups removes, in parent, the guard cgroups whose owner is
 // dead, killing what is left in one first. An rmdir fails on a cgroup that
 // still has members or children, so what it removes was empty.
@@ -219,13 +234,9 @@ func makeCgroup(token string) (string, int, error) {
 	if err != nil {
 		return "", -1, err
 	}
-	parent := filepath.Join(root, own)
-	dir := filepath.Join(parent, guardCgroupName(token))
+	dir := filepath.Join(root, own, guardCgroupName(token))
 	if err := unix.Mkdir(dir, 0o755); err != nil {
 		return "", -1, err
-	}
-	if SweepDue("", guardSweepStamp, guardSweepEvery) {
-		go sweepGuardCgroups(parent)
 	}
 	// cgroup.kill exists since Linux 5.14; without it the mode is useless.
 	if err := unix.Access(filepath.Join(dir, "cgroup.kill"), unix.W_OK); err != nil {
