@@ -692,3 +692,102 @@ wait`
 	<-exited
 	awaitGone(t, ids, killed)
 }
+
+// TestContainmentBothKilledSwept: agentsh and its watchdog both SIGKILLed
+// (the watchdog stopped first, so it cannot act): nothing removes the
+// guard's cgroup, and the tree in it keeps running. The next agentsh's
+// guard sweeps it (due: the stamp in its temp dir is removed): the cgroup of
+// the dead owner goes and the tree in it dies.
+func TestContainmentBothKilledSwept(t *testing.T) {
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir, "TMPDIR="+dir)
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+	cmd.Env, cmd.Dir = env, dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	alive := func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	}
+	ids := awaitReady(t, pidfile, alive)
+	cg := guardCgroupOf(t, ids[0].PID)
+	if cg == "" {
+		_ = cmd.Process.Kill()
+		<-exited
+		awaitGone(t, ids, time.Now())
+		t.Skip("no guard cgroup here (environ mode)")
+	}
+	wd := findWatchdog(t, cmd.Process.Pid)
+	if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(cg); err != nil {
+		t.Fatalf("the guard's cgroup went before the sweep: %v", err)
+	}
+	for _, id := range ids {
+		if !id.Alive() {
+			t.Fatalf("process %d died with agentsh and its watchdog: nothing left for the sweep", id.PID)
+		}
+	}
+
+	// The first agentsh swept (its temp dir held no stamp) and stamped;
+	// a minute later the next one is due again: the stamp is removed.
+	if err := os.Remove(filepath.Join(dir, "agentplane-guard-swept."+strconv.Itoa(os.Getuid()))); err != nil {
+		t.Fatal(err)
+	}
+	next := exec.Command(exe, "--", "true")
+	next.Env, next.Dir = env, dir
+	if out, err := next.CombinedOutput(); err != nil {
+		t.Fatalf("agentsh -- true: %v\n%s", err, out)
+	}
+	killed := time.Now()
+	awaitGone(t, ids, killed)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(cg); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead guard's cgroup %s was not swept", cg)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, with a generous bound
+	}
+}
+
+// guardCgroupOf returns the directory of the guard cgroup pid runs in, or
+// "" when it runs in none.
+func guardCgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		p, ok := strings.CutPrefix(line, "0::")
+		if !ok || !strings.HasPrefix(filepath.Base(p), "agentplane-guard-") {
+			continue
+		}
+		for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+			if st, err := os.Stat(filepath.Join(root, p)); err == nil && st.IsDir() {
+				return filepath.Join(root, p)
+			}
+		}
+	}
+	return ""
+}

@@ -59,6 +59,8 @@ type Guard struct {
 	released bool
 	watched  []ID
 	lost     atomic.Bool
+
+	swept chan struct{} // closed when the sweep startSweep began is done (nil: none)
 }
 
 // Guard modes.
@@ -93,6 +95,7 @@ func StartGuard(argv []string) (*Guard, error) {
 	if dir, fd, err := makeCgroup(g.token); err == nil {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
 		g.evFD = openEvents(dir)
+		g.startSweep()
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -225,6 +228,9 @@ func (g *Guard) Release() {
 		g.w = nil
 	}
 	g.dropCgroup()
+	if g.swept != nil {
+		<-g.swept
+	}
 }
 
 // RunWatchdog is the watchdog's body; args are what StartGuard appended

@@ -27,6 +27,9 @@ func makeCgroup(string) (string, int, error) {
 
 func (g *Guard) dropCgroup() {}
 
+// startSweep does nothing: no cgroups, none to sweep.
+func (g *Guard) startSweep() {}
+
 // Apply does nothing on macOS: there is no cgroup to start the process in.
 func (g *Guard) Apply(*syscall.SysProcAttr) {}
 

@@ -15,8 +15,82 @@ import (
 )
 
 // cgroupPrefix names the cgroups guards create; Detach leaves every
-// cgroup so named.
+// cgroup so named. The rest of the name is the owner's "pid.starttime"
+// and the guard's token, dot-separated (guardCgroupName).
 const cgroupPrefix = "agentplane-guard-"
+
+// A guard's cgroup is removed by Release. When both the guarded process
+// and its watchdog are SIGKILLed, nothing removes it: the next guard
+// started below the same parent sweeps the cgroups whose owner (named in
+// the cgroup's name) is provably dead, at most once per guardSweepEvery
+// per user (a stamp in the temp dir, SweepDue). A live owner's cgroup is
+// never touched, however empty (it is empty until its command starts); a
+// dead owner's still holding processes is killed first, as its watchdog
+// would have.
+const (
+	guardSweepStamp = "agentplane-guard-swept."
+	guardSweepEvery = time.Minute
+)
+
+// guardCgroupName is the name of a guard's cgroup: the prefix, the
+// owner (this process's pid and start time) and the token.
+func guardCgroupName(token string) string {
+	start, _ := StartTime(os.Getpid())
+	return cgroupPrefix + strconv.Itoa(os.Getpid()) + "." + strconv.FormatUint(start, 10) + "." + token
+}
+
+// guardCgroupOwner parses a guard cgroup's name into its owner; ok is
+// false for a name that is not one (an older agentplane's names carry
+// no owner, and are left alone).
+func guardCgroupOwner(name string) (pid int, start uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, cgroupPrefix)
+	f := strings.Split(rest, ".")
+	if !found || len(f) != 3 || f[2] == "" {
+		return 0, 0, false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	return pid, start, true
+}
+
+// startSweep starts, when due, the sweep of dead guards' cgroups beside
+// the guard's own (cgroup mode); Release waits for it, so that a short
+// call does not exit in the middle of it.
+func (g *Guard) startSweep() {
+	if g.mode != GuardCgroup || !SweepDue("", guardSweepStamp, guardSweepEvery) {
+		return
+	}
+	done := make(chan struct{})
+	g.swept = done
+	go func() {
+		defer close(done)
+		sweepGuardCgroups(filepath.Dir(g.cgDir))
+	}()
+}
+
+// sweepGuardCgroups removes, in parent, the guard cgroups whose owner is
+// dead, killing what is left in one first. An rmdir fails on a cgroup that
+// still has members or children, so what it removes was empty.
+func sweepGuardCgroups(parent string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, start, ok := guardCgroupOwner(e.Name())
+		if !e.IsDir() || !ok || Alive(pid, start) {
+			continue
+		}
+		dir := filepath.Join(parent, e.Name())
+		if populated, err := cgroupPopulated(dir); err == nil && populated {
+			killCgroup(dir, 2*time.Second)
+		}
+		_ = unix.Rmdir(dir)
+	}
+}
 
 // Apply puts the process that attr starts into the guard's cgroup.
 func (g *Guard) Apply(attr *syscall.SysProcAttr) {
@@ -163,7 +237,7 @@ func makeCgroup(token string) (string, int, error) {
 	if err != nil {
 		return "", -1, err
 	}
-	dir := filepath.Join(root, own, cgroupPrefix+token)
+	dir := filepath.Join(root, own, guardCgroupName(token))
 	if err := unix.Mkdir(dir, 0o755); err != nil {
 		return "", -1, err
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestGuardCgroupLifecycle: the watchdog runs in a process group of its
@@ -154,5 +157,101 @@ func BenchmarkGuard(b *testing.B) {
 			b.Fatal("the cgroup is not empty after the command")
 		}
 		g.Release()
+	}
+}
+
+// TestGuardCgroupSweep: the cgroups of guards whose owner is dead (the
+// guarded process and its watchdog both SIGKILLed) are removed by the
+// sweep, a member left in one killed first; a live owner's cgroup, empty
+// as it is before its command starts, is kept, and so is a directory
+// whose name names no owner.
+func TestGuardCgroupSweep(t *testing.T) {
+	g, err := StartGuard([]string{"/bin/false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release()
+	if g.Mode() != GuardCgroup {
+		t.Skip("no writable cgroup v2 with cgroup.kill here")
+	}
+	parent := filepath.Dir(g.cgDir)
+
+	// A dead owner: a child that has exited and been reaped.
+	dead := exec.Command("true")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadStart, err := StartTime(dead.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.Wait()
+	if Alive(dead.Process.Pid, deadStart) {
+		t.Skip("the dead owner's pid was recycled at once")
+	}
+	owner := func(pid int, start uint64, tok string) string {
+		return filepath.Join(parent, cgroupPrefix+strconv.Itoa(pid)+"."+strconv.FormatUint(start, 10)+"."+tok)
+	}
+	selfStart, err := StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	emptyDead := owner(dead.Process.Pid, deadStart, "sweeptest1")
+	busyDead := owner(dead.Process.Pid, deadStart, "sweeptest2")
+	live := owner(os.Getpid(), selfStart, "sweeptest3")
+	noOwner := filepath.Join(parent, cgroupPrefix+"sweeptest4")
+	for _, d := range []string{emptyDead, busyDead, live, noOwner} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Rmdir(d)
+	}
+	// A member left behind in the dead owner's cgroup.
+	fd, err := syscall.Open(busyDead, unix.O_PATH|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := exec.Command("sleep", "60")
+	left.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+	err = left.Start()
+	syscall.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- left.Wait() }()
+	defer left.Process.Kill()
+
+	sweepGuardCgroups(parent)
+
+	for _, d := range []string{emptyDead, busyDead} {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s of a dead owner was not swept", filepath.Base(d))
+		}
+	}
+	for _, d := range []string{live, noOwner, g.cgDir} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s was swept: %v", filepath.Base(d), err)
+		}
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Error("the member left in a dead owner's cgroup is still running")
+	}
+}
+
+// TestGuardCgroupOwner: guard cgroup names parse into their owner, and
+// nothing else does.
+func TestGuardCgroupOwner(t *testing.T) {
+	name := guardCgroupName("0123abcd")
+	pid, start, ok := guardCgroupOwner(name)
+	if want, _ := StartTime(os.Getpid()); !ok || pid != os.Getpid() || start != want {
+		t.Errorf("guardCgroupOwner(%q) = %d, %d, %v", name, pid, start, ok)
+	}
+	for _, bad := range []string{"agentplane-guard-0123abcd", "agentplane-guard-1.2.", "agentplane-guard-x.2.t", "agentplane-guard--1.2.t", "agentplane-1.2.t", "agentplane-guard-1.2.t.u"} {
+		if _, _, ok := guardCgroupOwner(bad); ok {
+			t.Errorf("guardCgroupOwner(%q) ok", bad)
+		}
 	}
 }

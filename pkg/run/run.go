@@ -96,6 +96,12 @@ type Request struct {
 	// up, and the final cleanup asks the guard's cgroup instead of
 	// scanning /proc. The caller releases the guard after Run.
 	Guard *proctree.Guard
+	// AwaitGuard, when Guard is nil, returns the guard once it has
+	// started (proctree.StartGuardAsync): Run prepares what does not
+	// depend on it (the path lookup, stdin, the pipes) while the watchdog
+	// starts, then waits for it before the command starts. An error is a
+	// start failure.
+	AwaitGuard func() (*proctree.Guard, error)
 }
 
 // Result is what happened.
@@ -254,20 +260,6 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 			f.Close()
 		}
 	}()
-	if r.guard != nil {
-		r.guard.Apply(attr)
-		cmd.Env = r.guard.Env(cmd.Env)
-	}
-
-	if r.guard != nil && req.ReapAll {
-		// Without a cgroup, the guard holds the tree through a keeper
-		// between this process and the command (nil where it has none).
-		k, err := r.guard.Keep(cmd)
-		if err != nil {
-			return nil, result.Errorf(result.CodeStartFailed, "cannot prepare the keeper: %v", err).Wrap(err)
-		}
-		r.keeper = k
-	}
 
 	stdin, err := r.openStdin()
 	if err != nil {
@@ -279,6 +271,36 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	unopen := func() {
+		for _, s := range streams {
+			s.r.Close()
+		}
+		closeChildEnds(cmd)
+	}
+
+	// The rest needs the guard, which may still be starting.
+	if r.guard == nil && req.AwaitGuard != nil {
+		g, err := req.AwaitGuard()
+		if err != nil {
+			unopen()
+			return nil, result.Errorf(result.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err)
+		}
+		r.guard, r.res.Guard = g, g.Mode()
+	}
+	if r.guard != nil {
+		r.guard.Apply(attr)
+		cmd.Env = r.guard.Env(cmd.Env)
+	}
+	if r.guard != nil && req.ReapAll {
+		// Without a cgroup, the guard holds the tree through a keeper
+		// between this process and the command (nil where it has none).
+		k, err := r.guard.Keep(cmd)
+		if err != nil {
+			unopen()
+			return nil, result.Errorf(result.CodeStartFailed, "cannot prepare the keeper: %v", err).Wrap(err)
+		}
+		r.keeper = k
+	}
 
 	r.res.StartedAt = time.Now()
 	err = cmd.Start()
@@ -287,21 +309,11 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		kept, err = r.keeper.Started()
 	}
 	if err != nil {
-		for _, s := range streams {
-			s.r.Close()
-		}
+		unopen()
 		return nil, startError(req.Argv[0], err)
 	}
 	// The child has its copies; ours must go or EOF never comes.
-	if f, ok := cmd.Stdout.(*os.File); ok {
-		f.Close()
-	}
-	if f, ok := cmd.Stderr.(*os.File); ok && cmd.Stderr != cmd.Stdout {
-		f.Close()
-	}
-	if f, ok := cmd.Stdin.(*os.File); ok {
-		f.Close()
-	}
+	closeChildEnds(cmd)
 	pid := cmd.Process.Pid
 	if r.keeper != nil {
 		pid = kept.PID
@@ -406,6 +418,19 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		}
 	}
 	return r.res, nil
+}
+
+// closeChildEnds closes this process's copies of the child's stdio.
+func closeChildEnds(cmd *exec.Cmd) {
+	if f, ok := cmd.Stdout.(*os.File); ok {
+		f.Close()
+	}
+	if f, ok := cmd.Stderr.(*os.File); ok && cmd.Stderr != cmd.Stdout {
+		f.Close()
+	}
+	if f, ok := cmd.Stdin.(*os.File); ok {
+		f.Close()
+	}
 }
 
 // terminate is proctree's kill sequence on the command: the first signal

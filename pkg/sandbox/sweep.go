@@ -5,10 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 )
@@ -125,25 +122,5 @@ func sweepStale(parent string) {
 // the stamp of this user is missing, older than sweepEvery, dated in the
 // future, or not a regular file of this user.
 func sweepDue(parent string) bool {
-	if parent == "" {
-		parent = os.TempDir()
-	}
-	stamp := filepath.Join(parent, sweepStamp+strconv.Itoa(os.Getuid()))
-	now := time.Now()
-	st, err := os.Lstat(stamp)
-	if err == nil {
-		sys, ok := st.Sys().(*syscall.Stat_t)
-		age := now.Sub(st.ModTime())
-		if st.Mode().IsRegular() && ok && int(sys.Uid) == os.Getuid() && age >= 0 && age < sweepEvery {
-			return false
-		}
-		// Dated now, without following a planted symlink; when that fails
-		// (someone else's file) every call sweeps, as without a stamp.
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, stamp, nil, unix.AT_SYMLINK_NOFOLLOW)
-		return true
-	}
-	if f, err := os.OpenFile(stamp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {
-		f.Close()
-	}
-	return true
+	return proctree.SweepDue(parent, sweepStamp, sweepEvery)
 }

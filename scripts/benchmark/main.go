@@ -286,33 +286,42 @@ func benchStartup(b *bench) error {
 	fmt.Fprintf(&b.out, "\n`libfloor` is the plain floor plus cobra and viper linked and initialised: the gap between\n"+
 		"it and `floor` is the libraries' own start-up (package init and a binary several times larger\n"+
 		"to map; `perf` shows page faults, the dynamic loader and runtime itab setup, no single hot spot).\n"+
-		"\nWhere agentsh's time goes beyond libfloor (builds of agentsh with one part taken out, run\n"+
-		"interleaved with the real one: `agentsh mcp` a stub, or no watchdog process; on a loaded 2-core\n"+
-		"machine; `perf record -g`, `strace -f -T` and timestamps in the call for the parts):\n\n"+
-		"- **The watchdog, about 2 ms under load**: a `/bin/sh` per call (about 0.75 ms of CPU: the exec,\n"+
-		"  the dynamic loader, dash's start) that kills the cgroup if agentsh dies, and the wait for its\n"+
-		"  exec before the command may start. It is the price of containment (a SIGKILLed agentsh leaves\n"+
-		"  nothing running). Weighed and not taken: PR_SET_PDEATHSIG with a subreaper (kills the first\n"+
-		"  process only: setsid and double-forked descendants escape); a PID namespace, in which the kernel\n"+
-		"  kills everything when its first process dies (the command would be PID 1, which ignores SIGTERM\n"+
-		"  without a handler, so a timeout's first signal would do nothing, and it needs privilege or a\n"+
-		"  user namespace; the sandbox has one already); a static helper instead of the shell (a static Go\n"+
-		"  program costs about 2.5 ms of CPU to start); starting it beside the command instead of before\n"+
-		"  (a SIGKILL in between would leave the tree unguarded); one watchdog shared by all calls (a\n"+
-		"  server that outlives every call, with its own start-up, liveness and stale-socket handling).\n"+
-		"  agentsh no longer holds a thread in wait(2) for the watchdog all call long: it learns of the\n"+
-		"  watchdog's death from a pipe in the poller (BenchmarkGuard in pkg/proctree).\n"+
-		"- **The MCP server linked into every call, about 1.2 ms under load**: its SDK's package init\n"+
-		"  (encoding/gob and the JSON Schema tables alone about 0.65 ms of CPU) and a binary 3 MB larger\n"+
-		"  (the runtime's itab setup and page faults grow with it). Not linking it means `agentsh mcp` as a\n"+
-		"  program of its own beside agentsh, like agentplane-sandbox: an installation without it would\n"+
-		"  have no `agentsh mcp`. Not done yet.\n"+
-		"- **The rest**: package init of the command policy (starlark, the shell parser); the cobra tree\n"+
-		"  and config discovery (about 0.9 ms from Main to the run when nothing competes, one stat for the\n"+
-		"  config file); the cgroup (reading /proc/self/cgroup, mkdir about 75 us, rmdir 40 us, the fork\n"+
-		"  into a fresh cgroup about 0.1 ms more than a plain one); pipes and the drain; the audit record\n"+
-		"  (lock and append, no fsync; the user lookup starts before the command). Without the watchdog\n"+
-		"  and the MCP server agentsh / libfloor was 1.84x on the loaded machine.\n"+
+		"\nWhere agentsh's time goes beyond libfloor (CLOCK_MONOTONIC timestamps from the harness's fork\n"+
+		"to points in the call, `perf stat`, `perf record` and `strace -f -c`; builds with one part changed,\n"+
+		"run interleaved with the real one at real-time priority):\n\n"+
+		"- **Before main, about 2.3 ms more** (main is reached at about 6.8 ms, libfloor's at 4.5): package\n"+
+		"  init, about 1.7 ms (the MCP SDK about 1 ms of it: encoding/gob, the JSON Schema tables; then\n"+
+		"  starlark, the command policy, the shell parser, net/http, crypto), and the runtime's own start\n"+
+		"  in a 22 MB binary (itab setup, module data, 870 page faults against 474; RSS 14.8 MB against\n"+
+		"  6.2, 12.8 MB of it the binary's pages).\n"+
+		"- **The watchdog, about 0.8 ms on the path**: a `/bin/sh` forked and exec'd (the parent waits\n"+
+		"  until the exec is done) beside the CLI's own start-up (the cobra tree and config discovery,\n"+
+		"  about 0.75 ms to the run). The command must not start before the watchdog can act on agentsh's\n"+
+		"  death, so the start waits for it; the runner's own preparation (the path lookup, stdin, the\n"+
+		"  pipes) runs meanwhile and the command starts about 30 us after the watchdog (0.23 ms before).\n"+
+		"  Weighed and not taken: PR_SET_PDEATHSIG with a subreaper (kills the first process only: setsid\n"+
+		"  and double-forked descendants escape); a PID namespace, in which the kernel kills everything\n"+
+		"  when its first process dies (the command would be PID 1, which ignores SIGTERM without a\n"+
+		"  handler, and it needs privilege or a user namespace); a static helper instead of the shell (a\n"+
+		"  static Go program costs about 2.5 ms of CPU to start); starting it beside the command instead\n"+
+		"  of before (a SIGKILL in between would leave the tree unguarded); one watchdog shared by all\n"+
+		"  calls (a server with its own start-up, liveness and stale-socket handling). agentsh learns of\n"+
+		"  the watchdog's death from a pipe in the poller, not a thread in wait(2) (BenchmarkGuard in\n"+
+		"  pkg/proctree). Tried and not kept: starting the watchdog with syscall.StartProcess to skip the\n"+
+		"  os package's one-time pidfd probe (a vfork'ed child that exits at once, about 0.1 ms; the exec\n"+
+		"  is the cost), no gain.\n"+
+		"- **The command's start and end, about 0.6 ms more**: the fork into the guard's cgroup, the\n"+
+		"  reap, the drain of the pipes, the audit record (about 0.15 ms: lock and append, no fsync; the\n"+
+		"  user lookup starts before the command) and the JSON result.\n"+
+		"- **Exit, about 1.2 ms more**: from returning out of main to the caller's wait returning takes\n"+
+		"  about 2.2 ms against libfloor's 1.0: the kernel kills seven threads (the signal thread, the\n"+
+		"  watchdog's start, the wait, the user lookup's cgo call, the scheduler's spare ones) and tears\n"+
+		"  down a larger address space. No GC cycle runs in the call (GOGC=off and GOMAXPROCS=1 change\n"+
+		"  nothing measurable).\n"+
+		"- In CPU, agentsh, its watchdog and `true` take about 15.8 ms against libfloor's 6.8\n"+
+		"  (`perf stat`): on two busy cores that, more than the critical path, is what the ratio follows.\n"+
+		"  A guard's cgroup left behind when agentsh and its watchdog are both SIGKILLed is swept by a\n"+
+		"  later guard (at most once a minute, off the path).\n"+
 		"\nLoad moves the ratio more than any item: every process and thread beyond libfloor's one costs\n"+
 		"more than its CPU when the two cores are busy (the same builds: 1.7x run at real-time priority,\n"+
 		"2.2x at a load average of 20). A call in a session starts no watchdog of its own.\n")

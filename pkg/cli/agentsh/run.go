@@ -330,9 +330,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			}
 		}
 	}
-	if s.req.Guard, err = guarded(); err != nil {
-		return startErr(result.Errorf(result.CodeStartFailed, "cannot start the watchdog: %v", err).Wrap(err))
-	}
+	// The runner waits for the watchdog only once its own preparation is
+	// done, right before the command starts.
+	s.req.AwaitGuard = guarded
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
 		st.flush()
