@@ -110,3 +110,63 @@ func strangerAt(t *testing.T, knob string, pid int) *exec.Cmd {
 	t.Skipf("pid %d was never handed out again", pid)
 	return nil
 }
+
+// TestStopLostJobKillsEnvClearedSetsid: a daemon the job double-forked
+// into a session of its own with an empty environment (env -i setsid)
+// carries no mark, is in no session of the job's and below no process of
+// it once the supervisor is SIGKILLed; stop must still kill it. Where a
+// writable cgroup v2 exists the job's cgroup holds it.
+func TestStopLostJobKillsEnvClearedSetsid(t *testing.T) {
+	cg, err := proctree.MakeTreeCgroup("probe-" + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Skipf("no writable cgroup v2 here: %v", err)
+	}
+	cg.Remove()
+	st := newStore(t)
+	pidfile := filepath.Join(t.TempDir(), "pid")
+	spec := Spec{Shell: `(env -i setsid sh -c 'echo $$ > "$0"; exec sleep 302' "$PIDFILE" &); exec sleep 303`,
+		Env: append(os.Environ(), "PIDFILE="+pidfile)}
+	s := start(t, st, spec)
+	var daemon proctree.ID
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, err := os.ReadFile(pidfile)
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
+			if id, err := proctree.Identify(pid); err == nil {
+				daemon = id
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the daemon never wrote its pid")
+		}
+		time.Sleep(10 * time.Millisecond) // a file being written has no event to wait on here
+	}
+	t.Cleanup(func() {
+		if daemon.Alive() {
+			_ = syscall.Kill(daemon.PID, syscall.SIGKILL)
+		}
+	})
+	killSupervisor(t, st, s)
+	got, _ := st.Status(s.Handle)
+	if got.Status != StatusLost {
+		t.Fatalf("status %+v", got)
+	}
+	if env, err := proctree.Environ(daemon.PID); err != nil || strings.Contains(strings.Join(env, "\n"), sessionMarkEnv) {
+		t.Fatalf("the daemon's environment is %q (%v), with the mark", env, err)
+	}
+	f, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second)
+	if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+		t.Fatalf("stop: %+v, %v", f, err)
+	}
+	if daemon.Alive() {
+		t.Fatalf("stop answered %s while the env -i setsid daemon %d runs", f.Status, daemon.PID)
+	}
+	rec := recordOf(t, st, s)
+	if rec.Cgroup == "" {
+		t.Fatal("no cgroup recorded")
+	}
+	if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
+		t.Fatalf("the job's cgroup %s is left: %v", rec.Cgroup, err)
+	}
+}

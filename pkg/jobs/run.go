@@ -141,6 +141,9 @@ func (sv *supervisor) command() (*exec.Cmd, *jobCmd, error) {
 	jc.guard = g
 	// Its own group, but the supervisor's session: see remains.
 	cmd.SysProcAttr.Setpgid = true
+	if sv.cg != nil {
+		sv.cg.Apply(cmd.SysProcAttr)
+	}
 	if sv.sandbox == nil && g == nil {
 		if cmd, err = gated(&sv.spec, cmd); err != nil {
 			jc.close()
@@ -440,7 +443,16 @@ func (sv *supervisor) drain(r *jobRun) {
 	dt.Stop()
 	sv.reap(r)
 	proctree.KillAllDescendants(killWait)
-	ct := time.NewTimer(drainTime)
+	if sv.cg != nil {
+		// A member no scan of our descendants found is killed now, and
+		// its zombie is ours to reap if it was reparented to us.
+		sv.cg.Kill(killWait)
+		proctree.ReapChildren()
+	}
+	// Every writer of the job is dead now: what is left in the pipes is
+	// finite and already written, so it gets as long as a loaded machine
+	// needs to be copied (not drainTime, which would drop it).
+	ct := time.NewTimer(killWait)
 	select {
 	case <-r.copied:
 	case <-ct.C:
