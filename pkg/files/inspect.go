@@ -54,12 +54,14 @@ func (f *FS) Stat(p string) (*StatResult, error) {
 	case fi.Mode()&fs.ModeSymlink != 0:
 		r.LinkTarget, _ = d.Readlink(name)
 	case fi.Mode().IsRegular() && s.checkSize(t, fi.Size()) == nil:
-		cur, err := s.readFacts(t)
+		cur, err := s.readFacts(t, nil)
 		if err != nil {
 			return nil, err
 		}
 		r.SHA256 = cur.sha
-		if !cur.factsOnly && isText(cur.content) {
+		if st := cur.streamed; st != nil && st.text {
+			r.TotalLines = st.lines
+		} else if !cur.factsOnly && st == nil && isText(cur.content) {
 			r.TotalLines = countLines(cur.content)
 		} else {
 			r.Binary = true

@@ -2,7 +2,6 @@ package files
 
 import (
 	"bytes"
-	"fmt"
 	"io/fs"
 	"strings"
 	"unicode/utf8"
@@ -45,7 +44,8 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cur, err := s.readFacts(t)
+	sel := newLines(opt)
+	cur, err := s.readFacts(t, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -56,19 +56,29 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 		return &ReadResult{Path: path, SHA256: cur.sha, Size: cur.size, Binary: true}, nil
 	}
 	r := &ReadResult{Path: path, SHA256: cur.sha, Size: int64(len(cur.content))}
-	if !isText(cur.content) {
-		r.Binary = true
-		return r, nil
+	var body []byte
+	if st := cur.streamed; st != nil {
+		// The lines are taken already, in the one pass over the file.
+		r.Size, r.BOM, r.TotalLines = cur.size, st.bom, st.lines
+	} else {
+		if !isText(cur.content) {
+			r.Binary = true
+			return r, nil
+		}
+		body = bytes.TrimPrefix(cur.content, []byte(utf8BOM))
+		r.BOM = len(body) < len(cur.content)
+		r.TotalLines = countLines(body)
 	}
-	body := bytes.TrimPrefix(cur.content, []byte(utf8BOM))
-	r.BOM = len(body) < len(cur.content)
-	r.TotalLines = countLines(body)
-	first := max(opt.Offset, 1)
+	first := sel.first
 	if first > r.TotalLines && !(r.TotalLines == 0 && first == 1) {
 		return nil, newErr(result.CodeLineOutOfRange, "offset %d is past the end of %s (%d lines)", first, path, r.TotalLines).
 			With("total_lines", r.TotalLines)
 	}
 	if r.TotalLines == 0 {
+		return r, nil
+	}
+	if cur.streamed != nil {
+		r.LineStart, r.LineEnd, r.Truncated, r.Content = sel.lineStart, sel.lineEnd, sel.truncated, sel.out.String()
 		return r, nil
 	}
 	// Find the byte range of the selected lines.
@@ -86,40 +96,16 @@ func (f *FS) Read(path string, opt ReadOptions) (*ReadResult, error) {
 		}
 		last++
 	}
-	var out strings.Builder
-	r.LineStart = first
-	r.LineEnd = first - 1
-	for n, rest := first, body[start:end]; len(rest) > 0; n++ {
+	for n, rest := first, body[start:end]; len(rest) > 0 && !sel.done; n++ {
 		i := bytes.IndexByte(rest, '\n')
 		line := rest
 		if i >= 0 {
 			line = rest[:i+1]
 		}
 		rest = rest[len(line):]
-		piece := string(line)
-		if opt.Numbered {
-			piece = fmt.Sprintf("%6d\t%s", n, strings.TrimSuffix(strings.TrimSuffix(piece, "\n"), "\r"))
-			if i >= 0 {
-				piece += "\n"
-			}
-		}
-		if opt.MaxBytes > 0 && out.Len()+len(piece) > opt.MaxBytes {
-			r.Truncated = true
-			if out.Len() == 0 {
-				// Not even one line fits: cut inside it, on a character boundary.
-				cut := opt.MaxBytes
-				for cut > 0 && !utf8.RuneStart(piece[cut]) {
-					cut--
-				}
-				out.WriteString(piece[:cut])
-				r.LineEnd = n
-			}
-			break
-		}
-		out.WriteString(piece)
-		r.LineEnd = n
+		sel.add(n, line)
 	}
-	r.Content = out.String()
+	r.LineStart, r.LineEnd, r.Truncated, r.Content = sel.lineStart, sel.lineEnd, sel.truncated, sel.out.String()
 	return r, nil
 }
 

@@ -46,6 +46,9 @@ type current struct {
 	// info is the file as it was when read (inode, size, modification
 	// time): the commit checks that it is still that file (see unchanged).
 	info fs.FileInfo
+	// streamed: the file was too large to hold, and was read in one pass
+	// (streamFacts) for Read or Stat; content is nil.
+	streamed *streamed
 }
 
 // plan is one file's part of a change set: what it becomes and, once the
@@ -80,15 +83,17 @@ func (p *plan) newSHA() string {
 // readCurrent reads the file at t, which must be a regular file or absent.
 // Symlinks were resolved by resolve, so one found here was swapped in since:
 // it is refused rather than followed (see pinDir for the directories).
-func (s *session) readCurrent(t target) (current, error) { return s.readFile(t, false) }
+func (s *session) readCurrent(t target) (current, error) { return s.readFile(t, false, nil) }
 
 // readFacts is readCurrent for Read and Stat, which report no content of
 // a binary file: a file whose first bytes show it binary is hashed in one
 // streamed pass and not held in memory (a disk image, a model's weights),
 // with factsOnly set.
-func (s *session) readFacts(t target) (current, error) { return s.readFile(t, true) }
+// A file from readStreamMin bytes on is streamed (streamFacts), with sel,
+// when not nil, taking the lines Read returns.
+func (s *session) readFacts(t target, sel *lines) (current, error) { return s.readFile(t, true, sel) }
 
-func (s *session) readFile(t target, factsOnly bool) (current, error) {
+func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error) {
 	d, name, err := s.dirOf(t)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -124,8 +129,22 @@ func (s *session) readFile(t target, factsOnly bool) (current, error) {
 	if !fi.Mode().IsRegular() {
 		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file", t.given)
 	}
+	if err := s.checkLinks(t, fi); err != nil {
+		return current{}, err
+	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
+	}
+	if factsOnly && fi.Size() >= readStreamMin {
+		c, st, err := streamFacts(f, sel)
+		if err != nil {
+			return current{}, osError(err, t.given)
+		}
+		if err := s.checkSize(t, c.size); err != nil {
+			return current{}, err
+		}
+		c.mode, c.uid, c.gid, c.info, c.streamed = fi.Mode(), -1, -1, fi, &st
+		return c, nil
 	}
 	if factsOnly && fi.Size() > binarySniffLen {
 		if c, ok, err := hashIfBinary(f, fi); ok || err != nil {

@@ -22,14 +22,31 @@ import (
 // inherits sessionMarkEnv, which names the supervisor. Linux does not reuse
 // a pid while it names a live session, but a session id alone could, long
 // after, belong to a stranger's session; the mark cannot.
+//
+// Where a writable cgroup v2 exists (root, or a delegated cgroup), the
+// supervisor also starts the job in a cgroup of its own (jobCgroupName),
+// which no process of the job leaves by setsid or by clearing its
+// environment: its members are the job's whatever they did, and
+// cgroup.kill kills them all at once.
 type remains struct {
-	main proctree.ID // the job's main process, when recorded (PID 0 otherwise)
-	sv   proctree.ID // the supervisor, whose session the job is in
+	main   proctree.ID // the job's main process, when recorded (PID 0 otherwise)
+	sv     proctree.ID // the supervisor, whose session the job is in
+	cgroup string      // the job's cgroup, as recorded ("" without)
+	cgName string      // the name it must have (jobCgroupName)
 }
 
 // remainsOf is the remains of the job whose status is s.
 func remainsOf(s Status, pid int, pidStart uint64) remains {
-	return remains{main: proctree.ID{PID: pid, Start: pidStart}, sv: proctree.ID{PID: s.svPID, Start: s.svStart}}
+	sv := proctree.ID{PID: s.svPID, Start: s.svStart}
+	return remains{main: proctree.ID{PID: pid, Start: pidStart}, sv: sv,
+		cgroup: s.cgroup, cgName: jobCgroupName(s.ID, sv)}
+}
+
+// jobCgroupName is the name of the cgroup of job id's processes under
+// supervisor sv: unique to the supervisor, so that a recorded path can
+// only ever name this job's cgroup.
+func jobCgroupName(id string, sv proctree.ID) string {
+	return fmt.Sprintf("job-%s-%d.%d", id, sv.PID, sv.Start)
 }
 
 // tree is what proctree signals: the main process with its group and
@@ -66,6 +83,13 @@ func (r remains) live() []proctree.ID {
 				for _, d := range proctree.Descendants(snap, r.main.PID) {
 					add(d)
 				}
+			}
+		}
+	}
+	if r.cgroup != "" {
+		for _, pid := range proctree.TreeCgroupMembers(r.cgroup, r.cgName) {
+			if st, err := proctree.ReadStat(pid); err == nil {
+				add(st)
 			}
 		}
 	}
@@ -125,6 +149,10 @@ func (r remains) kill(ctx context.Context, sig syscall.Signal, grace time.Durati
 	}
 	r.signalMarked(sig)
 	proctree.Terminate(ctx, r.tree(), sig, grace, nil)
+	if r.cgroup != "" {
+		// Every member at once, and with them whatever no scan finds.
+		proctree.KillTreeCgroup(r.cgroup, r.cgName, killWait)
+	}
 	// New processes can appear until every parent is gone: a few rounds
 	// of SIGKILL and wait settle it.
 	for range 10 {

@@ -29,7 +29,8 @@ import (
 type jobRun struct {
 	cmd        *exec.Cmd
 	pid        int
-	exited     chan struct{} // closed once cmd.Wait returned
+	exited     chan struct{} // closed once the main process exited (a zombie, not yet reaped)
+	reaped     bool          // cmd.Wait returned: the pid, and the group it names, are free
 	copied     chan struct{} // closed once both streams hit EOF
 	outR, errR *os.File
 	gate       *os.File // the write end of the job's gate; nil once opened
@@ -140,6 +141,9 @@ func (sv *supervisor) command() (*exec.Cmd, *jobCmd, error) {
 	jc.guard = g
 	// Its own group, but the supervisor's session: see remains.
 	cmd.SysProcAttr.Setpgid = true
+	if sv.cg != nil {
+		sv.cg.Apply(cmd.SysProcAttr)
+	}
 	if sv.sandbox == nil && g == nil {
 		if cmd, err = gated(&sv.spec, cmd); err != nil {
 			jc.close()
@@ -258,9 +262,13 @@ func (sv *supervisor) startJob(cmd *exec.Cmd, jc *jobCmd, outSink, errSink *logS
 	faultpoint.Hit("supervisor.forked")
 	r := &jobRun{cmd: cmd, pid: cmd.Process.Pid, exited: make(chan struct{}), copied: make(chan struct{}),
 		outR: outR, errR: errR, gate: gateW, guard: jc.guard, readyCh: make(chan struct{})}
+	// The main process is waited for in two steps, as agentsh waits for
+	// its command: its exit (it stays a zombie, so its pid, and the group
+	// and session it leads, cannot be handed to another process), then,
+	// once its group is killed, its reap (reap). A signal to the group
+	// after the reap could reach a stranger that got the pid since.
 	go func() {
-		_ = cmd.Wait() // the outcome is read from cmd.ProcessState
-		sv.forget(r.pid)
+		_ = proctree.WaitChild(r.pid) // an error: the reap tells
 		close(r.exited)
 	}()
 	var readyOnce sync.Once
@@ -396,30 +404,36 @@ func (sv *supervisor) stopRequest() (stopRequest, string) {
 	return req, reason
 }
 
-// terminate signals the job's group and every descendant of the
-// supervisor (those that left the group (setsid) are still below the
-// supervisor, a subreaper), and SIGKILLs them after grace unless the main
-// process exited first. It is proctree.Terminate's sequence spelled out,
-// for the fault point inside the grace.
+// terminate is proctree's kill sequence on the run: sig to the job's
+// group and every descendant of the supervisor (those that left the group
+// (setsid) are still below the supervisor, a subreaper), then SIGKILL
+// after grace unless the main process exited first. It runs before the
+// reap, so the group it signals is still the job's.
 func (r *jobRun) terminate(sig syscall.Signal, grace time.Duration) {
 	tree := proctree.Tree{Group: r.pid, Root: os.Getpid()}
-	tree.Signal(sig)
-	faultpoint.Hit("supervisor.stop.signalled")
-	if sig != syscall.SIGKILL {
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case <-r.exited:
-			return
-		case <-t.C:
-		}
-	}
-	tree.Signal(syscall.SIGKILL)
+	proctree.TerminateStep(context.Background(), tree, sig, grace, r.exited,
+		func() { faultpoint.Hit("supervisor.stop.signalled") })
 }
 
-// drain runs once the main process is gone: it gives output still in
-// flight a moment, then kills everything the job left behind, so no
-// process and no pipe writer outlives the run.
+// reap kills the job's group while the main process, a zombie, still
+// holds its id, and only then reaps it: after the reap the pid is free,
+// and nothing here signals the group again.
+func (sv *supervisor) reap(r *jobRun) {
+	if r.reaped {
+		return
+	}
+	<-r.exited
+	_ = proctree.SignalGroup(r.pid, syscall.SIGKILL)
+	_ = r.cmd.Wait() // the outcome is read from cmd.ProcessState
+	r.reaped = true
+	sv.forget(r.pid)
+	faultpoint.Hit("supervisor.reaped")
+}
+
+// drain runs once the main process has exited: it gives output still in
+// flight a moment, then kills the job's group and reaps the main process
+// (reap), then everything else the job left behind, so no process and no
+// pipe writer outlives the run.
 func (sv *supervisor) drain(r *jobRun) {
 	dt := time.NewTimer(drainTime)
 	select {
@@ -427,8 +441,18 @@ func (sv *supervisor) drain(r *jobRun) {
 	case <-dt.C:
 	}
 	dt.Stop()
+	sv.reap(r)
 	proctree.KillAllDescendants(killWait)
-	ct := time.NewTimer(drainTime)
+	if sv.cg != nil {
+		// A member no scan of our descendants found is killed now, and
+		// its zombie is ours to reap if it was reparented to us.
+		sv.cg.Kill(killWait)
+		proctree.ReapChildren()
+	}
+	// Every writer of the job is dead now: what is left in the pipes is
+	// finite and already written, so it gets as long as a loaded machine
+	// needs to be copied (not drainTime, which would drop it).
+	ct := time.NewTimer(killWait)
 	select {
 	case <-r.copied:
 	case <-ct.C:

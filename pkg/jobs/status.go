@@ -74,6 +74,10 @@ type record struct {
 	// Proxy: the job runs under --net proxy, and networkFile reports
 	// its network.
 	Proxy bool `json:"proxy,omitempty"`
+	// Cgroup is the cgroup v2 the supervisor made for the job's processes
+	// (where it could: see jobCgroupName), by which a stop kills them all
+	// once the supervisor is dead.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // Status is a job's status as CONTRACT §3 reports it.
@@ -138,6 +142,8 @@ type Status struct {
 	svPID   int
 	svStart uint64
 	svLocal bool
+	// cgroup is the record's Cgroup, for Stop.
+	cgroup string
 	// settling: the supervisor recorded an end, but the scheduler is still
 	// completing the job and will say whether the end was its own.
 	settling bool
@@ -182,7 +188,7 @@ func (st *Store) fromRecord(id string, rec *record) Status {
 		PID: rec.PID, Command: commandOf(rec.Shell, rec.Argv), Cwd: rec.Cwd, StartedAt: rec.StartedAt,
 		Ready: rec.Ready, Restarts: rec.Restarts, Description: rec.Description,
 		Reason: rec.Reason, Denied: rec.Denied, svPID: rec.SupervisorPID, svStart: rec.SupervisorStart,
-		Backend: BackendLocal, svLocal: true,
+		Backend: BackendLocal, svLocal: true, cgroup: rec.Cgroup,
 	}
 	if rec.Proxy {
 		s.Network = readNetwork(dir)

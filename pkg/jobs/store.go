@@ -736,6 +736,9 @@ func (st *Store) stopRemains(ctx context.Context, id string, s Status, sig sysca
 	}
 	r := remainsOf(s, s.PID, st.pidStart(id))
 	if len(r.live()) == 0 {
+		if r.cgroup != "" {
+			proctree.KillTreeCgroup(r.cgroup, r.cgName, killWait) // removes it, empty
+		}
 		return s, nil
 	}
 	return st.afterKill(id, r.kill(ctx, sig, grace))

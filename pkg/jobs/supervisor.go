@@ -78,6 +78,10 @@ type supervisor struct {
 
 	// argv is the command's argv once computed (execArgv).
 	argv []string
+
+	// cg is the cgroup every run of the job starts in, where one could be
+	// made (see remains); nil otherwise.
+	cg *proctree.TreeCgroup
 }
 
 // execArgv is the argv that runs the job's command. A shell string too long
@@ -182,6 +186,15 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 	if err := proctree.SetSubreaper(); err != nil {
 		sv.answer(err)
 		return err
+	}
+	if sv.slurmJobID == "" {
+		self := proctree.ID{PID: sv.rec.SupervisorPID, Start: sv.rec.SupervisorStart}
+		if cg, err := proctree.MakeTreeCgroup(jobCgroupName(id, self)); err == nil {
+			// Removed once the job's last run is over and its tree dead;
+			// a supervisor that dies leaves it to Stop.
+			sv.cg, sv.rec.Cgroup = cg, cg.Dir
+			defer cg.Remove()
+		}
 	}
 	if p := sv.spec.Sandbox; p != nil && !p.Empty() {
 		exe, err := os.Executable()

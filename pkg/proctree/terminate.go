@@ -87,6 +87,12 @@ func (t Tree) Signal(sig syscall.Signal) int {
 // SIGKILL skips the grace. ctx bounds the whole call; Terminate reports
 // whether the main process was seen to exit.
 func Terminate(ctx context.Context, t Tree, sig syscall.Signal, grace time.Duration, exited <-chan struct{}) bool {
+	return TerminateStep(ctx, t, sig, grace, exited, nil)
+}
+
+// TerminateStep is Terminate calling signalled, when not nil, between the
+// first signal and the grace: the place of a caller's fault point.
+func TerminateStep(ctx context.Context, t Tree, sig syscall.Signal, grace time.Duration, exited <-chan struct{}, signalled func()) bool {
 	if sig == 0 {
 		sig = syscall.SIGTERM
 	}
@@ -94,6 +100,9 @@ func Terminate(ctx context.Context, t Tree, sig syscall.Signal, grace time.Durat
 		exited = waitChan(ctx, t.Main)
 	}
 	t.signalUnlessGone(sig, exited)
+	if signalled != nil {
+		signalled()
+	}
 	if sig != syscall.SIGKILL {
 		if waitFor(ctx, exited, grace) {
 			// What the main process leaves behind got the first signal

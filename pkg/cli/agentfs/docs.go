@@ -42,7 +42,7 @@ sha256: of the whole file, to pass back as --expect-sha256
 size: the file's size in bytes
 total_lines: the file's number of lines
 line_start, line_end: the first and last line returned, 1-based (0 when none)
-truncated: whether --max-bytes cut the content
+truncated: whether the content was cut at --max-bytes (without it, at 16 MiB: a larger file is read in one streaming pass, for its sha256 and total_lines, and never held whole)
 binary: whether the file is binary (then only its facts are reported)
 bom: whether the file starts with a UTF-8 byte-order mark (content is given without it)
 description: the --description given, if any`,

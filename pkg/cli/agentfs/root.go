@@ -31,7 +31,11 @@ func Program() *clikit.Program {
 		Long: "agentfs reads, writes, edits, patches and undoes files atomically and prints one JSON " +
 			"result with the content before and after and a unified diff.\n\n" +
 			"Relative paths are resolved against the current directory; with --root they must " +
-			"still resolve, symlinks followed, inside the root. The root, the deny list and the " +
+			"still resolve, symlinks followed, inside the root. Under --root or --deny a file with " +
+			"more than one hard link is read or changed only when each of its other names is " +
+			"found inside the root and outside the deny rules (path_denied otherwise, with " +
+			"hard_links; without --root every hard-linked file is refused under --deny). " +
+			"The root, the deny list and the " +
 			"size limits are the operator's boundary (flags, AGENTFS_ROOT / AGENTPLANE_ROOT, " +
 			"AGENTPLANE_DENY, the config file): a --request may tighten them but never loosen " +
 			"them. A request's root must lie inside the configured one, its deny globs are added " +

@@ -1,0 +1,83 @@
+package files
+
+import (
+	"errors"
+	"io/fs"
+	"syscall"
+
+	"github.com/agentplane/agentplane/pkg/result"
+)
+
+// maxLinkScan bounds the walk of the root that looks for the other names
+// of a hard-linked file: past it the names count as not shown.
+const maxLinkScan = 200000
+
+// errScanDone ends the walk early.
+var errScanDone = errors.New("scan done")
+
+// checkLinks enforces the hard-link rule on the file just opened for t
+// (fi is the open file's own stat, so no name swapped in since is
+// consulted): under a root or a deny rule, a regular file with more than
+// one name is read or changed only when every other name of it is shown
+// to be inside the root and outside every deny rule. A hard link is the
+// same file under another name, so the rules that govern paths would
+// otherwise be crossed by a name an attacker made: a link inside the root
+// to a denied file (or to one outside the root) would read and edit it.
+// The other names are looked for by walking the root (bounded by
+// maxLinkScan) for the same device and inode; without a root (deny rules
+// alone) the whole file system would have to be walked, so such a file is
+// refused outright. The refusal is path_denied, with the link count.
+func (s *session) checkLinks(t target, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || uint64(st.Nlink) <= 1 || !s.confined && len(s.fs.Deny) == 0 {
+		return nil
+	}
+	nlink := uint64(st.Nlink)
+	refuse := func(why string, a ...any) error {
+		return newErr(result.CodePathDenied, "%s has %d hard links: "+why, append([]any{t.given, nlink}, a...)...).
+			With("hard_links", nlink)
+	}
+	if !s.confined {
+		return refuse("without --root, agentfs cannot show that the other names are not denied")
+	}
+	var found uint64
+	var deniedName, rule string
+	seen := 0
+	err := fs.WalkDir(s.root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // an unreadable directory: its names stay unshown
+		}
+		if seen++; seen > maxLinkScan {
+			return errScanDone
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		o, ok := info.Sys().(*syscall.Stat_t)
+		if !ok || o.Dev != st.Dev || o.Ino != st.Ino {
+			return nil
+		}
+		found++
+		if g, deny := s.denied(name); deny {
+			deniedName, rule = name, g
+			return errScanDone
+		}
+		if found >= nlink {
+			return errScanDone
+		}
+		return nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, errScanDone):
+		return osError(err, t.given)
+	case deniedName != "":
+		return refuse("another name of it, %s, is denied by the rule %s", s.display(deniedName), rule)
+	case found < nlink:
+		return refuse("%d of its names are outside the root or could not be found in it", nlink-found)
+	}
+	return nil
+}
