@@ -663,7 +663,7 @@ func TestContainmentLeavesGuardCgroupAsRoot(t *testing.T) {
 	dir, exe := publicDir(t)
 	pidfile := filepath.Join(dir, "pids")
 	script := `p=$1
-env -i /bin/sh -c 'for f in /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs; do [ -w $f ] && echo $$ > $f && break; done; echo $$ >> "$1"; exec setsid sleep 7301' sh "$p" &
+env -i /bin/sh -c 'for f in /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cgroup.procs; do [ -w $f ] && echo $$ > $f && break; done; echo $$ >> "$1"; exec setsid sleep 7651' sh "$p" &
 while [ ! -s $p ]; do sleep 0.01; done
 echo ready >> $p
 wait`

@@ -226,6 +226,14 @@ func ownCgroup() (string, error) {
 // makeCgroup creates the guard's cgroup below the caller's own and returns
 // it with an fd for CLONE_INTO_CGROUP.
 func makeCgroup(token string) (string, int, error) {
+	return makeNamedCgroup(guardCgroupName(token))
+}
+
+// makeNamedCgroup creates the cgroup base below the caller's own and
+// returns it with an fd for CLONE_INTO_CGROUP. A guard's name carries its
+// owner, so the sweep may remove it once the owner is dead; a tree
+// cgroup's (MakeTreeCgroup) does not parse as one, and is never swept.
+func makeNamedCgroup(base string) (string, int, error) {
 	if !clone3Works() {
 		return "", -1, errors.New("proctree: clone3 is refused here: no CLONE_INTO_CGROUP")
 	}
@@ -237,7 +245,7 @@ func makeCgroup(token string) (string, int, error) {
 	if err != nil {
 		return "", -1, err
 	}
-	dir := filepath.Join(root, own, guardCgroupName(token))
+	dir := filepath.Join(root, own, base)
 	if err := unix.Mkdir(dir, 0o755); err != nil {
 		return "", -1, err
 	}

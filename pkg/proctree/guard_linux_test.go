@@ -206,6 +206,16 @@ func TestGuardCgroupSweep(t *testing.T) {
 		}
 		defer syscall.Rmdir(d)
 	}
+	// A job's tree cgroup, named after its dead maker as pkg/jobs names
+	// it: the tree outlives its maker on purpose (a lost job, until stop).
+	tree, err := MakeTreeCgroup("job-sweeptest5-" + strconv.Itoa(dead.Process.Pid) + "." + strconv.FormatUint(deadStart, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Remove()
+	if pid, _, ok := guardCgroupOwner(filepath.Base(tree.Dir)); ok {
+		t.Errorf("the tree cgroup %s names an owner (%d): the sweep would kill a lost job once its maker is dead", filepath.Base(tree.Dir), pid)
+	}
 	// A member left behind in the dead owner's cgroup.
 	fd, err := syscall.Open(busyDead, unix.O_PATH|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -229,7 +239,7 @@ func TestGuardCgroupSweep(t *testing.T) {
 			t.Errorf("%s of a dead owner was not swept", filepath.Base(d))
 		}
 	}
-	for _, d := range []string{live, noOwner, g.cgDir} {
+	for _, d := range []string{live, noOwner, g.cgDir, tree.Dir} {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s was swept: %v", filepath.Base(d), err)
 		}

@@ -30,7 +30,7 @@ type TreeCgroup struct {
 // below the caller's own cgroup. It fails where no writable cgroup v2 with
 // cgroup.kill exists (an unprivileged user without a delegated cgroup).
 func MakeTreeCgroup(name string) (*TreeCgroup, error) {
-	dir, fd, err := makeCgroup(name)
+	dir, fd, err := makeNamedCgroup(cgroupPrefix + name)
 	if err != nil {
 		return nil, err
 	}
