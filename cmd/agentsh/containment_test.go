@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
 )
 
@@ -212,19 +213,7 @@ func TestContainment(t *testing.T) {
 			if tc.asNobody {
 				cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
 			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan struct{})
-			go func() { _ = cmd.Wait(); close(exited) }()
-			alive := func() bool {
-				select {
-				case <-exited:
-					return false
-				default:
-					return true
-				}
-			}
+			exited, alive := startWatched(t, cmd)
 			ids := awaitReady(t, pidfile, alive)
 			killed := time.Now()
 			if tc.killWatchdog {
@@ -407,24 +396,13 @@ echo ready >> $p
 wait`
 	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", exe, pidfile)
 	cmd.Env, cmd.Dir, cmd.SysProcAttr = env, dir, nobody
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	exited, alive := startWatched(t, cmd)
 	t.Cleanup(func() {
 		c := exec.Command(exe, "session", "stop", "keep")
 		c.Env, c.Dir, c.SysProcAttr = env, dir, nobody
 		_ = c.Run()
 	})
-	ids := awaitReady(t, pidfile, func() bool {
-		select {
-		case <-exited:
-			return false
-		default:
-			return true
-		}
-	})
+	ids := awaitReady(t, pidfile, alive)
 	background, tree := ids[0], ids[1:]
 	killed := time.Now()
 	if err := cmd.Process.Kill(); err != nil {
@@ -461,19 +439,8 @@ func TestContainmentKeeperKilledNobody(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out strings.Builder
 	cmd.Stdout = &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	ids := awaitReady(t, pidfile, func() bool {
-		select {
-		case <-exited:
-			return false
-		default:
-			return true
-		}
-	})
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
 	keeper := 0
 	snap, err := proctree.Snapshot()
 	if err != nil {
@@ -568,7 +535,7 @@ func TestContainmentSessionNobody(t *testing.T) {
 // given the leader's very pid as the leader of a session of its own (the
 // kernel's next-pid knob), and agentsh, thawed, must leave it alone.
 func TestGroupKillSparesRecycledPID(t *testing.T) {
-	const knob = "/proc/sys/kernel/ns_last_pid"
+	const knob = testkit.NextPIDKnob
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to set " + knob)
 	}
@@ -580,11 +547,7 @@ func TestGroupKillSparesRecycledPID(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "--", "sh", "-c", `echo $$ > "$1"`, "sh", pidfile)
 	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir,
 		"AGENTPLANE_FAULTPOINT=run.reaped=stop")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	exited, _ := startWatched(t, cmd)
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -609,28 +572,7 @@ func TestGroupKillSparesRecycledPID(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pid file: %q", b)
 	}
-	// Other processes of a busy machine take pids too: try until the
-	// stranger gets exactly the leader's.
-	var stranger *exec.Cmd
-	for range 200 {
-		if err := os.WriteFile(knob, []byte(strconv.Itoa(leader-1)), 0o644); err != nil {
-			t.Skipf("cannot set %s: %v", knob, err)
-		}
-		c := exec.Command("sleep", "7201")
-		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if c.Process.Pid == leader {
-			stranger = c
-			break
-		}
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	}
-	if stranger == nil {
-		t.Skipf("pid %d was never handed out again", leader)
-	}
+	stranger := testkit.StrangerAt(t, leader)
 	strangerExited := make(chan struct{})
 	go func() { _ = stranger.Wait(); close(strangerExited) }()
 	t.Cleanup(func() { _ = stranger.Process.Kill(); <-strangerExited })
@@ -671,19 +613,7 @@ wait`
 	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	alive := func() bool {
-		select {
-		case <-exited:
-			return false
-		default:
-			return true
-		}
-	}
+	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
 	killed := time.Now()
 	if err := cmd.Process.Kill(); err != nil {
@@ -705,19 +635,7 @@ func TestContainmentBothKilledSwept(t *testing.T) {
 	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
 	cmd.Env, cmd.Dir = env, dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	alive := func() bool {
-		select {
-		case <-exited:
-			return false
-		default:
-			return true
-		}
-	}
+	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
 	cg := guardCgroupOf(t, ids[0].PID)
 	if cg == "" {
@@ -790,4 +708,23 @@ func guardCgroupOf(t *testing.T, pid int) string {
 		}
 	}
 	return ""
+}
+
+// startWatched starts cmd and returns a channel closed once it has exited
+// (and was reaped), and whether it still runs.
+func startWatched(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, func() bool) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	return exited, func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	}
 }

@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
 )
 
@@ -22,7 +22,7 @@ import (
 // and the supervisor, thawed, must leave it alone, whether the job ended
 // by itself or was terminated by its timeout.
 func TestGroupKillSparesRecycledPID(t *testing.T) {
-	const knob = "/proc/sys/kernel/ns_last_pid"
+	const knob = testkit.NextPIDKnob
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to set " + knob)
 	}
@@ -64,7 +64,7 @@ func TestGroupKillSparesRecycledPID(t *testing.T) {
 			if err != nil {
 				t.Fatalf("pid file: %q", b)
 			}
-			stranger := strangerAt(t, knob, leader)
+			stranger := testkit.StrangerAt(t, leader)
 			strangerExited := make(chan struct{})
 			go func() { _ = stranger.Wait(); close(strangerExited) }()
 			t.Cleanup(func() { _ = stranger.Process.Kill(); <-strangerExited })
@@ -85,30 +85,6 @@ func TestGroupKillSparesRecycledPID(t *testing.T) {
 			}
 		})
 	}
-}
-
-// strangerAt starts a process that leads a session of its own with pid
-// exactly pid, through the kernel's next-pid knob; other processes of a
-// busy machine take pids too, so it tries until it gets it.
-func strangerAt(t *testing.T, knob string, pid int) *exec.Cmd {
-	t.Helper()
-	for range 200 {
-		if err := os.WriteFile(knob, []byte(strconv.Itoa(pid-1)), 0o644); err != nil {
-			t.Skipf("cannot set %s: %v", knob, err)
-		}
-		c := exec.Command("sleep", "7301")
-		c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if c.Process.Pid == pid {
-			return c
-		}
-		_ = c.Process.Kill()
-		_ = c.Wait()
-	}
-	t.Skipf("pid %d was never handed out again", pid)
-	return nil
 }
 
 // TestStopLostJobKillsEnvClearedSetsid: a daemon the job double-forked

@@ -127,7 +127,13 @@ func (g *Guard) Members() []int {
 	if g.mode != GuardCgroup {
 		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.procs"))
+	return cgroupProcs(g.cgDir)
+}
+
+// cgroupProcs returns the pids in the cgroup dir (nil when it cannot be
+// read: gone, or not a cgroup).
+func cgroupProcs(dir string) []int {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}
@@ -296,15 +302,9 @@ func parsePopulated(b []byte) (bool, error) {
 // any that joined meanwhile, by polling cgroup.events.
 func killCgroup(dir string, timeout time.Duration) bool {
 	var fds []unix.PollFd
-	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-		for _, f := range strings.Fields(string(b)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-				fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-			}
+	for _, pid := range cgroupProcs(dir) {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			fds = append(fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
 		}
 	}
 	defer func() {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,17 +83,7 @@ func TreeCgroupMembers(dir, name string) []int {
 	if err != nil {
 		return nil
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, p)
-		}
-	}
-	return pids
+	return cgroupProcs(dir)
 }
 
 // KillTreeCgroup kills every member of the cgroup dir that MakeTreeCgroup
