@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // treeScript starts, in the background, every kind of descendant that
@@ -726,5 +728,74 @@ func startWatched(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, func() bool) {
 		default:
 			return true
 		}
+	}
+}
+
+// TestSandboxEndLeavesNothing: a sandboxed call gives its result on the
+// helper's report of the command's end, before the helper's own exit (the
+// namespaces' teardown); by then nothing the command left in the
+// background is alive (setsid, ignoring SIGTERM and SIGHUP, nohup), and the
+// guard's cgroup, which the exiting helper may still be in, is removed
+// after agentsh exits (by the watchdog).
+func TestSandboxEndLeavesNothing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
+		t.Skip("the sandbox is not enforceable here")
+	}
+	dir, exe := publicDir(t)
+	tag := fmt.Sprintf("agentsh-end-%d", time.Now().UnixNano())
+	script := `sh -c 'sleep 600; :' ` + tag + ` &
+setsid sh -c 'trap "" TERM HUP; sleep 600; :' ` + tag + ` &
+nohup sh -c 'sleep 600; :' ` + tag + ` >/dev/null 2>&1 &
+(sh -c 'sleep 600; :' ` + tag + ` &) 
+exit 3`
+	for _, net := range []string{"none", "host"} {
+		t.Run("net-"+net, func(t *testing.T) {
+			cmd := exec.Command(exe, "--timeout", "10m", "--sandbox", "workspace-write", "--net", net, "--cwd", dir, "--", "sh", "-c", script)
+			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			out, err := cmd.Output()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 3 || gjson.GetBytes(out, "exit_code").Int() != 3 {
+				t.Fatalf("agentsh: %v %s", err, out)
+			}
+			agentsh := cmd.Process.Pid
+			snap, err := proctree.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range snap {
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
+				if strings.Contains(string(b), tag) {
+					t.Errorf("process %d (%s, state %c) of the command outlived the result", s.PID, strings.ReplaceAll(string(b), "\x00", " "), s.State)
+					_ = syscall.Kill(s.PID, syscall.SIGKILL)
+				}
+			}
+			// The guard's cgroup, named after agentsh, goes once the
+			// helper's exit is done.
+			own, _ := os.ReadFile("/proc/self/cgroup")
+			var parents []string
+			for _, line := range strings.Split(string(own), "\n") {
+				if p, ok := strings.CutPrefix(line, "0::"); ok {
+					parents = append(parents, filepath.Join("/sys/fs/cgroup", p), filepath.Join("/sys/fs/cgroup/unified", p))
+				}
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var left []string
+				for _, p := range parents {
+					m, _ := filepath.Glob(filepath.Join(p, fmt.Sprintf("agentplane-guard-%d.*", agentsh)))
+					left = append(left, m...)
+				}
+				if len(left) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the guard's cgroup was never removed: %v", left)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
 	}
 }

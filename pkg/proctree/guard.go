@@ -217,17 +217,22 @@ func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pi
 
 // Release ends the guard: the watchdog is told that nothing needs killing
 // and exits on its own (it is not waited for), and the cgroup is removed
-// if it is empty. Call it after the tree is dead.
+// if it is empty; when it is not (a member is still exiting, EmptyBut),
+// the watchdog removes it once it is, after this process may have exited.
+// Call it after the tree is dead.
 func (g *Guard) Release() {
 	g.mu.Lock()
 	g.released = true
 	g.mu.Unlock()
+	msg := "done\n"
+	if !g.dropCgroup() && g.w != nil {
+		msg = "drop\n"
+	}
 	if g.w != nil {
-		_, _ = io.WriteString(g.w, "done\n")
+		_, _ = io.WriteString(g.w, msg)
 		g.w.Close()
 		g.w = nil
 	}
-	g.dropCgroup()
 	if g.swept != nil {
 		<-g.swept
 	}
@@ -245,6 +250,13 @@ func RunWatchdog(args []string, in io.Reader) int {
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "done" {
+			return 0
+		}
+		if line == "drop" {
+			// Released while a member was still exiting (Release).
+			if mode == GuardCgroup && !removeWhenEmpty(cg, 5*time.Second) {
+				return 1
+			}
 			return 0
 		}
 		var id ID

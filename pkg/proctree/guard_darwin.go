@@ -25,7 +25,10 @@ func makeCgroup(string) (string, int, error) {
 	return "", -1, errors.New("proctree: macOS has no cgroups")
 }
 
-func (g *Guard) dropCgroup() {}
+func (g *Guard) dropCgroup() bool { return true }
+
+// removeWhenEmpty has no cgroup to remove.
+func removeWhenEmpty(string, time.Duration) bool { return true }
 
 // startSweep does nothing: no cgroups, none to sweep.
 func (g *Guard) startSweep() {}
@@ -35,6 +38,9 @@ func (g *Guard) Apply(*syscall.SysProcAttr) {}
 
 // Empty is false: in environ mode only a scan can tell.
 func (g *Guard) Empty() bool { return false }
+
+// EmptyBut is false, as Empty.
+func (g *Guard) EmptyBut(int) bool { return false }
 
 // Members is nil: there is no cgroup to list.
 func (g *Guard) Members() []int { return nil }

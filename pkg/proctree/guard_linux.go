@@ -122,6 +122,33 @@ func (g *Guard) Empty() bool {
 	return err == nil && !populated
 }
 
+// EmptyBut reports whether the guard's cgroup holds no process but pid
+// and has no cgroup below it; it is false in environ mode. pid is the
+// caller's own child, not reaped yet, that has told the caller its tree is
+// gone and it is exiting (a sandbox helper, whose exit waits for its
+// namespaces' teardown and which stays a member until that is done), so
+// the cgroup is empty but for an exit in progress. Release then leaves
+// the cgroup's removal to the watchdog.
+func (g *Guard) EmptyBut(pid int) bool {
+	if g.mode != GuardCgroup {
+		return false
+	}
+	procs, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.procs"))
+	if err != nil || (strings.TrimSpace(string(procs)) != strconv.Itoa(pid) && len(strings.Fields(string(procs))) != 0) {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join(g.cgDir, "cgroup.stat"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "nr_descendants "); ok {
+			return v == "0"
+		}
+	}
+	return false
+}
+
 // Members returns the pids in the guard's cgroup (nil in environ mode).
 func (g *Guard) Members() []int {
 	if g.mode != GuardCgroup {
@@ -159,7 +186,10 @@ func (g *Guard) Kill(timeout time.Duration) bool {
 	return killCgroup(g.cgDir, timeout)
 }
 
-func (g *Guard) dropCgroup() {
+// dropCgroup closes the guard's cgroup descriptors and removes the
+// cgroup; it reports false when the cgroup is still there (a member is
+// still exiting: EmptyBut).
+func (g *Guard) dropCgroup() bool {
 	if g.cgFD >= 0 {
 		unix.Close(g.cgFD)
 		g.cgFD = -1
@@ -169,7 +199,25 @@ func (g *Guard) dropCgroup() {
 		g.evFD = -1
 	}
 	if g.cgDir != "" {
-		_ = unix.Rmdir(g.cgDir)
+		err := unix.Rmdir(g.cgDir)
+		return err == nil || errors.Is(err, unix.ENOENT)
+	}
+	return true
+}
+
+// removeWhenEmpty removes the cgroup dir once its members are gone,
+// trying for up to timeout; it reports whether dir is gone.
+func removeWhenEmpty(dir string, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -179,7 +227,11 @@ func (g *Guard) dropCgroup() {
 // Then every process whose environment holds the token ($2) is killed too:
 // a member that moved itself out of the cgroup (root can, unsandboxed) is
 // still a bearer. The scan repeats until it finds none.
+//
+// "drop" instead of "done" (Release, when a member of the cgroup is still
+// exiting: EmptyBut) asks it to remove the cgroup once that exit is done.
 const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
+if [ "$x" = drop ]; then i=0; while ! rmdir "$1" 2>/dev/null; do [ -d "$1" ] || exit 0; i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; exit 0; fi
 echo 1 > "$1/cgroup.kill"
 i=0; while [ $i -lt 100 ]; do k=0; for f in $(grep -lsaF "$2" /proc/[0-9]*/environ); do p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && k=1; done; [ $k = 0 ] && break; i=$((i+1)); done
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`

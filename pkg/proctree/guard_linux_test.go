@@ -265,3 +265,102 @@ func TestGuardCgroupOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardEmptyBut: a member that told its runner it is exiting (a
+// sandbox helper in its namespaces' teardown) is accepted as the cgroup's
+// one member, nothing else is; Release with it still there hands the
+// cgroup's removal to the watchdog (sh, or the Go one), which removes it
+// once the member is gone.
+func TestGuardEmptyBut(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, watchdog := range []string{"sh", "go"} {
+		t.Run(watchdog, func(t *testing.T) {
+			g, err := StartGuard([]string{self, "-test.run=^$"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g.Mode() != GuardCgroup {
+				g.Release()
+				t.Skip("no writable cgroup v2 with cgroup.kill here")
+			}
+			start := func() *exec.Cmd {
+				cmd := exec.Command("sleep", "60")
+				cmd.SysProcAttr = &syscall.SysProcAttr{}
+				g.Apply(cmd.SysProcAttr)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				return cmd
+			}
+			a := start()
+			if !g.EmptyBut(a.Process.Pid) || g.EmptyBut(a.Process.Pid+1) || g.Empty() {
+				t.Errorf("one member %d: EmptyBut it %v, another %v", a.Process.Pid, g.EmptyBut(a.Process.Pid), g.EmptyBut(a.Process.Pid+1))
+			}
+			b := start()
+			if g.EmptyBut(a.Process.Pid) || g.EmptyBut(b.Process.Pid) {
+				t.Error("EmptyBut one of two members")
+			}
+			_ = b.Process.Kill()
+			_ = b.Wait()
+			// A cgroup below it is something else that may hold processes.
+			sub := filepath.Join(g.cgDir, "sub")
+			if err := os.Mkdir(sub, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if g.EmptyBut(a.Process.Pid) {
+				t.Error("EmptyBut with a cgroup below")
+			}
+			if err := os.Remove(sub); err != nil {
+				t.Fatal(err)
+			}
+			dir := g.cgDir
+			wd, _ := Identify(g.wd.Pid)
+			if watchdog == "go" {
+				// The Go watchdog (no /bin/sh) is told the same.
+				if err := unix.Rmdir(dir); err == nil {
+					t.Fatal("rmdir of a populated cgroup")
+				}
+				done := make(chan int, 1)
+				go func() { done <- RunWatchdog([]string{GuardCgroup, g.token, dir}, stringsReader("drop\n")) }()
+				_ = a.Process.Kill()
+				_ = a.Wait()
+				if rc := <-done; rc != 0 {
+					t.Errorf("watchdog exit %d", rc)
+				}
+				g.Release()
+			} else {
+				g.Release() // a is still there
+				if _, err := os.Stat(dir); err != nil {
+					t.Fatalf("the cgroup went with a member in it: %v", err)
+				}
+				_ = a.Process.Kill()
+				_ = a.Wait()
+			}
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if _, err := os.Stat(dir); os.IsNotExist(err) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("cgroup %s still there after its member is gone", dir)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := Wait(ctx, wd); err != nil {
+				t.Errorf("the watchdog did not exit: %v", err)
+			}
+		})
+	}
+}
+
+func stringsReader(s string) *os.File {
+	r, w, _ := os.Pipe()
+	go func() { _, _ = w.WriteString(s); w.Close() }()
+	return r
+}

@@ -4,7 +4,8 @@
 //
 // The order of events after start is fixed:
 //
-//  1. wait for the main process, a timeout, or cancellation of ctx;
+//  1. wait for the main process (or its report that the command is over,
+//     Request.Ended), a timeout, or cancellation of ctx;
 //  2. on timeout or cancellation, send the first signal to the process group,
 //     then SIGKILL the group and every descendant after the grace;
 //  3. once the main process is gone, give the pipe readers up to Drain to see
@@ -90,6 +91,16 @@ type Request struct {
 	// ExtraFiles are the child's descriptors 3 on (the sandbox's
 	// Prepared.Launch); the runner closes them once the child started.
 	ExtraFiles []*os.File
+	// Ended, when set, blocks until the main process reports that the
+	// command is over, its own tree gone but itself, and returns the
+	// status the main process is about to exit with; ok is false when it
+	// will not report (it died or failed first), and Run then waits for
+	// its exit. On a report Run finishes without waiting for that exit
+	// (the sandbox helper's, PID 1 of its namespaces, waits for their
+	// teardown: sandbox.Prepared.Ended) and reaps the main process in the
+	// background; the final cleanup accepts it, still exiting, as the one
+	// member of the guard's cgroup. Not used under a keeper.
+	Ended func() (exitCode int, ok bool)
 
 	// Guard, when set, contains the command's tree (proctree.StartGuard):
 	// it is killed even when this process is SIGKILLed before it can clean
@@ -230,6 +241,10 @@ type runner struct {
 	// subreaper that outlives this process (proctree.Keeper).
 	keeper *proctree.Keeper
 	kws    syscall.WaitStatus // the command's status, as the keeper saw it
+	// ended: the main process reported the command's end (Request.Ended)
+	// with exit status endCode, and is exiting on its own.
+	ended   bool
+	endCode int
 
 	readers sync.WaitGroup
 }
@@ -355,6 +370,16 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		go func() { waited <- proctree.WaitChild(pid) }()
 	}
 
+	// The report, when the main process makes one, comes before its exit.
+	ended := make(chan int, 1)
+	if req.Ended != nil && r.keeper == nil {
+		go func() {
+			if code, ok := req.Ended(); ok {
+				ended <- code
+			}
+		}()
+	}
+
 	var timer <-chan time.Time
 	if req.Timeout > 0 {
 		t := time.NewTimer(req.Timeout)
@@ -365,6 +390,8 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	var waitErr error
 	select {
 	case waitErr = <-waited:
+	case r.endCode = <-ended:
+		r.ended = true
 	case <-timer:
 		r.res.Status = StatusTimeout
 		r.res.TimedOut = true
@@ -390,6 +417,12 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	if k := r.keeper; k != nil {
 		r.res.Leftover = k.Kill(5 * time.Second)
 		k.Release()
+	} else if r.ended {
+		// The main process reported that its tree is gone: its group
+		// holds nothing but itself, still exiting. It is reaped once it
+		// is done (or by ReapChildren, or, should this process exit
+		// first, by whoever inherits it); nothing signals its pid.
+		go func() { _ = cmd.Wait() }()
 	} else {
 		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
 		if reapErr := cmd.Wait(); waitErr == nil {
@@ -471,13 +504,26 @@ func (r *runner) exempt() func(proctree.Stat) bool {
 	}
 }
 
+// endedMain spares the main process once it reported the command's end
+// (Request.Ended): what it leaves is its own exit, its tree being gone.
+func (r *runner) endedMain(exempt func(proctree.Stat) bool) func(proctree.Stat) bool {
+	if !r.ended {
+		return exempt
+	}
+	return func(s proctree.Stat) bool {
+		return s.PID == r.res.PID || (exempt != nil && exempt(s))
+	}
+}
+
 // killRest kills whatever the command left behind outside its group.
 func (r *runner) killRest() {
 	if g := r.guard; g != nil && g.Mode() == proctree.GuardCgroup {
 		// Every descendant of the command is in the guard's cgroup but
 		// the detached servers, which left it (proctree.Detach): an
 		// empty cgroup is the whole answer, without a scan of /proc.
-		if !g.Empty() && !g.Kill(5*time.Second) {
+		// A main process that reported the command's end may still be
+		// there, exiting.
+		if !g.Empty() && !(r.ended && g.EmptyBut(r.res.PID)) && !g.Kill(5*time.Second) {
 			r.res.Leftover = g.Members()
 		}
 		// The dead that were reparented to us must not linger as
@@ -488,13 +534,17 @@ func (r *runner) killRest() {
 		return
 	}
 	if r.req.ReapAll {
-		r.res.Leftover = append(r.res.Leftover, proctree.KillAllDescendantsExcept(5*time.Second, r.exempt())...)
+		r.res.Leftover = append(r.res.Leftover, proctree.KillAllDescendantsExcept(5*time.Second, r.endedMain(r.exempt()))...)
 	}
 }
 
 func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
 	if r.res.Status == "" {
 		r.res.Status = StatusCompleted
+	}
+	if r.ended {
+		r.res.ExitCode = r.endCode
+		return
 	}
 	ws := r.kws
 	if r.keeper == nil {

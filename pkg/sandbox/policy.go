@@ -45,6 +45,7 @@
 package sandbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -201,6 +202,11 @@ type Prepared struct {
 	// traced are the limit deaths the runtime guard saw (NoteTraced).
 	tmu    sync.Mutex
 	traced confine.Deaths
+
+	// end is this process's end of the last Launch's spec socket, on
+	// which the helper reports the command's end (Ended); nil without one.
+	emu sync.Mutex
+	end *os.File
 }
 
 // NoteTraced hands over what the runtime policy guard, the tracer of every
@@ -308,27 +314,87 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 	return append([]*os.File{r}, files...), func() { closeSpec(); netStarted() }, nil
 }
 
-// sendSpec returns the read end of a pipe holding the helper's spec for
-// one start. The write end is this process's only (close-on-exec), written
-// and closed by a goroutine, so that the helper reads to end-of-file; it
-// ends early, with EPIPE, when every read end is closed unread (a start
-// that failed: started closes ours).
+// sendSpec returns the helper's end of a channel holding its spec for
+// one start: a socket pair where the helper reports the command's end
+// (endReports: Linux, not with a control socket), else a pipe. This
+// process's end is its only one (close-on-exec), written by a goroutine
+// and then shut for writing (or closed), so that the helper reads to
+// end-of-file; the write ends early, with EPIPE, when the helper's end is
+// closed unread (a start that failed: started closes ours). With the
+// report, this process's end is kept for Ended until the next Launch or
+// Cleanup.
 func (p *Prepared) sendSpec() (*os.File, error) {
 	s := *p.spec
 	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
+	s.Report = endReports && !p.Control
 	enc, err := json.Marshal(s)
 	if err != nil {
 		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
 	}
-	r, w, err := os.Pipe()
+	theirs, ours, err := specChannel(s.Report)
 	if err != nil {
-		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox spec's pipe: %v", err).Wrap(err)
+		return nil, result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox spec's channel: %v", err).Wrap(err)
+	}
+	if s.Report {
+		p.setEnd(ours)
 	}
 	go func() {
-		_, _ = w.Write(enc)
-		w.Close()
+		_, _ = ours.Write(enc)
+		if s.Report {
+			shutWrite(ours)
+		} else {
+			ours.Close()
+		}
 	}()
-	return r, nil
+	return theirs, nil
+}
+
+// setEnd keeps f as the channel of the helper's end report, closing the
+// previous one (f nil: none).
+func (p *Prepared) setEnd(f *os.File) {
+	p.emu.Lock()
+	old := p.end
+	p.end = f
+	p.emu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+}
+
+// Ended waits for the helper's report that the command of the last
+// Launch is over: the command's tree is gone (the helper killed and
+// reaped every other process of its PID namespace) and the status file is
+// complete. It returns the exit status the helper is about to exit with,
+// or ok false when there is no report to wait for, or there will be none
+// (the helper failed, or died, first): the caller then waits for the
+// helper's exit as without it. The helper's exit takes longer than the
+// report (its namespaces' teardown), so a runner that finishes on the
+// report (run.Request.Ended) gives the result sooner; it must still reap
+// the helper. Only the helper can write the report: the command never
+// holds the socket.
+//
+// A run with cgroup v1 limits has none: Cleanup removes those cgroups,
+// which an exiting helper still belongs to until its exit is done.
+func (p *Prepared) Ended() (exitCode int, ok bool) {
+	p.emu.Lock()
+	f := p.end
+	p.emu.Unlock()
+	if f == nil || (p.spec != nil && len(p.spec.Cgroups) > 0) {
+		return 0, false
+	}
+	var buf [16]byte
+	n := 0
+	for n < len(buf) {
+		m, err := f.Read(buf[n:])
+		n += m
+		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+			return confine.ParseEnd(buf[:i+1])
+		}
+		if err != nil {
+			return 0, false
+		}
+	}
+	return 0, false
 }
 
 // Network reports the allowlist and its refusals so far, with --net
@@ -407,6 +473,11 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		return nil, err
 	}
 	prep.Path = self
+	cleanup := prep.Cleanup
+	prep.Cleanup = func() {
+		prep.setEnd(nil)
+		cleanup()
+	}
 	return prep, nil
 }
 

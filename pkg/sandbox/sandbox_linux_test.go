@@ -36,6 +36,8 @@ func TestMain(m *testing.M) {
 			os.Exit(proxyProbe(os.Args[2:]))
 		case attackCommand:
 			os.Exit(attack(os.Args[2:]))
+		case holdCommand:
+			os.Exit(hold(os.Args[2:]))
 		case sockCommand:
 			os.Exit(sockMain(os.Args[2:]))
 		}

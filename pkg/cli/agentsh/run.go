@@ -308,6 +308,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 		defer started()
 		s.req.ExtraFiles = files
+		// The result is given on the helper's report of the command's
+		// end, not at its exit, which waits for the namespaces' teardown.
+		s.req.Ended = prep.Ended
 	} else if err := viaFile(""); err != nil {
 		return startErr(err)
 	}
@@ -322,6 +325,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if g != nil {
 		defer g.Cleanup()
 		s.req.Path, s.req.Argv, s.req.ExtraFiles = guard.Wrap(g, s.req.Path, s.req.Argv, s.req.ExtraFiles, prep != nil)
+		// The main process is the guard, which reports nothing: the run
+		// ends at its exit.
+		s.req.Ended = nil
 		onStart := s.req.OnStart
 		s.req.OnStart = func(pid int) {
 			g.Launched()

@@ -40,7 +40,7 @@ func Main(args []string) int {
 	if len(args) < 3 || args[1] != "--" || err != nil || fd < 3 {
 		return lastResort("usage: " + Command + " SPEC-FD -- PROGRAM [ARG...]")
 	}
-	sp, err := ReadSpec(fd)
+	sp, end, err := ReadSpec(fd)
 	if err != nil {
 		return lastResort(err.Error())
 	}
@@ -50,7 +50,7 @@ func Main(args []string) int {
 	if err != nil {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
-	h := &helper{sp: sp, status: status}
+	h := &helper{sp: sp, status: status, end: end}
 	if sp.V != SpecVersion {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, SpecVersion)
 	}
@@ -75,6 +75,7 @@ type helper struct {
 	sp     Spec
 	deaths Deaths // of the orphans reaped (deaths.go)
 	status *os.File
+	end    int // the socket of the end report (Spec.Report), or -1
 }
 
 func (h *helper) fail(exit int, code, format string, args ...any) int {

@@ -130,8 +130,9 @@ func (h *helper) run(argv []string) int {
 	// reach the target: a descriptor the caller of agentplane left open
 	// (a secret file, a socket) is closed at exec.
 	// The control socket (fd 3 when there is one) is the helper's own,
-	// and so were the spec's pipe after it (closed by ReadSpec) and the
-	// proxy's handover socket after that (closed above).
+	// and so are the spec's descriptor after it (closed by ReadSpec, or
+	// kept close-on-exec for the end report) and the proxy's handover
+	// socket after that (closed above).
 	first := SpecFD(sp.Control) + 1
 	if sp.ProxyPort > 0 {
 		first++
@@ -198,11 +199,68 @@ func (h *helper) reap(target int) int {
 			h.deaths.Note(ws, CPUMillis(&ru)) // an orphan, reparented to PID 1
 			continue
 		}
-		return h.exitOf(ws)
+		exit := h.exitOf(ws)
+		h.report(exit)
+		if ws.Signaled() && os.Getpid() != 1 {
+			setDisposition(ws.Signal(), sigDFL)
+			_ = unix.Kill(os.Getpid(), ws.Signal())
+		}
+		return exit
 	}
 }
 
-// exitOf is the helper's exit status for the target's wait status.
+// report tells the runner that the command is over (Spec.Report), before
+// the helper's own exit: for PID 1 of a mount namespace the kernel tears
+// the namespace down in the exit (an expedited RCU grace period, one to
+// three milliseconds, more on a loaded machine) before its parent can see
+// it. The report comes only once the namespace is provably empty
+// (emptyNamespace) and the status file is complete, so that the runner
+// can give the result at once: nothing of the command is left to outlive
+// it. The command never holds the socket (close-on-exec, and the helper
+// is not dumpable, so neither /proc/1/fd nor pidfd_getfd reaches it).
+func (h *helper) report(exit int) {
+	if h.end < 0 || os.Getpid() != 1 || !emptyNamespace() {
+		return
+	}
+	// The helper's copies of the command's standard streams would close
+	// only at its exit, after the teardown: the runner's readers see
+	// their end now.
+	for fd := 0; fd <= 2; fd++ {
+		_ = unix.Close(fd)
+	}
+	// MSG_NOSIGNAL: a runner that closed its end (it does not read the
+	// report) is no reason to die.
+	_ = unix.Sendto(h.end, EndMessage(exit), unix.MSG_NOSIGNAL, nil)
+}
+
+// emptyNamespace kills every other process of the helper's PID namespace
+// and reaps them all, as the kernel would at the helper's exit; it reports
+// whether it saw the namespace empty. kill(-1) from PID 1 reaches every
+// process of the namespace (and of any below it) but the helper, and no
+// fork escapes it (a fork that races the signal fails). Every process of
+// the namespace is a descendant of the helper, which is the reaper of its
+// orphans, so wait4 with __WALL fails with ECHILD exactly when no other
+// process is left, not even a zombie or a clone child with no exit signal.
+// The helper's thread keeps the right to signal every process of the
+// command (CAP_KILL, or the command's own uid without capabilities to
+// change it).
+func emptyNamespace() bool {
+	for {
+		_ = unix.Kill(-1, unix.SIGKILL)
+		var ws unix.WaitStatus
+		_, err := unix.Wait4(-1, &ws, unix.WALL, nil)
+		switch {
+		case err == nil, errors.Is(err, unix.EINTR):
+		case errors.Is(err, unix.ECHILD):
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// exitOf is the helper's exit status for the target's wait status, and
+// writes the status file.
 func (h *helper) exitOf(ws syscall.WaitStatus) int {
 	// Orphans that died before the target are zombies by now: their
 	// deaths count too.
@@ -228,10 +286,6 @@ func (h *helper) exitOf(ws syscall.WaitStatus) int {
 	sig := ws.Signal()
 	data, _ := json.Marshal(Failure{Signal: int(sig), Deaths: h.deaths})
 	_, _ = h.status.Write(data)
-	if os.Getpid() != 1 {
-		setDisposition(sig, sigDFL)
-		_ = unix.Kill(os.Getpid(), sig)
-	}
 	return 128 + int(sig)
 }
 

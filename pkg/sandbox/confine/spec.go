@@ -18,9 +18,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
+	"strconv"
+	"strings"
+	"syscall"
 )
 
 // Command is the hidden first argument that marks a re-exec of a program
@@ -44,8 +45,9 @@ const (
 // shows the command a cgroup filesystem of the run's own cgroups only
 // (cgroupView), and records the limit deaths of the orphans it reaps in the
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
-// in argv.
-const SpecVersion = 8
+// in argv. 9: the spec's descriptor may be a socket on which the helper
+// reports the command's end (Report).
+const SpecVersion = 9
 
 // Spec is what the runner hands to the helper, as JSON on the pipe at
 // SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -99,6 +101,34 @@ type Spec struct {
 	// Pinned directories are bound onto themselves so that they cannot be
 	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
 	Pinned []string `json:"pinned,omitempty"`
+	// Report: the spec's descriptor is one end of a socket pair, which
+	// the runner shuts for writing after the spec; the helper keeps it
+	// (close-on-exec) and writes EndMessage on it once the command is
+	// over and its PID namespace holds no other process, before its own
+	// exit, which waits for the kernel to tear the namespaces down.
+	Report bool `json:"report,omitempty"`
+}
+
+// EndMessage is the helper's report of the command's end: exit is the
+// status the helper is about to exit with (a signal death as 128+N, the
+// signal itself in the status file, which is complete before the report
+// is sent).
+func EndMessage(exit int) []byte {
+	return []byte("end " + strconv.Itoa(exit) + "\n")
+}
+
+// ParseEnd reads an EndMessage; ok is false for anything else.
+func ParseEnd(msg []byte) (exit int, ok bool) {
+	rest, found := strings.CutPrefix(string(msg), "end ")
+	rest, nl := strings.CutSuffix(rest, "\n")
+	if !found || !nl {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || n > 255 || strconv.Itoa(n) != rest {
+		return 0, false
+	}
+	return n, true
 }
 
 // Rlimit is one resource limit to set before the target starts.
@@ -162,20 +192,47 @@ func SpecFD(control bool) int {
 const maxSpec = 16 << 20
 
 // ReadSpec is the helper's half of the spec protocol: it reads the spec
-// from the pipe at fd to its end and closes fd, which the target must not
-// inherit.
-func ReadSpec(fd int) (Spec, error) {
+// from the pipe or socket at fd to its end. It closes fd, which the target
+// must not inherit, unless the spec asks for the end report (Report): it
+// then returns fd, marked close-on-exec, else -1.
+func ReadSpec(fd int) (Spec, int, error) {
 	var sp Spec
-	f := os.NewFile(uintptr(fd), "sandbox-spec")
-	if f == nil {
-		return sp, fmt.Errorf("bad sandbox spec descriptor %d", fd)
+	if fd < 0 || syscall.SetNonblock(fd, false) != nil {
+		return sp, -1, fmt.Errorf("bad sandbox spec descriptor %d", fd)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxSpec+1))
-	f.Close()
+	syscall.CloseOnExec(fd)
+	data, err := readAll(fd, maxSpec+1)
 	if err != nil {
-		return sp, fmt.Errorf("cannot read the sandbox spec: %v", unwrap(err))
+		syscall.Close(fd)
+		return sp, -1, fmt.Errorf("cannot read the sandbox spec: %v", unwrap(err))
 	}
-	return ParseSpec(data)
+	sp, err = ParseSpec(data)
+	if err != nil || !sp.Report {
+		syscall.Close(fd)
+		return sp, -1, err
+	}
+	return sp, fd, nil
+}
+
+// readAll reads fd to its end, at most limit bytes, without wrapping it
+// in an os.File (whose finalizer would close it).
+func readAll(fd, limit int) ([]byte, error) {
+	var data []byte
+	buf := make([]byte, 64<<10)
+	for len(data) < limit {
+		n, err := syscall.Read(fd, buf)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+	}
+	return data, nil
 }
 
 // ParseSpec decodes a spec as the runner writes it.
