@@ -217,19 +217,22 @@ func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pi
 
 // Release ends the guard: the watchdog is told that nothing needs killing
 // and exits on its own (it is not waited for), and the cgroup is removed
-// if it is empty; when it is not (a member is still exiting, EmptyBut),
-// the watchdog removes it once it is, after this process may have exited.
+// if it is empty. When it is not (a member is still exiting, EmptyBut),
+// the watchdog is told so and removes it once this process has exited
+// (its pipe's end: the guard keeps the write end open until then, or
+// until the guard is garbage collected), so that the removal, which
+// needs a program of its own (rmdir) in the shell watchdog, takes no CPU
+// from this process's last steps, by which time the member is gone too.
 // Call it after the tree is dead.
 func (g *Guard) Release() {
 	g.mu.Lock()
 	g.released = true
 	g.mu.Unlock()
-	msg := "done\n"
-	if !g.dropCgroup() && g.w != nil {
-		msg = "drop\n"
-	}
-	if g.w != nil {
-		_, _ = io.WriteString(g.w, msg)
+	gone := g.dropCgroup()
+	if g.w != nil && !gone {
+		_, _ = io.WriteString(g.w, "drop\n")
+	} else if g.w != nil {
+		_, _ = io.WriteString(g.w, "done\n")
 		g.w.Close()
 		g.w = nil
 	}
@@ -253,7 +256,9 @@ func RunWatchdog(args []string, in io.Reader) int {
 			return 0
 		}
 		if line == "drop" {
-			// Released while a member was still exiting (Release).
+			// Released while a member was still exiting: the cgroup
+			// goes once the guarded process is gone too (Release).
+			_, _ = io.Copy(io.Discard, in)
 			if mode == GuardCgroup && !removeWhenEmpty(cg, 5*time.Second) {
 				return 1
 			}

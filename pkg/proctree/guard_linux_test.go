@@ -270,7 +270,7 @@ func TestGuardCgroupOwner(t *testing.T) {
 // sandbox helper in its namespaces' teardown) is accepted as the cgroup's
 // one member, nothing else is; Release with it still there hands the
 // cgroup's removal to the watchdog (sh, or the Go one), which removes it
-// once the member is gone.
+// once the guarded process (the end of its pipe) and the member are gone.
 func TestGuardEmptyBut(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -339,6 +339,12 @@ func TestGuardEmptyBut(t *testing.T) {
 				}
 				_ = a.Process.Kill()
 				_ = a.Wait()
+				// This process's exit, as the watchdog sees it: the
+				// end of its pipe.
+				if g.w == nil {
+					t.Fatal("Release closed the watchdog's pipe with a member left")
+				}
+				g.w.Close()
 			}
 			deadline := time.Now().Add(20 * time.Second)
 			for {
