@@ -290,7 +290,7 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		Use:   "mcp",
 		Short: "Serve this program's operations as MCP tools over stdio",
 		// Long is derived from every command's flags when help is first shown (HelpText).
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		// stdout is the MCP connection: a server that cannot start says
 		// why on stderr.
 		Annotations: map[string]string{clikit.AnnotProtocolStdout: "true"},
