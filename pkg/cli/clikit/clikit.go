@@ -68,6 +68,12 @@ type Program struct {
 	ExitCode func(code string) int
 	// Build adds the program's own flags and subcommands to root.
 	Build func(root *cobra.Command, env *Env)
+	// Start, if set, runs in Main once SIGINT and SIGTERM are caught and
+	// before the tree is built: work the program starts beside its CLI's
+	// start-up (agentsh's watchdog). Catching the signals first matters:
+	// the runtime's first signal.Notify waits for a thread of its own,
+	// which a goroutine busy in a fork and exec delays by a millisecond.
+	Start func()
 	// ExitStatus documents the exit codes: {code, meaning} rows for the
 	// man pages, in order.
 	ExitStatus [][2]string
@@ -196,6 +202,9 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		case <-ctx.Done():
 		}
 	}()
+	if p.Start != nil {
+		p.Start()
+	}
 	return Run(env, args)
 }
 
