@@ -62,6 +62,28 @@ func TestWatchFront(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 127 {
 		t.Errorf("front with nothing to exec: %v, want exit status 127", err)
 	}
+	// "rmdir": at end of file the front removes argv[5] (the guard's
+	// cgroup) itself, without running the rest; a directory that stays
+	// busy makes it give up with exit status 1 after its retries (not
+	// waited for here: 5 s).
+	os.Remove(mark)
+	cg := filepath.Join(t.TempDir(), "cgroup")
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := frontCmd(t, "rmdir\n", "/bin/sh", "-c", `: > `+mark, "sh", cg, "token").CombinedOutput(); err != nil {
+		t.Fatalf("front rmdir: %v %s", err, out)
+	}
+	if _, err := os.Stat(cg); !os.IsNotExist(err) {
+		t.Errorf("the front left argv[5]: %v", err)
+	}
+	if _, err := os.Stat(mark); err == nil {
+		t.Error("the front ran the watchdog on rmdir")
+	}
+	// Gone already: nothing to do.
+	if err := frontCmd(t, "rmdir\n", "/bin/sh", "-c", ":", "sh", cg, "token").Run(); err != nil {
+		t.Errorf("front rmdir of a missing directory: %v", err)
+	}
 }
 
 // TestWatchFrontSealed: nothing can change the front once it is made,

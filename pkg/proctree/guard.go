@@ -218,11 +218,11 @@ func (g *Guard) IsWatchdog(s Stat) bool { return g.wd != nil && s.PID == g.wd.Pi
 // Release ends the guard: the watchdog is told that nothing needs killing
 // and exits on its own (it is not waited for), and the cgroup is removed
 // if it is empty. When it is not (a member is still exiting, EmptyBut),
-// the watchdog is told so and removes it once this process has exited
-// (its pipe's end: the guard keeps the write end open until then, or
-// until the guard is garbage collected), so that the removal, which
-// needs a program of its own (rmdir) in the shell watchdog, takes no CPU
-// from this process's last steps, by which time the member is gone too.
+// the watchdog is told so ("rmdir") and removes it once this process has
+// exited (its pipe's end: the guard keeps the write end open until then,
+// or until the guard is garbage collected) and the member is gone, so
+// that the removal takes nothing from this process's last steps (the
+// front does it with a system call, the shell watchdog with rmdir(1)).
 // Call it after the tree is dead.
 func (g *Guard) Release() {
 	g.mu.Lock()
@@ -230,7 +230,7 @@ func (g *Guard) Release() {
 	g.mu.Unlock()
 	gone := g.dropCgroup()
 	if g.w != nil && !gone {
-		_, _ = io.WriteString(g.w, "drop\n")
+		_, _ = io.WriteString(g.w, "rmdir\n")
 	} else if g.w != nil {
 		_, _ = io.WriteString(g.w, "done\n")
 		g.w.Close()
@@ -255,7 +255,7 @@ func RunWatchdog(args []string, in io.Reader) int {
 		if line == "done" {
 			return 0
 		}
-		if line == "drop" {
+		if line == "rmdir" {
 			// Released while a member was still exiting: the cgroup
 			// goes once the guarded process is gone too (Release).
 			_, _ = io.Copy(io.Discard, in)

@@ -229,11 +229,11 @@ func removeWhenEmpty(dir string, timeout time.Duration) bool {
 // a member that moved itself out of the cgroup (root can, unsandboxed) is
 // still a bearer. The scan repeats until it finds none.
 //
-// "drop" instead of "done" (Release, when a member of the cgroup is still
+// "rmdir" instead of "done" (Release, when a member of the cgroup is still
 // exiting: EmptyBut) asks it to remove the cgroup once the guarded
 // process is gone (end of file) and the member's exit is done.
 const shWatchdog = `read -r x; [ "$x" = done ] && exit 0
-if [ "$x" = drop ]; then while read -r x; do :; done; i=0; while ! rmdir "$1" 2>/dev/null; do [ -d "$1" ] || exit 0; i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; exit 0; fi
+if [ "$x" = rmdir ]; then while read -r x; do :; done; i=0; while ! rmdir "$1" 2>/dev/null; do [ -d "$1" ] || exit 0; i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done; exit 0; fi
 echo 1 > "$1/cgroup.kill"
 i=0; while [ $i -lt 100 ]; do k=0; for f in $(grep -lsaF "$2" /proc/[0-9]*/environ); do p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && k=1; done; [ $k = 0 ] && break; i=$((i+1)); done
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`

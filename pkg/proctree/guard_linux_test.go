@@ -325,7 +325,7 @@ func TestGuardEmptyBut(t *testing.T) {
 					t.Fatal("rmdir of a populated cgroup")
 				}
 				done := make(chan int, 1)
-				go func() { done <- RunWatchdog([]string{GuardCgroup, g.token, dir}, stringsReader("drop\n")) }()
+				go func() { done <- RunWatchdog([]string{GuardCgroup, g.token, dir}, stringsReader("rmdir\n")) }()
 				_ = a.Process.Kill()
 				_ = a.Wait()
 				if rc := <-done; rc != 0 {

@@ -18,8 +18,46 @@ _start:
 	b.le	2f			// end of file or an error: the owner is gone
 	ldrb	w9, [sp]
 	cmp	w9, #'d'
+	b.eq	6f
+	cmp	w9, #'r'
 	b.ne	2f
-	mov	x0, #0			// exit_group(0)
+	// "rmdir": released while a member of the cgroup is still exiting.
+	// Wait for the owner's exit (end of file), then remove the cgroup,
+	// argv[5] of the guard's argv (agentplane-watchdog /bin/sh -c SCRIPT
+	// NAME CGROUP TOKEN), once the member is gone: every 10 ms, 500 times.
+4:	mov	x0, #0			// read(0, buf, 64) to end of file
+	mov	x1, sp
+	mov	x2, #64
+	mov	x8, #63
+	svc	#0
+	cmn	x0, #4
+	b.eq	4b
+	cmp	x0, #0
+	b.gt	4b
+	ldr	x9, [x19]		// argc: no cgroup argument, nothing to remove
+	cmp	x9, #6
+	b.lt	6f
+	ldr	x20, [x19, #48]		// argv[5]
+	mov	x21, #500
+5:	mov	x0, #-100		// unlinkat(AT_FDCWD, argv[5], AT_REMOVEDIR)
+	mov	x1, x20
+	mov	x2, #0x200
+	mov	x8, #35
+	svc	#0
+	cbz	x0, 6f
+	cmn	x0, #2			// ENOENT: removed already
+	b.eq	6f
+	subs	x21, x21, #1
+	b.eq	7f
+	adr	x0, ts			// nanosleep(10 ms)
+	mov	x1, #0
+	mov	x8, #101
+	svc	#0
+	b	5b
+6:	mov	x0, #0			// exit_group(0)
+	mov	x8, #94
+	svc	#0
+7:	mov	x0, #1			// exit_group(1): the cgroup stayed busy
 	mov	x8, #94
 	svc	#0
 2:	ldr	x9, [x19]		// argc
@@ -34,4 +72,6 @@ _start:
 3:	mov	x0, #127		// exit_group(127): nothing to exec
 	mov	x8, #94
 	svc	#0
+	.balign	8
+ts:	.quad	0, 10000000
 name:	.asciz	"agentplane-wd"
