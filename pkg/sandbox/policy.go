@@ -338,15 +338,47 @@ func (p *Prepared) sendSpec() (*os.File, error) {
 	if s.Report {
 		p.setEnd(ours)
 	}
-	go func() {
-		_, _ = ours.Write(enc)
+	finish := func() {
 		if s.Report {
 			shutWrite(ours)
 		} else {
 			ours.Close()
 		}
-	}()
+	}
+	// Written here when the channel's buffer takes it (a spec is a few
+	// kilobytes): the helper then finds it there at its start, with no
+	// goroutine of this process to wait for on a busy machine.
+	if rest := writeSome(ours, enc); len(rest) == 0 {
+		finish()
+	} else {
+		go func() {
+			_, _ = ours.Write(rest)
+			finish()
+		}()
+	}
 	return theirs, nil
+}
+
+// writeSome writes what f, non-blocking, takes of b at once and returns
+// the rest.
+func writeSome(f *os.File, b []byte) []byte {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return b
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for len(b) > 0 {
+			n, err := syscall.Write(int(fd), b)
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil || n <= 0 {
+				return
+			}
+			b = b[n:]
+		}
+	})
+	return b
 }
 
 // setEnd keeps f as the channel of the helper's end report, closing the
