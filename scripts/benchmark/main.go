@@ -221,24 +221,35 @@ func allCases() []benchCase {
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
 			"helper (agentplane-sandbox), its mount, PID, IPC, cgroup and network namespaces, Landlock and\n" +
 			"seccomp, against the unsandboxed call. Target: within 1.5x.\n\n" +
-			"Where the sandbox's own time goes (timestamps in the runner and the helper, `perf sched` for\n" +
-			"the waits, medians on a quiet machine): starting the helper, a second program with the\n" +
-			"namespaces created by the clone itself (about 1 ms: exec and the Go runtime of a static 3.9 MB\n" +
-			"program that links only `pkg/sandbox/confine`; the network namespace about 0.8 ms of CPU of\n" +
-			"it); the mount recipe, about 40 mount calls for the read-only root, the writable binds, a fresh\n" +
-			"`/proc`, the minimal `/dev` and the covered control files and sockets (about 0.8 ms);\n" +
-			"capabilities, Landlock and the seccomp filter (about 0.3 ms); the kernel tearing the mount\n" +
-			"namespace down when the helper exits, before the runner sees it: an expedited RCU grace period,\n" +
-			"1 to 3 ms, and ten on a loaded machine (with real-time load on both cores, a Go link run at\n" +
-			"`chrt -f`, the grace period waits for a normal-priority kernel thread until the real-time\n" +
-			"throttle lets it run: a sandboxed `true` then takes a second); on the runner's side the private\n" +
-			"directory, and the spec handed to the helper on a pipe (not in argv, where the command read it\n" +
-			"in /proc/1/cmdline). Not done yet: the helper reporting the command's end on a pipe once its\n" +
-			"namespace is empty, so that the runner finishes while the kernel tears down (pkg/run waits for\n" +
-			"the helper's exit, and the guard for its cgroup to be empty). What no longer runs on every\n" +
-			"call: the listing of the temp dir for other users' temp areas (a millisecond of CPU for this\n" +
-			"machine's 1,500 entries; kept in the caller's own area and reused while the directory's\n" +
-			"modification time stays as it was), removing the private directory (it is\n" +
+			"Where the sandbox's own time goes (CLOCK_REALTIME stamps in the runner and the helper, medians\n" +
+			"of 40 calls; on a quiet machine the figures are lower, under the load average of 3 to 4 of\n" +
+			"the shared two cores they were measured at they are about this): in the runner, the policy\n" +
+			"and the probe of the machine (0.5 to 1 ms), the listing of the temp dir for other users'\n" +
+			"temp areas whenever the directory changed since the last call (2 to 3 ms for this machine's\n" +
+			"1,900 entries in a /tmp that other jobs keep changing; nothing on a quiet one, where the\n" +
+			"cached listing holds), the private directory (0.3 to 0.5 ms); starting the helper, a second\n" +
+			"program with the namespaces created by the clone itself (the network namespace about 0.9 ms\n" +
+			"of CPU of it; exec and the Go runtime of a static 3.9 MB program that links only\n" +
+			"`pkg/sandbox/confine` until its main: 1 ms quiet, 2 to 3 loaded); in the helper, the spec\n" +
+			"(0.3 to 0.6 ms: written at Launch, so it is there when the helper starts), the loopback\n" +
+			"(0.15 ms), the mount recipe, about 40 mount calls for the read-only root, the writable binds,\n" +
+			"a fresh `/proc`, the minimal `/dev` and the covered control files and sockets (1.1 to 1.6\n" +
+			"ms), capabilities and Landlock (0.3 ms), the seccomp filters and the Unix socket gate (0.5\n" +
+			"ms), the target's fork and exec (0.3 to 1 ms); after the command, the helper's report and the\n" +
+			"result (0.5 ms). The kernel's teardown of the mount namespace, an expedited RCU grace period\n" +
+			"when the helper, PID 1 of its namespaces and their last process, exits (1 to 3 ms, 5 and more\n" +
+			"loaded; with real-time load on both cores, a Go link run at `chrt -f`, the grace period waits\n" +
+			"for a normal-priority kernel thread until the real-time throttle lets it run: a second), is no\n" +
+			"longer waited for: once the command is over the helper kills and reaps every other process of\n" +
+			"its PID namespace, completes its status file, closes its copies of the command's streams and\n" +
+			"reports the command's exit status on its spec socket, which the command never holds; the\n" +
+			"runner gives the result on that report and reaps the helper in the background, the guard\n" +
+			"accepts the exiting helper as its cgroup's one member, and the watchdog's front removes the\n" +
+			"cgroup with a system call once agentsh has exited and the teardown is done (a helper that dies\n" +
+			"or stops before it reports is waited for, or timed out, as before; a run with cgroup v1\n" +
+			"limits waits for the exit, since Cleanup removes those cgroups). What no longer runs on every\n" +
+			"call: the temp dir's listing while its modification time stays as it was (kept in the\n" +
+			"caller's own area), removing the private directory (it is\n" +
 			"emptied and kept as a spare for the next run: on this machine's ext4 mounted with `discard`,\n" +
 			"every rmdir waited about 4 ms for the device), creating an owner file in it (its name says\n" +
 			"whose it is), unmounting a detached mount in the helper (another RCU grace period), catching\n" +
