@@ -711,7 +711,7 @@ func TestUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "-test.v", "-test.count=1",
-		"-test.run", "^(TestWorkspaceWrite|TestReadOnly|TestDenyRead|TestNetNone|TestNetProxy|TestFileSize|TestNofile|TestHelperFailure)$")
+		"-test.run", "^(TestWorkspaceWrite|TestReadOnly|TestDenyRead|TestNetNone|TestNetProxy|TestFileSize|TestNofile|TestHelperFailure|TestEndReportHelperKilled|TestEscapeForgeEndReport)$")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AGENTPLANE_SANDBOX_UNPRIVILEGED=1", "TMPDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
@@ -722,8 +722,8 @@ func TestUnprivileged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("as nobody: %v\n%s", err, b)
 	}
-	if n := strings.Count(string(b), "--- PASS"); n < 8 || strings.Contains(string(b), "--- SKIP") {
-		t.Fatalf("as nobody, expected 8 passing tests:\n%s", b)
+	if n := strings.Count(string(b), "--- PASS"); n < 10 || strings.Contains(string(b), "--- SKIP") {
+		t.Fatalf("as nobody, expected 10 passing tests:\n%s", b)
 	}
 }
 
