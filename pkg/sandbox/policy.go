@@ -33,6 +33,7 @@
 //	req.SysProcAttr = prep.SysProcAttr
 //	files, started, err := prep.Launch()          // --net proxy: fd 3 on
 //	req.ExtraFiles = files
+//	req.Ended = prep.Ended                       // the result before the helper's exit
 //	res, err := run.Run(ctx, req)
 //	started()
 //	if err := prep.Failure(); err != nil { … the helper could not set up … }
