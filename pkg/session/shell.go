@@ -49,7 +49,7 @@ import (
 // Each call is one line (NONCE is fresh random for every call, V a fresh
 // prefix for every call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 USR2; PROMPT_COMMAND=('\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 USR2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -137,9 +137,11 @@ import (
 //     protocol's, and while a call runs the prompt hook sets the pending
 //     prompt, so a line bash abandons on its own (the command's own
 //     SIGINT, an error under set -u) behind the user's own PS1 still ends.
-//     Right after the command set PS0, such a line runs it once; right
-//     after it set PROMPT_COMMAND, the channel is not reopened and the
-//     session ends. PS2 is never shown: every protocol line is complete.
+//     Right after the command set PS0, such a line runs it once; the
+//     command's PROMPT_COMMAND=x runs once too, before the protocol's
+//     hook (kept in a high element, hookIndex); only after a command
+//     replaced or unset the whole array is the channel not reopened, and
+//     the session ends. PS2 is never shown: every protocol line is complete.
 //   - RETURN: bash runs it when a sourced file returns, the call file too;
 //     the call file's end (callEnd) writes the user's RETURN trap to a
 //     per-call FIFO and removes it, and the next call's file sets it again,
@@ -413,10 +415,31 @@ func unlessReadonly(name, value string) string {
 	return `case ${` + name + `@a} in *r*) ;; *) ` + name + `=` + value + `;; esac; `
 }
 
+// hookIndex is the element of PROMPT_COMMAND (an array) the protocol's
+// hook is kept in. bash runs the elements in the order of their indexes,
+// and a command's PROMPT_COMMAND=x (or +=, declare, export) assigns
+// element 0: the command's own hook runs first, with the call's
+// descriptors, and the protocol's still runs after it, so a line
+// abandoned right after such an assignment still reopens the control
+// channel instead of reading the call's stdin to its end (which made the
+// shell exit). Only a command that replaces or unsets the whole array
+// (PROMPT_COMMAND=(x), unset PROMPT_COMMAND) and then abandons its line
+// takes the hook away: the session then ends, and the call says so.
+const hookIndex = "999999"
+
+// setHook makes hook the protocol's PROMPT_COMMAND, unless the command
+// made PROMPT_COMMAND readonly (an assignment error abandons the line);
+// an associative PROMPT_COMMAND, which bash does not run, is replaced.
+// The command's own elements go: between calls the prompt is the
+// protocol's.
+func setHook(hook string) string {
+	return `case ${PROMPT_COMMAND@a} in *r*) ;; *) case ${PROMPT_COMMAND@a} in *A*) \unset PROMPT_COMMAND;; esac; PROMPT_COMMAND=([` + hookIndex + `]=` + shellQuote(hook) + `);; esac; `
+}
+
 // promptHook is PROMPT_COMMAND: reopen the control channel before any
 // prompt, above all the one bash shows after abandoning a line.
 func (p callProto) promptHook() string {
-	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen())+")")
+	return setHook(p.reopen())
 }
 
 // pending is the prompt of a line that is abandoned (tagPending).
@@ -428,9 +451,12 @@ func (p callProto) pending() string {
 // and the pending prompt, so that a line bash abandons on its own (the
 // command's SIGINT to the shell, an error under set -u) right after the
 // command set PS1 still shows the prompt the server answers with a
-// probe. The line's tail and the probe set promptHook back.
+// probe. The line's tail and the probe set promptHook back. The pending
+// prompt is set only while this call's varsH is (forget removes it): a
+// command that made PROMPT_COMMAND readonly keeps this hook for good, and
+// it must not turn later calls' prompts into pending ones.
 func (p callProto) abandonHook() string {
-	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen()+"; PS1="+p.pending())+")")
+	return setHook(p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
@@ -569,7 +595,7 @@ func callLine(p callProto, nonce string) string {
 	b.WriteString(`PS1=` + p.pending() + `; `)
 	b.WriteString(p.functions())
 	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
-	b.WriteString(p.abandonHook())
+	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	b.WriteString(`\exec ` + p.redirs() + ` 255>&-; `)
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
@@ -589,7 +615,7 @@ func callLine(p callProto, nonce string) string {
 // forget removes the call's variables and functions (but its option
 // stash) and, with the same unset, puts the command's posix mode back;
 // then aliases are off for the next line.
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
