@@ -45,6 +45,15 @@ import (
 // path PROMPT_COMMAND names (read the next call's line, write a forged
 // prompt): a forged prompt is defeated by the nonce, a stolen line leaves
 // the call waiting until its timeout, as kill -STOP of the shell would.
+// A probe line (which carries the nonce its answer must show) is written
+// only while the shell itself is blocked reading its next line from the
+// FIFO and no other process of the session holds it (mayProbe), so a
+// command that prints the public pending prompt and waits to read the
+// probe gets none. What stays open: a process of the session that holds
+// the FIFO while the shell is idle between calls competes with the shell
+// for the next call's line (checking every call would cost a scan of the
+// session's processes on each round trip), and a command that reads the
+// shell's memory (ptrace, /proc/PID/mem) can forge anything.
 //
 // Each call is one line (NONCE is fresh random for every call, V a fresh
 // prefix for every call's variables and functions; see callLine):
@@ -658,6 +667,9 @@ type shell struct {
 	// closed when the shell is reaped.
 	ctlIn, ctlOut string
 	keeper        *os.File
+	// ctlInfo is the FIFO the shell reads its lines from (mayProbe),
+	// once the shell is started.
+	ctlInfo os.FileInfo
 	// call is the protocol of the call in progress, or of the last one:
 	// its variables name the option stash the next call restores.
 	call   callProto
@@ -822,6 +834,9 @@ func (s *server) startShell(cwd string) error {
 		sh.self = self
 	}
 	sh.exe = exePath(sh.self.PID)
+	// From now on commands run: probes wait for the shell's own read
+	// (before, in a sandbox, the shell itself was not yet known).
+	sh.ctlInfo, _ = in.Stat()
 	return nil
 }
 
@@ -905,8 +920,43 @@ func marked(l string) (tag string, code int, ok bool) {
 func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
 	pending := tagPending + strconv.Itoa(n)
 	probes := map[string]bool{}
+	// Probes are written only when the shell reads its prompt (mayProbe):
+	// owed counts the pending prompts whose probe waits for that.
+	owed := 0
+	var retry *time.Timer
+	gate := gateFirst
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	send := func() bool {
+		for owed > 0 && sh.mayProbe() {
+			owed--
+			gate = gateFirst
+			p := newNonce()
+			probes[tagProbe+p] = true
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.call, p)); err != nil {
+				return false
+			}
+		}
+		if owed > 0 {
+			retry = time.NewTimer(gate)
+			gate = min(2*gate, gateLast)
+		}
+		return true
+	}
 	for {
+		var again <-chan time.Time
+		if retry != nil {
+			again = retry.C
+		}
 		select {
+		case <-again:
+			retry = nil
+			if !send() {
+				return 0, gotEOF
+			}
 		case l, open := <-sh.lines:
 			if !open {
 				return 0, gotEOF
@@ -928,12 +978,11 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return code, gotMarker
 			case sh.owed[tag]:
 				delete(sh.owed, tag)
-			case tag == pending && len(probes) < maxProbes:
+			case tag == pending && len(probes)+owed < maxProbes:
 				// Each abandoned-line prompt gets a probe: a shell whose
 				// probe lines are skipped shows this prompt again for each.
-				p := newNonce()
-				probes[tagProbe+p] = true
-				if _, err := io.WriteString(sh.stdin, probeLine(sh.call, p)); err != nil {
+				owed++
+				if retry == nil && !send() {
 					return 0, gotEOF
 				}
 			default:
@@ -950,6 +999,42 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 // maxProbes bounds the probes one call's abandoned-line prompts get; a
 // further such prompt means the shell does not run the probes.
 const maxProbes = 4
+
+// How often the server looks again whether the shell reads its prompt
+// before it writes a probe (mayProbe): first soon (bash shows the prompt
+// just before it reads), then less often.
+const (
+	gateFirst = 500 * time.Microsecond
+	gateLast  = 50 * time.Millisecond
+)
+
+// mayProbe reports whether a line written to the control FIFO now reaches
+// the shell's own line reader and no one else. The FIFO's path is no
+// secret (the prompt hook names it, and /proc/PID/fd shows it), and what
+// a probe line carries is: a command that could read the probe (open the
+// FIFO by its path, in a child, in the background, or with read in the
+// shell itself) would learn its nonce and could answer it while it still
+// runs, so that the call would be reported ended, with a status it chose.
+// So a probe is written only while the shell is blocked in bash's own
+// read of its next line from the FIFO (a prompt it really shows; a
+// pending prompt the command printed itself is then not answered) and no
+// other process below the server holds the FIFO open. Where the kernel
+// does not tell (another system, a /proc that hides it), the probe goes
+// as before.
+func (sh *shell) mayProbe() bool {
+	if sh.ctlInfo == nil {
+		return true
+	}
+	ok, known := readsPrompt(sh.self.PID, sh.ctlInfo)
+	if !known {
+		return true
+	}
+	trusted := []int{sh.self.PID, sh.id.PID}
+	if sh.cmd != nil && sh.cmd.Process != nil {
+		trusted = append(trusted, sh.cmd.Process.Pid)
+	}
+	return ok && !othersHold(sh.ctlInfo, trusted...)
+}
 
 func (sh *shell) gone() bool {
 	select {
@@ -1047,11 +1132,22 @@ func (sh *shell) probe(limit time.Duration) bool {
 	defer deadline.Stop()
 	var sent []string // tags, in the order written
 	answered := false
-	for k := 1; ; k++ {
+	k := 0 // probes written
+	gate := gateFirst
+	for {
 		var next <-chan time.Time // nil: no further probe
 		var every *time.Timer
-		if !answered {
+		switch {
+		case answered:
+		case !sh.mayProbe():
+			// Not yet at its prompt (or someone else could read the
+			// line): look again shortly.
+			every = time.NewTimer(gate)
+			next = every.C
+			gate = min(2*gate, gateLast)
+		default:
 			nonce := newNonce()
+			k++
 			// A write that fails says nothing reads the shell's input
 			// any more: the shell exited, or exec replaced it (which
 			// closes its saved input and control channel). That is not

@@ -1,0 +1,66 @@
+package session
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+)
+
+// readsPrompt reports whether process pid is blocked in bash's own read
+// of its next line from ctl: a read(2) of descriptor 0, which is ctl, of
+// more than one byte (bash's line reader asks for a buffer; the read and
+// mapfile builtins read a pipe one byte at a time, so a command that
+// reads the control FIFO itself does not pass for the prompt). known is
+// false when the kernel would not tell (then nothing can be checked).
+func readsPrompt(pid int, ctl os.FileInfo) (ok, known bool) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	b, err := os.ReadFile(dir + "/syscall")
+	if err != nil {
+		return false, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 4 || f[0] != strconv.Itoa(syscall.SYS_READ) || f[1] != "0x0" || f[3] == "0x1" {
+		return false, true
+	}
+	st, err := os.Stat(dir + "/fd/0")
+	return err == nil && os.SameFile(st, ctl), true
+}
+
+// othersHold reports whether a process below the server other than the
+// trusted ones (the shell, the sandbox helper or policy guard it runs
+// under) holds ctl open: such a process could read the line the server
+// writes there before the shell does.
+func othersHold(ctl os.FileInfo, trusted ...int) bool {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return false
+	}
+	for _, p := range proctree.Descendants(snap, os.Getpid()) {
+		if p.Dead() || containsPID(trusted, p.PID) {
+			continue
+		}
+		dir := "/proc/" + strconv.Itoa(p.PID) + "/fd/"
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if st, err := os.Stat(dir + e.Name()); err == nil && os.SameFile(st, ctl) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func containsPID(pids []int, pid int) bool {
+	for _, p := range pids {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package session
+
+import "os"
+
+// readsPrompt cannot tell on this system.
+func readsPrompt(pid int, ctl os.FileInfo) (ok, known bool) { return false, false }
+
+// othersHold cannot tell on this system.
+func othersHold(ctl os.FileInfo, trusted ...int) bool { return false }
