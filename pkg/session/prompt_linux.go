@@ -64,3 +64,27 @@ func containsPID(pids []int, pid int) bool {
 	}
 	return false
 }
+
+// nofileLimit is process pid's descriptor limit (soft, hard), from
+// /proc/PID/limits; zeros when unknown or unlimited.
+func nofileLimit(pid int) [2]uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/limits")
+	if err != nil {
+		return [2]uint64{}
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "Max open files"); ok {
+			f := strings.Fields(rest)
+			if len(f) < 2 {
+				break
+			}
+			soft, err1 := strconv.ParseUint(f[0], 10, 64)
+			hard, err2 := strconv.ParseUint(f[1], 10, 64)
+			if err1 != nil || err2 != nil {
+				break
+			}
+			return [2]uint64{soft, hard}
+		}
+	}
+	return [2]uint64{}
+}

@@ -9,3 +9,6 @@ func readsPrompt(pid int, ctl os.FileInfo) (ok, known bool) { return false, fals
 
 // othersHold cannot tell on this system.
 func othersHold(ctl os.FileInfo, trusted ...int) bool { return false }
+
+// nofileLimit is unknown on this system.
+func nofileLimit(pid int) [2]uint64 { return [2]uint64{} }

@@ -107,11 +107,15 @@ import (
 // What is left to a command that sets out to break the shell: a readonly
 // PS1, "." or kill disabled for good (enable -n enable ., enable -n
 // enable kill) cost a reset; a function named enable with builtin and
-// unset disabled, extdebug with a DEBUG trap that fails (which skips the
-// protocol's commands too), a readonly PROMPT_COMMAND with a line the
-// command abandons itself, or ulimit -n below 10 (bash saves a descriptor
-// above 9 for every redirection, exec's too) leave the shell without its
-// channel, and it ends.
+// unset disabled leaves the shell without its channel, and it ends;
+// extdebug with a DEBUG trap that fails (which skips the protocol's
+// commands too), a PROMPT_COMMAND replaced whole or readonly with a line
+// the command abandons itself, a hard descriptor limit below 11 that
+// cannot be raised again (see reopen) or a soft one below 5 in the call
+// (too few for the line's own redirections) leave it unable to reopen its
+// channel or keep its state: the server sees that (tagLost, tagUnrun, a
+// done prompt without its status, its own prompt at the end of the call's
+// output: lostPrompt) and replaces the shell, and the call says so.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
@@ -308,6 +312,12 @@ const (
 	tagPending = "a"
 	tagDone    = "c"
 	tagProbe   = "p"
+	// tagLost: the shell could not reopen its control channel (reopen).
+	// No nonce: a command that prints it only costs itself a reset.
+	tagLost = "l"
+	// tagUnrun: the call's own descriptors could not be put in place;
+	// the call did not run.
+	tagUnrun = "u"
 )
 
 // newNonce is a fresh random tag suffix.
@@ -346,6 +356,10 @@ type callProto struct {
 	script string
 	stdin  string
 	outs   []string // the call's stdout and stderr FIFOs, or one for both
+	// nofile is the shell's descriptor limit when it started (soft,
+	// hard; 0 when unknown), which reopen puts back when the command
+	// left too few descriptors for the protocol.
+	nofile [2]uint64
 }
 
 // reopen points the shell's descriptors back at the control channel. No
@@ -353,8 +367,32 @@ type callProto struct {
 // so none can be closed, replaced or inherited by what the call starts:
 // the channel is reopened by path after each call, by the line, or by
 // PROMPT_COMMAND when the line was abandoned.
+//
+// bash needs a descriptor above 9 to move its own input aside when fd 0
+// is redirected, so a descriptor limit below 11 (ulimit -n 6) makes the
+// reopen fail: stdout and stderr are reopened first, on their own (bash
+// undoes the whole of an exec that fails; the errors of fd 0 then go to
+// the shell log), and when fd 0 fails the soft limit is raised to the
+// hard one, then both back to what the shell started with (nofile: which
+// only root can do once the hard limit went down), and the reopen is
+// tried again. The command's lower limit does not come back: the next
+// calls run with the raised one (ulimit -n shows it). Should it fail
+// still, the shell says its channel is lost (tagLost, on whatever its
+// stdout is then) and the server replaces it.
 func (p callProto) reopen() string {
-	return `\exec 0<` + shellQuote(p.ctlIn) + ` 1>` + shellQuote(p.ctlOut) + ` 2>&1`
+	return p.withFds(`{ \exec 1>`+shellQuote(p.ctlOut)+` 2>&1 && \exec 0<`+shellQuote(p.ctlIn)+`; }`, tagLost)
+}
+
+// withFds runs r, an exec that redirects the shell's own descriptors
+// (the control channel's, or the call's), and when it fails raises the
+// descriptor limit and tries again (see reopen); when it still fails, it
+// prints lost (tagLost, tagUnrun) and fails.
+func (p callProto) withFds(r, lost string) string {
+	t := `{ ` + r + ` || { \builtin ulimit -S -n hard; ` + r + `; }`
+	if p.nofile[0] > 0 {
+		t += ` || { \builtin ulimit -H -n ` + strconv.FormatUint(p.nofile[1], 10) + `; \builtin ulimit -S -n ` + strconv.FormatUint(p.nofile[0], 10) + `; ` + r + `; }`
+	}
+	return t + ` || { \builtin printf '\n%s\n' ` + shellQuote(p.marker+" "+lost+" 0") + `; \builtin false; }; }`
 }
 
 // redirs are the call's own descriptors.
@@ -605,7 +643,10 @@ func callLine(p callProto, nonce string) string {
 	b.WriteString(p.functions())
 	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
-	b.WriteString(`\exec ` + p.redirs() + ` 255>&-; `)
+	// The call runs only once its descriptors are in place (an exec
+	// that fails changes none of them): a descriptor limit the last
+	// call lowered is raised first, or the shell says it is lost.
+	b.WriteString(p.withFds(`\exec `+p.redirs()+` 255>&-`, tagUnrun) + ` && `)
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
@@ -667,6 +708,8 @@ type shell struct {
 	// closed when the shell is reaped.
 	ctlIn, ctlOut string
 	keeper        *os.File
+	// nofile is the shell's descriptor limit as it started (soft, hard).
+	nofile [2]uint64
 	// ctlInfo is the FIFO the shell reads its lines from (mayProbe),
 	// once the shell is started.
 	ctlInfo os.FileInfo
@@ -763,6 +806,8 @@ func (s *server) startShell(cwd string) error {
 	}
 	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
+	sh.nofile = nofileLimit(cmd.Process.Pid)
+	sh.call.nofile = sh.nofile
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {
 		// The shell is the guard's child: signals, the cwd and the
@@ -896,6 +941,10 @@ const (
 	// command made the protocol's own assignments fail or be skipped:
 	// a readonly PS1, a DEBUG trap that skips every command, ...).
 	gotBroken
+	// gotLost: the shell could not reopen its control channel (reopen).
+	gotLost
+	// gotUnrun: the call's descriptors could not be put in place.
+	gotUnrun
 )
 
 // marked splits a marker line into its tag and status.
@@ -963,6 +1012,12 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 			}
 			tag, code, ok := marked(l)
 			switch {
+			case !ok && doneTag(l, nonce):
+				// The line's end ran but could not keep the status: its
+				// own redirections failed (a descriptor limit of 4 or
+				// less, raised only by the reopen after them), so its
+				// options and traps were not kept either.
+				return 0, gotLost
 			case !ok:
 			case tag == tagDone+nonce:
 				for p := range probes {
@@ -978,6 +1033,10 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return code, gotMarker
 			case sh.owed[tag]:
 				delete(sh.owed, tag)
+			case tag == tagLost:
+				return 0, gotLost
+			case tag == tagUnrun:
+				return 0, gotUnrun
 			case tag == pending && len(probes)+owed < maxProbes:
 				// Each abandoned-line prompt gets a probe: a shell whose
 				// probe lines are skipped shows this prompt again for each.
@@ -994,6 +1053,13 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 			return 0, gotStop
 		}
 	}
+}
+
+// doneTag reports whether marker line l is the prompt of the call with
+// nonce, whatever its status field says.
+func doneTag(l, nonce string) bool {
+	f := strings.Fields(l)
+	return len(f) >= 2 && f[1] == tagDone+nonce
 }
 
 // maxProbes bounds the probes one call's abandoned-line prompts get; a
