@@ -1,0 +1,158 @@
+package proctree
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// frontCmd is the watchdog front run as the guard runs it, with argv
+// after its own name and stdin from in.
+func frontCmd(t *testing.T, in string, argv ...string) *exec.Cmd {
+	t.Helper()
+	front, err := watchFront()
+	if err != nil {
+		if len(frontELF) == 0 {
+			t.Skipf("no watchdog front for %s", runtime.GOARCH)
+		}
+		t.Fatal(err)
+	}
+	cmd := exec.Command(front, argv...)
+	cmd.Args = append([]string{"agentplane-watchdog"}, argv...)
+	cmd.Stdin = strings.NewReader(in)
+	return cmd
+}
+
+// TestWatchFront: "done" ends the front without running the rest of its
+// argv; end of file without it runs the rest with the front's
+// environment, as does any other first line; with nothing to run it
+// fails.
+func TestWatchFront(t *testing.T) {
+	mark := filepath.Join(t.TempDir(), "ran")
+	touch := []string{"/bin/sh", "-c", `printf '%s' "$FRONT_VAR" > "$1"`, "sh", mark}
+	for _, c := range []struct {
+		name, in string
+		ran      bool
+	}{
+		{"done", "done\n", false},
+		{"eof", "", true},
+		{"not done", "1 2\n", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			os.Remove(mark)
+			cmd := frontCmd(t, c.in, touch...)
+			cmd.Env = append(os.Environ(), "FRONT_VAR=passed")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("front: %v %s", err, out)
+			}
+			got, err := os.ReadFile(mark)
+			if c.ran != (err == nil) {
+				t.Fatalf("ran the watchdog: %v, want %v", err == nil, c.ran)
+			}
+			if c.ran && string(got) != "passed" {
+				t.Errorf("the watchdog got FRONT_VAR=%q, want the front's environment", got)
+			}
+		})
+	}
+	err := frontCmd(t, "").Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 127 {
+		t.Errorf("front with nothing to exec: %v, want exit status 127", err)
+	}
+}
+
+// TestWatchFrontSealed: nothing can change the front once it is made,
+// not even through its own descriptor.
+func TestWatchFrontSealed(t *testing.T) {
+	front, err := watchFront()
+	if err != nil {
+		t.Skip(err)
+	}
+	if f, err := os.OpenFile(front, os.O_WRONLY, 0); err == nil {
+		_, werr := f.Write([]byte("\x7fELF"))
+		f.Close()
+		if werr == nil {
+			t.Fatal("wrote to the sealed front")
+		}
+	}
+	if err := os.Truncate(front, 0); err == nil {
+		t.Fatal("truncated the sealed front")
+	}
+}
+
+// TestWatchFrontMatchesSource: the code of the committed fronts is what
+// the assembler makes of front/front_ARCH.S (the .text of each, compared
+// byte for byte; the ELF around it is the linker's), where GNU as for both
+// architectures is installed (CI installs it and sets
+// AGENTPLANE_REQUIRE_FRONT_TOOLS, which makes a missing tool a failure).
+func TestWatchFrontMatchesSource(t *testing.T) {
+	for arch, tool := range map[string]string{"amd64": "as", "arm64": "aarch64-linux-gnu-as"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("AGENTPLANE_REQUIRE_FRONT_TOOLS") != "" {
+				t.Fatalf("%s is not installed", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+		obj := filepath.Join(t.TempDir(), arch+".o")
+		if out, err := exec.Command(tool, "-o", obj, filepath.Join("front", "front_"+arch+".S")).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v %s", tool, err, out)
+		}
+		want := textOf(t, obj, nil)
+		got := textOf(t, "", committedFront(t, arch))
+		if !bytes.Equal(got, want) {
+			t.Errorf("the committed %s front's code differs from front/front_%s.S: run front/gen.sh", arch, arch)
+		}
+	}
+}
+
+// committedFront reads the bytes of front_linux_ARCH.go back from its
+// source, so that both architectures are checked on either.
+func committedFront(t *testing.T, arch string) []byte {
+	t.Helper()
+	src, err := os.ReadFile("front_linux_" + arch + ".go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for _, f := range strings.FieldsFunc(string(src), func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
+		if v, ok := strings.CutPrefix(f, "0x"); ok && len(v) == 2 {
+			b, err := strconv.ParseUint(v, 16, 8)
+			if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			out = append(out, byte(b))
+		}
+	}
+	return out
+}
+
+// textOf is the .text section of the ELF file path or, if path is "", of
+// the ELF image b.
+func textOf(t *testing.T, path string, b []byte) []byte {
+	t.Helper()
+	var f *elf.File
+	var err error
+	if path != "" {
+		f, err = elf.Open(path)
+	} else {
+		f, err = elf.NewFile(bytes.NewReader(b))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sec := f.Section(".text")
+	if sec == nil {
+		t.Fatalf("%s: no .text", path)
+	}
+	data, err := sec.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
