@@ -579,6 +579,8 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		c.trapFIFO = ""
 		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
 	}
+	c.proto.trapFIFO = c.trapFIFO
+	c.proto.wrapTrap = wrapsTrap(req.Command)
 	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {
 		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
 	}
@@ -852,3 +854,11 @@ func lostPrompt(res *run.Result, p callProto) bool {
 }
 
 var closedTime = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
+
+// wrapsTrap reports whether command names trap and ERR (any case: bash
+// takes err and sigerr too), so that its call defines the trap function
+// (trapFunc). Other calls, the most, go without it.
+func wrapsTrap(command string) bool {
+	l := strings.ToLower(command)
+	return strings.Contains(l, "trap") && strings.Contains(l, "err")
+}

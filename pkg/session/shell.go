@@ -191,14 +191,17 @@ import (
 // runs and puts the one from before back when it returns, so the call
 // file's first line sets it again, and errtrace with it (set -E: the ERR
 // trap must reach functions and subshells for errexit to; a set +E inside a
-// call leaves errexit to the top level for the rest of that call). The
-// user's ERR trap replaces the protocol's for the rest of the call that
-// sets it (bash has one ERR trap, and a function wrapping the trap builtin
-// would break RETURN and DEBUG traps set through it: bash runs a RETURN
-// trap set in a function when that function returns, and puts a DEBUG
-// trap from before back). The call's end (callEnd) hands the user's ERR
-// action to the server, and from the next call on the protocol's ERR trap
-// runs it first, with $? the failing status, wherever it runs (so as under
+// call leaves errexit to the top level for the rest of that call). bash
+// has one ERR trap, so a user's set by the builtin would replace the
+// protocol's and silence set -e for the rest of that call: a call whose
+// text names trap and ERR defines a function named trap (trapFunc, with
+// the trace attribute so that RETURN and DEBUG traps set or removed
+// through it are bash's), which keeps the user's ERR action aside for the
+// protocol's trap to run (varsUerr); in posix mode, where the builtin is
+// found first, the user's trap still replaces the protocol's in that call.
+// The call's end (callEnd) hands the user's ERR action to the server (the
+// errexit path too, for one set through the function), and from the next
+// call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
 // set -E), then carries errexit out (judged on the options at the trap,
 // kept in varsY before the trap's prefix turns them off). "! cmd" under set -e does not
 // suspend errexit inside cmd (a list or function), since bash does that
@@ -356,6 +359,13 @@ type callProto struct {
 	script string
 	stdin  string
 	outs   []string // the call's stdout and stderr FIFOs, or one for both
+	// trapFIFO is the call's trap FIFO (callEnd), which the errexit
+	// path writes too when the command set an ERR trap through the
+	// call's trap function (wrapTrap).
+	trapFIFO string
+	// wrapTrap: the command's text names trap and ERR, so the call
+	// defines its trap function (trapFunc).
+	wrapTrap bool
 	// nofile is the shell's descriptor limit when it started (soft,
 	// hard; 0 when unknown), which reopen puts back when the command
 	// left too few descriptors for the protocol.
@@ -538,7 +548,7 @@ func (p callProto) functions() string {
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
 			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set -$⟨V⟩a; \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} ${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o} ${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q} ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
@@ -546,6 +556,7 @@ func (p callProto) functions() string {
 		// put back is the one varsOn kept (the call's own, or the
 		// tail's), unless the call file never ran: the one before the
 		// line.
+		p.trapFuncs() +
 		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
 		p.reopen() + "; " + p.promptHook() + "}; "
 }
@@ -565,6 +576,15 @@ func (p callProto) callPrefix(traps userTraps) string {
 		t += `\set -${⟨Q⟩o//[!euv]/}; `
 	}
 	t += `\unset ${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT} 2>/dev/null || \:`
+	if p.wrapTrap {
+		// The call's trap function, unless posix mode (which finds
+		// the trap builtin first, and refuses a function of its name)
+		// is on or cannot be switched on (the protocol's own \trap
+		// would find the function), or the command has its own. It is
+		// defined by eval: this line is parsed in posix mode, which
+		// takes a function named trap for a syntax error.
+		t += `; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") case :$SHELLOPTS: in *:posix:*) ;; *) \builtin declare -F trap >/dev/null 2>&1 || { \builtin eval ` + shellQuote(p.expand(trapFunc)) + `; \builtin declare -ft trap; ⟨V⟩tw=1; };; esac;; esac`
+	}
 	if p.prev != "" {
 		// Parsed after the unset ran: aliases are still off.
 		t += `; case ${⟨Q⟩o-} in *A*) \builtin shopt -s expand_aliases;; esac`
@@ -605,10 +625,86 @@ func callFile(p callProto, command string, traps userTraps, trapFIFO string) []b
 // function returns, and puts a DEBUG trap from before back. What it and
 // a DEBUG trap print goes to /dev/null (xtrace's lines for varsG and
 // varsOn too); nothing here can fail into the ERR trap (the || \:).
+//
+// It is parsed with the command's aliases (it follows the command's
+// group): no reserved word, and what needs one is a function of the call
+// line's (varsSeterr, varsUnwrap: calls that define the trap function).
 func (p callProto) callEnd(trapFIFO string) string {
-	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; { \trap -p RETURN; \trap -- `+shellQuote(trapSentinelAction)+` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >`+shellQuote(trapFIFO)+
-		`; \trap - RETURN; } >/dev/null 2>&1 || \:`) + "\n"
+	if !p.wrapTrap {
+		return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; `+saveTraps(trapFIFO)+`; } >/dev/null 2>&1 || \:`) + "\n"
+	}
+	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; ⟨V⟩seterr; `+saveTraps(trapFIFO)+`; ⟨V⟩unwrap; } >/dev/null 2>&1 || \:`) + "\n"
 }
+
+// saveTraps writes the user's RETURN trap and ERR trap to the call's trap
+// FIFO (see savedTraps) and takes RETURN away. It runs in posix mode
+// (trap is the builtin).
+func saveTraps(fifo string) string {
+	return `{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >` + shellQuote(fifo) + `; \trap - RETURN`
+}
+
+// trapFuncs are the functions of a call that defines the trap function:
+// varsSeterr puts in place an ERR trap the user set or removed through it
+// (varsUset), so that saveTraps hands it on; varsUnwrap removes the trap
+// function, unless the command defined one of its own in its place.
+const trapFuncs = `⟨V⟩seterr() { case ${⟨V⟩uset+x}${⟨V⟩uerr+y} in xy) \trap -- "$⟨V⟩uerr" ERR;; x) \trap - ERR;; esac; }; ` +
+	`⟨V⟩unwrap() { case ${⟨V⟩tw+x} in x) case $(\builtin declare -f trap 2>/dev/null) in *⟨V⟩uset*) \unset -f trap;; esac; \unset ⟨V⟩tw;; esac; }; `
+
+func (p callProto) trapFuncs() string {
+	if !p.wrapTrap {
+		return ""
+	}
+	return p.expand(trapFuncs)
+}
+
+// abandonTraps is saveTraps on the path where errexit abandons the line
+// (the call's end does not run), when the command set or removed an ERR
+// trap through the call's trap function: so that the next call has it.
+func (p callProto) abandonTraps() string {
+	if !p.wrapTrap || p.trapFIFO == "" {
+		return ""
+	}
+	return p.expand(`case ${⟨V⟩uset+x} in x) { ⟨V⟩seterr; ` + saveTraps(p.trapFIFO) + `; } 2>/dev/null;; esac; `)
+}
+
+// returnAgain sets a RETURN trap that is set to set itself again: the
+// trap function returns right after (see trapFunc).
+const returnAgain = `⟨V⟩tr=$(\builtin trap -p RETURN); case $⟨V⟩tr in ?*) \builtin trap -- "\builtin $⟨V⟩tr" RETURN;; esac; `
+
+// trapFunc is the call's function named trap, defined for a call whose
+// text names trap and ERR (wrapTrap): bash has one ERR trap, the
+// protocol's carries out errexit (see above), and a user's set by the
+// builtin would replace it, so that set -e would hold no more in that
+// call. Through the function, an ERR action goes to varsUerr, which the
+// protocol's ERR trap runs first (with $? the failing status) before it
+// carries out errexit, and varsUset says the call's end must hand it on
+// (saveTraps); trap -p shows it in place of the protocol's (and not the
+// protocol's USR2 trap). Every other
+// signal goes to the builtin, in one call, the function's last command:
+// the function has the trace attribute, so that bash neither takes DEBUG
+// and RETURN away while it runs nor puts them back after (trap - RETURN
+// and trap - DEBUG hold), and a DEBUG trap set here fires for no command
+// of the function. A RETURN trap that is set when it returns would fire
+// for that return: it is set to set itself again, silently. A DEBUG trap
+// set before runs for the function's commands (bash runs it for a traced
+// function's), the one difference from the builtin a command can see,
+// besides type trap. Not in posix mode (callPrefix).
+const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk ⟨V⟩tr ⟨V⟩tp= ⟨V⟩te= ⟨V⟩tm= ⟨V⟩tl; ⟨V⟩tl=(); \builtin set +vx; } 2>/dev/null; ` +
+	`case ${1-} in -p) \builtin shift; ⟨V⟩tp=1;; --) \builtin shift;; -?*) \builtin trap "$@" || ⟨V⟩tx=$?; ` + returnAgain + `\builtin return $⟨V⟩tx;; esac; ` +
+	// Listing: the builtin's, with the user's ERR trap (or none) in
+	// place of the protocol's.
+	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
+	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' SIGUSR2"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return $⟨V⟩tx;; esac; ` +
+	// Setting: one argument is a signal to reset; a first argument that
+	// is a number is a signal too (the builtin's rules).
+	`case $# in 1) ;; *) case $1 in ""|*[!0-9]*) ⟨V⟩ta=$1; \builtin shift;; esac;; esac; ` +
+	`for ⟨V⟩tk; do case ${⟨V⟩tk^^} in ERR|SIGERR) case $⟨V⟩ta in -) \builtin unset ⟨V⟩uerr;; *) ⟨V⟩uerr=$⟨V⟩ta;; esac; ⟨V⟩uset=1;; RETURN|SIGRETURN) ⟨V⟩tm=1;; *) ⟨V⟩tl+=("$⟨V⟩tk");; esac; done; ` +
+	// RETURN, set here or before, would fire when this function returns:
+	// it is set to set itself again.
+	`case $⟨V⟩tm:$⟨V⟩ta in 1:-) \builtin trap - RETURN;; 1:*) ⟨V⟩tk="\builtin trap -- ${⟨V⟩ta@Q} RETURN"; \builtin trap -- "$⟨V⟩tk" RETURN;; *) ` + returnAgain + `;; esac; ` +
+	`case ${#⟨V⟩tl[@]} in 0) ;; *) \builtin trap -- "$⟨V⟩ta" "${⟨V⟩tl[@]}";; esac; }; `
 
 // errAction is the call's ERR trap: the failing status kept and the
 // options kept (xtrace off) with what they trace thrown away, then
@@ -657,7 +753,7 @@ func callLine(p callProto, nonce string) string {
 		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
 	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `} $⟨V⟩s"$'\n'; `))
-	b.WriteString(p.expand(forget + `} || \:`))
+	b.WriteString(p.expand(p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
 }
@@ -665,7 +761,15 @@ func callLine(p callProto, nonce string) string {
 // forget removes the call's variables and functions (but its option
 // stash) and, with the same unset, puts the command's posix mode back;
 // then aliases are off for the next line.
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+func (p callProto) forget() string {
+	t := forget
+	if p.wrapTrap {
+		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr; ` + t
+	}
+	return t
+}
+
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -683,7 +787,7 @@ func probeLine(p callProto, nonce string) string {
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
-	return p.expand(t+forget) + "\n"
+	return p.expand(t+p.forget()) + "\n"
 }
 
 // shell is one running shell process and its control channel.
