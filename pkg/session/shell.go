@@ -453,7 +453,7 @@ const (
 	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
-	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; `
+	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
 	aliasesOff = `\builtin shopt -u expand_aliases; `
 	// plainPrompts takes away the attributes a command can give the
@@ -547,10 +547,10 @@ func (p callProto) functions() string {
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) +
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
-		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
+		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
 			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
-			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set -$⟨V⟩a; \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} ${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o} ${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q} ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
+			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
@@ -573,9 +573,9 @@ func (p callProto) callPrefix(traps userTraps) string {
 	t := `⟨V⟩d=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR; \set -E; ` + traps.restore()
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
-		t += `\set -${⟨Q⟩o//[!euv]/}; `
+		t += `\set "-${⟨Q⟩o//[!euv]/}"; `
 	}
-	t += `\unset ${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT} 2>/dev/null || \:`
+	t += `\unset "${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT}" 2>/dev/null || \:`
 	if p.wrapTrap {
 		// The call's trap function, unless posix mode (which finds
 		// the trap builtin first, and refuses a function of its name)
@@ -690,13 +690,13 @@ const returnAgain = `⟨V⟩tr=$(\builtin trap -p RETURN); case $⟨V⟩tr in ?*
 // function's), the one difference from the builtin a command can see,
 // besides type trap. Not in posix mode (callPrefix).
 const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk ⟨V⟩tr ⟨V⟩tp= ⟨V⟩te= ⟨V⟩tm= ⟨V⟩tl; ⟨V⟩tl=(); \builtin set +vx; } 2>/dev/null; ` +
-	`case ${1-} in -p) \builtin shift; ⟨V⟩tp=1;; --) \builtin shift;; -?*) \builtin trap "$@" || ⟨V⟩tx=$?; ` + returnAgain + `\builtin return $⟨V⟩tx;; esac; ` +
+	`case ${1-} in -p) \builtin shift; ⟨V⟩tp=1;; --) \builtin shift;; -?*) \builtin trap "$@" || ⟨V⟩tx=$?; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Listing: the builtin's, with the user's ERR trap (or none) in
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
 	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' SIGUSR2"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
-	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return $⟨V⟩tx;; esac; ` +
+	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
 	`case $# in 1) ;; *) case $1 in ""|*[!0-9]*) ⟨V⟩ta=$1; \builtin shift;; esac;; esac; ` +
@@ -769,7 +769,7 @@ func (p callProto) forget() string {
 	return t
 }
 
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
