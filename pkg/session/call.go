@@ -674,6 +674,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		_ = c.enc.send(message{Type: "start", Started: &pid})
 	}
 	sh.call = c.proto
+	sh.evictReaders(s.bg.running())
 	if _, err := io.WriteString(sh.stdin, callLine(c.proto, nonce)); err == nil {
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}

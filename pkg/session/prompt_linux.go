@@ -88,3 +88,37 @@ func nofileLimit(pid int) [2]uint64 {
 	}
 	return [2]uint64{}
 }
+
+// holdersAmong returns those of the processes pids, and of what they
+// started since, that hold ctl open, but the trusted ones. It reads only
+// those processes (no scan of the machine): it runs before every call
+// line, with the processes a previous call left running as pids.
+func holdersAmong(ctl os.FileInfo, pids []int, trusted ...int) []proctree.ID {
+	var out []proctree.ID
+	seen := map[int]bool{}
+	for len(pids) > 0 && len(seen) < 4096 {
+		pid := pids[len(pids)-1]
+		pids = pids[:len(pids)-1]
+		if seen[pid] || containsPID(trusted, pid) {
+			continue
+		}
+		seen[pid] = true
+		if kids, err := proctree.Children(pid, 0); err == nil {
+			pids = append(pids, kids...)
+		}
+		dir := "/proc/" + strconv.Itoa(pid) + "/fd/"
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if st, err := os.Stat(dir + e.Name()); err == nil && os.SameFile(st, ctl) {
+				if id, err := proctree.Identify(pid); err == nil {
+					out = append(out, id)
+				}
+				break
+			}
+		}
+	}
+	return out
+}

@@ -49,11 +49,13 @@ import (
 // only while the shell itself is blocked reading its next line from the
 // FIFO and no other process of the session holds it (mayProbe), so a
 // command that prints the public pending prompt and waits to read the
-// probe gets none. What stays open: a process of the session that holds
-// the FIFO while the shell is idle between calls competes with the shell
-// for the next call's line (checking every call would cost a scan of the
-// session's processes on each round trip), and a command that reads the
-// shell's memory (ptrace, /proc/PID/mem) can forge anything.
+// probe gets none. A process an earlier call left running (or one such a
+// process started since) that holds the FIFO when the next call's line is
+// to be written would compete with the shell for that line and its nonce:
+// it is killed first (evictReaders). What stays open: a process outside
+// the session's tree, or one that opens the FIFO in the microseconds
+// between that look and the write, and a command that reads the shell's
+// memory (ptrace, /proc/PID/mem), which can forge anything.
 //
 // Each call is one line (NONCE is fresh random for every call, V a fresh
 // prefix for every call's variables and functions; see callLine):
@@ -1155,6 +1157,29 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 			return 0, gotTimer
 		case <-stop:
 			return 0, gotStop
+		}
+	}
+}
+
+// evictReaders kills what earlier calls left running (bg, and what those
+// started since) that holds the shell's input FIFO open: no process of a
+// call is given that FIFO (the shell holds none of the channel while a
+// call runs), so one that opened it by its path did so to read the next
+// call's line, nonce and all, before the shell does, and forge its end.
+// Only those processes are read, not the machine's, and none when there
+// are none.
+func (sh *shell) evictReaders(bg []int) {
+	if sh.ctlInfo == nil || len(bg) == 0 {
+		return
+	}
+	pids := bg
+	trusted := []int{sh.self.PID, sh.id.PID}
+	if sh.cmd != nil && sh.cmd.Process != nil {
+		trusted = append(trusted, sh.cmd.Process.Pid)
+	}
+	for _, id := range holdersAmong(sh.ctlInfo, pids, trusted...) {
+		if id.Alive() {
+			_ = syscall.Kill(id.PID, syscall.SIGKILL)
 		}
 	}
 }
