@@ -206,7 +206,7 @@ func TestStuckShellIsReset(t *testing.T) {
 	s := newTestServer(t)
 	runCall(t, s, CallRequest{Command: "cd / ; export GONE=1"}, nil)
 	old := s.currentShell().id
-	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT USR2; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
+	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
 	if !out.reset || field(obj, "status") != "timeout" {
 		t.Fatalf("want a reset, got reset=%v status=%v", out.reset, field(obj, "status"))
 	}

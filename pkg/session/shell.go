@@ -60,7 +60,7 @@ import (
 // Each call is one line (NONCE is fresh random for every call, V a fresh
 // prefix for every call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 USR2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -122,7 +122,9 @@ import (
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
 // call's processes get SIGINT and, after the grace, SIGKILL, and the shell
-// gets SIGUSR2 and SIGCONT. Its USR2 trap raises SIGINT in the shell itself,
+// gets the interrupt signal (interruptSig: SIGRTMAX-2, which commands
+// leave alone, unlike USR1 and USR2, whose traps are the command's own)
+// and SIGCONT. Its trap (the "USR2 trap" below) raises SIGINT in the shell itself,
 // at a moment it is not waiting for a child, which bash honours by
 // abandoning the line however the child died (a child that catches SIGINT
 // and exits 0 would otherwise let bash go on with the list). A probe line
@@ -697,7 +699,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' SIGUSR2"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' ` + interruptName + `"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -739,7 +741,7 @@ func callLine(p callProto, nonce string) string {
 	// call cannot find them (compgen -v) and make them readonly.
 	b.WriteString(`PS1=` + p.pending() + `; `)
 	b.WriteString(p.functions())
-	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
+	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 ` + interruptSpec + `; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	// The call runs only once its descriptors are in place (an exec
 	// that fails changes none of them): a descriptor limit the last
@@ -1273,18 +1275,18 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 			waitQuiet(tree, time.Second)
 		}
 	}
-	if caught, known := catches(pid, syscall.SIGUSR2); known && !caught {
+	if caught, known := catches(pid, interruptSig); known && !caught {
 		if sh.exe != "" && exePath(pid) != sh.exe {
 			// exec replaced the shell: what runs is the call's.
 			sh.closed = true
 			return killed, false
 		}
-		// The command took the protocol's USR2 trap away (trap '' USR2):
+		// The command took the protocol's interrupt trap away (trap '' RTMAX-2):
 		// nothing would stop the shell from running the rest of the line
 		// once it goes on, so it must not go on. It is replaced.
 		return killed, false
 	}
-	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	_ = syscall.Kill(pid, interruptSig)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
 	if sh.probe(recoverWait) {
 		return killed, true
@@ -1297,7 +1299,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 		// kill it and ask once more.
 		tree.Signal(syscall.SIGKILL)
 		killed = true
-		_ = syscall.Kill(pid, syscall.SIGUSR2)
+		_ = syscall.Kill(pid, interruptSig)
 		if sh.probe(recoverWait) {
 			return killed, true
 		}
