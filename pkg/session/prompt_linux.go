@@ -32,28 +32,21 @@ func readsPrompt(pid int, ctl os.FileInfo) (ok, known bool) {
 // othersHold reports whether a process below the server other than the
 // trusted ones (the shell, the sandbox helper or policy guard it runs
 // under) holds ctl open: such a process could read the line the server
-// writes there before the shell does.
+// writes there before the shell does. It reads the children lists from
+// the server and the trusted ones down (orphans come to the server, a
+// subreaper, or to the sandbox helper), not every process of the machine.
 func othersHold(ctl os.FileInfo, trusted ...int) bool {
-	snap, err := proctree.Snapshot()
-	if err != nil {
-		return false
-	}
-	for _, p := range proctree.Descendants(snap, os.Getpid()) {
-		if p.Dead() || containsPID(trusted, p.PID) {
-			continue
+	var roots []int
+	for _, pid := range append([]int{os.Getpid()}, trusted...) {
+		threads := 0 // the server's (and a guard's) threads each have a list
+		if len(trusted) > 0 && pid == trusted[0] {
+			threads = 1 // the shell has one thread
 		}
-		dir := "/proc/" + strconv.Itoa(p.PID) + "/fd/"
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			continue
-		}
-		for _, e := range ents {
-			if st, err := os.Stat(dir + e.Name()); err == nil && os.SameFile(st, ctl) {
-				return true
-			}
+		if kids, err := proctree.Children(pid, threads); err == nil {
+			roots = append(roots, kids...)
 		}
 	}
-	return false
+	return len(holdersAmong(ctl, roots, trusted...)) > 0
 }
 
 func containsPID(pids []int, pid int) bool {

@@ -301,7 +301,7 @@ func trapAction(line, sig string) (string, bool) {
 func (t userTraps) restore() string {
 	var b strings.Builder
 	if t.ret != "" {
-		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ")
+		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ⟨V⟩rt=1; ")
 	}
 	if t.errSet {
 		b.WriteString(`⟨V⟩uerr=` + shellQuote(t.errAction) + "; ")
@@ -673,7 +673,9 @@ func (p callProto) abandonTraps() string {
 
 // returnAgain sets a RETURN trap that is set to set itself again: the
 // trap function returns right after (see trapFunc).
-const returnAgain = `⟨V⟩tr=$(\builtin trap -p RETURN); case $⟨V⟩tr in ?*) \builtin trap -- "\builtin $⟨V⟩tr" RETURN;; esac; `
+// varsRt says a RETURN trap may be set (the previous call's, or one set
+// through the function): only then does it look (a subshell).
+const returnAgain = `case ${⟨V⟩rt+x} in x) ⟨V⟩tr=$(\builtin trap -p RETURN); case $⟨V⟩tr in ?*) \builtin trap -- "\builtin $⟨V⟩tr" RETURN;; esac;; esac; `
 
 // trapFunc is the call's function named trap, defined for a call whose
 // text names trap and ERR (wrapTrap): bash has one ERR trap, the
@@ -707,7 +709,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	`for ⟨V⟩tk; do case ${⟨V⟩tk^^} in ERR|SIGERR) case $⟨V⟩ta in -) \builtin unset ⟨V⟩uerr;; *) ⟨V⟩uerr=$⟨V⟩ta;; esac; ⟨V⟩uset=1;; RETURN|SIGRETURN) ⟨V⟩tm=1;; *) ⟨V⟩tl+=("$⟨V⟩tk");; esac; done; ` +
 	// RETURN, set here or before, would fire when this function returns:
 	// it is set to set itself again.
-	`case $⟨V⟩tm:$⟨V⟩ta in 1:-) \builtin trap - RETURN;; 1:*) ⟨V⟩tk="\builtin trap -- ${⟨V⟩ta@Q} RETURN"; \builtin trap -- "$⟨V⟩tk" RETURN;; *) ` + returnAgain + `;; esac; ` +
+	`case $⟨V⟩tm:$⟨V⟩ta in 1:-) \builtin trap - RETURN; \builtin unset ⟨V⟩rt;; 1:*) ⟨V⟩rt=1; ⟨V⟩tk="\builtin trap -- ${⟨V⟩ta@Q} RETURN"; \builtin trap -- "$⟨V⟩tk" RETURN;; *) ` + returnAgain + `;; esac; ` +
 	`case ${#⟨V⟩tl[@]} in 0) ;; *) \builtin trap -- "$⟨V⟩ta" "${⟨V⟩tl[@]}";; esac; }; `
 
 // errAction is the call's ERR trap: the failing status kept and the
@@ -773,7 +775,7 @@ func (p callProto) forget() string {
 	return t
 }
 
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
