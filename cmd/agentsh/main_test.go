@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -50,6 +52,10 @@ func TestScripts(t *testing.T) {
 			case "python3":
 				_, err := exec.LookPath("python3")
 				return err == nil, nil
+			case "raise_nofile":
+				// A hard descriptor limit lowered can be raised again
+				// (CAP_SYS_RESOURCE).
+				return capEffective(24), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -93,4 +99,20 @@ func stopSessions(stateDir string) {
 			_, _ = m.Stop(context.Background(), info.Session)
 		}
 	}
+}
+
+// capEffective reports whether this process has capability bit in its
+// effective set (/proc/self/status).
+func capEffective(bit uint) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return err == nil && mask&(1<<bit) != 0
+		}
+	}
+	return false
 }

@@ -102,6 +102,19 @@ func (b *background) adopt(snap []proctree.Stat, n, shellPID, shellSelf int, she
 	}
 }
 
+// running lists the processes calls left that still run (by pid).
+func (b *background) running() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []int
+	for _, p := range b.procs {
+		if p.Status == "running" {
+			out = append(out, p.PID)
+		}
+	}
+	return out
+}
+
 func (b *background) known(pid int, start uint64) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

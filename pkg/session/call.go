@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -253,6 +255,8 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 type outcome struct {
 	cwd    string
 	broken bool // the command broke the shell's protocol: see gotBroken
+	lost   bool // the shell lost its control channel: see gotLost, lostPrompt
+	unrun  bool // the call's descriptors could not be put in place: see gotUnrun
 	reset  bool // the shell could not be brought back and was replaced
 	ended  bool // the shell is gone (exit, exec, killed)
 }
@@ -325,6 +329,14 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	if out.broken {
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the command changed the shell so that it could not report the call's end (a readonly protocol variable or prompt, a DEBUG trap that skips commands, a forged prompt); its status is unknown and the shell was restarted in its last cwd")))
+	}
+	switch {
+	case out.unrun:
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the command did not run: the shell could not open the call's descriptors (the descriptor limit an earlier command set, ulimit -n, is too low even once raised); the shell was restarted in its last cwd")))
+	case out.lost:
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the shell could not take back its control channel after the command (a descriptor limit too low for its own redirections, a DEBUG trap that skips every command under extdebug, PROMPT_COMMAND replaced whole before an abandoned line); what the command did ran, its status is unknown, and the shell was restarted in its last cwd")))
 	}
 	if out.ended {
 		obj.Set("session_ended", true)
@@ -535,7 +547,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	sh := s.currentShell()
-	c.proto = callProto{marker: sh.marker, n: n, vars: newVars(), prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
+	c.proto = callProto{marker: sh.marker, n: n, vars: newVars(), prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut, nofile: sh.nofile}
 	keep, err := capture.ParseKeep(req.Keep)
 	if err != nil {
 		return nil, result.Errorf(result.CodeInvalidRequest, "keep: %v", err)
@@ -567,6 +579,8 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		c.trapFIFO = ""
 		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
 	}
+	c.proto.trapFIFO = c.trapFIFO
+	c.proto.wrapTrap = wrapsTrap(req.Command)
 	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {
 		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
 	}
@@ -660,6 +674,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		_ = c.enc.send(message{Type: "start", Started: &pid})
 	}
 	sh.call = c.proto
+	sh.evictReaders(s.bg.running())
 	if _, err := io.WriteString(sh.stdin, callLine(c.proto, nonce)); err == nil {
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}
@@ -680,6 +695,10 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		// and no later call could be either. Say so, and start afresh.
 		res.Status = run.StatusError
 		out.broken = true
+		s.resetShell(sh, &out)
+	case gotLost, gotUnrun:
+		res.Status = run.StatusError
+		out.lost, out.unrun = why == gotLost, why == gotUnrun
 		s.resetShell(sh, &out)
 	case gotEOF:
 		// The control channel closed: the shell exited, or exec replaced
@@ -787,7 +806,60 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		p.detach(s.bg.log)
 	}
+	if out.ended && !out.reset && res.Status == run.StatusCompleted && lostPrompt(res, c.proto) {
+		// The shell came back to its prompt without its control channel
+		// and read the call's stdin to its end: no exit of the
+		// command's. It is replaced, and the call says so.
+		res.Status, res.ExitCode = run.StatusError, -1
+		out.ended, out.lost = false, true
+		s.resetShell(sh, &out)
+		if !out.ended {
+			out.cwd = s.currentShell().cwd()
+		}
+	}
 	return res, out
 }
 
+// lostPrompt reports whether the call's captured output ends with a
+// prompt of the call's own (pending or done) and bash's "exit": the shell
+// showed its prompt on the call's descriptors, so the protocol could not
+// reopen its control channel, and it then read the call's stdin to its
+// end. A command that prints this itself and exits gets a reset instead
+// of the end it asked for.
+func lostPrompt(res *run.Result, p callProto) bool {
+	caps := []*capture.HeadTail{res.Stderr, res.Output}
+	for _, c := range caps {
+		if c == nil {
+			continue
+		}
+		snap := c.Snapshot()
+		tail := string(snap.Tail)
+		if snap.Omitted == 0 {
+			tail = string(snap.Head) + tail
+		}
+		tail, ok := strings.CutSuffix(tail, "\nexit\n")
+		if !ok {
+			continue
+		}
+		i := strings.LastIndex(tail, "\n"+p.marker+" ")
+		if i < 0 {
+			continue
+		}
+		// The done prompt's status may be empty: the line's own
+		// commands failed too.
+		if f := strings.Fields(tail[i+1:]); len(f) >= 2 && (f[1] == tagPending+strconv.Itoa(p.n) || strings.HasPrefix(f[1], tagDone)) {
+			return true
+		}
+	}
+	return false
+}
+
 var closedTime = func() <-chan time.Time { c := make(chan time.Time); close(c); return c }()
+
+// wrapsTrap reports whether command names trap and ERR (any case: bash
+// takes err and sigerr too), so that its call defines the trap function
+// (trapFunc). Other calls, the most, go without it.
+func wrapsTrap(command string) bool {
+	l := strings.ToLower(command)
+	return strings.Contains(l, "trap") && strings.Contains(l, "err")
+}

@@ -206,7 +206,7 @@ func TestStuckShellIsReset(t *testing.T) {
 	s := newTestServer(t)
 	runCall(t, s, CallRequest{Command: "cd / ; export GONE=1"}, nil)
 	old := s.currentShell().id
-	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT USR2; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
+	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
 	if !out.reset || field(obj, "status") != "timeout" {
 		t.Fatalf("want a reset, got reset=%v status=%v", out.reset, field(obj, "status"))
 	}
@@ -370,13 +370,27 @@ func TestProtocolLinesQuote(t *testing.T) {
 	}
 	// Every command the protocol runs is a quoted builtin (no alias), an
 	// assignment or one of its own functions.
-	unquoted := regexp.MustCompile(`(^|[;{|&]|\(\)|then|do|\)) *([a-z.:]+)( |;|$)`)
-	for _, text := range []string{l, probeLine(p, "N"), string(callFile(p, "true", userTraps{ret: "trap -- 'echo r' RETURN\n", errAction: "echo e", errSet: true}, "/x/traps"))} {
+	unquoted := regexp.MustCompile(`(^|[;{|&]|\(\)|\bthen\b|\bdo\b|\)) *([a-z.:]+)( |;|$)`)
+	w := p
+	w.wrapTrap, w.trapFIFO, w.nofile = true, "/x/traps", [2]uint64{1024, 4096}
+	texts := []string{l, probeLine(p, "N"), string(callFile(p, "true", userTraps{ret: "trap -- 'echo r' RETURN\n", errAction: "echo e", errSet: true}, "/x/traps"))}
+	texts = append(texts, callLine(w, "N"), probeLine(w, "N"), string(callFile(w, "trap x ERR", userTraps{}, "/x/traps")), w.expand(trapFunc))
+	for _, text := range texts {
 		for _, m := range unquoted.FindAllStringSubmatch(text, -1) {
 			switch m[2] {
-			case "case", "esac", "while", "do", "done", "in":
+			case "case", "esac", "while", "for", "do", "done", "in":
 			default:
 				t.Errorf("unquoted command %q in %q", m[2], text)
+			}
+		}
+	}
+	// The call's end and the probe line are parsed with the command's
+	// aliases, which bash expands even for reserved words: they have none.
+	reserved := regexp.MustCompile(`(^|[;{|&]|\)) *(case|esac|if|then|fi|for|while|until|do|done|select|function)( |;|$)`)
+	for _, q := range []callProto{p, w} {
+		for _, text := range []string{q.callEnd("/x/traps"), probeLine(q, "N")} {
+			if m := reserved.FindString(text); m != "" {
+				t.Errorf("reserved word %q in %q", m, text)
 			}
 		}
 	}

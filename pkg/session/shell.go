@@ -45,11 +45,22 @@ import (
 // path PROMPT_COMMAND names (read the next call's line, write a forged
 // prompt): a forged prompt is defeated by the nonce, a stolen line leaves
 // the call waiting until its timeout, as kill -STOP of the shell would.
+// A probe line (which carries the nonce its answer must show) is written
+// only while the shell itself is blocked reading its next line from the
+// FIFO and no other process of the session holds it (mayProbe), so a
+// command that prints the public pending prompt and waits to read the
+// probe gets none. A process an earlier call left running (or one such a
+// process started since) that holds the FIFO when the next call's line is
+// to be written would compete with the shell for that line and its nonce:
+// it is killed first (evictReaders). What stays open: a process outside
+// the session's tree, or one that opens the FIFO in the microseconds
+// between that look and the write, and a command that reads the shell's
+// memory (ptrace, /proc/PID/mem), which can forge anything.
 //
 // Each call is one line (NONCE is fresh random for every call, V a fresh
 // prefix for every call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 USR2; PROMPT_COMMAND=('\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -98,16 +109,22 @@ import (
 // What is left to a command that sets out to break the shell: a readonly
 // PS1, "." or kill disabled for good (enable -n enable ., enable -n
 // enable kill) cost a reset; a function named enable with builtin and
-// unset disabled, extdebug with a DEBUG trap that fails (which skips the
-// protocol's commands too), a readonly PROMPT_COMMAND with a line the
-// command abandons itself, or ulimit -n below 10 (bash saves a descriptor
-// above 9 for every redirection, exec's too) leave the shell without its
-// channel, and it ends.
+// unset disabled leaves the shell without its channel, and it ends;
+// extdebug with a DEBUG trap that fails (which skips the protocol's
+// commands too), a PROMPT_COMMAND replaced whole or readonly with a line
+// the command abandons itself, a hard descriptor limit below 11 that
+// cannot be raised again (see reopen) or a soft one below 5 in the call
+// (too few for the line's own redirections) leave it unable to reopen its
+// channel or keep its state: the server sees that (tagLost, tagUnrun, a
+// done prompt without its status, its own prompt at the end of the call's
+// output: lostPrompt) and replaces the shell, and the call says so.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
 // call's processes get SIGINT and, after the grace, SIGKILL, and the shell
-// gets SIGUSR2 and SIGCONT. Its USR2 trap raises SIGINT in the shell itself,
+// gets the interrupt signal (interruptSig: SIGRTMAX-2, which commands
+// leave alone, unlike USR1 and USR2, whose traps are the command's own)
+// and SIGCONT. Its trap (the "USR2 trap" below) raises SIGINT in the shell itself,
 // at a moment it is not waiting for a child, which bash honours by
 // abandoning the line however the child died (a child that catches SIGINT
 // and exits 0 would otherwise let bash go on with the list). A probe line
@@ -137,9 +154,11 @@ import (
 //     protocol's, and while a call runs the prompt hook sets the pending
 //     prompt, so a line bash abandons on its own (the command's own
 //     SIGINT, an error under set -u) behind the user's own PS1 still ends.
-//     Right after the command set PS0, such a line runs it once; right
-//     after it set PROMPT_COMMAND, the channel is not reopened and the
-//     session ends. PS2 is never shown: every protocol line is complete.
+//     Right after the command set PS0, such a line runs it once; the
+//     command's PROMPT_COMMAND=x runs once too, before the protocol's
+//     hook (kept in a high element, hookIndex); only after a command
+//     replaced or unset the whole array is the channel not reopened, and
+//     the session ends. PS2 is never shown: every protocol line is complete.
 //   - RETURN: bash runs it when a sourced file returns, the call file too;
 //     the call file's end (callEnd) writes the user's RETURN trap to a
 //     per-call FIFO and removes it, and the next call's file sets it again,
@@ -176,14 +195,17 @@ import (
 // runs and puts the one from before back when it returns, so the call
 // file's first line sets it again, and errtrace with it (set -E: the ERR
 // trap must reach functions and subshells for errexit to; a set +E inside a
-// call leaves errexit to the top level for the rest of that call). The
-// user's ERR trap replaces the protocol's for the rest of the call that
-// sets it (bash has one ERR trap, and a function wrapping the trap builtin
-// would break RETURN and DEBUG traps set through it: bash runs a RETURN
-// trap set in a function when that function returns, and puts a DEBUG
-// trap from before back). The call's end (callEnd) hands the user's ERR
-// action to the server, and from the next call on the protocol's ERR trap
-// runs it first, with $? the failing status, wherever it runs (so as under
+// call leaves errexit to the top level for the rest of that call). bash
+// has one ERR trap, so a user's set by the builtin would replace the
+// protocol's and silence set -e for the rest of that call: a call whose
+// text names trap and ERR defines a function named trap (trapFunc, with
+// the trace attribute so that RETURN and DEBUG traps set or removed
+// through it are bash's), which keeps the user's ERR action aside for the
+// protocol's trap to run (varsUerr); in posix mode, where the builtin is
+// found first, the user's trap still replaces the protocol's in that call.
+// The call's end (callEnd) hands the user's ERR action to the server (the
+// errexit path too, for one set through the function), and from the next
+// call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
 // set -E), then carries errexit out (judged on the options at the trap,
 // kept in varsY before the trap's prefix turns them off). "! cmd" under set -e does not
 // suspend errexit inside cmd (a list or function), since bash does that
@@ -279,7 +301,7 @@ func trapAction(line, sig string) (string, bool) {
 func (t userTraps) restore() string {
 	var b strings.Builder
 	if t.ret != "" {
-		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ")
+		b.WriteString(`\eval ` + shellQuote(t.ret) + "; ⟨V⟩rt=1; ")
 	}
 	if t.errSet {
 		b.WriteString(`⟨V⟩uerr=` + shellQuote(t.errAction) + "; ")
@@ -297,6 +319,12 @@ const (
 	tagPending = "a"
 	tagDone    = "c"
 	tagProbe   = "p"
+	// tagLost: the shell could not reopen its control channel (reopen).
+	// No nonce: a command that prints it only costs itself a reset.
+	tagLost = "l"
+	// tagUnrun: the call's own descriptors could not be put in place;
+	// the call did not run.
+	tagUnrun = "u"
 )
 
 // newNonce is a fresh random tag suffix.
@@ -335,6 +363,17 @@ type callProto struct {
 	script string
 	stdin  string
 	outs   []string // the call's stdout and stderr FIFOs, or one for both
+	// trapFIFO is the call's trap FIFO (callEnd), which the errexit
+	// path writes too when the command set an ERR trap through the
+	// call's trap function (wrapTrap).
+	trapFIFO string
+	// wrapTrap: the command's text names trap and ERR, so the call
+	// defines its trap function (trapFunc).
+	wrapTrap bool
+	// nofile is the shell's descriptor limit when it started (soft,
+	// hard; 0 when unknown), which reopen puts back when the command
+	// left too few descriptors for the protocol.
+	nofile [2]uint64
 }
 
 // reopen points the shell's descriptors back at the control channel. No
@@ -342,8 +381,32 @@ type callProto struct {
 // so none can be closed, replaced or inherited by what the call starts:
 // the channel is reopened by path after each call, by the line, or by
 // PROMPT_COMMAND when the line was abandoned.
+//
+// bash needs a descriptor above 9 to move its own input aside when fd 0
+// is redirected, so a descriptor limit below 11 (ulimit -n 6) makes the
+// reopen fail: stdout and stderr are reopened first, on their own (bash
+// undoes the whole of an exec that fails; the errors of fd 0 then go to
+// the shell log), and when fd 0 fails the soft limit is raised to the
+// hard one, then both back to what the shell started with (nofile: which
+// only root can do once the hard limit went down), and the reopen is
+// tried again. The command's lower limit does not come back: the next
+// calls run with the raised one (ulimit -n shows it). Should it fail
+// still, the shell says its channel is lost (tagLost, on whatever its
+// stdout is then) and the server replaces it.
 func (p callProto) reopen() string {
-	return `\exec 0<` + shellQuote(p.ctlIn) + ` 1>` + shellQuote(p.ctlOut) + ` 2>&1`
+	return p.withFds(`{ \exec 1>`+shellQuote(p.ctlOut)+` 2>&1 && \exec 0<`+shellQuote(p.ctlIn)+`; }`, tagLost)
+}
+
+// withFds runs r, an exec that redirects the shell's own descriptors
+// (the control channel's, or the call's), and when it fails raises the
+// descriptor limit and tries again (see reopen); when it still fails, it
+// prints lost (tagLost, tagUnrun) and fails.
+func (p callProto) withFds(r, lost string) string {
+	t := `{ ` + r + ` || { \builtin ulimit -S -n hard; ` + r + `; }`
+	if p.nofile[0] > 0 {
+		t += ` || { \builtin ulimit -H -n ` + strconv.FormatUint(p.nofile[1], 10) + `; \builtin ulimit -S -n ` + strconv.FormatUint(p.nofile[0], 10) + `; ` + r + `; }`
+	}
+	return t + ` || { \builtin printf '\n%s\n' ` + shellQuote(p.marker+" "+lost+" 0") + `; \builtin false; }; }`
 }
 
 // redirs are the call's own descriptors.
@@ -394,7 +457,7 @@ const (
 	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
-	posixBack = `\unset ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; `
+	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
 	aliasesOff = `\builtin shopt -u expand_aliases; `
 	// plainPrompts takes away the attributes a command can give the
@@ -413,10 +476,31 @@ func unlessReadonly(name, value string) string {
 	return `case ${` + name + `@a} in *r*) ;; *) ` + name + `=` + value + `;; esac; `
 }
 
+// hookIndex is the element of PROMPT_COMMAND (an array) the protocol's
+// hook is kept in. bash runs the elements in the order of their indexes,
+// and a command's PROMPT_COMMAND=x (or +=, declare, export) assigns
+// element 0: the command's own hook runs first, with the call's
+// descriptors, and the protocol's still runs after it, so a line
+// abandoned right after such an assignment still reopens the control
+// channel instead of reading the call's stdin to its end (which made the
+// shell exit). Only a command that replaces or unsets the whole array
+// (PROMPT_COMMAND=(x), unset PROMPT_COMMAND) and then abandons its line
+// takes the hook away: the session then ends, and the call says so.
+const hookIndex = "999999"
+
+// setHook makes hook the protocol's PROMPT_COMMAND, unless the command
+// made PROMPT_COMMAND readonly (an assignment error abandons the line);
+// an associative PROMPT_COMMAND, which bash does not run, is replaced.
+// The command's own elements go: between calls the prompt is the
+// protocol's.
+func setHook(hook string) string {
+	return `case ${PROMPT_COMMAND@a} in *r*) ;; *) case ${PROMPT_COMMAND@a} in *A*) \unset PROMPT_COMMAND;; esac; PROMPT_COMMAND=([` + hookIndex + `]=` + shellQuote(hook) + `);; esac; `
+}
+
 // promptHook is PROMPT_COMMAND: reopen the control channel before any
 // prompt, above all the one bash shows after abandoning a line.
 func (p callProto) promptHook() string {
-	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen())+")")
+	return setHook(p.reopen())
 }
 
 // pending is the prompt of a line that is abandoned (tagPending).
@@ -428,9 +512,12 @@ func (p callProto) pending() string {
 // and the pending prompt, so that a line bash abandons on its own (the
 // command's SIGINT to the shell, an error under set -u) right after the
 // command set PS1 still shows the prompt the server answers with a
-// probe. The line's tail and the probe set promptHook back.
+// probe. The line's tail and the probe set promptHook back. The pending
+// prompt is set only while this call's varsH is (forget removes it): a
+// command that made PROMPT_COMMAND readonly keeps this hook for good, and
+// it must not turn later calls' prompts into pending ones.
 func (p callProto) abandonHook() string {
-	return unlessReadonly("PROMPT_COMMAND", "("+shellQuote(p.reopen()+"; PS1="+p.pending())+")")
+	return setHook(p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
@@ -464,15 +551,16 @@ func (p callProto) functions() string {
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) +
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
-		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
+			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
-			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set -$⟨V⟩a; \unset ${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT} ${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o} ${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q} ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
+			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
 		// tail's), unless the call file never ran: the one before the
 		// line.
+		p.trapFuncs() +
 		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
 		p.reopen() + "; " + p.promptHook() + "}; "
 }
@@ -489,9 +577,18 @@ func (p callProto) callPrefix(traps userTraps) string {
 	t := `⟨V⟩d=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR; \set -E; ` + traps.restore()
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
-		t += `\set -${⟨Q⟩o//[!euv]/}; `
+		t += `\set "-${⟨Q⟩o//[!euv]/}"; `
 	}
-	t += `\unset ${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT} 2>/dev/null || \:`
+	t += `\unset "${⟨V⟩p:+⟨V⟩a}${⟨V⟩p:-POSIXLY_CORRECT}" 2>/dev/null || \:`
+	if p.wrapTrap {
+		// The call's trap function, unless posix mode (which finds
+		// the trap builtin first, and refuses a function of its name)
+		// is on or cannot be switched on (the protocol's own \trap
+		// would find the function), or the command has its own. It is
+		// defined by eval: this line is parsed in posix mode, which
+		// takes a function named trap for a syntax error.
+		t += `; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") case :$SHELLOPTS: in *:posix:*) ;; *) \builtin declare -F trap >/dev/null 2>&1 || { \builtin eval ` + shellQuote(p.expand(trapFunc)) + `; \builtin declare -ft trap; ⟨V⟩tw=1; };; esac;; esac`
+	}
 	if p.prev != "" {
 		// Parsed after the unset ran: aliases are still off.
 		t += `; case ${⟨Q⟩o-} in *A*) \builtin shopt -s expand_aliases;; esac`
@@ -532,10 +629,88 @@ func callFile(p callProto, command string, traps userTraps, trapFIFO string) []b
 // function returns, and puts a DEBUG trap from before back. What it and
 // a DEBUG trap print goes to /dev/null (xtrace's lines for varsG and
 // varsOn too); nothing here can fail into the ERR trap (the || \:).
+//
+// It is parsed with the command's aliases (it follows the command's
+// group): no reserved word, and what needs one is a function of the call
+// line's (varsSeterr, varsUnwrap: calls that define the trap function).
 func (p callProto) callEnd(trapFIFO string) string {
-	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; { \trap -p RETURN; \trap -- `+shellQuote(trapSentinelAction)+` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >`+shellQuote(trapFIFO)+
-		`; \trap - RETURN; } >/dev/null 2>&1 || \:`) + "\n"
+	if !p.wrapTrap {
+		return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; `+saveTraps(trapFIFO)+`; } >/dev/null 2>&1 || \:`) + "\n"
+	}
+	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; ⟨V⟩seterr; `+saveTraps(trapFIFO)+`; ⟨V⟩unwrap; } >/dev/null 2>&1 || \:`) + "\n"
 }
+
+// saveTraps writes the user's RETURN trap and ERR trap to the call's trap
+// FIFO (see savedTraps) and takes RETURN away. It runs in posix mode
+// (trap is the builtin).
+func saveTraps(fifo string) string {
+	return `{ \trap -p RETURN; \trap -- ` + shellQuote(trapSentinelAction) + ` RETURN; \trap -p RETURN; \trap -p ERR; \trap -p RETURN; } >` + shellQuote(fifo) + `; \trap - RETURN`
+}
+
+// trapFuncs are the functions of a call that defines the trap function:
+// varsSeterr puts in place an ERR trap the user set or removed through it
+// (varsUset), so that saveTraps hands it on; varsUnwrap removes the trap
+// function, unless the command defined one of its own in its place.
+const trapFuncs = `⟨V⟩seterr() { case ${⟨V⟩uset+x}${⟨V⟩uerr+y} in xy) \trap -- "$⟨V⟩uerr" ERR;; x) \trap - ERR;; esac; }; ` +
+	`⟨V⟩unwrap() { case ${⟨V⟩tw+x} in x) case $(\builtin declare -f trap 2>/dev/null) in *⟨V⟩uset*) \unset -f trap;; esac; \unset ⟨V⟩tw;; esac; }; `
+
+func (p callProto) trapFuncs() string {
+	if !p.wrapTrap {
+		return ""
+	}
+	return p.expand(trapFuncs)
+}
+
+// abandonTraps is saveTraps on the path where errexit abandons the line
+// (the call's end does not run), when the command set or removed an ERR
+// trap through the call's trap function: so that the next call has it.
+func (p callProto) abandonTraps() string {
+	if !p.wrapTrap || p.trapFIFO == "" {
+		return ""
+	}
+	return p.expand(`case ${⟨V⟩uset+x} in x) { ⟨V⟩seterr; ` + saveTraps(p.trapFIFO) + `; } 2>/dev/null;; esac; `)
+}
+
+// returnAgain sets a RETURN trap that is set to set itself again: the
+// trap function returns right after (see trapFunc).
+// varsRt says a RETURN trap may be set (the previous call's, or one set
+// through the function): only then does it look (a subshell).
+const returnAgain = `case ${⟨V⟩rt+x} in x) ⟨V⟩tr=$(\builtin trap -p RETURN); case $⟨V⟩tr in ?*) \builtin trap -- "\builtin $⟨V⟩tr" RETURN;; esac;; esac; `
+
+// trapFunc is the call's function named trap, defined for a call whose
+// text names trap and ERR (wrapTrap): bash has one ERR trap, the
+// protocol's carries out errexit (see above), and a user's set by the
+// builtin would replace it, so that set -e would hold no more in that
+// call. Through the function, an ERR action goes to varsUerr, which the
+// protocol's ERR trap runs first (with $? the failing status) before it
+// carries out errexit, and varsUset says the call's end must hand it on
+// (saveTraps); trap -p shows it in place of the protocol's (and not the
+// protocol's USR2 trap). Every other
+// signal goes to the builtin, in one call, the function's last command:
+// the function has the trace attribute, so that bash neither takes DEBUG
+// and RETURN away while it runs nor puts them back after (trap - RETURN
+// and trap - DEBUG hold), and a DEBUG trap set here fires for no command
+// of the function. A RETURN trap that is set when it returns would fire
+// for that return: it is set to set itself again, silently. A DEBUG trap
+// set before runs for the function's commands (bash runs it for a traced
+// function's), the one difference from the builtin a command can see,
+// besides type trap. Not in posix mode (callPrefix).
+const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk ⟨V⟩tr ⟨V⟩tp= ⟨V⟩te= ⟨V⟩tm= ⟨V⟩tl; ⟨V⟩tl=(); \builtin set +vx; } 2>/dev/null; ` +
+	`case ${1-} in -p) \builtin shift; ⟨V⟩tp=1;; --) \builtin shift;; -?*) \builtin trap "$@" || ⟨V⟩tx=$?; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
+	// Listing: the builtin's, with the user's ERR trap (or none) in
+	// place of the protocol's.
+	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
+	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' ` + interruptName + `"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
+	// Setting: one argument is a signal to reset; a first argument that
+	// is a number is a signal too (the builtin's rules).
+	`case $# in 1) ;; *) case $1 in ""|*[!0-9]*) ⟨V⟩ta=$1; \builtin shift;; esac;; esac; ` +
+	`for ⟨V⟩tk; do case ${⟨V⟩tk^^} in ERR|SIGERR) case $⟨V⟩ta in -) \builtin unset ⟨V⟩uerr;; *) ⟨V⟩uerr=$⟨V⟩ta;; esac; ⟨V⟩uset=1;; RETURN|SIGRETURN) ⟨V⟩tm=1;; *) ⟨V⟩tl+=("$⟨V⟩tk");; esac; done; ` +
+	// RETURN, set here or before, would fire when this function returns:
+	// it is set to set itself again.
+	`case $⟨V⟩tm:$⟨V⟩ta in 1:-) \builtin trap - RETURN; \builtin unset ⟨V⟩rt;; 1:*) ⟨V⟩rt=1; ⟨V⟩tk="\builtin trap -- ${⟨V⟩ta@Q} RETURN"; \builtin trap -- "$⟨V⟩tk" RETURN;; *) ` + returnAgain + `;; esac; ` +
+	`case ${#⟨V⟩tl[@]} in 0) ;; *) \builtin trap -- "$⟨V⟩ta" "${⟨V⟩tl[@]}";; esac; }; `
 
 // errAction is the call's ERR trap: the failing status kept and the
 // options kept (xtrace off) with what they trace thrown away, then
@@ -568,9 +743,12 @@ func callLine(p callProto, nonce string) string {
 	// call cannot find them (compgen -v) and make them readonly.
 	b.WriteString(`PS1=` + p.pending() + `; `)
 	b.WriteString(p.functions())
-	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 USR2; `))
-	b.WriteString(p.abandonHook())
-	b.WriteString(`\exec ` + p.redirs() + ` 255>&-; `)
+	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 ` + interruptSpec + `; `))
+	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
+	// The call runs only once its descriptors are in place (an exec
+	// that fails changes none of them): a descriptor limit the last
+	// call lowered is raised first, or the shell says it is lost.
+	b.WriteString(p.withFds(`\exec `+p.redirs()+` 255>&-`, tagUnrun) + ` && `)
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
@@ -581,7 +759,7 @@ func callLine(p callProto, nonce string) string {
 		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
 	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `} $⟨V⟩s"$'\n'; `))
-	b.WriteString(p.expand(forget + `} || \:`))
+	b.WriteString(p.expand(p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
 }
@@ -589,7 +767,15 @@ func callLine(p callProto, nonce string) string {
 // forget removes the call's variables and functions (but its option
 // stash) and, with the same unset, puts the command's posix mode back;
 // then aliases are off for the next line.
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩int ${⟨V⟩q+${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+func (p callProto) forget() string {
+	t := forget
+	if p.wrapTrap {
+		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr; ` + t
+	}
+	return t
+}
+
+const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -607,7 +793,7 @@ func probeLine(p callProto, nonce string) string {
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
-	return p.expand(t+forget) + "\n"
+	return p.expand(t+p.forget()) + "\n"
 }
 
 // shell is one running shell process and its control channel.
@@ -632,6 +818,11 @@ type shell struct {
 	// closed when the shell is reaped.
 	ctlIn, ctlOut string
 	keeper        *os.File
+	// nofile is the shell's descriptor limit as it started (soft, hard).
+	nofile [2]uint64
+	// ctlInfo is the FIFO the shell reads its lines from (mayProbe),
+	// once the shell is started.
+	ctlInfo os.FileInfo
 	// call is the protocol of the call in progress, or of the last one:
 	// its variables name the option stash the next call restores.
 	call   callProto
@@ -725,6 +916,8 @@ func (s *server) startShell(cwd string) error {
 	}
 	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
+	sh.nofile = nofileLimit(cmd.Process.Pid)
+	sh.call.nofile = sh.nofile
 	shellPID := cmd.Process.Pid
 	if s.policy != nil {
 		// The shell is the guard's child: signals, the cwd and the
@@ -796,6 +989,9 @@ func (s *server) startShell(cwd string) error {
 		sh.self = self
 	}
 	sh.exe = exePath(sh.self.PID)
+	// From now on commands run: probes wait for the shell's own read
+	// (before, in a sandbox, the shell itself was not yet known).
+	sh.ctlInfo, _ = in.Stat()
 	return nil
 }
 
@@ -855,6 +1051,10 @@ const (
 	// command made the protocol's own assignments fail or be skipped:
 	// a readonly PS1, a DEBUG trap that skips every command, ...).
 	gotBroken
+	// gotLost: the shell could not reopen its control channel (reopen).
+	gotLost
+	// gotUnrun: the call's descriptors could not be put in place.
+	gotUnrun
 )
 
 // marked splits a marker line into its tag and status.
@@ -879,14 +1079,55 @@ func marked(l string) (tag string, code int, ok bool) {
 func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan struct{}) (int, int) {
 	pending := tagPending + strconv.Itoa(n)
 	probes := map[string]bool{}
+	// Probes are written only when the shell reads its prompt (mayProbe):
+	// owed counts the pending prompts whose probe waits for that.
+	owed := 0
+	var retry *time.Timer
+	gate := gateFirst
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
+	send := func() bool {
+		for owed > 0 && sh.mayProbe() {
+			owed--
+			gate = gateFirst
+			p := newNonce()
+			probes[tagProbe+p] = true
+			if _, err := io.WriteString(sh.stdin, probeLine(sh.call, p)); err != nil {
+				return false
+			}
+		}
+		if owed > 0 {
+			retry = time.NewTimer(gate)
+			gate = min(2*gate, gateLast)
+		}
+		return true
+	}
 	for {
+		var again <-chan time.Time
+		if retry != nil {
+			again = retry.C
+		}
 		select {
+		case <-again:
+			retry = nil
+			if !send() {
+				return 0, gotEOF
+			}
 		case l, open := <-sh.lines:
 			if !open {
 				return 0, gotEOF
 			}
 			tag, code, ok := marked(l)
 			switch {
+			case !ok && doneTag(l, nonce):
+				// The line's end ran but could not keep the status: its
+				// own redirections failed (a descriptor limit of 4 or
+				// less, raised only by the reopen after them), so its
+				// options and traps were not kept either.
+				return 0, gotLost
 			case !ok:
 			case tag == tagDone+nonce:
 				for p := range probes {
@@ -902,12 +1143,15 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return code, gotMarker
 			case sh.owed[tag]:
 				delete(sh.owed, tag)
-			case tag == pending && len(probes) < maxProbes:
+			case tag == tagLost:
+				return 0, gotLost
+			case tag == tagUnrun:
+				return 0, gotUnrun
+			case tag == pending && len(probes)+owed < maxProbes:
 				// Each abandoned-line prompt gets a probe: a shell whose
 				// probe lines are skipped shows this prompt again for each.
-				p := newNonce()
-				probes[tagProbe+p] = true
-				if _, err := io.WriteString(sh.stdin, probeLine(sh.call, p)); err != nil {
+				owed++
+				if retry == nil && !send() {
 					return 0, gotEOF
 				}
 			default:
@@ -921,9 +1165,75 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 	}
 }
 
+// evictReaders kills what earlier calls left running (bg, and what those
+// started since) that holds the shell's input FIFO open: no process of a
+// call is given that FIFO (the shell holds none of the channel while a
+// call runs), so one that opened it by its path did so to read the next
+// call's line, nonce and all, before the shell does, and forge its end.
+// Only those processes are read, not the machine's, and none when there
+// are none.
+func (sh *shell) evictReaders(bg []int) {
+	if sh.ctlInfo == nil || len(bg) == 0 {
+		return
+	}
+	pids := bg
+	trusted := []int{sh.self.PID, sh.id.PID}
+	if sh.cmd != nil && sh.cmd.Process != nil {
+		trusted = append(trusted, sh.cmd.Process.Pid)
+	}
+	for _, id := range holdersAmong(sh.ctlInfo, pids, trusted...) {
+		if id.Alive() {
+			_ = syscall.Kill(id.PID, syscall.SIGKILL)
+		}
+	}
+}
+
+// doneTag reports whether marker line l is the prompt of the call with
+// nonce, whatever its status field says.
+func doneTag(l, nonce string) bool {
+	f := strings.Fields(l)
+	return len(f) >= 2 && f[1] == tagDone+nonce
+}
+
 // maxProbes bounds the probes one call's abandoned-line prompts get; a
 // further such prompt means the shell does not run the probes.
 const maxProbes = 4
+
+// How often the server looks again whether the shell reads its prompt
+// before it writes a probe (mayProbe): first soon (bash shows the prompt
+// just before it reads), then less often.
+const (
+	gateFirst = 500 * time.Microsecond
+	gateLast  = 50 * time.Millisecond
+)
+
+// mayProbe reports whether a line written to the control FIFO now reaches
+// the shell's own line reader and no one else. The FIFO's path is no
+// secret (the prompt hook names it, and /proc/PID/fd shows it), and what
+// a probe line carries is: a command that could read the probe (open the
+// FIFO by its path, in a child, in the background, or with read in the
+// shell itself) would learn its nonce and could answer it while it still
+// runs, so that the call would be reported ended, with a status it chose.
+// So a probe is written only while the shell is blocked in bash's own
+// read of its next line from the FIFO (a prompt it really shows; a
+// pending prompt the command printed itself is then not answered) and no
+// other process below the server holds the FIFO open. Where the kernel
+// does not tell (another system, a /proc that hides it), the probe goes
+// as before.
+func (sh *shell) mayProbe() bool {
+	if sh.ctlInfo == nil {
+		return true
+	}
+	ok, known := readsPrompt(sh.self.PID, sh.ctlInfo)
+	if !known {
+		return true
+	}
+	trusted := []int{sh.self.PID, sh.id.PID}
+	if sh.cmd != nil && sh.cmd.Process != nil {
+		trusted = append(trusted, sh.cmd.Process.Pid)
+	}
+	return ok && !othersHold(sh.ctlInfo, trusted...)
+}
 
 func (sh *shell) gone() bool {
 	select {
@@ -967,18 +1277,18 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 			waitQuiet(tree, time.Second)
 		}
 	}
-	if caught, known := catches(pid, syscall.SIGUSR2); known && !caught {
+	if caught, known := catches(pid, interruptSig); known && !caught {
 		if sh.exe != "" && exePath(pid) != sh.exe {
 			// exec replaced the shell: what runs is the call's.
 			sh.closed = true
 			return killed, false
 		}
-		// The command took the protocol's USR2 trap away (trap '' USR2):
+		// The command took the protocol's interrupt trap away (trap '' RTMAX-2):
 		// nothing would stop the shell from running the rest of the line
 		// once it goes on, so it must not go on. It is replaced.
 		return killed, false
 	}
-	_ = syscall.Kill(pid, syscall.SIGUSR2)
+	_ = syscall.Kill(pid, interruptSig)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
 	if sh.probe(recoverWait) {
 		return killed, true
@@ -991,7 +1301,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 		// kill it and ask once more.
 		tree.Signal(syscall.SIGKILL)
 		killed = true
-		_ = syscall.Kill(pid, syscall.SIGUSR2)
+		_ = syscall.Kill(pid, interruptSig)
 		if sh.probe(recoverWait) {
 			return killed, true
 		}
@@ -1021,11 +1331,22 @@ func (sh *shell) probe(limit time.Duration) bool {
 	defer deadline.Stop()
 	var sent []string // tags, in the order written
 	answered := false
-	for k := 1; ; k++ {
+	k := 0 // probes written
+	gate := gateFirst
+	for {
 		var next <-chan time.Time // nil: no further probe
 		var every *time.Timer
-		if !answered {
+		switch {
+		case answered:
+		case !sh.mayProbe():
+			// Not yet at its prompt (or someone else could read the
+			// line): look again shortly.
+			every = time.NewTimer(gate)
+			next = every.C
+			gate = min(2*gate, gateLast)
+		default:
 			nonce := newNonce()
+			k++
 			// A write that fails says nothing reads the shell's input
 			// any more: the shell exited, or exec replaced it (which
 			// closes its saved input and control channel). That is not

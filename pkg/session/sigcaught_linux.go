@@ -31,3 +31,15 @@ func exePath(pid int) string {
 	p, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
 	return p
 }
+
+// interruptSig is the signal whose trap (the call's varsUsr2) interrupts
+// the shell's line (see interrupt): SIGRTMAX-2, a real-time signal that
+// commands leave alone, so that a command's own USR1/USR2 trap (a
+// reload handler, say) is never run by a timeout, nor takes it away.
+// interruptSpec names it to trap (glibc's SIGRTMAX is 64 for bash too),
+// interruptName as trap -p prints it.
+const (
+	interruptSig  = syscall.Signal(62)
+	interruptSpec = "RTMAX-2"
+	interruptName = "SIGRTMAX-2"
+)

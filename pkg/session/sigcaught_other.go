@@ -9,3 +9,11 @@ func catches(pid int, sig syscall.Signal) (caught, ok bool) { return false, fals
 
 // exePath is unknown on this system.
 func exePath(pid int) string { return "" }
+
+// interruptSig is the signal that interrupts the shell's line (see
+// interrupt): SIGUSR2, where there are no real-time signals.
+const (
+	interruptSig  = syscall.SIGUSR2
+	interruptSpec = "USR2"
+	interruptName = "SIGUSR2"
+)
