@@ -77,6 +77,7 @@ func (s *server) serveConn(c net.Conn) {
 		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return syscall.Signal(cancelSig.Load()) }, enc)
 		if err != nil {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
+			s.tidyUp()
 			return
 		}
 		settled := make(chan struct{})
@@ -91,7 +92,9 @@ func (s *server) serveConn(c net.Conn) {
 		}
 		b, _ := result.Marshal(obj)
 		_ = enc.send(message{Type: "result", Result: b})
-		// The next call's files are made now, while its caller starts.
+		// The call's files go and the next call's are made now, while
+		// its caller starts.
+		s.tidyUp()
 		s.calls.stock(s.seqNow() + 1)
 		s.release()
 		close(settled)
@@ -130,6 +133,17 @@ func (s *server) afterCall(ended bool, callText string) {
 		s.mu.Unlock()
 	}
 	s.markRecord()
+}
+
+// tidyUp removes the files of the call whose answer just went out.
+func (s *server) tidyUp() {
+	s.mu.Lock()
+	tidy := s.tidy
+	s.tidy = nil
+	s.mu.Unlock()
+	if tidy != nil {
+		tidy()
+	}
 }
 
 func (s *server) seqNow() int {
@@ -281,7 +295,11 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		s.release()
 		return nil, false, err
 	}
-	defer c.cleanup()
+	// The call's files go once its answer is out (serveConn): their
+	// removal is no part of what the caller waits for.
+	s.mu.Lock()
+	s.tidy = c.cleanup
+	s.mu.Unlock()
 	callCancel := cancel
 	if s.policy != nil && req.Policy != nil {
 		// An exec refused at run time stops the rest of the call, as a
@@ -562,11 +580,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		return nil, err
 	}
 	// Where the call's end hands back the user's traps (see callEnd).
-	c.trapFIFO = d.name(n, "traps")
-	if c.trapR, err = d.fifo(c.trapFIFO); err != nil {
-		c.trapFIFO = ""
-		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
-	}
+	c.trapFIFO, c.trapR = files.traps, files.trapsR
 	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {
 		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
 	}
