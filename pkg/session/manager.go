@@ -365,10 +365,60 @@ func (m *Manager) Logs(handle string, req LogsRequest) (*LogsResult, *Info, erro
 // set. Cancelling ctx interrupts the command like a timeout does and still
 // returns its result, with status cancelled.
 func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEvent func(stream, data string)) (json.RawMessage, error) {
-	id, err := m.resolve(handle)
-	if err != nil {
-		return nil, err
+	d := m.Dial(handle)
+	defer d.Close()
+	return d.Call(ctx, req, onEvent)
+}
+
+// Dialed is a connection to a session's server being made in the
+// background (Dial), so that a caller's own checks and the connection
+// overlap: nothing reaches the server before Call sends the request.
+type Dialed struct {
+	m    *Manager
+	done chan struct{} // closed once the fields below are set
+	id   string
+	err  error // the handle names no session
+	conn net.Conn
+	// token is the session's secret, read meanwhile too.
+	token string
+}
+
+// Dial starts resolving handle and connecting to its session's server.
+// The caller must Close what it returns.
+func (m *Manager) Dial(handle string) *Dialed {
+	d := &Dialed{m: m, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		if d.id, d.err = m.resolve(handle); d.err != nil {
+			return
+		}
+		sdir := m.sessionDir(d.id)
+		dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)
+		d.conn, _ = dial(dctx, filepath.Join(sdir, "sock"))
+		cancelDial()
+		if d.conn != nil {
+			d.token = readToken(sdir)
+		}
+	}()
+	return d
+}
+
+// Close closes the connection, sent on or not.
+func (d *Dialed) Close() {
+	<-d.done
+	if d.conn != nil {
+		d.conn.Close()
 	}
+}
+
+// Call sends the request on the connection Dial made and waits for its
+// result, as Manager.Call does.
+func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream, data string)) (json.RawMessage, error) {
+	<-d.done
+	if d.err != nil {
+		return nil, d.err
+	}
+	m, id := d.m, d.id
 	sdir := m.sessionDir(id)
 	ended := func() error {
 		var rec Record
@@ -395,14 +445,11 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		return result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
 			With("hint", "start a new one with 'agentsh session start'")
 	}
-	dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)
-	conn, err := dial(dctx, filepath.Join(sdir, "sock"))
-	cancelDial()
-	if err != nil {
+	conn := d.conn
+	if conn == nil {
 		return nil, ended()
 	}
-	defer conn.Close()
-	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: readToken(sdir), Call: &req}); err != nil {
+	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: d.token, Call: &req}); err != nil {
 		return nil, ended()
 	}
 	// The client keeps its own deadline, so that a server that stopped

@@ -321,6 +321,10 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if err != nil {
 		return nil, err
 	}
+	// The connection is made while the checks below run; the request goes
+	// only once they passed.
+	conn := m.Dial(o.Session)
+	defer conn.Close()
 	if err := checkSessionSandbox(cmd, env, o, m); err != nil {
 		return nil, err
 	}
@@ -356,7 +360,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		// (the pid is the session's shell's).
 		req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 	}
-	raw, err := m.Call(env.Ctx, o.Session, req, onEvent)
+	raw, err := conn.Call(env.Ctx, req, onEvent)
 	if err != nil {
 		guard.Fill(&rec, nil, false, err)
 		rec.DurationMS = time.Since(began).Milliseconds()
