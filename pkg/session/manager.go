@@ -449,7 +449,11 @@ func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream,
 	if conn == nil {
 		return nil, ended()
 	}
-	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: d.token, Call: &req}); err != nil {
+	line, err := runRequest(d.token, &req)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot encode the call: %v", err)
+	}
+	if _, err := conn.Write(line); err != nil {
 		return nil, ended()
 	}
 	// The client keeps its own deadline, so that a server that stopped
