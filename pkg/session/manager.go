@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -139,6 +140,35 @@ func (m *Manager) Spec(handle string) (*Spec, error) {
 		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", handle)
 	}
 	return &spec, nil
+}
+
+// CallSandbox returns what a call's client holds its own sandbox flags
+// to: the session's sandbox (nil for none) and the cwd it started in. It
+// reads spec.json as Spec does, but the policy is decoded only when there
+// is one: encoding/json reflecting on Spec (sandbox.Policy and all it
+// reaches) was most of a third of a millisecond of each call's client.
+// TestCallSandbox keeps it equal to Spec.
+func (m *Manager) CallSandbox(handle string) (*sandbox.Policy, string, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, "", err
+	}
+	var head struct {
+		Cwd     string          `json:"cwd"`
+		Sandbox json.RawMessage `json:"sandbox"`
+	}
+	unreadable := result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", handle)
+	if err := state.ReadJSON(filepath.Join(m.sessionDir(id), "spec.json"), &head); err != nil {
+		return nil, "", unreadable
+	}
+	if len(head.Sandbox) == 0 || string(head.Sandbox) == "null" {
+		return nil, head.Cwd, nil
+	}
+	var pol sandbox.Policy
+	if err := json.Unmarshal(head.Sandbox, &pol); err != nil {
+		return nil, "", unreadable
+	}
+	return &pol, head.Cwd, nil
 }
 
 // Status reports a session, telling the truth about a server that is gone.
@@ -482,7 +512,7 @@ func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream,
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 {
-			var msg message
+			var msg reply
 			if jerr := json.Unmarshal(line, &msg); jerr == nil {
 				switch msg.Type {
 				case "result":

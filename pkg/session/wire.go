@@ -28,6 +28,19 @@ type message struct {
 	Started *int            `json:"started,omitempty"` // pid of the shell, when the call begins
 }
 
+// reply is what a client reads from the server: message's server fields
+// alone. encoding/json builds the encoders of every field of a struct it
+// decodes into, so decoding into message would reflect on CallRequest and
+// all it reaches, in each client process; TestReplyFields keeps the two
+// alike.
+type reply struct {
+	Type    string          `json:"type,omitempty"`
+	Data    string          `json:"data,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *wireError      `json:"error,omitempty"`
+	Started *int            `json:"started,omitempty"`
+}
+
 type wireError struct {
 	Code    string         `json:"code"`
 	Message string         `json:"message"`

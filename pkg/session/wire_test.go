@@ -2,12 +2,18 @@ package session
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/agentplane/agentplane/pkg/policy"
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // TestRunRequestWire: the call's first message, built field by field,
@@ -66,5 +72,71 @@ func TestRunRequestWire(t *testing.T) {
 		if err := json.Unmarshal(got, &m); err != nil || m.Op != "run" || m.Token != "tok\"en" || m.Call == nil || !reflect.DeepEqual(*m.Call, req) {
 			t.Errorf("the server reads %+v (%v), want %+v", m.Call, err, req)
 		}
+	}
+}
+
+// TestReplyFields: reply has every field of message that is not the
+// client's (op, token, call, signal), with the same type and tag.
+func TestReplyFields(t *testing.T) {
+	client := map[string]bool{"Op": true, "Token": true, "Call": true, "Signal": true}
+	mt, rt := reflect.TypeOf(message{}), reflect.TypeOf(reply{})
+	n := 0
+	for i := 0; i < mt.NumField(); i++ {
+		mf := mt.Field(i)
+		if client[mf.Name] {
+			continue
+		}
+		n++
+		rf, ok := rt.FieldByName(mf.Name)
+		if !ok || rf.Type != mf.Type || rf.Tag != mf.Tag {
+			t.Errorf("message.%s (%s %s) has no twin in reply", mf.Name, mf.Type, mf.Tag)
+		}
+	}
+	if rt.NumField() != n {
+		t.Errorf("reply has %d fields, message's server fields are %d", rt.NumField(), n)
+	}
+}
+
+// TestCallSandbox: what a call's client reads of spec.json is what Spec
+// reads, with a sandbox and without one; a spec that cannot be read is
+// session_ended for both.
+func TestCallSandbox(t *testing.T) {
+	d, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{Dir: d}
+	specs := []Spec{
+		{Shell: "/bin/bash", Cwd: "/w", Env: []string{"A=1"}},
+		{Shell: "/bin/bash", Cwd: "/w2", Sandbox: &sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite, Workspace: "/w2", AllowWrite: []string{"/tmp/x"}, DenyRead: []string{"/secret"}, Net: sandbox.NetNone, Memory: 1 << 30, Pids: 64, User: "nobody"}},
+	}
+	for i, spec := range specs {
+		id := strconv.Itoa(i + 1)
+		if err := os.MkdirAll(m.sessionDir(id), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := state.WriteJSONAtomic(filepath.Join(m.sessionDir(id), "spec.json"), spec, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		h := d.Mint(Kind, id)
+		full, err := m.Spec(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pol, cwd, err := m.CallSandbox(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cwd != full.Cwd || !reflect.DeepEqual(pol, full.Sandbox) {
+			t.Errorf("CallSandbox = %+v, %q; Spec has %+v, %q", pol, cwd, full.Sandbox, full.Cwd)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(m.sessionDir("1"), "spec.json"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, specErr := m.Spec(d.Mint(Kind, "1"))
+	_, _, err = m.CallSandbox(d.Mint(Kind, "1"))
+	if result.AsError(err).Code != result.CodeSessionEnded || result.AsError(specErr).Code != result.CodeSessionEnded {
+		t.Errorf("unreadable spec: CallSandbox %v, Spec %v", err, specErr)
 	}
 }

@@ -412,13 +412,13 @@ var sandboxFlags = []string{"sandbox", "workspace", "allow-write", "deny-read", 
 // call can neither loosen nor tighten it), and under sandbox_lock a session
 // weaker than the operator's floor refuses the call.
 func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) error {
-	spec, err := m.Spec(o.Session)
+	pol, cwd, err := m.CallSandbox(o.Session)
 	if err != nil {
 		return err
 	}
 	own := sandbox.Policy{Mode: sandbox.ModeNone, Net: sandbox.NetHost}
-	if spec.Sandbox != nil {
-		own = *spec.Sandbox
+	if pol != nil {
+		own = *pol
 	}
 	own = normalPolicy(own)
 	if !own.Empty() {
@@ -434,7 +434,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		}
 	}
 	if given {
-		if got := normalPolicy(o.Sandbox.Policy(env, spec.Cwd)); !reflect.DeepEqual(got, own) {
+		if got := normalPolicy(o.Sandbox.Policy(env, cwd)); !reflect.DeepEqual(got, own) {
 			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
