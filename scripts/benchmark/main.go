@@ -287,44 +287,47 @@ func benchStartup(b *bench) error {
 		"it and `floor` is the libraries' own start-up (package init and a binary several times larger\n"+
 		"to map; `perf` shows page faults, the dynamic loader and runtime itab setup, no single hot spot).\n"+
 		"\nWhere agentsh's time goes beyond libfloor (CLOCK_MONOTONIC timestamps from the harness's fork\n"+
-		"to points in the call, `perf stat`, `perf record` and `strace -f -c`; builds with one part changed,\n"+
-		"run interleaved with the real one at real-time priority):\n\n"+
-		"- **Before main, about 2.3 ms more** (main is reached at about 6.8 ms, libfloor's at 4.5): package\n"+
-		"  init, about 1.7 ms (the MCP SDK about 1 ms of it: encoding/gob, the JSON Schema tables; then\n"+
-		"  starlark, the command policy, the shell parser, net/http, crypto), and the runtime's own start\n"+
-		"  in a 22 MB binary (itab setup, module data, 870 page faults against 474; RSS 14.8 MB against\n"+
-		"  6.2, 12.8 MB of it the binary's pages).\n"+
-		"- **The watchdog, about 0.8 ms on the path**: a `/bin/sh` forked and exec'd (the parent waits\n"+
-		"  until the exec is done) beside the CLI's own start-up (the cobra tree and config discovery,\n"+
-		"  about 0.75 ms to the run). The command must not start before the watchdog can act on agentsh's\n"+
-		"  death, so the start waits for it; the runner's own preparation (the path lookup, stdin, the\n"+
-		"  pipes) runs meanwhile and the command starts about 30 us after the watchdog (0.23 ms before).\n"+
-		"  Weighed and not taken: PR_SET_PDEATHSIG with a subreaper (kills the first process only: setsid\n"+
-		"  and double-forked descendants escape); a PID namespace, in which the kernel kills everything\n"+
-		"  when its first process dies (the command would be PID 1, which ignores SIGTERM without a\n"+
-		"  handler, and it needs privilege or a user namespace); a static helper instead of the shell (a\n"+
-		"  static Go program costs about 2.5 ms of CPU to start); starting it beside the command instead\n"+
-		"  of before (a SIGKILL in between would leave the tree unguarded); one watchdog shared by all\n"+
-		"  calls (a server with its own start-up, liveness and stale-socket handling). agentsh learns of\n"+
-		"  the watchdog's death from a pipe in the poller, not a thread in wait(2) (BenchmarkGuard in\n"+
-		"  pkg/proctree). Tried and not kept: starting the watchdog with syscall.StartProcess to skip the\n"+
-		"  os package's one-time pidfd probe (a vfork'ed child that exits at once, about 0.1 ms; the exec\n"+
-		"  is the cost), no gain.\n"+
+		"to points in the call, `perf record` of 200 calls, scheduler tracepoints for the exit; builds\n"+
+		"with one part changed, run interleaved with the real one):\n\n"+
+		"- **Before main, about 1.5 ms more**: package init (about 0.4 ms in packages libfloor does not\n"+
+		"  link: starlark, the command policy, the shell parser, the sandbox's spec; the rest is the same\n"+
+		"  packages' init touching more of a 20 MB binary) and the runtime's own start (764 itabs against\n"+
+		"  172, module data).\n"+
+		"- **The guard, up to about 1 ms on the path.** Its work (the token, the cgroup: two /proc reads at\n"+
+		"  about 50 us each on this kernel and a mkdir of about 70 us; two pipes; the watchdog's vfork\n"+
+		"  and exec, with the os package's one-time pidfd probe) is about 1.2 ms on a goroutine of its\n"+
+		"  own, started as soon as the signals are caught; the CLI's start-up (the cobra tree of the\n"+
+		"  one-shot call, config discovery, about 0.6 ms) hides the rest, and the runner's preparation\n"+
+		"  (the path lookup, stdin, the pipes) runs meanwhile. The command must not start before the\n"+
+		"  watchdog can act on agentsh's death, so the fork waits for it. The watchdog is a front of a\n"+
+		"  few hundred bytes (pkg/proctree/front: static, no libc, no loader, from a sealed memfd) that\n"+
+		"  waits on the guard's pipe and execs the shell watchdog only if agentsh dies: its exec costs\n"+
+		"  about 0.2 ms of CPU against the shell's 0.85 (in `perf record` the watchdog's share of a call\n"+
+		"  fell from 1.35 ms to 0.05). Fixed on the way: the runtime's first signal.Notify waited about\n"+
+		"  a millisecond for a thread of its own while the watchdog's goroutine was in its fork; the\n"+
+		"  signals are now caught before the guard starts. Weighed and not taken: PR_SET_PDEATHSIG with\n"+
+		"  a subreaper (kills the first process only: setsid and double-forked descendants escape); a\n"+
+		"  PID namespace (the command would be PID 1, which ignores SIGTERM without a handler, and it\n"+
+		"  needs privilege or a user namespace); a static Go helper (about 2.5 ms of CPU to start); a\n"+
+		"  watchdog started beside the command instead of before (a SIGKILL in between would leave the\n"+
+		"  tree unguarded); one watchdog shared by all calls (a server with its own start-up, liveness\n"+
+		"  and stale-socket handling); a forked child without exec (a Go process cannot run code after\n"+
+		"  fork, and the copied page tables cost the parent copy-on-write faults).\n"+
 		"- **The command's start and end, about 0.6 ms more**: the fork into the guard's cgroup, the\n"+
-		"  reap, the drain of the pipes, the audit record (about 0.15 ms: lock and append, no fsync; the\n"+
-		"  user lookup starts before the command) and the JSON result.\n"+
-		"- **Exit, about 1.2 ms more**: from returning out of main to the caller's wait returning takes\n"+
-		"  about 2.2 ms against libfloor's 1.0: the kernel kills seven threads (the signal thread, the\n"+
-		"  watchdog's start, the wait, the user lookup's cgo call, the scheduler's spare ones) and tears\n"+
-		"  down a larger address space. No GC cycle runs in the call (GOGC=off and GOMAXPROCS=1 change\n"+
-		"  nothing measurable).\n"+
-		"- In CPU, agentsh, its watchdog and `true` take about 15.8 ms against libfloor's 6.8\n"+
-		"  (`perf stat`): on two busy cores that, more than the critical path, is what the ratio follows.\n"+
+		"  reap, the drain of the pipes, the audit record (lock and append, no fsync) and Release (the\n"+
+		"  cgroup's rmdir).\n"+
+		"- **Exit, about 0.7 ms more**: the kernel's teardown of the address space in the last thread's\n"+
+		"  exit (between its sched_process_exit and the switch away) takes about 1.4 ms against\n"+
+		"  libfloor's 0.8: 11.2 MB of the binary is mapped against 5.2 (fault-around maps 64 KB around\n"+
+		"  every code page touched, and the init of 281 packages touches many), and seven threads exit\n"+
+		"  against five. The caller's wait returns only after it.\n"+
+		"- Help text derived from every command's flags (the mcp command's lists of refused arguments)\n"+
+		"  is built when help is shown, no longer on every call: `agentsh --version` went from 11.7 to\n"+
+		"  9.4 ms; a one-shot run builds only the root's tree and never paid it.\n"+
 		"  A guard's cgroup left behind when agentsh and its watchdog are both SIGKILLed is swept by a\n"+
 		"  later guard (at most once a minute, off the path).\n"+
 		"\nLoad moves the ratio more than any item: every process and thread beyond libfloor's one costs\n"+
-		"more than its CPU when the two cores are busy (the same builds: 1.7x run at real-time priority,\n"+
-		"2.2x at a load average of 20). A call in a session starts no watchdog of its own.\n")
+		"more than its CPU when the two cores are busy. A call in a session starts no watchdog of its own.\n")
 	return nil
 }
 

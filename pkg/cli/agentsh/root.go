@@ -117,19 +117,23 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := reexec.Dispatch(args, hidden(), stdin, stderr); ok {
 		return code
 	}
-	// The watchdog of a one-shot run starts now, beside the CLI's own
-	// start-up, so that its fork and exec are done by the time the command
-	// starts (they would otherwise delay it, holding the fork lock).
+	// The watchdog of a one-shot run starts as soon as the signals are
+	// caught (Program.Start), beside the CLI's own start-up, so that its
+	// fork and exec are done by the time the command starts (they would
+	// otherwise delay it, holding the fork lock).
 	var early func() (*proctree.Guard, error)
+	p := Program()
 	if oneShot(args) {
-		early = startGuard()
+		p.Start = func() { early = startGuard() }
 		defer func() {
+			if early == nil {
+				return
+			}
 			if g, err := early(); err == nil {
 				g.Release() // not a run after all, or the run released it
 			}
 		}()
 	}
-	p := Program()
 	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early, args) }
 	return clikit.Main(p, args, stdin, stdout, stderr)
 }

@@ -68,6 +68,12 @@ type Program struct {
 	ExitCode func(code string) int
 	// Build adds the program's own flags and subcommands to root.
 	Build func(root *cobra.Command, env *Env)
+	// Start, if set, runs in Main once SIGINT and SIGTERM are caught and
+	// before the tree is built: work the program starts beside its CLI's
+	// start-up (agentsh's watchdog). Catching the signals first matters:
+	// the runtime's first signal.Notify waits for a thread of its own,
+	// which a goroutine busy in a fork and exec delays by a millisecond.
+	Start func()
 	// ExitStatus documents the exit codes: {code, meaning} rows for the
 	// man pages, in order.
 	ExitStatus [][2]string
@@ -109,8 +115,10 @@ type Env struct {
 	// reader tells it from the events without looking for success.
 	StreamResult bool
 
-	// afterBuild runs once the whole tree is built (AfterBuild).
-	afterBuild []func()
+	// helpText fills help text derived from the whole tree (HelpText);
+	// it runs before help, a man page or a schema is rendered, never on
+	// a plain call.
+	helpText []func()
 
 	cfg       configSource
 	outcome   *Outcome
@@ -194,13 +202,16 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 		case <-ctx.Done():
 		}
 	}()
+	if p.Start != nil {
+		p.Start()
+	}
 	return Run(env, args)
 }
 
 // Run executes the program's command tree in env. Tests and the MCP server
 // call it directly with their own streams.
 func Run(env *Env, args []string) int {
-	root := NewRoot(env)
+	root := buildRoot(env)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
@@ -287,10 +298,20 @@ func (e *Env) print(v any) error {
 	return err
 }
 
-// NewRoot builds the program's command tree with the shared flags. It is
-// exported so that tests and the docs generator can build the tree without
-// a subprocess.
+// NewRoot builds the program's command tree with the shared flags and its
+// whole help text. It is exported so that tests, the MCP server and the
+// docs generator can build the tree without a subprocess.
 func NewRoot(env *Env) *cobra.Command {
+	root := buildRoot(env)
+	env.fillHelpText()
+	return root
+}
+
+// buildRoot builds the tree and leaves the help text derived from it (the
+// mcp command's lists, HelpText) to be filled by the first help shown: a
+// plain call never renders it, and deriving it walks every flag of every
+// tool (about a millisecond of every call's CPU).
+func buildRoot(env *Env) *cobra.Command {
 	p := env.Program
 	root := &cobra.Command{
 		Use:           p.Name,
@@ -326,18 +347,30 @@ func NewRoot(env *Env) *cobra.Command {
 	addSchemaCmd(root, env)
 	markGroups(root, env)
 	typeArgErrors(root)
-	hooks := env.afterBuild
-	env.afterBuild = nil
-	for _, f := range hooks {
-		f()
-	}
+	// Every command inherits the root's help function (cobra looks it up
+	// through the parents), --help and the help command alike.
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		env.fillHelpText()
+		help(c, args)
+	})
 	return root
 }
 
-// AfterBuild runs f once the program's whole tree is built, before
-// NewRoot returns: for text derived from the marks of every command (the
-// mcp command's lists), whatever order the commands were added in.
-func (e *Env) AfterBuild(f func()) { e.afterBuild = append(e.afterBuild, f) }
+// HelpText registers f to fill help text derived from the marks of every
+// command (the mcp command's lists), once the whole tree is built and
+// whatever order the commands were added in. f runs before the first help
+// is shown and before NewRoot returns (man pages, schemas, the MCP
+// server's tool list); a plain call never runs it.
+func (e *Env) HelpText(f func()) { e.helpText = append(e.helpText, f) }
+
+func (e *Env) fillHelpText() {
+	hooks := e.helpText
+	e.helpText = nil
+	for _, f := range hooks {
+		f()
+	}
+}
 
 // typeArgErrors makes cobra's argument checks return usage errors as typed
 // values, so the harness never recognises them by their text. A command

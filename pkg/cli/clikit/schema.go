@@ -394,6 +394,7 @@ func addSchemaCmd(root *cobra.Command, env *Env) {
 	}
 	cmd.Flags().Var(EnumValue{S: &format, Allowed: Formats}, "format", "schema dialect: openai, anthropic, mcp, jsonschema or gemini")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*Outcome, error) {
+		env.fillHelpText()
 		tools := Tools(root)
 		return &Outcome{Value: result.New().
 			Set("success", true).

@@ -289,8 +289,8 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Short: "Serve this program's operations as MCP tools over stdio",
-		Long:  Long(nil),
-		Args:  cobra.NoArgs,
+		// Long is derived from every command's flags when help is first shown (HelpText).
+		Args: cobra.NoArgs,
 		// stdout is the MCP connection: a server that cannot start says
 		// why on stderr.
 		Annotations: map[string]string{clikit.AnnotProtocolStdout: "true"},
@@ -318,7 +318,7 @@ func NewCmd(root *cobra.Command, env *clikit.Env, stateDir *string, allowAll boo
 		f.StringArrayVar(vals, n, nil, "the server's --"+n+" for every call whose command has it")
 	}
 	// The lists of refused arguments come from every command's flags.
-	env.AfterBuild(func() { cmd.Long = Long(root) })
+	env.HelpText(func() { cmd.Long = Long(root) })
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		return serve(cmd, env, o, *stateDir)
 	})
