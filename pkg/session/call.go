@@ -26,13 +26,17 @@ import (
 
 func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
+	// Who connected is read before the request comes: a client connects
+	// while it runs its own checks (Manager.Dial).
+	who := s.auth.identify(c)
+	defer who.release()
 	dec := json.NewDecoder(bufio.NewReader(c))
 	var m message
 	if err := dec.Decode(&m); err != nil {
 		return
 	}
 	enc := &lineWriter{w: c}
-	if err := s.auth.admit(c, m.Token); err != nil {
+	if err := s.auth.admit(who, m.Token); err != nil {
 		_ = enc.send(message{Type: "error", Error: toWire(err)})
 		return
 	}
