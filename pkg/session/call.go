@@ -95,7 +95,7 @@ func (s *server) serveConn(c net.Conn) {
 			obj.Set("background", bg)
 		}
 		b, _ := result.Marshal(obj)
-		_ = enc.send(message{Type: "result", Result: b})
+		_ = enc.sendResult(b)
 		// The call's files go and the next call's are made now, while
 		// its caller starts.
 		s.tidyUp()

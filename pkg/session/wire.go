@@ -99,6 +99,21 @@ func (l *lineWriter) send(m message) error {
 	return enc.Encode(m)
 }
 
+// sendResult sends a call's result, b being what result.Marshal made of
+// it: the line message{Type: "result", Result: b} would be, without
+// encoding/json checking and compacting b once more (a scan of the whole
+// result, the command's output included).
+func (l *lineWriter) sendResult(b []byte) error {
+	line := make([]byte, 0, len(resultPrefix)+len(b)+2)
+	line = append(append(append(line, resultPrefix...), b...), '}', '\n')
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := l.w.Write(line)
+	return err
+}
+
+const resultPrefix = `{"type":"result","result":`
+
 // tokenFile holds the session secret, 0600 beside the socket. A client
 // must present it: a process that cannot read the session's directory
 // cannot drive the session even if it can reach the socket.

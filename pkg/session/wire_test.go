@@ -140,3 +140,23 @@ func TestCallSandbox(t *testing.T) {
 		t.Errorf("unreadable spec: CallSandbox %v, Spec %v", err, specErr)
 	}
 }
+
+// TestSendResult: a result goes out as the very line send writes for it.
+func TestSendResult(t *testing.T) {
+	obj := result.New().Set("success", true).Set("stdout", "<a href=\"x\">&amp;</a>\n\u2028é\x01\ufffd").Set("exit_code", 0).
+		Set("background", []BackgroundInfo{{PID: 3, Command: "sleep 1 &", Status: "running"}})
+	b, err := result.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want strings.Builder
+	if err := (&lineWriter{w: &got}).sendResult(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&lineWriter{w: &want}).send(message{Type: "result", Result: b}); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() {
+		t.Errorf("sendResult wrote\n%q\nsend writes\n%q", got.String(), want.String())
+	}
+}
