@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -12,8 +13,12 @@ import (
 // request keys give them (before paths are made absolute), or the values
 // the operator configured for them.
 type Settings struct {
-	Mode       string // ModeNone, ModeReadOnly or ModeWorkspaceWrite
-	Net        string // NetHost, NetNone or NetProxy
+	Mode string // ModeNone, ModeReadOnly or ModeWorkspaceWrite
+	Net  string // NetHost, NetNone or NetProxy
+	// Workspace is the writable root in workspace-write, absolute; a
+	// call's is "" when it names none (Floor.Check then gives it the
+	// floor's).
+	Workspace  string
 	AllowWrite []string
 	AllowHost  []string
 	DenyRead   []string
@@ -28,6 +33,7 @@ type Settings struct {
 // that gives them.
 const (
 	FloorSandbox    = "sandbox"
+	FloorWorkspace  = "workspace"
 	FloorNet        = "net"
 	FloorMemory     = "memory"
 	FloorCPUTime    = "cpu-time"
@@ -41,7 +47,7 @@ const (
 
 // FloorSettings lists every setting a Floor has a rule for.
 func FloorSettings() []string {
-	return []string{FloorSandbox, FloorNet, FloorMemory, FloorCPUTime, FloorPids, FloorFileSize,
+	return []string{FloorSandbox, FloorWorkspace, FloorNet, FloorMemory, FloorCPUTime, FloorPids, FloorFileSize,
 		FloorNofile, FloorAllowWrite, FloorAllowHost, FloorDenyRead}
 }
 
@@ -56,13 +62,47 @@ type Floor struct {
 // Check returns a sandbox_locked error naming the first held setting that
 // call loosens, or nil. A held name without a rule is an internal error,
 // so that a setting marked as a floor can never be silently free.
+//
+// A held filesystem sandbox also holds what would open it up from the
+// inside, configured or not: the writable paths (none beyond the
+// configured ones) and, in workspace-write, the workspace (the configured
+// one, else Workspace as the caller sets it: the host's working
+// directory; a call may name one inside it). A held proxy holds its
+// allowlist the same way. Otherwise `--allow-write /etc` or
+// `--workspace /` would loosen a locked sandbox by adding to what the
+// operator left empty.
 func (f Floor) Check(call Settings) error {
-	for _, name := range f.Held {
+	for _, name := range f.held() {
 		if err := f.loosened(name, call); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// held is Held with the settings a held sandbox or proxy implies.
+func (f Floor) held() []string {
+	held := append([]string(nil), f.Held...)
+	add := func(name string) {
+		for _, h := range held {
+			if h == name {
+				return
+			}
+		}
+		held = append(held, name)
+	}
+	for _, h := range f.Held {
+		switch {
+		case h == FloorSandbox && modeRank[f.Mode] > 0:
+			add(FloorAllowWrite)
+			if f.Mode == ModeWorkspaceWrite && f.Workspace != "" {
+				add(FloorWorkspace)
+			}
+		case h == FloorNet && f.Net == NetProxy:
+			add(FloorAllowHost)
+		}
+	}
+	return held
 }
 
 // modeRank orders the filesystem modes from loosest to strictest.
@@ -73,6 +113,10 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorSandbox:
 		if modeRank[call.Mode] < modeRank[f.Mode] {
 			return locked(name, f.Mode, call.Mode)
+		}
+	case FloorWorkspace:
+		if call.Workspace != "" && !within(call.Workspace, f.Workspace) {
+			return locked(name, f.Workspace, call.Workspace)
 		}
 	case FloorNet:
 		switch {
@@ -92,7 +136,24 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorNofile:
 		return limit(name, f.Nofile, call.Nofile, strconv.FormatInt(f.Nofile, 10))
 	case FloorAllowWrite:
-		return subset(name, f.AllowWrite, call.AllowWrite)
+		// A writable path inside one the floor already makes writable
+		// (its workspace included) adds nothing.
+		roots := append([]string(nil), f.AllowWrite...)
+		if f.Mode == ModeWorkspaceWrite && f.Workspace != "" {
+			roots = append(roots, f.Workspace)
+		}
+		for _, w := range call.AllowWrite {
+			ok := false
+			for _, r := range roots {
+				if w == r || within(abs(w), abs(r)) {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				return locked(name, strings.Join(f.AllowWrite, ","), w)
+			}
+		}
 	case FloorAllowHost:
 		return subset(name, f.AllowHost, call.AllowHost)
 	case FloorDenyRead:
@@ -118,6 +179,34 @@ func limit(name string, floor, got int64, shown string) error {
 		return locked(name, shown, "a looser value")
 	}
 	return nil
+}
+
+// within reports whether path is root or below it, both absolute and
+// with their symbolic links resolved as far as they exist (a workspace
+// named through a link inside the floor's would open where the link
+// points).
+func within(path, root string) bool {
+	path, root = resolved(path), resolved(root)
+	return path == root || root == "/" || strings.HasPrefix(path, root+"/")
+}
+
+func abs(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+func resolved(p string) string {
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	// A path that does not exist yet: its nearest existing parent, resolved.
+	if dir := filepath.Dir(p); dir != p {
+		return filepath.Join(resolved(dir), filepath.Base(p))
+	}
+	return p
 }
 
 // subset: an allowlist may only shrink; every entry of the call's must be

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +13,14 @@ import (
 // refused with sandbox_locked and an equal or stricter one passes; a
 // setting the operator did not configure is free.
 func TestFloorCheck(t *testing.T) {
-	floor := Settings{Mode: ModeWorkspaceWrite, Net: NetNone, AllowWrite: []string{"/w"}, AllowHost: []string{"example.com"},
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(ws, "to-etc")); err != nil {
+		t.Fatal(err)
+	}
+	floor := Settings{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone, AllowWrite: []string{"/w"}, AllowHost: []string{"example.com"},
 		DenyRead: []string{"/secret"}, Memory: 512 << 20, CPUTime: 10 * time.Second, Pids: 64, FileSize: 1 << 20, Nofile: 100}
 	cases := []struct {
 		held   string
@@ -22,6 +31,15 @@ func TestFloorCheck(t *testing.T) {
 		{FloorSandbox, Settings{Mode: ""}, true},
 		{FloorSandbox, Settings{Mode: ModeWorkspaceWrite}, false},
 		{FloorSandbox, Settings{Mode: ModeReadOnly}, false},
+		{FloorWorkspace, Settings{Workspace: "/"}, true},
+		{FloorWorkspace, Settings{Workspace: filepath.Dir(ws)}, true},
+		{FloorWorkspace, Settings{Workspace: ws + "-beside"}, true},
+		{FloorWorkspace, Settings{Workspace: filepath.Join(ws, "to-etc")}, true}, // a link out
+		{FloorWorkspace, Settings{Workspace: filepath.Join(ws, "to-etc", "new")}, true},
+		{FloorWorkspace, Settings{Workspace: ws}, false},
+		{FloorWorkspace, Settings{Workspace: filepath.Join(ws, "sub")}, false},
+		{FloorWorkspace, Settings{Workspace: filepath.Join(ws, "not-yet")}, false},
+		{FloorWorkspace, Settings{}, false}, // the floor's is given
 		{FloorNet, Settings{Net: NetHost}, true},
 		{FloorNet, Settings{Net: NetProxy, AllowHost: []string{"x"}}, true},
 		{FloorNet, Settings{Net: NetNone}, false},
@@ -40,6 +58,9 @@ func TestFloorCheck(t *testing.T) {
 		{FloorAllowWrite, Settings{AllowWrite: []string{"/w", "/elsewhere"}}, true},
 		{FloorAllowWrite, Settings{AllowWrite: []string{"/w"}}, false},
 		{FloorAllowWrite, Settings{}, false},
+		{FloorAllowWrite, Settings{AllowWrite: []string{"/w/below"}}, false},
+		{FloorAllowWrite, Settings{AllowWrite: []string{filepath.Join(ws, "sub")}}, false}, // in the workspace
+		{FloorAllowWrite, Settings{AllowWrite: []string{filepath.Join(ws, "to-etc")}}, true},
 		{FloorAllowHost, Settings{AllowHost: []string{"evil.example"}}, true},
 		{FloorAllowHost, Settings{AllowHost: []string{"example.com"}}, false},
 		{FloorDenyRead, Settings{DenyRead: []string{"/other"}}, true},
@@ -67,7 +88,39 @@ func TestFloorCheck(t *testing.T) {
 		t.Errorf("zero limits held: %v", err)
 	}
 	// A held name without a rule is never free.
-	if err := (Floor{Held: []string{"workspace"}}).Check(Settings{}); result.AsError(err).Code != result.CodeInternal {
+	if err := (Floor{Held: []string{"no-such-setting"}}).Check(Settings{}); result.AsError(err).Code != result.CodeInternal {
 		t.Errorf("a held setting without a rule: %v, want internal_error", err)
+	}
+}
+
+// TestFloorImplied: a held filesystem sandbox holds the writable paths
+// and the workspace even when the operator configured none, and a held
+// proxy its allowlist: nothing the operator left empty can be added.
+func TestFloorImplied(t *testing.T) {
+	ws := t.TempDir()
+	for _, c := range []struct {
+		name  string
+		floor Settings
+		held  []string
+		call  Settings
+	}{
+		{"allow-write under workspace-write", Settings{Mode: ModeWorkspaceWrite, Workspace: ws}, []string{FloorSandbox},
+			Settings{Mode: ModeWorkspaceWrite, AllowWrite: []string{"/etc"}}},
+		{"allow-write under read-only", Settings{Mode: ModeReadOnly}, []string{FloorSandbox},
+			Settings{Mode: ModeReadOnly, AllowWrite: []string{"/etc"}}},
+		{"workspace", Settings{Mode: ModeWorkspaceWrite, Workspace: ws}, []string{FloorSandbox},
+			Settings{Mode: ModeWorkspaceWrite, Workspace: "/"}},
+		{"allowlist", Settings{Net: NetProxy}, []string{FloorNet},
+			Settings{Net: NetProxy, AllowHost: []string{"evil.example"}}},
+	} {
+		err := Floor{Settings: c.floor, Held: c.held}.Check(c.call)
+		if result.AsError(err).Code != result.CodeSandboxLocked {
+			t.Errorf("%s: %v, want sandbox_locked", c.name, err)
+		}
+	}
+	// Without a held sandbox the same paths are the call's own tightening.
+	if err := (Floor{Settings: Settings{Memory: 1 << 20}, Held: []string{FloorMemory}}).Check(
+		Settings{Mode: ModeWorkspaceWrite, AllowWrite: []string{"/etc"}, Memory: 1 << 20}); err != nil {
+		t.Errorf("no held sandbox: %v", err)
 	}
 }

@@ -1,6 +1,8 @@
 package sandboxflags
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +48,7 @@ func TestFloorFlags(t *testing.T) {
 		loose, tight []string
 	}{
 		"sandbox":     {"workspace-write", []string{"--sandbox", "none"}, []string{"--sandbox", "read-only"}},
+		"workspace":   {"/tmp/floor-ws", []string{"--workspace", "/tmp"}, []string{"--workspace", "/tmp/floor-ws/sub"}},
 		"net":         {"none", []string{"--net", "host"}, []string{"--net", "none"}},
 		"memory":      {"512M", []string{"--memory", "1G"}, []string{"--memory", "256M"}},
 		"cpu-time":    {"10s", []string{}, []string{"--cpu-time", "5s"}},
@@ -86,5 +89,45 @@ func TestFloorFlags(t *testing.T) {
 		if err := floorCall(t, map[string]string{v: c.configured}, c.loose...); err != nil {
 			t.Errorf("%s: no lock, call %v: %v, want accepted", name, c.loose, err)
 		}
+	}
+}
+
+// TestFloorPinsWorkspace: under the lock, a workspace-write sandbox with no
+// configured workspace writes where agentsh was started, whatever the
+// call's --cwd; a call's --allow-write and --workspace outside it are
+// refused even though the operator configured neither.
+func TestFloorPinsWorkspace(t *testing.T) {
+	here, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := map[string]string{"AGENTPLANE_SANDBOX": "workspace-write", "AGENTPLANE_SANDBOX_LOCK": "1"}
+	var o Options
+	cmd := &cobra.Command{Use: "agentsh"}
+	AddFlags(cmd.Flags(), &o)
+	AddLockFlag(cmd.Flags())
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentsh"}, LookupEnv: func(k string) (string, bool) {
+		v, ok := locked[k]
+		return v, ok
+	}}
+	o.Mode = sandbox.ModeWorkspaceWrite // as the configured default would set it
+	if err := CheckFloor(cmd, env, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Workspace != here {
+		t.Errorf("workspace %q, want the starting directory %q", o.Workspace, here)
+	}
+	if p := o.Policy(env, "/tmp"); p.Workspace != here {
+		t.Errorf("policy workspace %q for a call in /tmp, want %q", p.Workspace, here)
+	}
+	for _, args := range [][]string{{"--allow-write", "/etc"}, {"--workspace", "/"}, {"--workspace", filepath.Dir(here)}} {
+		args = append([]string{"--sandbox", "workspace-write"}, args...)
+		err := floorCall(t, locked, args...)
+		if re := result.AsError(err); re.Code != result.CodeSandboxLocked || !strings.Contains(re.Message, "--"+strings.TrimPrefix(args[2], "--")) {
+			t.Errorf("call %v: %v, want sandbox_locked", args, err)
+		}
+	}
+	if err := floorCall(t, locked, "--sandbox", "workspace-write", "--allow-write", filepath.Join(here, "sub")); err != nil {
+		t.Errorf("a writable path inside the workspace: %v", err)
 	}
 }

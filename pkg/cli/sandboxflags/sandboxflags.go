@@ -9,6 +9,7 @@ package sandboxflags
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,7 +70,7 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	clikit.MarkFlags(fs, clikit.Configurable, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 	// Under sandbox_lock these configured values are a floor (CheckFloor).
-	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read")
+	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "workspace", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -179,12 +180,40 @@ func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
 			f.Held = append(f.Held, name)
 		}
 	}
-	return f.Check(o.settings())
+	// A locked workspace-write sandbox writes where the operator said: the
+	// configured workspace, else where agentsh was started (the host's
+	// working directory, as an MCP server's is), never wherever a call's
+	// --cwd points.
+	if f.Mode == sandbox.ModeWorkspaceWrite && slices.Contains(f.Held, sandbox.FloorSandbox) && f.Workspace == "" {
+		if here, ok := run.Cwd(""); ok {
+			f.Workspace = here
+		}
+	}
+	call := o.settings()
+	if err := f.Check(call); err != nil {
+		return err
+	}
+	if call.Workspace == "" && f.Workspace != "" && slices.Contains(f.Held, sandbox.FloorSandbox) {
+		o.Workspace = f.Workspace
+	}
+	return nil
+}
+
+// absPath makes p absolute against where agentsh was started, as Policy
+// does; "" stays "".
+func absPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // settings are the call's sandbox settings, as its flags gave them.
 func (o *Options) settings() sandbox.Settings {
-	return sandbox.Settings{Mode: o.Mode, Net: o.Net, AllowWrite: o.AllowWrite, AllowHost: o.AllowHost,
+	return sandbox.Settings{Mode: o.Mode, Workspace: absPath(o.Workspace), Net: o.Net, AllowWrite: o.AllowWrite, AllowHost: o.AllowHost,
 		DenyRead: o.DenyRead, Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
 		FileSize: o.FileSize, Nofile: int64(o.Nofile)}
 }
@@ -203,6 +232,9 @@ func floorValue(s *sandbox.Settings, name string, v []string) (bool, error) {
 	switch name {
 	case sandbox.FloorSandbox:
 		s.Mode = first
+	case sandbox.FloorWorkspace:
+		s.Workspace = absPath(first)
+		return s.Workspace != "", nil
 	case sandbox.FloorNet:
 		s.Net = first
 	case sandbox.FloorMemory:
