@@ -433,11 +433,19 @@ func (m *Manager) Dial(handle string) *Dialed {
 	return d
 }
 
-// Close closes the connection, sent on or not.
+// Close closes the connection, sent on or not, without waiting for a dial
+// still under way (a call refused by its own checks returns at once).
 func (d *Dialed) Close() {
-	<-d.done
-	if d.conn != nil {
-		d.conn.Close()
+	closeConn := func() {
+		if d.conn != nil {
+			d.conn.Close()
+		}
+	}
+	select {
+	case <-d.done:
+		closeConn()
+	default:
+		go func() { <-d.done; closeConn() }()
 	}
 }
 
