@@ -1,6 +1,7 @@
 package session
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -158,5 +159,75 @@ func TestSendResult(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Errorf("sendResult wrote\n%q\nsend writes\n%q", got.String(), want.String())
+	}
+}
+
+// TestDialedCall: the client's connection made ahead of its request
+// (Dial) carries a call through the server's whole path, and one closed
+// without a request reaches nothing: the call is not counted.
+func TestDialedCall(t *testing.T) {
+	s := newTestServer(t)
+	auth, err := newAuthority()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.auth = auth
+	d, err := state.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &Manager{Dir: d}
+	sdir := m.sessionDir("1")
+	if err := os.MkdirAll(sdir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := state.WriteJSONAtomic(filepath.Join(sdir, "spec.json"), s.spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.publish(sdir); err != nil {
+		t.Fatal(err)
+	}
+	l, err := listenUnix(filepath.Join(sdir, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	served := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { s.serveConn(c); served <- struct{}{} }()
+		}
+	}()
+	h := d.Mint(Kind, "1")
+	calls := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.rec.Calls }
+
+	idle := m.Dial(h)
+	idle.Close()
+	<-served
+	if n := calls(); n != 0 {
+		t.Fatalf("a connection closed without a request counted %d calls", n)
+	}
+	conn := m.Dial(h)
+	raw, err := conn.Call(context.Background(), CallRequest{Command: "echo hi", Timeout: 20 * time.Second, KillAfter: time.Second, MaxOutput: 1000}, nil)
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res struct {
+		Stdout   string `json:"stdout"`
+		ExitCode int    `json:"exit_code"`
+	}
+	if err := json.Unmarshal(raw, &res); err != nil || res.Stdout != "hi\n" || res.ExitCode != 0 {
+		t.Fatalf("result %s (%v)", raw, err)
+	}
+	if n := calls(); n != 1 {
+		t.Fatalf("%d calls counted, want 1", n)
+	}
+	if _, err := m.Dial("ses_aaaaaaaaaaaaaaaaaaaaaaaaaaaa").Call(context.Background(), CallRequest{Command: "true"}, nil); err == nil {
+		t.Fatal("a handle of no session was called")
 	}
 }
