@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -59,20 +60,41 @@ func (a *authority) publish(sdir string) error {
 	return err
 }
 
-// admit checks one connection and the secret its first message carried.
-func (a *authority) admit(c net.Conn, token string) error {
+// caller is the peer of one connection, identified as the server accepts
+// it (identify): a client connects while it runs its own checks, so the
+// reads of /proc are done by the time its first message comes.
+type caller struct {
+	id      peerIdentity
+	err     error
+	still   func() error // the peer is still the process that connected
+	release func()
+}
+
+// identify reads who is at the other end of c; release what it returns.
+func (a *authority) identify(c net.Conn) *caller {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return &caller{err: errors.New("not a Unix socket connection"), still: func() error { return nil }, release: func() {}}
+	}
+	who := &caller{}
+	who.id, who.still, who.release, who.err = peerOf(uc)
+	return who
+}
+
+// admit checks the caller of one connection, still alive, and the secret
+// its first message carried.
+func (a *authority) admit(who *caller, token string) error {
 	if subtle.ConstantTimeCompare([]byte(token), []byte(a.token)) != 1 {
 		return result.Errorf(result.CodeSessionRefused, "the caller did not present this session's secret")
 	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return result.Errorf(result.CodeSessionRefused, "not a Unix socket connection")
+	err := who.err
+	if err == nil {
+		err = who.still()
 	}
-	peer, err := peerOf(uc)
 	if err != nil {
 		return result.Errorf(result.CodeSessionRefused, "cannot identify the caller: %v", err)
 	}
-	if why := a.self.refuses(peer); why != "" {
+	if why := a.self.refuses(who.id); why != "" {
 		return result.Errorf(result.CodeSessionRefused, "the caller may not drive this session: %s", why)
 	}
 	return nil

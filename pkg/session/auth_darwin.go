@@ -18,20 +18,21 @@ func identityOf(int) (peerIdentity, error) { return peerIdentity{UID: os.Geteuid
 
 // peerOf reads the peer's effective uid from the socket (LOCAL_PEERCRED),
 // so that another user is refused even if it got hold of the secret.
-func peerOf(c *net.UnixConn) (peerIdentity, error) {
+func peerOf(c *net.UnixConn) (id peerIdentity, still func() error, release func(), err error) {
+	still, release = func() error { return nil }, func() {}
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return peerIdentity{}, err
+		return id, still, release, err
 	}
 	var cred *unix.Xucred
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, serr = unix.GetsockoptXucred(int(fd), unix.SOL_LOCAL, unix.LOCAL_PEERCRED)
 	}); err != nil {
-		return peerIdentity{}, err
+		return id, still, release, err
 	}
 	if serr != nil {
-		return peerIdentity{}, serr
+		return id, still, release, serr
 	}
-	return peerIdentity{UID: int(cred.Uid)}, nil
+	return peerIdentity{UID: int(cred.Uid)}, still, release, nil
 }

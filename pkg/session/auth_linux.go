@@ -66,12 +66,14 @@ func identityOf(pid int) (peerIdentity, error) {
 }
 
 // peerOf identifies the process at the other end of c. The pidfd taken
-// from the socket is checked alive after /proc was read, so what was read
-// belongs to the peer and not to a process that took its pid meanwhile.
-func peerOf(c *net.UnixConn) (peerIdentity, error) {
+// from the socket is checked alive by still, after /proc was read, so
+// what was read belongs to the peer and not to a process that took its
+// pid meanwhile; release closes it.
+func peerOf(c *net.UnixConn) (id peerIdentity, still func() error, release func(), err error) {
+	still, release = func() error { return nil }, func() {}
 	raw, err := c.SyscallConn()
 	if err != nil {
-		return peerIdentity{}, err
+		return id, still, release, err
 	}
 	var cred *unix.Ucred
 	pidfd := -1
@@ -84,31 +86,31 @@ func peerOf(c *net.UnixConn) (peerIdentity, error) {
 			}
 		}
 	}); err != nil {
-		return peerIdentity{}, err
+		return id, still, release, err
 	}
 	if serr != nil {
-		return peerIdentity{}, serr
+		return id, still, release, serr
 	}
 	if pidfd >= 0 {
-		defer unix.Close(pidfd)
+		release = func() { unix.Close(pidfd) }
+		still = func() error {
+			if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+				return errors.New("the peer exited before it could be identified")
+			}
+			return nil
+		}
 	}
 	if cred.Pid <= 0 {
-		return peerIdentity{}, errors.New("the peer's pid is not visible (another pid namespace)")
+		return id, still, release, errors.New("the peer's pid is not visible (another pid namespace)")
 	}
-	id, err := identityOf(int(cred.Pid))
-	if err != nil {
-		return id, err
-	}
-	if pidfd >= 0 {
-		if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-			return id, errors.New("the peer exited before it could be identified")
-		}
+	if id, err = identityOf(int(cred.Pid)); err != nil {
+		return id, still, release, err
 	}
 	// The uid the kernel recorded at connect() is authoritative.
 	if int(cred.Uid) != id.UID {
 		id.UID = int(cred.Uid)
 	}
-	return id, nil
+	return id, still, release, nil
 }
 
 // isGuard reports whether pid is a runtime policy guard (execguard's

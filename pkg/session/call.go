@@ -28,13 +28,17 @@ import (
 
 func (s *server) serveConn(c net.Conn) {
 	defer c.Close()
+	// Who connected is read before the request comes: a client connects
+	// while it runs its own checks (Manager.Dial).
+	who := s.auth.identify(c)
+	defer who.release()
 	dec := json.NewDecoder(bufio.NewReader(c))
 	var m message
 	if err := dec.Decode(&m); err != nil {
 		return
 	}
 	enc := &lineWriter{w: c}
-	if err := s.auth.admit(c, m.Token); err != nil {
+	if err := s.auth.admit(who, m.Token); err != nil {
 		_ = enc.send(message{Type: "error", Error: toWire(err)})
 		return
 	}
@@ -79,6 +83,7 @@ func (s *server) serveConn(c net.Conn) {
 		obj, ended, err := s.call(*m.Call, cancel, func() syscall.Signal { return syscall.Signal(cancelSig.Load()) }, enc)
 		if err != nil {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
+			s.tidyUp()
 			return
 		}
 		settled := make(chan struct{})
@@ -92,8 +97,10 @@ func (s *server) serveConn(c net.Conn) {
 			obj.Set("background", bg)
 		}
 		b, _ := result.Marshal(obj)
-		_ = enc.send(message{Type: "result", Result: b})
-		// The next call's files are made now, while its caller starts.
+		_ = enc.sendResult(b)
+		// The call's files go and the next call's are made now, while
+		// its caller starts.
+		s.tidyUp()
 		s.calls.stock(s.seqNow() + 1)
 		s.release()
 		close(settled)
@@ -132,6 +139,17 @@ func (s *server) afterCall(ended bool, callText string) {
 		s.mu.Unlock()
 	}
 	s.markRecord()
+}
+
+// tidyUp removes the files of the call whose answer just went out.
+func (s *server) tidyUp() {
+	s.mu.Lock()
+	tidy := s.tidy
+	s.tidy = nil
+	s.mu.Unlock()
+	if tidy != nil {
+		tidy()
+	}
 }
 
 func (s *server) seqNow() int {
@@ -285,7 +303,11 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		s.release()
 		return nil, false, err
 	}
-	defer c.cleanup()
+	// The call's files go once its answer is out (serveConn): their
+	// removal is no part of what the caller waits for.
+	s.mu.Lock()
+	s.tidy = c.cleanup
+	s.mu.Unlock()
 	callCancel := cancel
 	if s.policy != nil && req.Policy != nil {
 		// An exec refused at run time stops the rest of the call, as a
@@ -574,11 +596,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 		return nil, err
 	}
 	// Where the call's end hands back the user's traps (see callEnd).
-	c.trapFIFO = d.name(n, "traps")
-	if c.trapR, err = d.fifo(c.trapFIFO); err != nil {
-		c.trapFIFO = ""
-		return fail(result.Errorf(result.CodeInternal, "call FIFO: %v", err))
-	}
+	c.trapFIFO, c.trapR = files.traps, files.trapsR
 	c.proto.trapFIFO = c.trapFIFO
 	c.proto.wrapTrap = wrapsTrap(req.Command)
 	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {

@@ -23,7 +23,8 @@ import (
 // Creating those files is most of what preparing a call costs (on a
 // journaling filesystem each create is a metadata write), so the directory
 // keeps one call's set made ahead (stock, while the session is idle): the
-// next call only writes its text into a file that already exists.
+// next call only writes its text into a file that already exists, the
+// trap FIFO among them.
 type callDir struct {
 	path  string
 	share bool // a --user shell must read scripts and open FIFOs
@@ -33,12 +34,15 @@ type callDir struct {
 	closed bool       // removed: nothing more is made
 }
 
-// callFiles are the files of one call: its script, open for writing, and
-// its output FIFOs, each open at both ends.
+// callFiles are the files of one call: its script, open for writing, its
+// output FIFOs, each open at both ends, and the FIFO its end hands the
+// user's traps back through (see callEnd), open for reading.
 type callFiles struct {
 	script string
 	w      *os.File
 	fifos  []madeFifo
+	traps  string
+	trapsR *os.File
 }
 
 // madeFifo is a FIFO open for reading and, by our own holder, for writing,
@@ -59,6 +63,10 @@ func (c *callFiles) discard() {
 		c.w.Close()
 	}
 	_ = os.Remove(c.script)
+	if c.trapsR != nil {
+		c.trapsR.Close()
+		_ = os.Remove(c.traps)
+	}
 	for _, f := range c.fifos {
 		f.discard()
 	}
@@ -117,6 +125,11 @@ func (d *callDir) make(n int, outs []string) (*callFiles, error) {
 			return nil, err
 		}
 		c.fifos = append(c.fifos, f)
+	}
+	c.traps = d.name(n, "traps")
+	if c.trapsR, err = d.fifo(c.traps); err != nil {
+		c.discard()
+		return nil, err
 	}
 	return c, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/launch"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 	"github.com/agentplane/agentplane/pkg/state"
 )
 
@@ -139,6 +140,35 @@ func (m *Manager) Spec(handle string) (*Spec, error) {
 		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", handle)
 	}
 	return &spec, nil
+}
+
+// CallSandbox returns what a call's client holds its own sandbox flags
+// to: the session's sandbox (nil for none) and the cwd it started in. It
+// reads spec.json as Spec does, but the policy is decoded only when there
+// is one: encoding/json reflecting on Spec (sandbox.Policy and all it
+// reaches) was most of a third of a millisecond of each call's client.
+// TestCallSandbox keeps it equal to Spec.
+func (m *Manager) CallSandbox(handle string) (*sandbox.Policy, string, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, "", err
+	}
+	var head struct {
+		Cwd     string          `json:"cwd"`
+		Sandbox json.RawMessage `json:"sandbox"`
+	}
+	unreadable := result.Errorf(result.CodeSessionEnded, "session %s has no readable spec", handle)
+	if err := state.ReadJSON(filepath.Join(m.sessionDir(id), "spec.json"), &head); err != nil {
+		return nil, "", unreadable
+	}
+	if len(head.Sandbox) == 0 || string(head.Sandbox) == "null" {
+		return nil, head.Cwd, nil
+	}
+	var pol sandbox.Policy
+	if err := json.Unmarshal(head.Sandbox, &pol); err != nil {
+		return nil, "", unreadable
+	}
+	return &pol, head.Cwd, nil
 }
 
 // Status reports a session, telling the truth about a server that is gone.
@@ -365,10 +395,68 @@ func (m *Manager) Logs(handle string, req LogsRequest) (*LogsResult, *Info, erro
 // set. Cancelling ctx interrupts the command like a timeout does and still
 // returns its result, with status cancelled.
 func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEvent func(stream, data string)) (json.RawMessage, error) {
-	id, err := m.resolve(handle)
-	if err != nil {
-		return nil, err
+	d := m.Dial(handle)
+	defer d.Close()
+	return d.Call(ctx, req, onEvent)
+}
+
+// Dialed is a connection to a session's server being made in the
+// background (Dial), so that a caller's own checks and the connection
+// overlap: nothing reaches the server before Call sends the request.
+type Dialed struct {
+	m    *Manager
+	done chan struct{} // closed once the fields below are set
+	id   string
+	err  error // the handle names no session
+	conn net.Conn
+	// token is the session's secret, read meanwhile too.
+	token string
+}
+
+// Dial starts resolving handle and connecting to its session's server.
+// The caller must Close what it returns.
+func (m *Manager) Dial(handle string) *Dialed {
+	d := &Dialed{m: m, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		if d.id, d.err = m.resolve(handle); d.err != nil {
+			return
+		}
+		sdir := m.sessionDir(d.id)
+		dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)
+		d.conn, _ = dial(dctx, filepath.Join(sdir, "sock"))
+		cancelDial()
+		if d.conn != nil {
+			d.token = readToken(sdir)
+		}
+	}()
+	return d
+}
+
+// Close closes the connection, sent on or not, without waiting for a dial
+// still under way (a call refused by its own checks returns at once).
+func (d *Dialed) Close() {
+	closeConn := func() {
+		if d.conn != nil {
+			d.conn.Close()
+		}
 	}
+	select {
+	case <-d.done:
+		closeConn()
+	default:
+		go func() { <-d.done; closeConn() }()
+	}
+}
+
+// Call sends the request on the connection Dial made and waits for its
+// result, as Manager.Call does.
+func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream, data string)) (json.RawMessage, error) {
+	<-d.done
+	if d.err != nil {
+		return nil, d.err
+	}
+	m, id := d.m, d.id
 	sdir := m.sessionDir(id)
 	ended := func() error {
 		var rec Record
@@ -395,14 +483,15 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 		return result.Errorf(result.CodeSessionEnded, "the session has ended (%s)", reason).With("ended_reason", reason).
 			With("hint", "start a new one with 'agentsh session start'")
 	}
-	dctx, cancelDial := context.WithTimeout(context.Background(), 10*time.Second)
-	conn, err := dial(dctx, filepath.Join(sdir, "sock"))
-	cancelDial()
-	if err != nil {
+	conn := d.conn
+	if conn == nil {
 		return nil, ended()
 	}
-	defer conn.Close()
-	if err := json.NewEncoder(conn).Encode(message{Op: "run", Token: readToken(sdir), Call: &req}); err != nil {
+	line, err := runRequest(d.token, &req)
+	if err != nil {
+		return nil, result.Errorf(result.CodeInternal, "cannot encode the call: %v", err)
+	}
+	if _, err := conn.Write(line); err != nil {
 		return nil, ended()
 	}
 	// The client keeps its own deadline, so that a server that stopped
@@ -431,7 +520,7 @@ func (m *Manager) Call(ctx context.Context, handle string, req CallRequest, onEv
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 {
-			var msg message
+			var msg reply
 			if jerr := json.Unmarshal(line, &msg); jerr == nil {
 				switch msg.Type {
 				case "result":

@@ -50,6 +50,7 @@ type server struct {
 	settled chan struct{}
 	seq     int
 	before  map[int]uint64 // the shell's descendants when the last call ended
+	tidy    func()         // removes the last call's files once its answer is out
 
 	stopOnce sync.Once
 	done     chan struct{} // closed when the session starts to end

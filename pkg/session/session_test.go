@@ -512,8 +512,8 @@ func TestCallDirStock(t *testing.T) {
 	}
 	d.stock(1)
 	d.stock(1) // a set is ready: no second one
-	if n := entries(); n != 3 {
-		t.Fatalf("%d files made ahead, want 3", n)
+	if n := entries(); n != 4 {
+		t.Fatalf("%d files made ahead, want 4 (script, two output FIFOs, trap FIFO)", n)
 	}
 	a, err := d.files(1, []string{"stdout", "stderr"})
 	if err != nil {
@@ -525,14 +525,16 @@ func TestCallDirStock(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, c := range []*callFiles{a, b} {
-		for _, p := range append([]string{c.script}, c.fifos[0].path, c.fifos[1].path) {
+		for _, p := range append([]string{c.script}, c.fifos[0].path, c.fifos[1].path, c.traps) {
 			if seen[p] {
 				t.Fatalf("%s given twice", p)
 			}
 			seen[p] = true
 		}
-		if st, err := os.Lstat(c.fifos[0].path); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
-			t.Fatalf("%s is not a FIFO: %v", c.fifos[0].path, err)
+		for _, p := range []string{c.fifos[0].path, c.traps} {
+			if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+				t.Fatalf("%s is not a FIFO: %v", p, err)
+			}
 		}
 		if err := fill(c.w, c.script, []byte("echo hi\n")); err != nil {
 			t.Fatal(err)
@@ -559,7 +561,7 @@ func TestCallDirStock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.fifos) != 1 || entries() != 2 {
+	if len(m.fifos) != 1 || entries() != 3 {
 		t.Fatalf("merged call: %d FIFOs, %d files", len(m.fifos), entries())
 	}
 	m.discard()

@@ -418,8 +418,42 @@ func (p callProto) redirs() string {
 	return "0<" + shellQuote(p.stdin) + " " + out
 }
 
+// expand fills the placeholders of a piece of the protocol's text: ⟨V⟩
+// the call's variable prefix, ⟨Q⟩ the previous call's, ⟨M⟩ the marker,
+// ⟨N⟩ the call's number. It is a scan, not a strings.Replacer: building
+// one for each of the line's pieces was a tenth of a millisecond of the
+// server's time per call.
 func (p callProto) expand(t string) string {
-	return strings.NewReplacer("⟨V⟩", p.vars, "⟨Q⟩", p.prev, "⟨M⟩", p.marker, "⟨N⟩", strconv.Itoa(p.n)).Replace(t)
+	var b strings.Builder
+	b.Grow(len(t) + 8*len(p.vars))
+	for {
+		i := strings.Index(t, "⟨")
+		if i < 0 {
+			b.WriteString(t)
+			return b.String()
+		}
+		b.WriteString(t[:i])
+		t = t[i:]
+		ph := len("⟨V⟩")
+		if len(t) < ph || t[ph-len("⟩"):ph] != "⟩" {
+			b.WriteString("⟨")
+			t = t[len("⟨"):]
+			continue
+		}
+		switch t[len("⟨")] {
+		case 'V':
+			b.WriteString(p.vars)
+		case 'Q':
+			b.WriteString(p.prev)
+		case 'M':
+			b.WriteString(p.marker)
+		case 'N':
+			b.WriteString(strconv.Itoa(p.n))
+		default:
+			b.WriteString(t[:ph])
+		}
+		t = t[ph:]
+	}
 }
 
 // Pieces of the protocol's text. bash expands an alias even for a

@@ -321,6 +321,10 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if err != nil {
 		return nil, err
 	}
+	// The connection is made while the checks below run; the request goes
+	// only once they passed.
+	conn := m.Dial(o.Session)
+	defer conn.Close()
 	if err := checkSessionSandbox(cmd, env, o, m); err != nil {
 		return nil, err
 	}
@@ -356,7 +360,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 		// (the pid is the session's shell's).
 		req.OnStart = func(pid int) { _ = env.Emit(result.New().Set("type", "start").Set("pid", pid)) }
 	}
-	raw, err := m.Call(env.Ctx, o.Session, req, onEvent)
+	raw, err := conn.Call(env.Ctx, req, onEvent)
 	if err != nil {
 		guard.Fill(&rec, nil, false, err)
 		rec.DurationMS = time.Since(began).Milliseconds()
@@ -408,13 +412,13 @@ var sandboxFlags = []string{"sandbox", "workspace", "allow-write", "deny-read", 
 // call can neither loosen nor tighten it), and under sandbox_lock a session
 // weaker than the operator's floor refuses the call.
 func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) error {
-	spec, err := m.Spec(o.Session)
+	pol, cwd, err := m.CallSandbox(o.Session)
 	if err != nil {
 		return err
 	}
 	own := sandbox.Policy{Mode: sandbox.ModeNone, Net: sandbox.NetHost}
-	if spec.Sandbox != nil {
-		own = *spec.Sandbox
+	if pol != nil {
+		own = *pol
 	}
 	own = normalPolicy(own)
 	if !own.Empty() {
@@ -430,7 +434,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		}
 	}
 	if given {
-		if got := normalPolicy(o.Sandbox.Policy(env, spec.Cwd)); !reflect.DeepEqual(got, own) {
+		if got := normalPolicy(o.Sandbox.Policy(env, cwd)); !reflect.DeepEqual(got, own) {
 			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
