@@ -828,6 +828,20 @@ func (st *Store) pidStart(id string) uint64 {
 	return rec.PIDStart
 }
 
+// Spec returns the saved spec of the job ref: what a restart runs.
+func (st *Store) Spec(ref string) (_ Spec, err error) {
+	defer func() { err = state.Coded(err) }()
+	id, err := st.Resolve(ref)
+	if err != nil {
+		return Spec{}, err
+	}
+	var spec Spec
+	if err := state.ReadJSON(filepath.Join(st.jobDir(id), specFile), &spec); err != nil {
+		return Spec{}, err
+	}
+	return spec, nil
+}
+
 // Restart stops the job if it still runs and starts a new run of it under
 // the same handle, with a new supervisor; its restarts count goes up and a
 // restarted event is recorded. Logs continue at the same offsets.

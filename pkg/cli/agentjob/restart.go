@@ -4,6 +4,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 )
 
 // RestartOptions are the argument of restart.
@@ -42,6 +43,16 @@ func NewCmdRestart(env *clikit.Env, stateDir *string, runF func(*RestartOptions)
 func restartRun(o *RestartOptions) (*clikit.Outcome, error) {
 	st, err := openStore(o.Env, o.StateDir)
 	if err != nil {
+		return nil, err
+	}
+	// A restart is a new start of the saved spec: under sandbox_lock it
+	// is held to the floor configured now (the job may have been started
+	// before the lock, or with another config), before anything stops.
+	spec, err := st.Spec(o.Job)
+	if err != nil {
+		return nil, err
+	}
+	if err := sandboxflags.CheckPolicy(o.Env, spec.Sandbox); err != nil {
 		return nil, err
 	}
 	s, err := st.Restart(o.Env.Ctx, o.Job)

@@ -263,7 +263,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	// The floor is checked also when the call asks for no sandbox at all:
 	// that is the loosest request.
-	if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
+	if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
 		return nil, err
 	}
 	o.Sandbox.StateDir = stateDir

@@ -98,6 +98,11 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 			return nil, err
 		}
 		o.Sandbox.StateDir = m.Dir.Path()
+		// The floor first: it gives the session the floor's workspace
+		// before the spec makes the policy (else --cwd would be it).
+		if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
+			return nil, err
+		}
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
@@ -108,9 +113,6 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 			return nil, err
 		} else if pol != nil {
 			spec.PolicyGuard = true
-		}
-		if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
-			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
@@ -435,10 +437,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
-	so := sandboxflags.Options{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
-		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User,
-		UserCaches: own.UserCaches}
-	return sandboxflags.CheckFloor(cmd, env, &so)
+	return sandboxflags.CheckPolicy(env, &own)
 }
 
 // fromConfig reports whether the flag's value is the operator's configured

@@ -33,7 +33,7 @@ func floorCall(t *testing.T, vars map[string]string, args ...string) error {
 		v, ok := vars[k]
 		return v, ok
 	}}
-	return CheckFloor(cmd, env, &o)
+	return CheckFloor(env, &o)
 }
 
 // TestFloorFlags: the flags marked clikit.Floor are the settings the
@@ -58,6 +58,8 @@ func TestFloorFlags(t *testing.T) {
 		"allow-write": {"/tmp/a", []string{"--allow-write", "/tmp/b"}, []string{"--allow-write", "/tmp/a"}},
 		"allow-host":  {"example.com", []string{"--allow-host", "evil.example"}, []string{"--allow-host", "example.com"}},
 		"deny-read":   {"/secret", []string{"--deny-read", "/other"}, []string{"--deny-read", "/secret", "--deny-read", "/other"}},
+		"user":        {"nobody", []string{"--user", "root"}, []string{"--user", "nobody"}},
+		"user-caches": {"false", []string{"--user-caches"}, []string{"--user-caches=false"}},
 	}
 	var probe Options
 	cmd := &cobra.Command{}
@@ -111,7 +113,7 @@ func TestFloorPinsWorkspace(t *testing.T) {
 		return v, ok
 	}}
 	o.Mode = sandbox.ModeWorkspaceWrite // as the configured default would set it
-	if err := CheckFloor(cmd, env, &o); err != nil {
+	if err := CheckFloor(env, &o); err != nil {
 		t.Fatal(err)
 	}
 	if o.Workspace != here {
