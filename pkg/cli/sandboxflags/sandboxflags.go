@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
@@ -106,12 +107,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 // cache directory. A default config file that does not exist yet is
 // protected through its directory, so that a command cannot create one.
 func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
-	dir := o.StateDir
-	if dir == "" {
-		dir = state.DefaultDir(env.Getenv, env.Getenv("HOME"))
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		dir = abs
+	for i, dir := range o.stateDirs(env) {
 		p.Protect = append(p.Protect, dir)
 		// The session directories themselves stay visible (a sandboxed
 		// session's shell reads its call files there); their sockets and
@@ -119,7 +115,9 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		// besides.
 		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
 		p.Hide = append(p.Hide, sessionSecrets(dir)...)
-		p.CacheDir = filepath.Join(dir, "cache")
+		if i == 0 {
+			p.CacheDir = filepath.Join(dir, "cache")
+		}
 	}
 	// Every config file the invocation could read, not only the one it
 	// reads: the lock of one that --config shadows still holds.
@@ -132,6 +130,44 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 			p.Protect = append(p.Protect, abs)
 		}
 	}
+}
+
+// stateDirs are the state directories to protect, absolute, each once:
+// the one the call uses first, then the operator's that a call's
+// --state-dir would move away from (the one each source of configuration
+// names, and the default one, also beneath AGENTPLANE_STATE_DIR), whose job specs, session tokens and secret
+// key are as much the environment's.
+func (o *Options) stateDirs(env *clikit.Env) []string {
+	var out []string
+	add := func(dir string) {
+		if abs, err := filepath.Abs(dir); err == nil && dir != "" && !slices.Contains(out, abs) {
+			out = append(out, abs)
+		}
+	}
+	home := env.Getenv("HOME")
+	if o.StateDir != "" {
+		add(o.StateDir)
+	}
+	add(state.DefaultDir(env.Getenv, home))
+	if o.StateDir != "" {
+		// The default location, also when a variable names another.
+		add(state.DefaultDir(func(k string) string {
+			if k == "AGENTPLANE_STATE_DIR" {
+				return ""
+			}
+			return env.Getenv(k)
+		}, home))
+		var flag string
+		probe := &cobra.Command{}
+		clikit.AddStateDirFlag(probe, &flag)
+		sources, _ := env.Sources() // an unreadable file fails the call elsewhere
+		for _, src := range sources {
+			if v, ok := src.Lookup(probe.PersistentFlags().Lookup("state-dir")); ok && len(v) > 0 {
+				add(v[0])
+			}
+		}
+	}
+	return out
 }
 
 // sessionSecrets lists the sockets and tokens of the environment's
