@@ -57,6 +57,10 @@ type Keeper struct {
 // program routes it to RunKeeper.
 const KeeperCommand = "__keeper"
 
+// WatchdogCommand is the hidden entry point that runs RunWatchdog, argv[1]
+// of the guard's watchdog in environ mode (StartGuard).
+const WatchdogCommand = "__watchdog"
+
 // ErrKeeperLost is what Keeper.Wait returns when the keeper died before it
 // reported the command's end: the tree is then the guarded process's own
 // (it is a subreaper), and it must kill it at once.

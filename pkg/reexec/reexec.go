@@ -22,10 +22,10 @@ import (
 // The names, argv[1] of the re-executed program. Never rename one: a
 // running server or supervisor is recognised by it (DetachedServers).
 const (
-	SessionServer = "__session-serve"      // a session's server: STATE_DIR ID
-	JobSupervisor = "__supervise"          // a job's supervisor: STATE_DIR ID [SLURM_JOB_ID]
-	Watchdog      = "__watchdog"           // a containment guard's watchdog (proctree.Guard)
-	Keeper        = proctree.KeeperCommand // a guard's keeper: the command's subreaper parent (proctree.Keeper)
+	SessionServer = "__session-serve"        // a session's server: STATE_DIR ID
+	JobSupervisor = "__supervise"            // a job's supervisor: STATE_DIR ID [SLURM_JOB_ID]
+	Watchdog      = proctree.WatchdogCommand // a containment guard's watchdog (proctree.Guard)
+	Keeper        = proctree.KeeperCommand   // a guard's keeper: the command's subreaper parent (proctree.Keeper)
 	SandboxHelper = sandbox.HelperCommand
 	ExecGuard     = execguard.Command
 )

@@ -37,7 +37,8 @@ type benchCase struct {
 func main() {
 	only := flag.String("only", "", "comma-separated cases to run (default all)")
 	runs := flag.Int("n", 60, "runs per latency measurement")
-	write := flag.String("o", "docs/BENCHMARKS.md", "file to write the results to ('' for stdout only)")
+	write := flag.String("o", "docs/BENCHMARKS.md", "file to write the results to ('' for stdout only); with -only, "+
+		"the cases run replace their sections in it and the others are kept")
 	flag.Parse()
 
 	cases := append(allCases(), policyCases()...)
@@ -86,10 +87,49 @@ func main() {
 		}
 	}
 	os.Stdout.Write(b.out.Bytes())
-	if *write != "" && *only == "" {
-		check(os.WriteFile(*write, b.out.Bytes(), 0o644))
+	if *write != "" {
+		out := b.out.Bytes()
+		if *only != "" {
+			old, err := os.ReadFile(*write)
+			check(err)
+			out = mergeSections(old, out)
+		}
+		check(os.WriteFile(*write, out, 0o644))
 		fmt.Fprintf(os.Stderr, "bench: wrote %s\n", *write)
 	}
+}
+
+// mergeSections is old with each "## NAME" section that fresh has
+// replaced by fresh's, and fresh's heading (the date and machine) in place
+// of old's: a run of some cases updates their sections only.
+func mergeSections(old, fresh []byte) []byte {
+	split := func(b []byte) (head string, names []string, secs map[string]string) {
+		parts := strings.Split(string(b), "\n## ")
+		secs = map[string]string{}
+		for _, p := range parts[1:] {
+			name, _, _ := strings.Cut(p, "\n")
+			names = append(names, name)
+			secs[name] = p
+		}
+		return parts[0], names, secs
+	}
+	_, names, oldSecs := split(old)
+	head, freshNames, freshSecs := split(fresh)
+	var out strings.Builder
+	out.WriteString(head)
+	for _, n := range names {
+		sec := oldSecs[n]
+		if f, ok := freshSecs[n]; ok {
+			sec = f
+		}
+		out.WriteString("\n## " + sec)
+	}
+	for _, n := range freshNames {
+		if _, ok := oldSecs[n]; !ok {
+			out.WriteString("\n## " + freshSecs[n])
+		}
+	}
+	return []byte(out.String())
 }
 
 func check(err error) {

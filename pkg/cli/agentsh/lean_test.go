@@ -95,29 +95,3 @@ func TestNeedsSubcommands(t *testing.T) {
 
 // TestOneShot: Main starts the watchdog early only for what looks like a
 // one-shot run; a session call's server has a guard of its own, so its
-// client starting one (a cgroup and a process) is pure cost.
-func TestOneShot(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want bool
-	}{
-		{[]string{"--", "true"}, true},
-		{[]string{"-c", "make test"}, true},
-		{[]string{"--cwd", "/tmp", "ls"}, true},
-		{[]string{"-c", "echo --session"}, true},         // the command's text
-		{[]string{"--", "prog", "--session", "x"}, true}, // the program's argument
-		{[]string{"--request", "-"}, true},
-		{[]string{"--session", "h", "-c", "true"}, false},
-		{[]string{"--session=h", "-c", "true"}, false},
-		{[]string{"--pretty", "--session", "h", "-c", "true"}, false},
-		{[]string{"session", "start"}, false},
-		{[]string{"mcp"}, false},
-		{[]string{"--state-dir", "d", "--session", "ses_x", "-c", "true"}, false},
-		{[]string{"--help"}, false},
-		{nil, false},
-	} {
-		if got := oneShot(tc.args); got != tc.want {
-			t.Errorf("oneShot(%q) = %v, want %v", tc.args, got, tc.want)
-		}
-	}
-}

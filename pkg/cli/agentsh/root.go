@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/agentplane/agentplane/pkg/cli/agentsh/early"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/execguard"
@@ -101,15 +102,6 @@ func hidden() map[string]reexec.Main {
 	}
 }
 
-// startGuard starts agentsh's watchdog in the background.
-func startGuard() func() (*proctree.Guard, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return func() (*proctree.Guard, error) { return nil, err }
-	}
-	return proctree.StartGuardAsync([]string{exe, reexec.Watchdog})
-}
-
 // Main runs agentsh with the given arguments and streams.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	// Hidden entry points run before the CLI is built: they are other
@@ -117,50 +109,21 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if code, ok := reexec.Dispatch(args, hidden(), stdin, stderr); ok {
 		return code
 	}
-	// The watchdog of a one-shot run starts as soon as the signals are
-	// caught (Program.Start), beside the CLI's own start-up, so that its
-	// fork and exec are done by the time the command starts (they would
-	// otherwise delay it, holding the fork lock).
-	var early func() (*proctree.Guard, error)
+	// The watchdog of a one-shot run started while the packages were
+	// initialised (package early); the run releases it, or this does if
+	// the call turns out not to be a run after all.
 	p := Program()
-	if oneShot(args) {
-		p.Start = func() { early = startGuard() }
+	p.Signals = early.Signals
+	guarded := early.Guard()
+	if guarded != nil {
 		defer func() {
-			if early == nil {
-				return
-			}
-			if g, err := early(); err == nil {
-				g.Release() // not a run after all, or the run released it
+			if g, err := guarded(); err == nil {
+				g.Release()
 			}
 		}()
 	}
-	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, early, args) }
+	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, guarded, args) }
 	return clikit.Main(p, args, stdin, stdout, stderr)
-}
-
-// oneShot guesses, from the arguments alone, whether args are a one-shot
-// run rather than a subcommand, a help request or a call in a session
-// (whose server has a guard of its own): the first argument, and a
-// --session among the arguments before "--". A wrong guess costs one
-// watchdog started in vain, or one started later, never a call without
-// one: a run whose watchdog Main did not start starts it itself.
-func oneShot(args []string) bool {
-	if len(args) == 0 {
-		return false
-	}
-	switch args[0] {
-	case "session", "sandbox", "check", "audit", "mcp", "help", "completion", "--help", "-h", "--version":
-		return false
-	}
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if a == "--session" || strings.HasPrefix(a, "--session=") {
-			return false
-		}
-	}
-	return true
 }
 
 func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil, nil) }

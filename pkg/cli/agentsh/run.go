@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/capture"
+	"github.com/agentplane/agentplane/pkg/cli/agentsh/early"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
@@ -195,7 +196,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	// once the tree is dead.
 	guarded := o.guard
 	if guarded == nil {
-		guarded = startGuard()
+		guarded = early.StartGuard()
 	}
 	var cleanups []func()
 	defer func() {

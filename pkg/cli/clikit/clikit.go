@@ -68,12 +68,9 @@ type Program struct {
 	ExitCode func(code string) int
 	// Build adds the program's own flags and subcommands to root.
 	Build func(root *cobra.Command, env *Env)
-	// Start, if set, runs in Main once SIGINT and SIGTERM are caught and
-	// before the tree is built: work the program starts beside its CLI's
-	// start-up (agentsh's watchdog). Catching the signals first matters:
-	// the runtime's first signal.Notify waits for a thread of its own,
-	// which a goroutine busy in a fork and exec delays by a millisecond.
-	Start func()
+	// Signals, if set, receives the SIGINT and SIGTERM the program caught
+	// before Main (agentsh's package early): Main treats them as its own.
+	Signals <-chan os.Signal
 	// ExitStatus documents the exit codes: {code, meaning} rows for the
 	// man pages, in order.
 	ExitStatus [][2]string
@@ -193,18 +190,18 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	go func() {
+		var s os.Signal
 		select {
-		case s := <-sigs:
-			env.sigMu.Lock()
-			env.gotSignal = s
-			env.sigMu.Unlock()
-			cancel()
+		case s = <-sigs:
+		case s = <-p.Signals: // a nil channel: never
 		case <-ctx.Done():
+			return
 		}
+		env.sigMu.Lock()
+		env.gotSignal = s
+		env.sigMu.Unlock()
+		cancel()
 	}()
-	if p.Start != nil {
-		p.Start()
-	}
 	return Run(env, args)
 }
 

@@ -3,7 +3,7 @@
 # architecture and write its bytes to ../front_linux_ARCH.go. Needs GNU
 # binutils for the target (as, ld; aarch64-linux-gnu-as and -ld for
 # arm64). The built programs are committed; TestWatchFrontMatchesSource
-# rebuilds them where the tools exist and fails on a difference.
+# compares their code with the assembler's where the tools exist.
 set -eu
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)

@@ -1,0 +1,109 @@
+// Package early starts, while the program's packages are still being
+// initialised, the work of a one-shot agentsh call that does not need
+// them: catching SIGINT and SIGTERM, and the containment guard's watchdog
+// (its cgroup, its fork and exec). Initialising agentsh's packages takes
+// about 1.5 ms; started here, on a goroutine of its own, the guard is
+// ready by the time main is, instead of about a millisecond after the
+// call would start its command.
+//
+// It starts only for a process that is agentsh (argv[0] named so, not a
+// test binary) running a one-shot call (OneShot); anything else gets the
+// guard later, from the run itself, and the signals from clikit.Main.
+// This package imports only what the guard needs, so that it is
+// initialised before the program's larger packages.
+package early
+
+import (
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/agentplane/agentplane/pkg/proctree"
+)
+
+var (
+	// Signals receives SIGINT and SIGTERM from the start of a one-shot
+	// call (nil otherwise). They are caught on the guard's goroutine
+	// before it forks: the runtime's first signal.Notify waits for a
+	// thread of its own, which a fork in progress delays by about a
+	// millisecond, and on the main goroutine during initialisation it
+	// kept the guard's goroutine from being scheduled for as long.
+	Signals chan os.Signal
+
+	guard func() (*proctree.Guard, error)
+)
+
+func init() {
+	if !agentsh(os.Args[0]) || !OneShot(os.Args[1:]) {
+		return
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return // the run starts its guard itself, and says why it cannot
+	}
+	// Both on a goroutine of their own, beside the rest of the packages'
+	// initialisation: the signals first, as the fork would delay them.
+	Signals = make(chan os.Signal, 1)
+	started := make(chan struct{})
+	var g *proctree.Guard
+	go func() {
+		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
+		g, err = proctree.StartGuard([]string{exe, proctree.WatchdogCommand})
+		close(started)
+	}()
+	guard = func() (*proctree.Guard, error) {
+		<-started
+		return g, err
+	}
+}
+
+// agentsh reports whether argv0 names agentsh (an installed or renamed
+// copy such as agentsh-1.2, not a test binary).
+func agentsh(argv0 string) bool {
+	base := filepath.Base(argv0)
+	return strings.HasPrefix(base, "agentsh") && !strings.HasSuffix(base, ".test")
+}
+
+// Guard returns the watchdog started at initialisation, once (nil if none
+// was, or on a later call): the caller releases it.
+func Guard() func() (*proctree.Guard, error) {
+	g := guard
+	guard = nil
+	return g
+}
+
+// StartGuard starts agentsh's watchdog in the background.
+func StartGuard() func() (*proctree.Guard, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return func() (*proctree.Guard, error) { return nil, err }
+	}
+	return proctree.StartGuardAsync([]string{exe, proctree.WatchdogCommand})
+}
+
+// OneShot guesses, from the arguments alone, whether args are a one-shot
+// run rather than a hidden entry point, a subcommand, a help request or a
+// call in a session (whose server has a guard of its own): the first
+// argument, and a --session among the arguments before "--". A wrong
+// guess costs one watchdog started in vain, or one started later, never a
+// call without one: a run whose watchdog was not started starts it itself.
+func OneShot(args []string) bool {
+	if len(args) == 0 || strings.HasPrefix(args[0], "__") {
+		return false
+	}
+	switch args[0] {
+	case "session", "sandbox", "check", "audit", "mcp", "help", "completion", "--help", "-h", "--version":
+		return false
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--session" || strings.HasPrefix(a, "--session=") {
+			return false
+		}
+	}
+	return true
+}
