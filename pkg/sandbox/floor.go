@@ -166,10 +166,10 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorDenyRead:
 		have := map[string]bool{}
 		for _, d := range call.DenyRead {
-			have[d] = true
+			have[filepath.Clean(d)] = true
 		}
 		for _, d := range f.DenyRead {
-			if !have[d] {
+			if !have[filepath.Clean(d)] {
 				return locked(name, d, "without it")
 			}
 		}

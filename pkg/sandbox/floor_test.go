@@ -66,6 +66,7 @@ func TestFloorCheck(t *testing.T) {
 		{FloorAllowHost, Settings{AllowHost: []string{"example.com"}}, false},
 		{FloorDenyRead, Settings{DenyRead: []string{"/other"}}, true},
 		{FloorDenyRead, Settings{DenyRead: []string{"/other", "/secret"}}, false},
+		{FloorDenyRead, Settings{DenyRead: []string{"/./secret/"}}, false}, // the same path
 		{FloorUser, Settings{User: "root"}, true},
 		{FloorUser, Settings{}, true}, // the caller's own: root, for a root agentsh
 		{FloorUser, Settings{User: "nobody"}, false},

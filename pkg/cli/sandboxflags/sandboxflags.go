@@ -338,10 +338,21 @@ func absPath(p string) string {
 	return p
 }
 
+// floorPaths makes paths absolute exactly as Policy will (~/ included),
+// so that the floor compares the paths the sandbox applies: a call's
+// "~/x" is the home's x, never a directory "~" in the workspace.
+func floorPaths(paths []string) []string {
+	if len(paths) == 0 {
+		return nil
+	}
+	here, _ := run.Cwd("")
+	return absAll(here, paths)
+}
+
 // settings are the call's sandbox settings, as its flags gave them.
 func (o *Options) settings() sandbox.Settings {
-	return sandbox.Settings{Mode: o.Mode, Workspace: absPath(o.Workspace), Net: o.Net, AllowWrite: o.AllowWrite, AllowHost: o.AllowHost,
-		DenyRead: o.DenyRead, Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
+	return sandbox.Settings{Mode: o.Mode, Workspace: absPath(o.Workspace), Net: o.Net, AllowWrite: floorPaths(o.AllowWrite),
+		AllowHost: o.AllowHost, DenyRead: floorPaths(o.DenyRead), Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
 		FileSize: o.FileSize, Nofile: int64(o.Nofile), User: o.User, UserCaches: o.UserCaches}
 }
 
@@ -374,11 +385,11 @@ func floorValue(s *sandbox.Settings, name string, v []string) (bool, error) {
 	case sandbox.FloorNofile:
 		s.Nofile, err = clikit.ParseSize(first)
 	case sandbox.FloorAllowWrite:
-		s.AllowWrite = v
+		s.AllowWrite = floorPaths(v)
 	case sandbox.FloorAllowHost:
 		s.AllowHost = v
 	case sandbox.FloorDenyRead:
-		s.DenyRead = v
+		s.DenyRead = floorPaths(v)
 	case sandbox.FloorUser:
 		s.User = first
 		return s.User != "", nil
