@@ -158,7 +158,7 @@ func (f Floor) loosened(name string, call Settings) error {
 				}
 			}
 			if !ok {
-				return locked(name, strings.Join(f.AllowWrite, ","), w)
+				return locked(name, orNone(roots), w)
 			}
 		}
 	case FloorAllowHost:
@@ -187,6 +187,13 @@ func (f Floor) loosened(name string, call Settings) error {
 		return result.Errorf(result.CodeInternal, "--%s is held as a sandbox floor but has no floor rule", name)
 	}
 	return nil
+}
+
+func orNone(paths []string) string {
+	if len(paths) == 0 {
+		return "none"
+	}
+	return strings.Join(paths, ",")
 }
 
 func orCaller(user string) string {
