@@ -323,7 +323,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSessionSandbox(cmd, env, o, m); err != nil {
+	if req.Sandbox, err = checkSessionSandbox(cmd, env, o, m); err != nil {
 		return nil, err
 	}
 	sig := env.Signal
@@ -408,11 +408,12 @@ var sandboxFlags = []string{"sandbox", "workspace", "allow-write", "deny-read", 
 // checkSessionSandbox holds a session call to the session's own sandbox:
 // sandbox flags given on the call must describe exactly that sandbox (a
 // call can neither loosen nor tighten it), and under sandbox_lock a session
-// weaker than the operator's floor refuses the call.
-func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) error {
+// weaker than the operator's floor refuses the call. It returns the digest
+// of the sandbox it checked, which the server compares with its own.
+func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) (string, error) {
 	spec, err := m.Spec(o.Session)
 	if err != nil {
-		return err
+		return "", err
 	}
 	own := sandbox.Policy{Mode: sandbox.ModeNone, Net: sandbox.NetHost}
 	if spec.Sandbox != nil {
@@ -422,7 +423,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	if !own.Empty() {
 		// A request must not read a file past the session's sandbox.
 		if err := refuseFileKeys(cmd, env); err != nil {
-			return err
+			return "", err
 		}
 	}
 	given := false
@@ -433,11 +434,11 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	}
 	if given {
 		if got := normalPolicy(o.Sandbox.Policy(env, spec.Cwd)); !reflect.DeepEqual(got, own) {
-			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
+			return "", result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
-	return sandboxflags.CheckPolicy(env, &own)
+	return session.SandboxDigest(spec.Sandbox), sandboxflags.CheckPolicy(env, &own)
 }
 
 // fromConfig reports whether the flag's value is the operator's configured
