@@ -5,6 +5,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
+	"github.com/agentplane/agentplane/pkg/jobs"
 )
 
 // RestartOptions are the argument of restart.
@@ -48,13 +49,7 @@ func restartRun(o *RestartOptions) (*clikit.Outcome, error) {
 	// A restart is a new start of the saved spec: under sandbox_lock it
 	// is held to the floor configured now (the job may have been started
 	// before the lock, or with another config), before anything stops.
-	spec, err := st.Spec(o.Job)
-	if err != nil {
-		return nil, err
-	}
-	if err := sandboxflags.CheckPolicy(o.Env, spec.Sandbox); err != nil {
-		return nil, err
-	}
+	st.Admit = func(spec jobs.Spec) error { return sandboxflags.CheckPolicy(o.Env, spec.Sandbox) }
 	s, err := st.Restart(o.Env.Ctx, o.Job)
 	if err != nil {
 		return nil, err
