@@ -112,6 +112,17 @@ func (f Floor) held() []string {
 	return held
 }
 
+// HoldsFiles reports whether the floor confines what the command may read
+// or write: a held filesystem sandbox, or held hidden paths.
+func (f Floor) HoldsFiles() bool {
+	for _, h := range f.Held {
+		if (h == FloorSandbox && modeRank[f.Mode] > 0) || (h == FloorDenyRead && len(f.DenyRead) > 0) {
+			return true
+		}
+	}
+	return false
+}
+
 // modeRank orders the filesystem modes from loosest to strictest.
 var modeRank = map[string]int{ModeNone: 0, "": 0, ModeWorkspaceWrite: 1, ModeReadOnly: 2}
 

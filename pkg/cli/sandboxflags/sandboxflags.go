@@ -315,6 +315,20 @@ func Floors(env *clikit.Env) ([]sandbox.Floor, error) {
 	return floors, nil
 }
 
+// HoldsFiles reports whether the operator's floor confines what a command
+// reads or writes (a locked filesystem sandbox or hidden paths), so that
+// files the program would open itself on a call's behalf, outside the
+// sandbox, are refused whoever named them.
+func HoldsFiles(env *clikit.Env) (bool, error) {
+	floors, err := Floors(env)
+	for _, f := range floors {
+		if f.HoldsFiles() {
+			return true, err
+		}
+	}
+	return false, err
+}
+
 // floorWorkspace is the workspace of the first floor that holds one: the
 // one a call that names none writes in.
 func floorWorkspace(floors []sandbox.Floor) string {
