@@ -1,10 +1,14 @@
 package jobs
 
 import (
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 func TestRestartPolicyOnFailure(t *testing.T) {
@@ -53,5 +57,33 @@ func TestManualRestart(t *testing.T) {
 	}
 	if l, _ := st.List(StatusStopped); len(l) != 1 {
 		t.Fatalf("list stopped %+v", l)
+	}
+}
+
+// TestRestartAdmit: Admit decides the saved spec before anything stops, and
+// the new supervisor runs the spec Admit decided: one rewritten after the
+// decision (while the job is being stopped, say) is refused, not run.
+func TestRestartAdmit(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
+	refused := result.Errorf(result.CodeSandboxLocked, "not admitted")
+	st.Admit = func(Spec) error { return refused }
+	if _, err := st.Restart(ctxT(t, 30*time.Second), s.Handle); code(err) != result.CodeSandboxLocked {
+		t.Fatalf("refused restart: %v", err)
+	}
+	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {
+		t.Fatalf("a refused restart stopped the job: %+v", got)
+	}
+	path := filepath.Join(st.jobDir(s.ID), specFile)
+	st.Admit = func(spec Spec) error {
+		spec.Argv = []string{"sh", "-c", "echo rewritten; exec sleep 300"}
+		return state.WriteJSONAtomic(path, spec, 0o600)
+	}
+	if _, err := st.Restart(ctxT(t, 30*time.Second), s.Handle); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("a spec rewritten after the decision: %v, want state_corrupt", err)
+	}
+	c, _ := st.ReadLog(s.Handle, Stdout, 0, ReadOptions{MaxBytes: 0})
+	if strings.Contains(string(c.Data), "rewritten") {
+		t.Fatalf("the rewritten spec ran: %q", c.Data)
 	}
 }

@@ -2,9 +2,11 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 func TestStartExitAndLogs(t *testing.T) {
@@ -208,10 +211,41 @@ func TestConcurrentStartProcesses(t *testing.T) {
 	}
 }
 
+// TestSupervisorRunsTheLaunchersSpec: a spec file rewritten between the
+// launcher's decision and the supervisor's start (by a command that can
+// write a state directory it did not name) is refused, not run.
+func TestSupervisorRunsTheLaunchersSpec(t *testing.T) {
+	st := newStore(t)
+	s := start(t, st, Spec{Argv: []string{"true"}})
+	if _, err := st.Wait(ctxT(t, 30*time.Second), []string{s.Handle}, ForExit, false); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(st.jobDir(s.ID), specFile)
+	decided, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec Spec
+	if err := json.Unmarshal(decided, &spec); err != nil {
+		t.Fatal(err)
+	}
+	spec.Argv = []string{"sh", "-c", "echo rewritten"}
+	if err := state.WriteJSONAtomic(path, spec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.launch(ctxT(t, 30*time.Second), s.ID, SpecDigest(decided)); code(err) != result.CodeStateCorrupt {
+		t.Fatalf("a rewritten spec: %v, want state_corrupt", err)
+	}
+	c, _ := st.ReadLog(s.Handle, Stdout, 0, ReadOptions{MaxBytes: 0})
+	if strings.Contains(string(c.Data), "rewritten") {
+		t.Fatalf("the rewritten spec ran: %q", c.Data)
+	}
+}
+
 func TestSecondSupervisorRefused(t *testing.T) {
 	st := newStore(t)
 	s := start(t, st, Spec{Argv: []string{"sleep", "300"}})
-	if err := st.launch(ctxT(t, 30*time.Second), s.ID); code(err) != result.CodeJobRunning {
+	if err := st.launch(ctxT(t, 30*time.Second), s.ID, ""); code(err) != result.CodeJobRunning {
 		t.Fatalf("second supervisor: %v", err)
 	}
 	if got, _ := st.Status(s.Handle); got.Status != StatusRunning || got.PID != s.PID {

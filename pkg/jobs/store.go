@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/gob"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -46,6 +48,10 @@ type Store struct {
 	sched     *slurm.Client
 	schedMu   sync.Mutex
 	schedView schedulerView
+
+	// Admit, when set, decides a job's saved spec before Restart stops
+	// the job to run it again (agentjob's sandbox_lock floor).
+	Admit func(Spec) error
 }
 
 // SupervisorCommand is the hidden first argument by which a program that
@@ -112,7 +118,13 @@ func (st *Store) Start(ctx context.Context, spec Spec) (_ Status, err error) {
 	}
 	dir := st.jobDir(id)
 	faultpoint.Hit("start.dir")
-	if err := state.WriteJSONAtomic(filepath.Join(dir, specFile), spec, 0o600); err != nil {
+	specJSON, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		os.RemoveAll(dir)
+		return Status{}, err
+	}
+	specJSON = append(specJSON, '\n')
+	if err := state.WriteFileAtomic(filepath.Join(dir, specFile), specJSON, 0o600); err != nil {
 		os.RemoveAll(dir)
 		return Status{}, err
 	}
@@ -120,7 +132,7 @@ func (st *Store) Start(ctx context.Context, spec Spec) (_ Status, err error) {
 	if spec.Backend == BackendSlurm {
 		err = st.submit(ctx, id, &spec)
 	} else {
-		err = st.launch(ctx, id)
+		err = st.launch(ctx, id, SpecDigest(specJSON))
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -178,7 +190,19 @@ func (st *Store) highestJobID() uint64 {
 // launch starts the supervisor of job id and waits for its confirmation on
 // a pipe passed as fd 3: a JSON handshake, then EOF. No sleeping and no
 // polling: the read returns when the supervisor writes or dies.
-func (st *Store) launch(ctx context.Context, id string) error {
+// SpecDigestEnv carries SpecDigest of the spec file to the supervisor a
+// Store launches: the supervisor runs the spec its launcher wrote (Start)
+// or decided (Restart, Admit), never one rewritten in between, by a
+// command with write access to a state directory it did not name.
+const SpecDigestEnv = "AGENTJOB_SPEC_SHA256"
+
+// SpecDigest names the bytes of a spec file.
+func SpecDigest(specJSON []byte) string {
+	sum := sha256.Sum256(specJSON)
+	return hex.EncodeToString(sum[:])
+}
+
+func (st *Store) launch(ctx context.Context, id, specDigest string) error {
 	if len(st.supervisorArgv) == 0 {
 		return errors.New("jobs: no supervisor command configured")
 	}
@@ -208,6 +232,7 @@ func (st *Store) launch(ctx context.Context, id string) error {
 	// working directory, which it would otherwise keep busy (unmountable,
 	// or deleted under it) for the job's whole life.
 	cmd.Dir = st.dir.Path()
+	cmd.Env = append(os.Environ(), SpecDigestEnv+"="+specDigest)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, svlog
 	// Detached (launch.Start): a session of its own, so neither a hangup
 	// nor a kill of the caller's group reaches it, and outside the guard of
@@ -837,6 +862,21 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 	if err != nil {
 		return Status{}, err
 	}
+	// The spec is decided before anything stops, and the new supervisor
+	// runs these very bytes.
+	specJSON, err := state.ReadFile(filepath.Join(st.jobDir(id), specFile))
+	if err != nil {
+		return Status{}, err
+	}
+	if st.Admit != nil {
+		var spec Spec
+		if err := json.Unmarshal(specJSON, &spec); err != nil {
+			return Status{}, jobErr(result.CodeStateCorrupt, "job %s: its spec does not parse: %v", ref, err)
+		}
+		if err := st.Admit(spec); err != nil {
+			return Status{}, err
+		}
+	}
 	s, err := st.Stop(ctx, ref, syscall.SIGTERM, DefaultKillGrace)
 	if err != nil {
 		return s, err
@@ -856,7 +896,7 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 		return st.resubmit(ctx, id)
 	}
 	faultpoint.Hit("restart.stopped")
-	if err := st.launch(ctx, id); err != nil {
+	if err := st.launch(ctx, id, SpecDigest(specJSON)); err != nil {
 		return Status{}, err
 	}
 	return st.statusOf(id)

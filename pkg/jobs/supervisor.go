@@ -114,8 +114,12 @@ func (sv *supervisor) execArgv() ([]string, error) {
 // its end with its timeout, readiness probe and restart policy, records
 // every transition in status.json and the event log, and returns when the
 // job has ended and nothing of its process tree remains.
-func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
-	return runSupervisor(ctx, d, id, "")
+//
+// specDigest is SpecDigest of the spec file its launcher wrote or decided
+// (SpecDigestEnv), or "" (a scheduled supervisor's, an old launcher's): a
+// spec file whose bytes differ is refused.
+func RunSupervisor(ctx context.Context, d *state.Dir, id, specDigest string) error {
+	return runSupervisor(ctx, d, id, "", specDigest)
 }
 
 // RunScheduledSupervisor is RunSupervisor for a job that a cluster
@@ -123,7 +127,7 @@ func RunSupervisor(ctx context.Context, d *state.Dir, id string) error {
 // allocated node): there is no confirmation pipe, since the submitter
 // returned long ago, and the record carries the scheduler's job id.
 func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
-	return runSupervisor(ctx, d, id, slurmJobID)
+	return runSupervisor(ctx, d, id, slurmJobID, "")
 }
 
 // ReasonSchedulerSignal is the reason of a slurm job that its supervisor
@@ -132,7 +136,7 @@ func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID st
 // which it was.
 const ReasonSchedulerSignal = "scheduler_signal"
 
-func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
+func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest string) error {
 	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, slurmJobID: slurmJobID}
 	// The pipe must not leak into the job: a job holding it would keep
 	// Start waiting for EOF. A scheduled supervisor has none, and its fd 3
@@ -153,7 +157,16 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) err
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
 
-	if err := state.ReadJSON(filepath.Join(sv.dir, specFile), &sv.spec); err != nil {
+	specJSON, err := state.ReadFile(filepath.Join(sv.dir, specFile))
+	if err == nil && specDigest != "" && SpecDigest(specJSON) != specDigest {
+		err = jobErr(result.CodeStateCorrupt, "job %s: its spec file changed between the launch and the supervisor's start", id)
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(specJSON, &sv.spec); jerr != nil {
+			err = jobErr(result.CodeStateCorrupt, "job %s: its spec does not parse: %v", id, jerr)
+		}
+	}
+	if err != nil {
 		sv.answer(err)
 		return err
 	}

@@ -27,6 +27,9 @@ type Settings struct {
 	Pids       int64
 	FileSize   int64
 	Nofile     int64
+	User       string // "": the caller's own
+	// UserCaches makes the user's own toolchain caches writable.
+	UserCaches bool
 }
 
 // The settings a Floor can hold, by the name of the flag (and request key)
@@ -43,12 +46,14 @@ const (
 	FloorAllowWrite = "allow-write"
 	FloorAllowHost  = "allow-host"
 	FloorDenyRead   = "deny-read"
+	FloorUser       = "user"
+	FloorUserCaches = "user-caches"
 )
 
 // FloorSettings lists every setting a Floor has a rule for.
 func FloorSettings() []string {
 	return []string{FloorSandbox, FloorWorkspace, FloorNet, FloorMemory, FloorCPUTime, FloorPids, FloorFileSize,
-		FloorNofile, FloorAllowWrite, FloorAllowHost, FloorDenyRead}
+		FloorNofile, FloorAllowWrite, FloorAllowHost, FloorDenyRead, FloorUser, FloorUserCaches}
 }
 
 // A Floor is the operator's configured sandbox under sandbox_lock: a call
@@ -65,12 +70,13 @@ type Floor struct {
 //
 // A held filesystem sandbox also holds what would open it up from the
 // inside, configured or not: the writable paths (none beyond the
-// configured ones) and, in workspace-write, the workspace (the configured
+// configured ones), the user's own caches (not writable unless
+// configured) and, in workspace-write, the workspace (the configured
 // one, else Workspace as the caller sets it: the host's working
 // directory; a call may name one inside it). A held proxy holds its
-// allowlist the same way. Otherwise `--allow-write /etc` or
-// `--workspace /` would loosen a locked sandbox by adding to what the
-// operator left empty.
+// allowlist the same way. Otherwise `--allow-write /etc`,
+// `--user-caches` or `--workspace /` would loosen a locked sandbox by
+// adding to what the operator left empty.
 func (f Floor) Check(call Settings) error {
 	for _, name := range f.held() {
 		if err := f.loosened(name, call); err != nil {
@@ -95,6 +101,7 @@ func (f Floor) held() []string {
 		switch {
 		case h == FloorSandbox && modeRank[f.Mode] > 0:
 			add(FloorAllowWrite)
+			add(FloorUserCaches)
 			if f.Mode == ModeWorkspaceWrite && f.Workspace != "" {
 				add(FloorWorkspace)
 			}
@@ -103,6 +110,17 @@ func (f Floor) held() []string {
 		}
 	}
 	return held
+}
+
+// HoldsFiles reports whether the floor confines what the command may read
+// or write: a held filesystem sandbox, or held hidden paths.
+func (f Floor) HoldsFiles() bool {
+	for _, h := range f.Held {
+		if (h == FloorSandbox && modeRank[f.Mode] > 0) || (h == FloorDenyRead && len(f.DenyRead) > 0) {
+			return true
+		}
+	}
+	return false
 }
 
 // modeRank orders the filesystem modes from loosest to strictest.
@@ -151,7 +169,7 @@ func (f Floor) loosened(name string, call Settings) error {
 				}
 			}
 			if !ok {
-				return locked(name, strings.Join(f.AllowWrite, ","), w)
+				return locked(name, orNone(roots), w)
 			}
 		}
 	case FloorAllowHost:
@@ -159,17 +177,41 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorDenyRead:
 		have := map[string]bool{}
 		for _, d := range call.DenyRead {
-			have[d] = true
+			have[filepath.Clean(d)] = true
 		}
 		for _, d := range f.DenyRead {
-			if !have[d] {
+			if !have[filepath.Clean(d)] {
 				return locked(name, d, "without it")
 			}
+		}
+	case FloorUser:
+		// Another user is not comparable with the configured one (nor
+		// root, the caller's own, with nobody): only that user holds.
+		if f.User != "" && call.User != f.User {
+			return locked(name, f.User, orCaller(call.User))
+		}
+	case FloorUserCaches:
+		if call.UserCaches && !f.UserCaches {
+			return locked(name, "false", "true")
 		}
 	default:
 		return result.Errorf(result.CodeInternal, "--%s is held as a sandbox floor but has no floor rule", name)
 	}
 	return nil
+}
+
+func orNone(paths []string) string {
+	if len(paths) == 0 {
+		return "none"
+	}
+	return strings.Join(paths, ",")
+}
+
+func orCaller(user string) string {
+	if user == "" {
+		return "the caller's own"
+	}
+	return user
 }
 
 // limit: a configured limit of 0 holds nothing; a call's 0 is no limit,

@@ -21,7 +21,8 @@ func TestFloorCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	floor := Settings{Mode: ModeWorkspaceWrite, Workspace: ws, Net: NetNone, AllowWrite: []string{"/w"}, AllowHost: []string{"example.com"},
-		DenyRead: []string{"/secret"}, Memory: 512 << 20, CPUTime: 10 * time.Second, Pids: 64, FileSize: 1 << 20, Nofile: 100}
+		DenyRead: []string{"/secret"}, Memory: 512 << 20, CPUTime: 10 * time.Second, Pids: 64, FileSize: 1 << 20, Nofile: 100,
+		User: "nobody"}
 	cases := []struct {
 		held   string
 		call   Settings
@@ -65,6 +66,12 @@ func TestFloorCheck(t *testing.T) {
 		{FloorAllowHost, Settings{AllowHost: []string{"example.com"}}, false},
 		{FloorDenyRead, Settings{DenyRead: []string{"/other"}}, true},
 		{FloorDenyRead, Settings{DenyRead: []string{"/other", "/secret"}}, false},
+		{FloorDenyRead, Settings{DenyRead: []string{"/./secret/"}}, false}, // the same path
+		{FloorUser, Settings{User: "root"}, true},
+		{FloorUser, Settings{}, true}, // the caller's own: root, for a root agentsh
+		{FloorUser, Settings{User: "nobody"}, false},
+		{FloorUserCaches, Settings{UserCaches: true}, true},
+		{FloorUserCaches, Settings{}, false},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -110,6 +117,8 @@ func TestFloorImplied(t *testing.T) {
 			Settings{Mode: ModeReadOnly, AllowWrite: []string{"/etc"}}},
 		{"workspace", Settings{Mode: ModeWorkspaceWrite, Workspace: ws}, []string{FloorSandbox},
 			Settings{Mode: ModeWorkspaceWrite, Workspace: "/"}},
+		{"user caches", Settings{Mode: ModeReadOnly}, []string{FloorSandbox},
+			Settings{Mode: ModeReadOnly, UserCaches: true}},
 		{"allowlist", Settings{Net: NetProxy}, []string{FloorNet},
 			Settings{Net: NetProxy, AllowHost: []string{"evil.example"}}},
 	} {

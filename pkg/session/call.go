@@ -59,6 +59,11 @@ func (s *server) serveConn(c net.Conn) {
 			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeInvalidRequest, "run without a call"))})
 			return
 		}
+		if m.Call.Sandbox != "" && m.Call.Sandbox != SandboxDigest(s.spec.Sandbox) {
+			_ = enc.send(message{Type: "error", Error: toWire(result.Errorf(result.CodeSessionRefused,
+				"the session's spec file names another sandbox than the one its shell runs in (it was rewritten since the session started)"))})
+			return
+		}
 		// Cancellation arrives on the same connection, or as its close:
 		// a caller that is gone counts as one killed (SIGKILL), whose
 		// call need not be given any grace.

@@ -25,6 +25,9 @@
 package session
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"syscall"
 	"time"
 
@@ -117,6 +120,21 @@ type CallRequest struct {
 	// call; PolicyApproved lets its prompt-level execs run.
 	Policy         *policy.Policy `json:"policy,omitempty"`
 	PolicyApproved bool           `json:"policy_approved,omitempty"`
+	// Sandbox is SandboxDigest of the session's sandbox as the caller
+	// read it from the spec file and checked it (against the call's
+	// flags and the sandbox_lock floor). The server refuses a call whose
+	// caller checked another sandbox than the one its shell runs in: a
+	// spec file rewritten since the start (from inside a writable root)
+	// must not pass an unconfined session off as confined.
+	Sandbox string `json:"sandbox,omitempty"`
+}
+
+// SandboxDigest names a session's sandbox policy (nil: none) for
+// CallRequest.Sandbox.
+func SandboxDigest(p *sandbox.Policy) string {
+	b, _ := json.Marshal(p)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // Manager starts, drives, inspects and stops the sessions of one

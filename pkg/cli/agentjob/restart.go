@@ -4,6 +4,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
+	"github.com/agentplane/agentplane/pkg/jobs"
 )
 
 // RestartOptions are the argument of restart.
@@ -44,6 +46,10 @@ func restartRun(o *RestartOptions) (*clikit.Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A restart is a new start of the saved spec: under sandbox_lock it
+	// is held to the floor configured now (the job may have been started
+	// before the lock, or with another config), before anything stops.
+	st.Admit = func(spec jobs.Spec) error { return sandboxflags.CheckPolicy(o.Env, spec.Sandbox) }
 	s, err := st.Restart(o.Env.Ctx, o.Job)
 	if err != nil {
 		return nil, err

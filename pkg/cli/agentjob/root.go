@@ -93,7 +93,11 @@ func superviseMain(argv []string, stderr io.Writer) int {
 		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")
 		return ExitFailed
 	}
-	run := func() error { return jobs.RunSupervisor(context.Background(), d, argv[1]) }
+	// The launcher's digest of the spec is for this supervisor alone, not
+	// the job's environment.
+	digest := os.Getenv(jobs.SpecDigestEnv)
+	os.Unsetenv(jobs.SpecDigestEnv)
+	run := func() error { return jobs.RunSupervisor(context.Background(), d, argv[1], digest) }
 	if len(argv) == 3 {
 		if argv[2] == "" {
 			io.WriteString(stderr, "agentjob: error: the scheduled supervisor got no Slurm job id\n")

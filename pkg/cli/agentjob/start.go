@@ -200,10 +200,8 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	spec.PolicyApproved = o.Guard.Approved
 	var report map[string]any
 	// The floor holds also for a call that asks for no sandbox at all.
-	if o.cmd != nil {
-		if err := sandboxflags.CheckFloor(o.cmd, o.Env, &o.Sandbox); err != nil {
-			return nil, err
-		}
+	if err := sandboxflags.CheckFloor(o.Env, &o.Sandbox); err != nil {
+		return nil, err
 	}
 	o.Sandbox.StateDir = o.StateDir
 	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {

@@ -264,7 +264,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	// The floor is checked also when the call asks for no sandbox at all:
 	// that is the loosest request.
-	if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
+	if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
 		return nil, err
 	}
 	o.Sandbox.StateDir = stateDir
@@ -415,13 +415,24 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 // opens, outside the sandbox (the flags marked clikit.LocalFile): under a
 // sandbox or --deny-read a request could read a hidden file through
 // stdin_file or write anywhere through save_output. The same flags on the
-// command line are the person's own.
+// command line are the person's own, unless sandbox_lock holds what the
+// command may read or write: the floor then holds for whoever chose the
+// flags.
 func refuseFileKeys(cmd *cobra.Command, env *clikit.Env) error {
 	for _, f := range clikit.MarkedOn(cmd.Flags(), clikit.LocalFile) {
 		if env.FromRequest(f) {
 			key := clikit.ConfigKey(f)
 			return result.Errorf(result.CodeInvalidRequest, "request key %q names a file agentsh would open outside the sandbox; give the content inline", key).
 				With("key", key).With("hint", "use \"stdin\" for input; the result carries the output")
+		}
+		if !clikit.FlagChanged(cmd, f) {
+			continue
+		}
+		if held, err := sandboxflags.HoldsFiles(env); err != nil {
+			return err
+		} else if held {
+			return result.Errorf(result.CodeSandboxLocked, "--%s names a file agentsh would open outside the locked sandbox", f).
+				With("hint", "the operator's config sets sandbox_lock; give the content inline (--stdin), the result carries the output")
 		}
 	}
 	return nil

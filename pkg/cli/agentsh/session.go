@@ -98,6 +98,11 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 			return nil, err
 		}
 		o.Sandbox.StateDir = m.Dir.Path()
+		// The floor first: it gives the session the floor's workspace
+		// before the spec makes the policy (else --cwd would be it).
+		if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
+			return nil, err
+		}
 		spec, err := sessionSpec(env, o)
 		if err != nil {
 			return nil, err
@@ -108,9 +113,6 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 			return nil, err
 		} else if pol != nil {
 			spec.PolicyGuard = true
-		}
-		if err := sandboxflags.CheckFloor(cmd, env, &o.Sandbox); err != nil {
-			return nil, err
 		}
 		info, err := m.Start(spec, []string{"agentsh", reexec.SessionServer, m.Dir.Path()})
 		if err != nil {
@@ -325,7 +327,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	// only once they passed.
 	conn := m.Dial(o.Session)
 	defer conn.Close()
-	if err := checkSessionSandbox(cmd, env, o, m); err != nil {
+	if req.Sandbox, err = checkSessionSandbox(cmd, env, o, m); err != nil {
 		return nil, err
 	}
 	sig := env.Signal
@@ -410,11 +412,12 @@ var sandboxFlags = []string{"sandbox", "workspace", "allow-write", "deny-read", 
 // checkSessionSandbox holds a session call to the session's own sandbox:
 // sandbox flags given on the call must describe exactly that sandbox (a
 // call can neither loosen nor tighten it), and under sandbox_lock a session
-// weaker than the operator's floor refuses the call.
-func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) error {
+// weaker than the operator's floor refuses the call. It returns the digest
+// of the sandbox it checked, which the server compares with its own.
+func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *session.Manager) (string, error) {
 	pol, cwd, err := m.CallSandbox(o.Session)
 	if err != nil {
-		return err
+		return "", err
 	}
 	own := sandbox.Policy{Mode: sandbox.ModeNone, Net: sandbox.NetHost}
 	if pol != nil {
@@ -424,7 +427,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	if !own.Empty() {
 		// A request must not read a file past the session's sandbox.
 		if err := refuseFileKeys(cmd, env); err != nil {
-			return err
+			return "", err
 		}
 	}
 	given := false
@@ -435,14 +438,11 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	}
 	if given {
 		if got := normalPolicy(o.Sandbox.Policy(env, cwd)); !reflect.DeepEqual(got, own) {
-			return result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
+			return "", result.Errorf(result.CodeUsage, "sandbox flags on a session call must match the session's own sandbox (a call cannot loosen or tighten it)").
 				With("session_sandbox", own.Mode).With("hint", "start a session with the sandbox you want")
 		}
 	}
-	so := sandboxflags.Options{Mode: own.Mode, Workspace: own.Workspace, AllowWrite: own.AllowWrite, DenyRead: own.DenyRead,
-		Net: own.Net, Memory: own.Memory, CPUTime: own.CPUTime, Pids: own.Pids, FileSize: own.FileSize, Nofile: own.Nofile, User: own.User,
-		UserCaches: own.UserCaches}
-	return sandboxflags.CheckFloor(cmd, env, &so)
+	return session.SandboxDigest(pol), sandboxflags.CheckPolicy(env, &own)
 }
 
 // fromConfig reports whether the flag's value is the operator's configured

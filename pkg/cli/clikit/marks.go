@@ -44,7 +44,9 @@ const (
 	// --content-file and --patch-file). Right for the person at the shell,
 	// but a tool call could read past --deny-read and --root or write
 	// outside the sandbox with it: the MCP server refuses it as an argument,
-	// and agentsh refuses it as a request key when the call is sandboxed.
+	// and agentsh refuses it as a request key when the call is sandboxed,
+	// and also as a flag when sandbox_lock holds a filesystem sandbox or
+	// hidden paths.
 	LocalFile Mark = "agentplane/local-file"
 	// FileRef: a value of the flag that starts with @ names a file the
 	// program reads itself (agentfs --edits @FILE), which is LocalFile's

@@ -416,27 +416,55 @@ func (e *Env) Positional(cmd *cobra.Command, args []string, min int) ([]string, 
 // file is never taken from the working directory: a repository must not be
 // able to loosen its own sandbox.
 func (e *Env) configPath() (string, bool) {
+	files := e.ConfigFiles()
+	if len(files) == 0 {
+		return "", false
+	}
+	return files[0].Path, files[0].Explicit
+}
+
+// A ConfigFile is a config file an invocation could read.
+type ConfigFile struct {
+	Path string
+	// Explicit: named by --config or AGENTPLANE_CONFIG (it must exist),
+	// rather than the default location (it may not exist yet).
+	Explicit bool
+}
+
+// ConfigFiles returns every config file this invocation could read, each
+// once: the one it reads its settings from first (--config's, else
+// AGENTPLANE_CONFIG's, else the default one), then those the first
+// shadows. The sandbox keeps them all read-only to commands, and the
+// sandbox lock holds in each (Sources), so that naming another file does
+// not escape the one the operator locked.
+func (e *Env) ConfigFiles() []ConfigFile {
+	var out []ConfigFile
+	add := func(p string, explicit bool) {
+		for _, f := range out {
+			if f.Path == p {
+				return
+			}
+		}
+		out = append(out, ConfigFile{Path: p, Explicit: explicit})
+	}
 	if e.ConfigFile != "" {
-		return e.ConfigFile, true
+		add(e.ConfigFile, true)
 	}
 	if p, ok := e.LookupEnv("AGENTPLANE_CONFIG"); ok && p != "" {
-		return p, true
+		add(p, true)
 	}
 	dir := e.Getenv("XDG_CONFIG_HOME")
 	if dir == "" || !filepath.IsAbs(dir) {
-		home := e.Getenv("HOME")
-		if home == "" {
-			return "", false
+		dir = ""
+		if home := e.Getenv("HOME"); home != "" {
+			dir = filepath.Join(home, ".config")
 		}
-		dir = filepath.Join(home, ".config")
 	}
-	return filepath.Join(dir, "agentplane", "config.toml"), false
+	if dir != "" {
+		add(filepath.Join(dir, "agentplane", "config.toml"), false)
+	}
+	return out
 }
-
-// ConfigPath returns the config file this invocation reads (or would read:
-// it may not exist), and whether it was named explicitly (--config or
-// AGENTPLANE_CONFIG). The sandbox keeps it read-only to commands.
-func (e *Env) ConfigPath() (string, bool) { return e.configPath() }
 
 // FromRequest reports whether the flag's value came from the JSON request
 // (not the command line, the environment or the config file).
@@ -453,7 +481,7 @@ func EnvNames(program, flag string) []string {
 }
 
 // configSource loads the config file (once) and answers lookups of a flag's
-// configured value: the environment first, then the file.
+// configured value: the environment first, then the file (sources).
 type configSource struct {
 	v      *viper.Viper
 	loaded bool
@@ -469,39 +497,110 @@ func (e *Env) config() (*viper.Viper, error) {
 	if path == "" {
 		return nil, nil
 	}
-	if _, err := os.Stat(path); err == nil {
-		v := viper.New()
-		v.SetConfigFile(path)
-		v.SetConfigType("toml")
-		if err := v.ReadInConfig(); err != nil {
-			e.cfg.err = result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
-			return nil, e.cfg.err
-		}
-		e.cfg.v = v
-	} else if explicit || !errors.Is(err, fs.ErrNotExist) {
-		e.cfg.err = result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
-	}
+	e.cfg.v, e.cfg.err = readConfig(path, explicit)
 	return e.cfg.v, e.cfg.err
+}
+
+// readConfig reads one config file: nil for a default one that does not
+// exist, an error for an explicit one that does not.
+func readConfig(path string, explicit bool) (*viper.Viper, error) {
+	if _, err := os.Stat(path); err != nil {
+		if explicit || !errors.Is(err, fs.ErrNotExist) {
+			return nil, result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
+		}
+		return nil, nil
+	}
+	v := viper.New()
+	v.SetConfigFile(path)
+	v.SetConfigType("toml")
+	if err := v.ReadInConfig(); err != nil {
+		return nil, result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
+	}
+	return v, nil
+}
+
+// A Source is one place the operator's settings come from, on its own:
+// the program's or agentplane's environment variables, or one config file.
+type Source struct {
+	Name string
+	// lookup returns the flag's value here and where exactly it is (a
+	// variable's name, a config key), or "" when the source gives none.
+	lookup func(f *pflag.Flag) ([]string, string)
+}
+
+// Lookup returns the value the source gives the configurable flag f.
+func (s Source) Lookup(f *pflag.Flag) ([]string, bool) {
+	if f == nil || !hasAnnot(f, AnnotConfig) {
+		return nil, false
+	}
+	v, where := s.lookup(f)
+	return v, where != ""
+}
+
+// Sources returns every place that configures this invocation, each on
+// its own, also those a more precedent one shadows: the program's
+// environment variables (AGENTSH_...), agentplane's (AGENTPLANE_...) and
+// every config file of ConfigFiles. A flag's configured value is the first
+// source's that gives one (Configured); a rule that a call must not escape
+// by choosing where settings come from (the sandbox lock: a variable set to
+// 0, or --config naming another file) holds every source's. A shadowed file
+// that does not exist is no source; one that cannot be read is an error.
+func (e *Env) Sources() ([]Source, error) { return e.sources(true) }
+
+// sources returns the environment's sources and the config file the
+// invocation reads, and with all the files it shadows too.
+func (e *Env) sources(all bool) ([]Source, error) {
+	var out []Source
+	for i, prefix := range []string{strings.ToUpper(e.Program.Name) + "_", "AGENTPLANE_"} {
+		out = append(out, Source{Name: prefix + "* environment variables", lookup: func(f *pflag.Flag) ([]string, string) {
+			// An empty variable counts as unset, as shells treat it.
+			name := EnvNames(e.Program.Name, f.Name)[i]
+			if s, ok := e.LookupEnv(name); ok && s != "" {
+				return splitEnvValue(f, s), "environment variable " + name
+			}
+			return nil, ""
+		}})
+	}
+	for i, file := range e.ConfigFiles() {
+		if i > 0 && !all {
+			break
+		}
+		var v *viper.Viper
+		var err error
+		if i == 0 {
+			v, err = e.config()
+		} else {
+			v, err = readConfig(file.Path, false)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if v == nil {
+			continue
+		}
+		out = append(out, Source{Name: "config file " + file.Path, lookup: func(f *pflag.Flag) ([]string, string) {
+			key := ConfigKey(f.Name)
+			for _, k := range []string{e.Program.Name + "." + key, key} {
+				if v.IsSet(k) {
+					return configValues(v.Get(k)), "config key " + k
+				}
+			}
+			return nil, ""
+		}})
+	}
+	return out, nil
 }
 
 // lookupConfig returns a flag's value from the environment or config file
 // (ignoring the command line and request), with where it came from.
 func (e *Env) lookupConfig(f *pflag.Flag) ([]string, string, error) {
-	prog := e.Program.Name
-	for _, name := range EnvNames(prog, f.Name) {
-		// An empty variable counts as unset, as shells treat it.
-		if s, ok := e.LookupEnv(name); ok && s != "" {
-			return splitEnvValue(f, s), "environment variable " + name, nil
-		}
-	}
-	v, err := e.config()
-	if err != nil || v == nil {
+	sources, err := e.sources(false)
+	if err != nil {
 		return nil, "", err
 	}
-	key := ConfigKey(f.Name)
-	for _, k := range []string{prog + "." + key, key} {
-		if v.IsSet(k) {
-			return configValues(v.Get(k)), "config key " + k, nil
+	for _, s := range sources {
+		if v, where := s.lookup(f); where != "" {
+			return v, where, nil
 		}
 	}
 	return nil, "", nil

@@ -33,7 +33,7 @@ func floorCall(t *testing.T, vars map[string]string, args ...string) error {
 		v, ok := vars[k]
 		return v, ok
 	}}
-	return CheckFloor(cmd, env, &o)
+	return CheckFloor(env, &o)
 }
 
 // TestFloorFlags: the flags marked clikit.Floor are the settings the
@@ -58,6 +58,8 @@ func TestFloorFlags(t *testing.T) {
 		"allow-write": {"/tmp/a", []string{"--allow-write", "/tmp/b"}, []string{"--allow-write", "/tmp/a"}},
 		"allow-host":  {"example.com", []string{"--allow-host", "evil.example"}, []string{"--allow-host", "example.com"}},
 		"deny-read":   {"/secret", []string{"--deny-read", "/other"}, []string{"--deny-read", "/secret", "--deny-read", "/other"}},
+		"user":        {"nobody", []string{"--user", "root"}, []string{"--user", "nobody"}},
+		"user-caches": {"false", []string{"--user-caches"}, []string{"--user-caches=false"}},
 	}
 	var probe Options
 	cmd := &cobra.Command{}
@@ -111,7 +113,7 @@ func TestFloorPinsWorkspace(t *testing.T) {
 		return v, ok
 	}}
 	o.Mode = sandbox.ModeWorkspaceWrite // as the configured default would set it
-	if err := CheckFloor(cmd, env, &o); err != nil {
+	if err := CheckFloor(env, &o); err != nil {
 		t.Fatal(err)
 	}
 	if o.Workspace != here {
@@ -129,5 +131,60 @@ func TestFloorPinsWorkspace(t *testing.T) {
 	}
 	if err := floorCall(t, locked, "--sandbox", "workspace-write", "--allow-write", filepath.Join(here, "sub")); err != nil {
 		t.Errorf("a writable path inside the workspace: %v", err)
+	}
+}
+
+// TestFloorEverySource: the lock holds if any source of configuration sets
+// it, and every source's values are a floor of their own: a variable set
+// to 0, a variable with a looser default, or --config naming a file
+// without the lock does not lift the lock of another source.
+func TestFloorEverySource(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("xdg/agentplane/config.toml", "sandbox = \"read-only\"\nsandbox_lock = true\n")
+	loose := write("loose.toml", "sandbox = \"none\"\nsandbox_lock = false\n")
+	for _, c := range []struct {
+		name   string
+		vars   map[string]string
+		config string
+		args   []string
+		locked bool
+	}{
+		{"the file's lock", nil, "", []string{"--sandbox", "none"}, true},
+		{"a variable unlocks", map[string]string{"AGENTPLANE_SANDBOX_LOCK": "0", "AGENTSH_SANDBOX_LOCK": "false"}, "", []string{"--sandbox", "none"}, true},
+		{"a variable loosens the floor", map[string]string{"AGENTPLANE_SANDBOX": "none"}, "", []string{"--sandbox", "none"}, true},
+		{"--config shadows", nil, loose, []string{"--sandbox", "none"}, true},
+		{"AGENTPLANE_CONFIG shadows", map[string]string{"AGENTPLANE_CONFIG": loose}, "", []string{"--sandbox", "none"}, true},
+		{"a stricter variable", map[string]string{"AGENTPLANE_SANDBOX": "read-only"}, loose, []string{"--sandbox", "read-only"}, false},
+		{"a lock in the variables alone, as the flag parses it", map[string]string{"XDG_CONFIG_HOME": dir, "AGENTSH_SANDBOX_LOCK": "TRUE",
+			"AGENTSH_SANDBOX": "read-only"}, "", []string{"--sandbox", "none"}, true},
+	} {
+		var o Options
+		cmd := &cobra.Command{Use: "agentsh"}
+		AddFlags(cmd.Flags(), &o)
+		if err := cmd.Flags().Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		vars := map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "xdg")}
+		for k, v := range c.vars {
+			vars[k] = v
+		}
+		env := &clikit.Env{Program: &clikit.Program{Name: "agentsh"}, ConfigFile: c.config, LookupEnv: func(k string) (string, bool) {
+			v, ok := vars[k]
+			return v, ok
+		}}
+		err := CheckFloor(env, &o)
+		if got := result.AsError(err); c.locked != (err != nil && got.Code == result.CodeSandboxLocked) || (!c.locked && err != nil) {
+			t.Errorf("%s: %v, want locked=%v", c.name, err, c.locked)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -70,7 +71,8 @@ func AddFlags(fs *pflag.FlagSet, o *Options) {
 	clikit.MarkFlags(fs, clikit.Configurable, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 	clikit.MarkFlags(fs, clikit.Operator, "sandbox", "workspace", "allow-write", "deny-read", "net", "allow-host", "memory", "cpu-time", "pids", "file-size", "nofile", "user", "user-caches")
 	// Under sandbox_lock these configured values are a floor (CheckFloor).
-	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "workspace", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read")
+	clikit.MarkFlags(fs, clikit.Floor, "sandbox", "workspace", "net", "memory", "cpu-time", "pids", "file-size", "nofile", "allow-write", "allow-host", "deny-read",
+		"user", "user-caches")
 }
 
 // Policy turns the options into a sandbox policy. Relative paths are
@@ -105,12 +107,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 // cache directory. A default config file that does not exist yet is
 // protected through its directory, so that a command cannot create one.
 func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
-	dir := o.StateDir
-	if dir == "" {
-		dir = state.DefaultDir(env.Getenv, env.Getenv("HOME"))
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		dir = abs
+	for i, dir := range o.stateDirs(env) {
 		p.Protect = append(p.Protect, dir)
 		// The session directories themselves stay visible (a sandboxed
 		// session's shell reads its call files there); their sockets and
@@ -118,16 +115,59 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		// besides.
 		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
 		p.Hide = append(p.Hide, sessionSecrets(dir)...)
-		p.CacheDir = filepath.Join(dir, "cache")
-	}
-	if cfg, explicit := env.ConfigPath(); cfg != "" {
-		if !explicit {
-			cfg = filepath.Dir(cfg)
+		if i == 0 {
+			p.CacheDir = filepath.Join(dir, "cache")
 		}
-		if abs, err := filepath.Abs(cfg); err == nil {
+	}
+	// Every config file the invocation could read, not only the one it
+	// reads: the lock of one that --config shadows still holds.
+	for _, cfg := range env.ConfigFiles() {
+		path := cfg.Path
+		if !cfg.Explicit {
+			path = filepath.Dir(path)
+		}
+		if abs, err := filepath.Abs(path); err == nil {
 			p.Protect = append(p.Protect, abs)
 		}
 	}
+}
+
+// stateDirs are the state directories to protect, absolute, each once:
+// the one the call uses first, then the operator's that a call's
+// --state-dir would move away from (the one each source of configuration
+// names, and the default one, also beneath AGENTPLANE_STATE_DIR), whose job specs, session tokens and secret
+// key are as much the environment's.
+func (o *Options) stateDirs(env *clikit.Env) []string {
+	var out []string
+	add := func(dir string) {
+		if abs, err := filepath.Abs(dir); err == nil && dir != "" && !slices.Contains(out, abs) {
+			out = append(out, abs)
+		}
+	}
+	home := env.Getenv("HOME")
+	if o.StateDir != "" {
+		add(o.StateDir)
+	}
+	add(state.DefaultDir(env.Getenv, home))
+	if o.StateDir != "" {
+		// The default location, also when a variable names another.
+		add(state.DefaultDir(func(k string) string {
+			if k == "AGENTPLANE_STATE_DIR" {
+				return ""
+			}
+			return env.Getenv(k)
+		}, home))
+		var flag string
+		probe := &cobra.Command{}
+		clikit.AddStateDirFlag(probe, &flag)
+		sources, _ := env.Sources() // an unreadable file fails the call elsewhere
+		for _, src := range sources {
+			if v, ok := src.Lookup(probe.PersistentFlags().Lookup("state-dir")); ok && len(v) > 0 {
+				add(v[0])
+			}
+		}
+	}
+	return out
 }
 
 // sessionSecrets lists the sockets and tokens of the environment's
@@ -163,40 +203,141 @@ func absAll(cwd string, paths []string) []string {
 // request may change either way. The settings the lock holds are the flags
 // marked clikit.Floor; this maps their configured values and the call's to
 // sandbox.Settings, and the comparison is the engine's (sandbox.Floor).
-func CheckFloor(cmd *cobra.Command, env *clikit.Env, o *Options) error {
-	lock, _ := env.Configured(cmd, "sandbox-lock")
-	if len(lock) == 0 || (lock[0] != "true" && lock[0] != "1") {
-		return nil
-	}
-	var f sandbox.Floor
-	for _, name := range clikit.MarkedOn(cmd.Flags(), clikit.Floor) {
-		v, ok := env.Configured(cmd, name)
-		if !ok {
-			continue
-		}
-		if held, err := floorValue(&f.Settings, name, v); err != nil {
-			return err
-		} else if held {
-			f.Held = append(f.Held, name)
-		}
-	}
-	// A locked workspace-write sandbox writes where the operator said: the
-	// configured workspace, else where agentsh was started (the host's
-	// working directory, as an MCP server's is), never wherever a call's
-	// --cwd points.
-	if f.Mode == sandbox.ModeWorkspaceWrite && slices.Contains(f.Held, sandbox.FloorSandbox) && f.Workspace == "" {
-		if here, ok := run.Cwd(""); ok {
-			f.Workspace = here
-		}
-	}
-	call := o.settings()
-	if err := f.Check(call); err != nil {
+// A call that names no workspace gets the floor's.
+func CheckFloor(env *clikit.Env, o *Options) error {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
 		return err
 	}
-	if call.Workspace == "" && f.Workspace != "" && slices.Contains(f.Held, sandbox.FloorSandbox) {
-		o.Workspace = f.Workspace
+	call := o.settings()
+	if call.Workspace == "" {
+		call.Workspace = floorWorkspace(floors)
+	}
+	for _, f := range floors {
+		if err := f.Check(call); err != nil {
+			return err
+		}
+	}
+	if o.Workspace == "" {
+		o.Workspace = call.Workspace
 	}
 	return nil
+}
+
+// CheckPolicy refuses a sandbox made before this call (a session's, a
+// job's saved spec) that is weaker than the operator's floor now: a
+// session started, or a job saved, before the lock was configured does
+// not run calls or restarts under less than the lock.
+func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
+		return err
+	}
+	var call sandbox.Settings
+	if p != nil {
+		call = sandbox.Settings{Mode: p.Mode, Workspace: p.Workspace, Net: p.Net, AllowWrite: p.AllowWrite,
+			AllowHost: p.AllowHosts, DenyRead: p.DenyRead, Memory: p.Memory, CPUTime: p.CPUTime, Pids: int64(p.Pids),
+			FileSize: p.FileSize, Nofile: int64(p.Nofile), User: p.User, UserCaches: p.UserCaches}
+	}
+	if call.Mode == "" {
+		call.Mode = sandbox.ModeNone
+	}
+	if call.Net == "" {
+		call.Net = sandbox.NetHost
+	}
+	for _, f := range floors {
+		if err := f.Check(call); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Floors returns the operator's floors when any source of configuration
+// sets sandbox_lock (clikit.Env.Sources: each environment prefix and each
+// config file, also those a more precedent one shadows), else none: one
+// floor per source that configures a floor setting, and a call must keep
+// every one. So a variable set to 0 or false, a variable that sets a
+// looser default, or --config naming a file without the lock, leaves the
+// lock of the other sources in force. An unreadable config file, or a
+// configured floor value that does not parse, is an invalid_config error:
+// a floor is never silently dropped.
+func Floors(env *clikit.Env) ([]sandbox.Floor, error) {
+	// The settings as the flags declare them (AddFlags' marks), whatever
+	// command asks: agentjob restart has no sandbox flags of its own.
+	fs := pflag.NewFlagSet("floor", pflag.ContinueOnError)
+	AddFlags(fs, new(Options))
+	AddLockFlag(fs)
+	sources, err := env.Sources()
+	if err != nil {
+		return nil, err
+	}
+	locked := false
+	for _, src := range sources {
+		if v, ok := src.Lookup(fs.Lookup("sandbox-lock")); ok && len(v) > 0 {
+			// A value that is no boolean locks: the flag's own parse
+			// refuses it where it is read.
+			on, err := strconv.ParseBool(v[0])
+			locked = locked || on || err != nil
+		}
+	}
+	if !locked {
+		return nil, nil
+	}
+	var floors []sandbox.Floor
+	for _, src := range sources {
+		var f sandbox.Floor
+		for _, name := range clikit.MarkedOn(fs, clikit.Floor) {
+			v, ok := src.Lookup(fs.Lookup(name))
+			if !ok {
+				continue
+			}
+			if held, err := floorValue(&f.Settings, name, v); err != nil {
+				return nil, result.Errorf(result.CodeInvalidConfig, "%s: %s: %v", src.Name, clikit.ConfigKey(name), err)
+			} else if held {
+				f.Held = append(f.Held, name)
+			}
+		}
+		if len(f.Held) == 0 {
+			continue
+		}
+		// A locked workspace-write sandbox writes where the operator
+		// said: the configured workspace, else where agentsh was started
+		// (the host's working directory, as an MCP server's is), never
+		// wherever a call's --cwd points.
+		if f.Mode == sandbox.ModeWorkspaceWrite && slices.Contains(f.Held, sandbox.FloorSandbox) && f.Workspace == "" {
+			if here, ok := run.Cwd(""); ok {
+				f.Workspace = here
+			}
+		}
+		floors = append(floors, f)
+	}
+	return floors, nil
+}
+
+// HoldsFiles reports whether the operator's floor confines what a command
+// reads or writes (a locked filesystem sandbox or hidden paths), so that
+// files the program would open itself on a call's behalf, outside the
+// sandbox, are refused whoever named them.
+func HoldsFiles(env *clikit.Env) (bool, error) {
+	floors, err := Floors(env)
+	for _, f := range floors {
+		if f.HoldsFiles() {
+			return true, err
+		}
+	}
+	return false, err
+}
+
+// floorWorkspace is the workspace of the first floor that holds one: the
+// one a call that names none writes in.
+func floorWorkspace(floors []sandbox.Floor) string {
+	for _, f := range floors {
+		if f.Workspace != "" && slices.Contains(f.Held, sandbox.FloorSandbox) {
+			return f.Workspace
+		}
+	}
+	return ""
 }
 
 // absPath makes p absolute against where agentsh was started, as Policy
@@ -211,18 +352,28 @@ func absPath(p string) string {
 	return p
 }
 
+// floorPaths makes paths absolute exactly as Policy will (~/ included),
+// so that the floor compares the paths the sandbox applies: a call's
+// "~/x" is the home's x, never a directory "~" in the workspace.
+func floorPaths(paths []string) []string {
+	if len(paths) == 0 {
+		return nil
+	}
+	here, _ := run.Cwd("")
+	return absAll(here, paths)
+}
+
 // settings are the call's sandbox settings, as its flags gave them.
 func (o *Options) settings() sandbox.Settings {
-	return sandbox.Settings{Mode: o.Mode, Workspace: absPath(o.Workspace), Net: o.Net, AllowWrite: o.AllowWrite, AllowHost: o.AllowHost,
-		DenyRead: o.DenyRead, Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
-		FileSize: o.FileSize, Nofile: int64(o.Nofile)}
+	return sandbox.Settings{Mode: o.Mode, Workspace: absPath(o.Workspace), Net: o.Net, AllowWrite: floorPaths(o.AllowWrite),
+		AllowHost: o.AllowHost, DenyRead: floorPaths(o.DenyRead), Memory: o.Memory, CPUTime: o.CPUTime, Pids: int64(o.Pids),
+		FileSize: o.FileSize, Nofile: int64(o.Nofile), User: o.User, UserCaches: o.UserCaches}
 }
 
 // floorValue sets the field of s that the floor flag name gives, from its
-// configured values v, and reports whether it holds anything (an
-// unparsable configured limit holds nothing: the same value as the flag's
-// default fails that flag's own parse). A marked flag without a field is
-// an internal error.
+// configured values v, and reports whether it holds anything; a value
+// that does not parse is an error. A marked flag without a field is an
+// internal error.
 func floorValue(s *sandbox.Settings, name string, v []string) (bool, error) {
 	first := ""
 	if len(v) > 0 {
@@ -248,15 +399,20 @@ func floorValue(s *sandbox.Settings, name string, v []string) (bool, error) {
 	case sandbox.FloorNofile:
 		s.Nofile, err = clikit.ParseSize(first)
 	case sandbox.FloorAllowWrite:
-		s.AllowWrite = v
+		s.AllowWrite = floorPaths(v)
 	case sandbox.FloorAllowHost:
 		s.AllowHost = v
 	case sandbox.FloorDenyRead:
-		s.DenyRead = v
+		s.DenyRead = floorPaths(v)
+	case sandbox.FloorUser:
+		s.User = first
+		return s.User != "", nil
+	case sandbox.FloorUserCaches:
+		s.UserCaches, err = strconv.ParseBool(first)
 	default:
 		return false, result.Errorf(result.CodeInternal, "--%s is marked as a sandbox floor but has no setting", name)
 	}
-	return err == nil, nil
+	return err == nil, err
 }
 
 // AddLockFlag registers the hidden sandbox-lock setting so that it
