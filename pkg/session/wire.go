@@ -81,6 +81,9 @@ func runRequest(token string, req *CallRequest) ([]byte, error) {
 	if req.PolicyApproved {
 		call.Set("policy_approved", true)
 	}
+	if req.Sandbox != "" {
+		call.Set("sandbox", req.Sandbox)
+	}
 	b, err := result.Marshal(result.New().Set("op", "run").Set("token", token).Set("call", call))
 	return append(b, '\n'), err
 }
