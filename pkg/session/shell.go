@@ -1218,7 +1218,7 @@ const maxProbes = 4
 // just before it reads), then less often.
 const (
 	gateFirst = 500 * time.Microsecond
-	gateLast  = 50 * time.Millisecond
+	gateLast  = 5 * time.Millisecond
 )
 
 // mayProbe reports whether a line written to the control FIFO now reaches
