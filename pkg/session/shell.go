@@ -394,19 +394,33 @@ type callProto struct {
 // still, the shell says its channel is lost (tagLost, on whatever its
 // stdout is then) and the server replaces it.
 func (p callProto) reopen() string {
-	return p.withFds(`{ \exec 1>`+shellQuote(p.ctlOut)+` 2>&1 && \exec 0<`+shellQuote(p.ctlIn)+`; }`, tagLost)
+	return p.withFds(p.reopenPlain(), tagLost)
+}
+
+// reopenPlain is the reopen without the descriptor limit's fallback: the
+// prompt hook between calls, where the call's functions are gone (the
+// line's tail has reopened the channel, raising the limit if need be).
+func (p callProto) reopenPlain() string {
+	return `{ \exec 1>` + shellQuote(p.ctlOut) + ` 2>&1 && \exec 0<` + shellQuote(p.ctlIn) + `; }`
 }
 
 // withFds runs r, an exec that redirects the shell's own descriptors
-// (the control channel's, or the call's), and when it fails raises the
-// descriptor limit and tries again (see reopen); when it still fails, it
-// prints lost (tagLost, tagUnrun) and fails.
+// (the control channel's, or the call's), and when it fails has varsFds
+// raise the descriptor limit and try again (see reopen); when it still
+// fails, that prints lost (tagLost, tagUnrun) and fails.
 func (p callProto) withFds(r, lost string) string {
-	t := `{ ` + r + ` || { \builtin ulimit -S -n hard; ` + r + `; }`
+	return p.expand(`{ ` + r + ` || ⟨V⟩fds ` + shellQuote(r) + ` ` + lost + `; }`)
+}
+
+// fdsFunc is varsFds (see withFds): once per call line, so that the
+// fallback is not repeated at every reopen. An exec in a function changes
+// the shell's descriptors for good.
+func (p callProto) fdsFunc() string {
+	t := `⟨V⟩fds() { \builtin ulimit -S -n hard; \builtin eval "$1" && \builtin return; `
 	if p.nofile[0] > 0 {
-		t += ` || { \builtin ulimit -H -n ` + strconv.FormatUint(p.nofile[1], 10) + `; \builtin ulimit -S -n ` + strconv.FormatUint(p.nofile[0], 10) + `; ` + r + `; }`
+		t += `\builtin ulimit -H -n ` + strconv.FormatUint(p.nofile[1], 10) + `; \builtin ulimit -S -n ` + strconv.FormatUint(p.nofile[0], 10) + `; \builtin eval "$1" && \builtin return; `
 	}
-	return t + ` || { \builtin printf '\n%s\n' ` + shellQuote(p.marker+" "+lost+" 0") + `; \builtin false; }; }`
+	return p.expand(t + `\builtin printf '\n%s %s 0\n' ` + shellQuote(p.marker) + ` "$2"; \builtin false; }; `)
 }
 
 // redirs are the call's own descriptors.
@@ -534,7 +548,7 @@ func setHook(hook string) string {
 // promptHook is PROMPT_COMMAND: reopen the control channel before any
 // prompt, above all the one bash shows after abandoning a line.
 func (p callProto) promptHook() string {
-	return setHook(p.reopen())
+	return setHook(p.reopenPlain())
 }
 
 // pending is the prompt of a line that is abandoned (tagPending).
@@ -582,7 +596,7 @@ func (p callProto) functions() string {
 	// abandoning the line from inside the trap function leaves errexit
 	// ignored for good.
 	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
-	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) +
+	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) + p.fdsFunc() +
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
@@ -809,7 +823,7 @@ func (p callProto) forget() string {
 	return t
 }
 
-const forget = `\unset -f ⟨V⟩on ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const forget = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -1238,7 +1252,7 @@ const maxProbes = 4
 // just before it reads), then less often.
 const (
 	gateFirst = 500 * time.Microsecond
-	gateLast  = 50 * time.Millisecond
+	gateLast  = 5 * time.Millisecond
 )
 
 // mayProbe reports whether a line written to the control FIFO now reaches
