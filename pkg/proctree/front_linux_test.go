@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // frontCmd is the watchdog front run as the guard runs it, with argv
@@ -177,4 +179,63 @@ func textOf(t *testing.T, path string, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestWatchFrontReplaced: when the front's descriptor number no longer
+// names the front (closed twice elsewhere and reused), a new front is
+// made; when the front cannot be exec'd, the guard starts the shell.
+func TestWatchFrontReplaced(t *testing.T) {
+	path, err := watchFront()
+	if err != nil {
+		t.Skip(err)
+	}
+	front.mu.Lock()
+	fd := front.fd
+	front.mu.Unlock()
+	// Another file takes the number, as a double close would let it.
+	null, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Dup3(null, fd, unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(null)
+	again, err := watchFront()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again == path {
+		t.Fatalf("the front is still %s, now /dev/null", path)
+	}
+	// A front that cannot be exec'd: its recorded descriptor is /dev/null
+	// with the identity kept, and the guard still starts, with the shell.
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	front.mu.Lock()
+	sfd, sdev, sino, spath := front.fd, front.dev, front.ino, front.path
+	front.fd, front.dev, front.ino, front.path = fd, st.Dev, st.Ino, "/proc/self/fd/"+strconv.Itoa(fd)
+	front.mu.Unlock()
+	defer func() {
+		front.mu.Lock()
+		front.fd, front.dev, front.ino, front.path = sfd, sdev, sino, spath
+		front.mu.Unlock()
+	}()
+	g, err := StartGuard([]string{"/bin/false"})
+	if err != nil {
+		t.Fatalf("the guard did not fall back to the shell: %v", err)
+	}
+	defer g.Release()
+	if g.Mode() != GuardCgroup {
+		return
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(g.wd.Pid) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(cmdline), shPath+"\x00") {
+		t.Errorf("watchdog %q, want the shell", cmdline)
+	}
 }

@@ -113,15 +113,20 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.dropCgroup()
 		return nil, err
 	}
-	path, args := g.watchdogArgv(argv)
 	// Its own process group: a killpg of the caller's group (an agent
 	// host aborting a turn) must not take the watchdog with it. Not a
 	// session of its own: setsid makes a scheduler autogroup, which costs
 	// more than the rest of the start (the watchdog reads a pipe, not a
 	// terminal, so a session would give it nothing). Only the two pipes
 	// are passed.
-	wd, err := os.StartProcess(path, args, &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
-		Sys: &syscall.SysProcAttr{Setpgid: true}})
+	var wd *os.Process
+	for _, try := range g.watchdogArgvs(argv) {
+		wd, err = os.StartProcess(try[0], try[1:], &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
+			Sys: &syscall.SysProcAttr{Setpgid: true}})
+		if err == nil {
+			break
+		}
+	}
 	r.Close()
 	lw.Close()
 	if err != nil {

@@ -49,8 +49,8 @@ func (g *Guard) Members() []int { return nil }
 // caller kills its descendants itself.
 func (g *Guard) Kill(time.Duration) bool { return false }
 
-func (g *Guard) watchdogArgv(argv []string) (string, []string) {
-	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
+func (g *Guard) watchdogArgvs(argv []string) [][]string {
+	return [][]string{append([]string{argv[0]}, append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)}
 }
 
 func killGuardCgroup(string) bool { return false }

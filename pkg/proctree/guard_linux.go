@@ -408,9 +408,12 @@ func killCgroup(dir string, timeout time.Duration) bool {
 	}
 }
 
-// watchdogArgv is the watchdog's program and argv: argv with StartGuard's
-// arguments or, in cgroup mode, a shell.
-func (g *Guard) watchdogArgv(argv []string) (string, []string) {
+// watchdogArgvs are the ways to start the watchdog, in the order to try
+// them (a program and its argv each): argv with StartGuard's arguments
+// or, in cgroup mode, the shell, behind the front where there is one. A
+// front that cannot be exec'd (refused by a security module, or its
+// descriptor number taken by another file) leaves the shell.
+func (g *Guard) watchdogArgvs(argv []string) [][]string {
 	if g.mode == GuardCgroup {
 		if _, err := os.Stat(shPath); err == nil {
 			// The cgroup needs only a trigger, and a shell starts in a
@@ -419,12 +422,12 @@ func (g *Guard) watchdogArgv(argv []string) (string, []string) {
 			// The front starts in a fraction of the shell's time, and
 			// runs the shell only if the guarded process dies.
 			if front, err := watchFront(); err == nil {
-				return front, append([]string{"agentplane-watchdog"}, sh...)
+				return [][]string{append([]string{front, "agentplane-watchdog"}, sh...), append([]string{shPath}, sh...)}
 			}
-			return shPath, sh
+			return [][]string{append([]string{shPath}, sh...)}
 		}
 	}
-	return argv[0], append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)
+	return [][]string{append([]string{argv[0]}, append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)}
 }
 
 // watchFront is the path of the watchdog front: a static program of a
@@ -438,20 +441,54 @@ func (g *Guard) watchdogArgv(argv []string) (string, []string) {
 // while it execs it), which nothing can modify once sealed. An error
 // (no front for this architecture, memfd or exec refused) means the
 // shell is started directly.
-var watchFront = sync.OnceValues(func() (string, error) {
+func watchFront() (string, error) {
+	front.mu.Lock()
+	defer front.mu.Unlock()
+	if front.fd >= 0 {
+		// The descriptor is this process's for good, but a double close
+		// elsewhere would hand its number to another file: the front is
+		// used only while the number still names the sealed memfd made.
+		var st unix.Stat_t
+		if unix.Fstat(front.fd, &st) == nil && st.Dev == front.dev && st.Ino == front.ino {
+			return front.path, nil
+		}
+		front.fd = -1 // not closed: the number is someone else's now
+	}
+	fd, path, err := makeFront()
+	if err != nil {
+		return "", err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return "", err
+	}
+	front.fd, front.dev, front.ino, front.path = fd, st.Dev, st.Ino, path
+	return path, nil
+}
+
+// front is the memfd watchFront made, if any.
+var front = struct {
+	mu       sync.Mutex
+	fd       int
+	dev, ino uint64
+	path     string
+}{fd: -1}
+
+func makeFront() (int, string, error) {
 	if len(frontELF) == 0 {
-		return "", errors.New("proctree: no watchdog front for this architecture")
+		return -1, "", errors.New("proctree: no watchdog front for this architecture")
 	}
 	fd, err := unix.MemfdCreate("agentplane-watchdog", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_EXEC)
 	if err == unix.EINVAL { // before Linux 6.3 there is no MFD_EXEC, and no need for it
 		fd, err = unix.MemfdCreate("agentplane-watchdog", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	}
 	if err != nil {
-		return "", err
+		return -1, "", err
 	}
-	fail := func(err error) (string, error) {
+	fail := func(err error) (int, string, error) {
 		unix.Close(fd)
-		return "", err
+		return -1, "", err
 	}
 	for b := frontELF; len(b) > 0; {
 		n, err := unix.Write(fd, b)
@@ -471,8 +508,8 @@ var watchFront = sync.OnceValues(func() (string, error) {
 	if err := unix.Access(path, unix.X_OK); err != nil {
 		return fail(err) // no /proc, or a noexec memfd (vm.memfd_noexec)
 	}
-	return path, nil
-})
+	return fd, path, nil
+}
 
 // shPath is the shell of the cgroup watchdog.
 const shPath = "/bin/sh"
