@@ -347,8 +347,9 @@ func benchStartup(b *bench) error {
 		"- **The guard, up to about 1 ms on the path.** Its work (the token, the cgroup: two /proc reads at\n"+
 		"  about 50 us each on this kernel and a mkdir of about 70 us; two pipes; the watchdog's vfork\n"+
 		"  and exec, with the os package's one-time pidfd probe) is about 1.2 ms on a goroutine of its\n"+
-		"  own, started as soon as the signals are caught; the CLI's start-up (the cobra tree of the\n"+
-		"  one-shot call, config discovery, about 0.6 ms) hides the rest, and the runner's preparation\n"+
+		"  own, started with the signals while the packages are still being initialised (package\n"+
+		"  early); the rest of the init and the CLI's start-up (the cobra tree of the one-shot call,\n"+
+		"  config discovery, about 0.6 ms) hide most of it, and the runner's preparation\n"+
 		"  (the path lookup, stdin, the pipes) runs meanwhile. The command must not start before the\n"+
 		"  watchdog can act on agentsh's death, so the fork waits for it. The watchdog is a front of a\n"+
 		"  few hundred bytes (pkg/proctree/front: static, no libc, no loader, from a sealed memfd) that\n"+
@@ -356,7 +357,7 @@ func benchStartup(b *bench) error {
 		"  about 0.2 ms of CPU against the shell's 0.85 (in `perf record` the watchdog's share of a call\n"+
 		"  fell from 1.35 ms to 0.05). Fixed on the way: the runtime's first signal.Notify waited about\n"+
 		"  a millisecond for a thread of its own while the watchdog's goroutine was in its fork; the\n"+
-		"  signals are now caught before the guard starts. Weighed and not taken: PR_SET_PDEATHSIG with\n"+
+		"  guard's goroutine now catches them before it forks. Weighed and not taken: PR_SET_PDEATHSIG with\n"+
 		"  a subreaper (kills the first process only: setsid and double-forked descendants escape); a\n"+
 		"  PID namespace (the command would be PID 1, which ignores SIGTERM without a handler, and it\n"+
 		"  needs privilege or a user namespace); a static Go helper (about 2.5 ms of CPU to start); a\n"+
