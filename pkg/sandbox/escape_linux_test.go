@@ -146,35 +146,11 @@ func attack(args []string) int {
 			}
 		}
 		res("procfd-link", link)
-		open := error(unix.ENOENT)
-		for fd := 0; fd < 64; fd++ {
-			f, err := unix.Open("/proc/1/fd/"+strconv.Itoa(fd), unix.O_WRONLY, 0)
-			if err == nil {
-				_, _ = unix.Write(f, []byte("end 0\n"))
-				unix.Close(f)
-				open = nil
-				break
-			}
-			if !errors.Is(err, unix.ENOENT) {
-				open = err
-			}
-		}
-		res("procfd", open)
+		res("procfd", forgeEach(unix.ENOENT, func(fd int) (int, error) {
+			return unix.Open("/proc/1/fd/"+strconv.Itoa(fd), unix.O_WRONLY, 0)
+		}))
 		if pidfd, err := unix.PidfdOpen(1, 0); err == nil {
-			getfd := error(unix.EBADF)
-			for fd := 0; fd < 64; fd++ {
-				nfd, err := unix.PidfdGetfd(pidfd, fd, 0)
-				if err == nil {
-					_, _ = unix.Write(nfd, []byte("end 0\n"))
-					unix.Close(nfd)
-					getfd = nil
-					break
-				}
-				if !errors.Is(err, unix.EBADF) {
-					getfd = err
-				}
-			}
-			res("getfd", getfd)
+			res("getfd", forgeEach(unix.EBADF, func(fd int) (int, error) { return unix.PidfdGetfd(pidfd, fd, 0) }))
 		}
 		return 7
 	default:
@@ -799,4 +775,24 @@ func TestEscapeHelperProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// forgeEach writes a forged end report to the first of the helper's
+// descriptors 0 to 63 that get opens (nil: one was reached), else returns
+// the last error other than absent (absent itself when every number was
+// simply not there).
+func forgeEach(absent error, get func(fd int) (int, error)) error {
+	last := absent
+	for fd := 0; fd < 64; fd++ {
+		f, err := get(fd)
+		if err == nil {
+			_, _ = unix.Write(f, []byte("end 0\n"))
+			unix.Close(f)
+			return nil
+		}
+		if !errors.Is(err, absent) {
+			last = err
+		}
+	}
+	return last
 }
