@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"regexp"
 	"strings"
 
 	"mvdan.cc/sh/v3/expand"
@@ -154,7 +153,22 @@ func (x *extractor) dataToCode(n syntax.Node, u *unit) {
 	}
 }
 
-var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// isIdent reports whether s is a shell variable name ([A-Za-z_][A-Za-z0-9_]*).
+// Written out, not a package-level regexp: one compiled at init costs
+// every agentsh call, most of which never parse a script.
+func isIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}
 
 // arithmetic reports an arithmetic context that evaluates the value of a
 // variable the script does not only set to numbers: bash evaluates such a
@@ -167,7 +181,7 @@ func (x *extractor) arithmetic(e syntax.Node, u *unit) {
 		var name string
 		switch n := n.(type) {
 		case *syntax.Lit:
-			if identRE.MatchString(n.Value) {
+			if isIdent(n.Value) {
 				name = n.Value
 			}
 		case *syntax.ParamExp:
@@ -192,7 +206,28 @@ var specialNumeric = map[string]bool{
 	"EPOCHSECONDS": true, "SHLVL": true,
 }
 
-var numberRE = regexp.MustCompile(`^[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)$`)
+// isNumber reports whether s is an integer literal as bash arithmetic
+// reads one: an optional sign, then hex digits after 0x or decimal digits
+// (^[-+]?(0[xX][0-9a-fA-F]+|[0-9]+)$).
+func isNumber(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	digit := func(c byte) bool { return '0' <= c && c <= '9' }
+	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		digit = func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+		s = s[2:]
+	}
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !digit(s[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 // numericVars returns the variables a script only ever sets to numbers
 // (literal numbers, arithmetic results, arithmetic assignments).
@@ -212,7 +247,7 @@ func numericVars(f *syntax.File) map[string]bool {
 		if len(w.Parts) == 1 {
 			switch p := w.Parts[0].(type) {
 			case *syntax.Lit:
-				return numberRE.MatchString(p.Value)
+				return isNumber(p.Value)
 			case *syntax.ArithmExp:
 				return true
 			}
@@ -246,7 +281,7 @@ func numericVars(f *syntax.File) map[string]bool {
 				switch n.Args[0].Lit() {
 				case "read", "mapfile", "readarray", "printf", "getopts", "select":
 					for _, a := range n.Args[1:] {
-						if l := a.Lit(); identRE.MatchString(l) {
+						if l := a.Lit(); isIdent(l) {
 							mark(l, false)
 						}
 					}

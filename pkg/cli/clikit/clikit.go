@@ -186,9 +186,12 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 	defer cancel()
 	env := &Env{Program: p, In: stdin, Out: stdout, Err: stderr, LookupEnv: os.LookupEnv, Environ: os.Environ, Ctx: ctx}
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	var sigs chan os.Signal
+	if p.Signals == nil {
+		sigs = make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		defer signal.Stop(sigs)
+	}
 	go func() {
 		var s os.Signal
 		select {

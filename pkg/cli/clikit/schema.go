@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -73,16 +74,19 @@ func toolDescription(c *cobra.Command) string {
 	return ArgumentText(c, d)
 }
 
-// flagRef finds a flag as help text names it: --long-name, or -c.
-var flagRef = regexp.MustCompile(`(^|[^\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b`)
+// flagRef finds a flag as help text names it: --long-name, or -c. It is
+// compiled when first used (schemas and help), not at every start.
+var flagRef = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`(^|[^\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])\b`)
+})
 
 // ArgumentText rewrites help text for a model: every flag of c that is a
 // request key is named by its key ("--since-last" becomes "since_last",
 // "-c" the key of the flag it abbreviates). Other mentions are left as they
 // are, for the schema tests to find.
 func ArgumentText(c *cobra.Command, s string) string {
-	return flagRef.ReplaceAllStringFunc(s, func(m string) string {
-		sub := flagRef.FindStringSubmatch(m)
+	return flagRef().ReplaceAllStringFunc(s, func(m string) string {
+		sub := flagRef().FindStringSubmatch(m)
 		prefix, ref := sub[1], sub[2]
 		var f *pflag.Flag
 		if strings.HasPrefix(ref, "--") {

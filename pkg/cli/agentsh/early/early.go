@@ -25,11 +25,16 @@ import (
 
 var (
 	// Signals receives SIGINT and SIGTERM from the start of a one-shot
-	// call (nil otherwise). They are caught on the guard's goroutine
-	// before it forks: the runtime's first signal.Notify waits for a
-	// thread of its own, which a fork in progress delays by about a
-	// millisecond, and on the main goroutine during initialisation it
-	// kept the guard's goroutine from being scheduled for as long.
+	// call (nil otherwise); clikit.Main then catches none itself. They are
+	// caught on the guard's goroutine once the watchdog has started, and
+	// the command starts only after both (Guard waits for the two): the
+	// runtime's first signal.Notify parks a thread of its own and starts
+	// another, about 0.3 ms in all, which a fork in progress delays by
+	// about a millisecond, and which on the main goroutine (during
+	// initialisation, or in Main while the guard's goroutine held the
+	// signal table) stalled the call for as long. A signal before then
+	// ends agentsh as one during the runtime's start does: no command has
+	// started, and the watchdog removes the empty cgroup.
 	Signals chan os.Signal
 
 	guard func() (*proctree.Guard, error)
@@ -49,8 +54,8 @@ func init() {
 	started := make(chan struct{})
 	var g *proctree.Guard
 	go func() {
-		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
 		g, err = proctree.StartGuard([]string{exe, proctree.WatchdogCommand})
+		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
 		close(started)
 	}()
 	guard = func() (*proctree.Guard, error) {
