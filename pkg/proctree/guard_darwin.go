@@ -1,7 +1,6 @@
 package proctree
 
 import (
-	"crypto/rand"
 	"errors"
 	"os/exec"
 	"syscall"
@@ -14,12 +13,6 @@ import (
 // every member of a watched session. What that mode lets escape is in the
 // Guard doc: a descendant that clears its environment and leaves the
 // session.
-
-// randomBytes fills b for a guard's token.
-func randomBytes(b []byte) error {
-	_, err := rand.Read(b)
-	return err
-}
 
 func makeCgroup(string) (string, int, error) {
 	return "", -1, errors.New("proctree: macOS has no cgroups")

@@ -238,24 +238,6 @@ echo 1 > "$1/cgroup.kill"
 i=0; while [ $i -lt 100 ]; do k=0; for f in $(grep -lsaF "$2" /proc/[0-9]*/environ); do p=${f#/proc/}; kill -9 "${p%/environ}" 2>/dev/null && k=1; done; [ $k = 0 ] && break; i=$((i+1)); done
 i=0; while [ -d "$1" ] && ! rmdir "$1" 2>/dev/null; do i=$((i+1)); [ $i -gt 500 ] && exit 1; sleep 0.01; done`
 
-// randomBytes fills b for a guard's token straight from getrandom(2):
-// the token needs to be unique, not a key, and crypto/rand's reader arms
-// a timer on every first read (a warning should the kernel's pool block),
-// a measurable share of the guard's start.
-func randomBytes(b []byte) error {
-	for len(b) > 0 {
-		n, err := unix.Getrandom(b, 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
 // cgroup2Root returns where the cgroup v2 hierarchy is mounted: the whole
 // of /sys/fs/cgroup on a unified system, /sys/fs/cgroup/unified on a
 // hybrid one.
