@@ -344,20 +344,22 @@ func benchStartup(b *bench) error {
 		"  link: starlark, the command policy, the shell parser, the sandbox's spec; the rest is the same\n"+
 		"  packages' init touching more of a 20 MB binary) and the runtime's own start (764 itabs against\n"+
 		"  172, module data).\n"+
-		"- **The guard, up to about 1 ms on the path.** Its work (the token, the cgroup: two /proc reads at\n"+
+		"- **The guard, up to about 1 ms on the path.** Its work (the token, from the runtime's generator:\n"+
+		"  the process's first getrandom took 0.14 ms; the cgroup: two /proc reads at\n"+
 		"  about 50 us each on this kernel and a mkdir of about 70 us; two pipes; the watchdog's vfork\n"+
-		"  and exec, with the os package's one-time pidfd probe) is about 1.2 ms on a goroutine of its\n"+
-		"  own, started with the signals while the packages are still being initialised (package\n"+
-		"  early); the rest of the init and the CLI's start-up (the cobra tree of the one-shot call,\n"+
+		"  and exec, with the os package's one-time pidfd probe) is about 1 ms on a goroutine of its\n"+
+		"  own, started while the packages are still being initialised (package early), which then\n"+
+		"  catches the signals: the runtime's first signal.Notify parks a thread of its own and starts\n"+
+		"  another (about 0.3 ms; two of agentsh's threads are os/signal's), and caught in Main as well it\n"+
+		"  stalled the main goroutine for as long. Under load that goroutine waits for a CPU for up to a\n"+
+		"  millisecond, and then the command waits for it. The rest of the init and the CLI's start-up (the cobra tree of the one-shot call,\n"+
 		"  config discovery, about 0.6 ms) hide most of it, and the runner's preparation\n"+
 		"  (the path lookup, stdin, the pipes) runs meanwhile. The command must not start before the\n"+
 		"  watchdog can act on agentsh's death, so the fork waits for it. The watchdog is a front of a\n"+
 		"  few hundred bytes (pkg/proctree/front: static, no libc, no loader, from a sealed memfd) that\n"+
 		"  waits on the guard's pipe and execs the shell watchdog only if agentsh dies: its exec costs\n"+
 		"  about 0.2 ms of CPU against the shell's 0.85 (in `perf record` the watchdog's share of a call\n"+
-		"  fell from 1.35 ms to 0.05). Fixed on the way: the runtime's first signal.Notify waited about\n"+
-		"  a millisecond for a thread of its own while the watchdog's goroutine was in its fork; the\n"+
-		"  guard's goroutine now catches them before it forks. Weighed and not taken: PR_SET_PDEATHSIG with\n"+
+		"  fell from 1.35 ms to 0.05). Weighed and not taken: PR_SET_PDEATHSIG with\n"+
 		"  a subreaper (kills the first process only: setsid and double-forked descendants escape); a\n"+
 		"  PID namespace (the command would be PID 1, which ignores SIGTERM without a handler, and it\n"+
 		"  needs privilege or a user namespace); a static Go helper (about 2.5 ms of CPU to start); a\n"+
@@ -379,7 +381,15 @@ func benchStartup(b *bench) error {
 		"  A guard's cgroup left behind when agentsh and its watchdog are both SIGKILLed is swept by a\n"+
 		"  later guard (at most once a minute, off the path).\n"+
 		"\nLoad moves the ratio more than any item: every process and thread beyond libfloor's one costs\n"+
-		"more than its CPU when the two cores are busy. A call in a session starts no watchdog of its own.\n")
+		"more than its CPU when the two cores are busy. A call in a session starts no watchdog of its own.\n"+
+		"How small changes were judged: in runs interleaved in a fixed order, a call right after another\n"+
+		"agentsh competes with its predecessor's watchdog and exit (about 0.1 ms), so the order is\n"+
+		"shuffled per round; and two builds that differ only by a function never called differ by up\n"+
+		"to 0.5 ms of CPU (code layout), so a change smaller than that is judged by the timestamps in\n"+
+		"the call, not by this ratio. What remains is spread thin (no item above 0.3 ms); the largest\n"+
+		"single step left is the size of the one binary: net/http and crypto/tls initialised for the\n"+
+		"allowlist proxy (about 0.2 ms of init), starlark and the shell parser for the policy (about\n"+
+		"0.15 ms), and the pages a larger program touches.\n")
 	return nil
 }
 
