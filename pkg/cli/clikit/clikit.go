@@ -212,6 +212,9 @@ func Main(p *Program, args []string, stdin io.Reader, stdout, stderr io.Writer) 
 // call it directly with their own streams.
 func Run(env *Env, args []string) int {
 	root := buildRoot(env)
+	if wantsVersion(args) {
+		root.Version = versionString()
+	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err != nil && cmd != nil && cmd.Annotations[AnnotProtocolStdout] != "" {
@@ -303,6 +306,7 @@ func (e *Env) print(v any) error {
 // docs generator can build the tree without a subprocess.
 func NewRoot(env *Env) *cobra.Command {
 	root := buildRoot(env)
+	root.Version = versionString()
 	env.fillHelpText()
 	return root
 }
@@ -317,7 +321,7 @@ func buildRoot(env *Env) *cobra.Command {
 		Use:           p.Name,
 		Short:         p.Short,
 		Long:          p.Long,
-		Version:       versionString(),
+		Version:       Version, // with the revision once it is shown (wantsVersion)
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -425,6 +429,22 @@ func markGroups(c *cobra.Command, env *Env) {
 	}
 }
 
+// wantsVersion reports whether args ask for --version, the one output
+// that shows the build's revision: reading it (debug.ReadBuildInfo parses
+// the module list) is left out of every other call.
+func wantsVersion(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--version" || strings.HasPrefix(a, "--version=") {
+			return true
+		}
+	}
+	return false
+}
+
+// versionString is the version with the build's VCS revision, if known.
 func versionString() string {
 	v := Version
 	if bi, ok := debug.ReadBuildInfo(); ok {

@@ -314,3 +314,18 @@ func FuzzRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestVersionShowsRevision: the revision is read only for --version, and
+// --version still shows all of versionString; other calls never need it.
+func TestVersionShowsRevision(t *testing.T) {
+	for args, want := range map[string]bool{"--version": true, "--version=true": true, "--pretty --version": true,
+		"op x": false, "op -- --version": false, "": false} {
+		if got := wantsVersion(strings.Fields(args)); got != want {
+			t.Errorf("wantsVersion(%q) = %v, want %v", args, got, want)
+		}
+	}
+	_, _, out, code := runProg(t, "", nil, "--version")
+	if code != 0 || out != "tprog version "+versionString()+"\n" {
+		t.Fatalf("--version: exit %d, %q; want %q", code, out, "tprog version "+versionString())
+	}
+}
