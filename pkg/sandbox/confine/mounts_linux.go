@@ -298,9 +298,14 @@ func cgroupView(own []string) error {
 	if err != nil || !st.IsDir() {
 		return nil // no cgroups here to hide
 	}
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+	var mounts []cgroupMount
+	if len(own) > 0 {
+		// Read only when needed: in the new namespace the table holds
+		// every mount made above, and reading it costs more than all of
+		// them.
+		if mounts, err = cgroupMounts(); err != nil {
+			return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+		}
 	}
 	var mine []cgroupMount
 	for _, dir := range own {
