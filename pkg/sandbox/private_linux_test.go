@@ -41,6 +41,10 @@ func TestPrivateReuse(t *testing.T) {
 	if n := countSpares(t, area); n != 1 {
 		t.Fatalf("%d spares after one run, want 1", n)
 	}
+	// The helper's empty status file stays for the next one to open.
+	if kept, _ := filepath.Glob(filepath.Join(area, sparePrefix+"*", statusFile)); len(kept) != 1 || !emptyStatus(kept[0]) {
+		t.Errorf("the spare's status file: %v", kept)
+	}
 	res, prep2 := sandboxed(t, p, ws, "sh", "-c", `ls -A "$TMPDIR"; stat -c '%a %u' "$TMPDIR"; echo done`)
 	if want := "700 " + strconv.Itoa(os.Geteuid()) + "\ndone\n"; out(res) != want {
 		t.Errorf("the next run's TMPDIR: %q, want %q (empty, 0700, the caller's)", out(res), want)
@@ -53,6 +57,17 @@ func TestPrivateReuse(t *testing.T) {
 	}
 	if _, ok := nameOwner(filepath.Base(filepath.Dir(prep2.TempDir))); !ok {
 		t.Errorf("a claimed spare does not name its owner: %s", prep2.TempDir)
+	}
+	if err := prep2.Failure(); err != nil {
+		t.Errorf("the run in the spare reports a failure: %v", err)
+	}
+	// A status file that records something is removed, not kept: the
+	// next run in the spare must not read this run's failure.
+	status := filepath.Join(filepath.Dir(prep2.TempDir), statusFile)
+	must(t, os.WriteFile(status, []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	prep2.Cleanup()
+	if kept, _ := filepath.Glob(filepath.Join(area, sparePrefix+"*", statusFile)); len(kept) != 0 {
+		t.Errorf("a status file with content was kept: %v", kept)
 	}
 }
 
@@ -73,7 +88,17 @@ func TestPrivatePlantedSpare(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(full, "tmp"), 0o700))
 	must(t, os.Chmod(full, 0o711))
 	must(t, os.WriteFile(filepath.Join(full, "tmp", "planted"), []byte("x"), 0o600))
-	for i := 0; i < 3; i++ {
+	// A status file that records a failure, and one linked elsewhere.
+	stale := filepath.Join(area, sparePrefix+"stale")
+	must(t, os.MkdirAll(filepath.Join(stale, "tmp"), 0o700))
+	must(t, os.Chmod(stale, 0o711))
+	must(t, os.WriteFile(filepath.Join(stale, statusFile), []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	linked := filepath.Join(area, sparePrefix+"linked")
+	must(t, os.MkdirAll(filepath.Join(linked, "tmp"), 0o700))
+	must(t, os.Chmod(linked, 0o711))
+	must(t, os.WriteFile(filepath.Join(elsewhere, "status"), nil, 0o600))
+	must(t, os.Link(filepath.Join(elsewhere, "status"), filepath.Join(linked, statusFile)))
+	for i := 0; i < 5; i++ {
 		prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
 		must(t, err)
 		base := filepath.Dir(prep.TempDir)
@@ -85,10 +110,18 @@ func TestPrivatePlantedSpare(t *testing.T) {
 		if len(entries) != 0 {
 			t.Fatalf("the run's TMPDIR holds %v", entries)
 		}
+		if err := prep.Failure(); err != nil {
+			t.Fatalf("a fresh run reads a failure: %v", err)
+		}
 		defer prep.Cleanup()
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "tmp")); err != nil {
 		t.Errorf("the symlink's target was touched: %v", err)
+	}
+	// The spare whose status file has a second name was removed, not used.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(elsewhere, "status"), &st); err != nil || st.Nlink != 1 {
+		t.Errorf("the linked status file: %d names (%v)", st.Nlink, err)
 	}
 }
 
