@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // privateArea is this run's temp area under a TMPDIR of the test's own.
@@ -244,4 +248,31 @@ func BenchmarkTempAreas(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The helper opens the status file it is handed without truncating an
+// empty one, and still empties one that holds something: a failure
+// recorded there before the run is never read as the run's.
+func TestHelperEmptiesStatus(t *testing.T) {
+	requireSandbox(t)
+	privateArea(t)
+	prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	status := filepath.Join(filepath.Dir(prep.TempDir), statusFile)
+	must(t, os.WriteFile(status, []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	files, started, err := prep.Launch()
+	must(t, err)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"true"}), Dir: "/", Env: append(os.Environ(), prep.Env...),
+		Timeout: time.Minute, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+	})
+	started()
+	must(t, err)
+	if res.ExitCode != 0 || prep.Failure() != nil {
+		t.Fatalf("exit %d, failure %v", res.ExitCode, prep.Failure())
+	}
+	if !emptyStatus(status) {
+		t.Errorf("the status file was not emptied")
+	}
 }

@@ -45,7 +45,15 @@ func Main(args []string) int {
 	}
 	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
 	// it; the descriptor stays writable after the uid and Landlock changes.
-	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// The runner hands over an empty one or none: truncated only if it is
+	// not, since O_TRUNC changes the times of an empty file too, a journal
+	// transaction on the way to the command.
+	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err == nil {
+		if st, serr := status.Stat(); serr != nil || st.Size() != 0 {
+			err = status.Truncate(0)
+		}
+	}
 	if err != nil {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -56,7 +55,9 @@ func (h *helper) run(argv []string) int {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
 		}
 	}
-	cwd, cwdErr := os.Getwd()
+	// The directory's own path (getcwd), not $PWD's name for it: entered
+	// again below, it cannot lead through a symlink the mounts changed.
+	cwd, cwdErr := unix.Getwd()
 	reopen := func() (clonedMount, error) {
 		f, m, err := openDetached(sp.Status)
 		if err != nil {
@@ -327,24 +328,24 @@ func loopbackUp() error {
 }
 
 // dropBoundingSet removes every capability but keptCaps from the bounding
-// set, which limits what any later execve can grant, root included.
+// set, which limits what any later execve can grant, root included. The
+// kernel's capabilities are numbered from 0 without a gap: the first
+// number it calls invalid (EINVAL) is past the last one, which spares
+// reading /proc/sys/kernel/cap_last_cap.
 func dropBoundingSet(dropFile bool) error {
-	last := 63
-	if data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		v := strings.TrimSpace(string(data))
-		if n, err := strconv.Atoi(v); err == nil {
-			last = n
-		}
-	}
 	keep := map[int]bool{}
 	for _, c := range keptCaps(dropFile) {
 		keep[c] = true
 	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c <= 63; c++ {
 		if keep[c] {
 			continue
 		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break
+		}
+		if err != nil {
 			return fmt.Errorf("capability %d: %v", c, err)
 		}
 	}
