@@ -2,10 +2,10 @@ package sandbox
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -579,9 +579,17 @@ func releasePrivate(base string) {
 	_ = os.RemoveAll(base)
 }
 
+// randHex returns n random bytes in hex, for names that must not collide
+// (a collision is retried: RENAME_NOREPLACE, EEXIST) and are not secrets
+// (the directories they name are the caller's, and covered in every
+// sandbox). From math/rand/v2's generator (ChaCha8, seeded by the runtime
+// from the kernel): crypto/rand's first read in a process sets up its
+// own state, which the sandbox's names alone paid for on every call.
 func randHex(n int) string {
 	b := make([]byte, n)
-	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
 	return hex.EncodeToString(b)
 }
 
@@ -711,12 +719,10 @@ func (b *builder) limits() error {
 // that hierarchy, so that limits set on the caller keep covering the
 // command.
 func (b *builder) newCgroup(mount, parent string) (string, error) {
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
 	if b.sweep {
 		sweepCgroups(filepath.Join(mount, parent))
 	}
-	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
+	dir := filepath.Join(mount, parent, cgroupName(randHex(4)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))
 	}
