@@ -46,7 +46,9 @@ type Capabilities struct {
 }
 
 // Probe inspects the running kernel and process. It reads a few files in
-// /proc and /sys and makes one Landlock syscall; it starts nothing.
+// /proc and /sys and makes a few system calls that change nothing
+// (Landlock's version, seccomp's actions, mount_setattr and pidfd_getfd on
+// invalid descriptors); it starts nothing.
 func Probe() Capabilities { return probe(true, true, true) }
 
 // probeFor is the part of Probe that Prepare needs for p, since it runs on

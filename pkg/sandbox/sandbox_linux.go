@@ -529,7 +529,7 @@ func usableSpare(dir string) bool {
 
 // emptyStatus reports whether path is an empty regular file of the
 // caller's, 0600, with one name: a status file that records nothing, which
-// a spare may keep (the next helper truncates it at its start anyway).
+// a spare may keep (a helper empties one that is not, at its start).
 func emptyStatus(path string) bool {
 	var st unix.Stat_t
 	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o7777 == 0o600 &&
