@@ -269,8 +269,8 @@ func allCases() []benchCase {
 			"users' temp areas 0.15 for this machine's 130 entries in a /tmp that other jobs keep changing\n" +
 			"(it grows with the directory: 2 to 3 ms for 1,900, and nothing while the cached listing holds),\n" +
 			"the host's Unix sockets from /proc/net/unix 0.12, the private directory 0.1, the probe 0.09),\n" +
-			"the helper's network namespace, which the kernel builds in the clone (0.55 ms; its teardown\n" +
-			"runs later in a kernel worker), and the Go runtime of a process that lives longer (sysmon,\n" +
+			"the helper's network namespace, which the kernel builds in the clone (0.55 ms; its teardown,\n" +
+			"0.4 ms more, runs later in a kernel worker), and the Go runtime of a process that lives longer (sysmon,\n" +
 			"stack growth: 0.3). In the helper, 3.7 ms: the Go runtime's start of a static 3.9 MB program\n" +
 			"that links only `pkg/sandbox/confine`, until its main (0.95 ms: the first heap allocation,\n" +
 			"the CPU features, the cgroup files for GOMAXPROCS, the package inits), and its sysmon thread,\n" +
