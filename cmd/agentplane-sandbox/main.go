@@ -5,6 +5,12 @@
 // the full programs take (they fall back to running themselves as the
 // helper when it is not installed beside them). It is not for people to
 // run.
+//
+// The helper lives as long as the command, a few milliseconds for most:
+// the runtime's goroutine that watches for a changed CPU limit to update
+// GOMAXPROCS would only add to its start.
+//
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -46,32 +46,37 @@ type Capabilities struct {
 }
 
 // Probe inspects the running kernel and process. It reads a few files in
-// /proc and /sys and makes one Landlock syscall; it starts nothing.
-func Probe() Capabilities { return probe(true, true) }
+// /proc and /sys and makes a few system calls that change nothing
+// (Landlock's version, seccomp's actions, mount_setattr and pidfd_getfd on
+// invalid descriptors); it starts nothing.
+func Probe() Capabilities { return probe(true, true, true) }
 
 // probeFor is the part of Probe that Prepare needs for p, since it runs on
 // every sandboxed call: the cgroup hierarchies (mountinfo, the process's
-// cgroups, access checks) only for --memory and --pids, and the sysctls
+// cgroups, access checks) only for --memory and --pids, process
+// accounting (the process's status file) only for --cpu-time and
+// --file-size, which are all it serves (acct_linux.go), and the sysctls
 // that switch off unprivileged user namespaces only when not root (root
 // needs none).
 func probeFor(p Policy) Capabilities {
-	return probe(p.Memory > 0 || p.Pids > 0, os.Geteuid() != 0)
+	return probe(p.Memory > 0 || p.Pids > 0, os.Geteuid() != 0, p.CPUTime > 0 || p.FileSize > 0)
 }
 
-func probe(cgroups, userNS bool) Capabilities {
+func probe(cgroups, userNS, acct bool) Capabilities {
 	c := Capabilities{Root: os.Geteuid() == 0}
 	c.LandlockABI = confine.LandlockABI()
-	c.NetNS = exists("/proc/self/ns/net")
-	c.MountNS = exists("/proc/self/ns/mnt")
-	c.UserNS = userNS && exists("/proc/self/ns/user") && userNSAllowed()
-	c.Seccomp = exists("/proc/sys/kernel/seccomp/actions_avail")
+	ns := namespaces()
+	c.NetNS = ns["net"]
+	c.MountNS = ns["mnt"]
+	c.UserNS = userNS && ns["user"] && userNSAllowed()
+	c.Seccomp = seccompActionAvailable(unix.SECCOMP_RET_KILL_PROCESS)
 	c.SeccompNotify = seccompNotifyAvailable()
-	c.PidNS = exists("/proc/self/ns/pid")
-	c.IPCNS = exists("/proc/self/ns/ipc")
-	c.CgroupNS = exists("/proc/self/ns/cgroup")
+	c.PidNS = ns["pid"]
+	c.IPCNS = ns["ipc"]
+	c.CgroupNS = ns["cgroup"]
 	// An invalid descriptor tells EBADF (the call exists) from ENOSYS.
 	c.MountAPI = unix.MountSetattr(-1, "", 0, &unix.MountAttr{}) != unix.ENOSYS
-	c.ProcessAcct = processAcctAvailable()
+	c.ProcessAcct = acct && processAcctAvailable()
 	if !cgroups {
 		return c
 	}
@@ -203,12 +208,28 @@ func childrenLimitsDetail(c Capabilities) string {
 // seccompNotifyAvailable reports user notification among the seccomp
 // actions and pidfd_getfd (an invalid descriptor tells EBADF from ENOSYS).
 func seccompNotifyAvailable() bool {
-	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
-	if err != nil || !slices.Contains(strings.Fields(string(b)), "user_notif") {
+	if !seccompActionAvailable(unix.SECCOMP_RET_USER_NOTIF) {
 		return false
 	}
-	_, err = unix.PidfdGetfd(-1, 0, 0)
+	_, err := unix.PidfdGetfd(-1, 0, 0)
 	return err != unix.ENOSYS
+}
+
+// seccompActionAvailable asks the kernel whether seccomp filters may
+// return action, as /proc/sys/kernel/seccomp/actions_avail lists them
+// (SECCOMP_GET_ACTION_AVAIL, Linux 4.14, the same age as that file): one
+// system call instead of reading the file.
+func seccompActionAvailable(action uint32) bool {
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_GET_ACTION_AVAIL, 0, uintptr(unsafe.Pointer(&action)))
+	return errno == 0
+}
+
+// namespaces lists the namespace types of /proc/self/ns: one directory
+// read instead of a stat per type.
+func namespaces() map[string]bool {
+	ns := map[string]bool{}
+	_ = scanDir("/proc/self/ns", func(name []byte, _ byte) { ns[string(name)] = true })
+	return ns
 }
 
 func exists(path string) bool {

@@ -328,7 +328,7 @@ func (p *Prepared) sendSpec() (*os.File, error) {
 	s := *p.spec
 	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
 	s.Report = endReports && !p.Control
-	enc, err := json.Marshal(s)
+	enc, err := confine.EncodeSpec(s)
 	if err != nil {
 		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
 	}

@@ -1,12 +1,16 @@
 package sandbox
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // privateArea is this run's temp area under a TMPDIR of the test's own.
@@ -41,6 +45,10 @@ func TestPrivateReuse(t *testing.T) {
 	if n := countSpares(t, area); n != 1 {
 		t.Fatalf("%d spares after one run, want 1", n)
 	}
+	// The helper's empty status file stays for the next one to open.
+	if kept, _ := filepath.Glob(filepath.Join(area, sparePrefix+"*", statusFile)); len(kept) != 1 || !emptyStatus(kept[0]) {
+		t.Errorf("the spare's status file: %v", kept)
+	}
 	res, prep2 := sandboxed(t, p, ws, "sh", "-c", `ls -A "$TMPDIR"; stat -c '%a %u' "$TMPDIR"; echo done`)
 	if want := "700 " + strconv.Itoa(os.Geteuid()) + "\ndone\n"; out(res) != want {
 		t.Errorf("the next run's TMPDIR: %q, want %q (empty, 0700, the caller's)", out(res), want)
@@ -53,6 +61,17 @@ func TestPrivateReuse(t *testing.T) {
 	}
 	if _, ok := nameOwner(filepath.Base(filepath.Dir(prep2.TempDir))); !ok {
 		t.Errorf("a claimed spare does not name its owner: %s", prep2.TempDir)
+	}
+	if err := prep2.Failure(); err != nil {
+		t.Errorf("the run in the spare reports a failure: %v", err)
+	}
+	// A status file that records something is removed, not kept: the
+	// next run in the spare must not read this run's failure.
+	status := filepath.Join(filepath.Dir(prep2.TempDir), statusFile)
+	must(t, os.WriteFile(status, []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	prep2.Cleanup()
+	if kept, _ := filepath.Glob(filepath.Join(area, sparePrefix+"*", statusFile)); len(kept) != 0 {
+		t.Errorf("a status file with content was kept: %v", kept)
 	}
 }
 
@@ -73,7 +92,17 @@ func TestPrivatePlantedSpare(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(full, "tmp"), 0o700))
 	must(t, os.Chmod(full, 0o711))
 	must(t, os.WriteFile(filepath.Join(full, "tmp", "planted"), []byte("x"), 0o600))
-	for i := 0; i < 3; i++ {
+	// A status file that records a failure, and one linked elsewhere.
+	stale := filepath.Join(area, sparePrefix+"stale")
+	must(t, os.MkdirAll(filepath.Join(stale, "tmp"), 0o700))
+	must(t, os.Chmod(stale, 0o711))
+	must(t, os.WriteFile(filepath.Join(stale, statusFile), []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	linked := filepath.Join(area, sparePrefix+"linked")
+	must(t, os.MkdirAll(filepath.Join(linked, "tmp"), 0o700))
+	must(t, os.Chmod(linked, 0o711))
+	must(t, os.WriteFile(filepath.Join(elsewhere, "status"), nil, 0o600))
+	must(t, os.Link(filepath.Join(elsewhere, "status"), filepath.Join(linked, statusFile)))
+	for i := 0; i < 5; i++ {
 		prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
 		must(t, err)
 		base := filepath.Dir(prep.TempDir)
@@ -85,10 +114,18 @@ func TestPrivatePlantedSpare(t *testing.T) {
 		if len(entries) != 0 {
 			t.Fatalf("the run's TMPDIR holds %v", entries)
 		}
+		if err := prep.Failure(); err != nil {
+			t.Fatalf("a fresh run reads a failure: %v", err)
+		}
 		defer prep.Cleanup()
 	}
 	if _, err := os.Stat(filepath.Join(elsewhere, "tmp")); err != nil {
 		t.Errorf("the symlink's target was touched: %v", err)
+	}
+	// The spare whose status file has a second name was removed, not used.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(elsewhere, "status"), &st); err != nil || st.Nlink != 1 {
+		t.Errorf("the linked status file: %d names (%v)", st.Nlink, err)
 	}
 }
 
@@ -211,4 +248,31 @@ func BenchmarkTempAreas(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The helper opens the status file it is handed without truncating an
+// empty one, and still empties one that holds something: a failure
+// recorded there before the run is never read as the run's.
+func TestHelperEmptiesStatus(t *testing.T) {
+	requireSandbox(t)
+	privateArea(t)
+	prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	status := filepath.Join(filepath.Dir(prep.TempDir), statusFile)
+	must(t, os.WriteFile(status, []byte(`{"code":"sandbox_failed","message":"planted"}`), 0o600))
+	files, started, err := prep.Launch()
+	must(t, err)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"true"}), Dir: "/", Env: append(os.Environ(), prep.Env...),
+		Timeout: time.Minute, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+	})
+	started()
+	must(t, err)
+	if res.ExitCode != 0 || prep.Failure() != nil {
+		t.Fatalf("exit %d, failure %v", res.ExitCode, prep.Failure())
+	}
+	if !emptyStatus(status) {
+		t.Errorf("the status file was not emptied")
+	}
 }

@@ -2,10 +2,10 @@ package sandbox
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -148,7 +148,7 @@ func (b *builder) build() (*Prepared, error) {
 	// write here, and writes to it only if it fails or the target dies of
 	// a signal; no status file is no failure. The command sees /dev/null
 	// in its place.
-	status := filepath.Join(base, "status")
+	status := filepath.Join(base, statusFile)
 	b.sp.Status = status
 	b.report["tmpdir"] = tmp
 	b.sp.DenyFiles = append(b.sp.DenyFiles, status)
@@ -445,13 +445,17 @@ func (b *builder) control() {
 // the next run renames to its own name. On a filesystem mounted with
 // discard (this repository's CI machines: ext4 on a virtual disk), removing
 // a directory frees its block and waits for the device to discard it,
-// about 4 ms per directory; a rename frees nothing. At most maxSpares are
-// kept; the covers of the temp areas hide them from every command like
-// the rest of the area.
+// about 4 ms per directory; a rename frees nothing. An empty status file
+// (the run ended without a failure or a signal to record) stays in the
+// spare too: the next helper opens it instead of creating it, which on
+// ext4 is an inode allocated and journalled on the way to every command.
+// At most maxSpares are kept; the covers of the temp areas hide them from
+// every command like the rest of the area.
 
 const (
 	sparePrefix = "spare."
 	maxSpares   = 4
+	statusFile  = "status"
 )
 
 // claimPrivate returns this run's private directory in area, with an
@@ -491,7 +495,8 @@ func spares(area string) []string {
 
 // usableSpare checks a claimed spare: a directory of the caller's, 0711,
 // holding nothing but an empty tmp/ of the caller's, which it sets back
-// to 0700 (a --user run handed it to its target).
+// to 0700 (a --user run handed it to its target), and maybe an empty
+// status file (emptyStatus).
 func usableSpare(dir string) bool {
 	uid, gid := os.Geteuid(), os.Getegid()
 	var st unix.Stat_t
@@ -502,7 +507,11 @@ func usableSpare(dir string) bool {
 	if unix.Lstat(tmp, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return false
 	}
-	if names(dir) != 1 || names(tmp) != 0 {
+	want := 1
+	if emptyStatus(filepath.Join(dir, statusFile)) {
+		want = 2
+	}
+	if names(dir) != want || names(tmp) != 0 {
 		return false
 	}
 	if int(st.Uid) != uid || int(st.Gid) != gid {
@@ -516,6 +525,15 @@ func usableSpare(dir string) bool {
 		}
 	}
 	return true
+}
+
+// emptyStatus reports whether path is an empty regular file of the
+// caller's, 0600, with one name: a status file that records nothing, which
+// a spare may keep (a helper empties one that is not, at its start).
+func emptyStatus(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o7777 == 0o600 &&
+		st.Size == 0 && int(st.Uid) == os.Geteuid() && st.Nlink == 1
 }
 
 // names counts the entries of dir (-1 when it cannot be read).
@@ -535,6 +553,9 @@ func releasePrivate(base string) {
 	tmp := filepath.Join(base, "tmp")
 	ok := true
 	_ = scanDir(base, func(name []byte, _ byte) {
+		if string(name) == statusFile && emptyStatus(filepath.Join(base, statusFile)) {
+			return
+		}
 		if string(name) != "tmp" {
 			if os.RemoveAll(filepath.Join(base, string(name))) != nil {
 				ok = false
@@ -558,9 +579,17 @@ func releasePrivate(base string) {
 	_ = os.RemoveAll(base)
 }
 
+// randHex returns n random bytes in hex, for names that must not collide
+// (a collision is retried: RENAME_NOREPLACE, EEXIST) and are not secrets
+// (the directories they name are the caller's, and covered in every
+// sandbox). From math/rand/v2's generator (ChaCha8, seeded by the runtime
+// from the kernel): crypto/rand's first read in a process sets up its
+// own state, which the sandbox's names alone paid for on every call.
 func randHex(n int) string {
 	b := make([]byte, n)
-	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
 	return hex.EncodeToString(b)
 }
 
@@ -690,12 +719,10 @@ func (b *builder) limits() error {
 // that hierarchy, so that limits set on the caller keep covering the
 // command.
 func (b *builder) newCgroup(mount, parent string) (string, error) {
-	var rnd [4]byte
-	_, _ = rand.Read(rnd[:])
 	if b.sweep {
 		sweepCgroups(filepath.Join(mount, parent))
 	}
-	dir := filepath.Join(mount, parent, cgroupName(hex.EncodeToString(rnd[:])))
+	dir := filepath.Join(mount, parent, cgroupName(randHex(4)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", unavailable("cannot create cgroup %s: %v", dir, unwrap(err))
 	}

@@ -755,10 +755,40 @@ func TestProbeFor(t *testing.T) {
 			t.Errorf("%+v: cgroups %+v, the full probe found %+v", p, c, full)
 		}
 	}
+	// Process accounting only for the limits it serves.
+	for _, p := range []Policy{{CPUTime: time.Second}, {FileSize: 1000}} {
+		if c := probeFor(p); c.ProcessAcct != full.ProcessAcct {
+			t.Errorf("%+v: process accounting %v, the full probe found %v", p, c.ProcessAcct, full.ProcessAcct)
+		}
+	}
 	c := probeFor(Policy{Mode: ModeReadOnly})
+	if c.ProcessAcct {
+		t.Error("a policy without --cpu-time or --file-size probed process accounting")
+	}
 	c.UserNS, full.UserNS = false, false
+	c.ProcessAcct = full.ProcessAcct
 	c.CgroupV1Memory, c.CgroupV1Pids, c.CgroupV2, c.CgroupV2Controllers, c.memoryParent, c.pidsParent = full.CgroupV1Memory, full.CgroupV1Pids, full.CgroupV2, full.CgroupV2Controllers, full.memoryParent, full.pidsParent
 	if !reflect.DeepEqual(c, full) {
 		t.Errorf("the rest differs: %+v, full %+v", c, full)
+	}
+}
+
+// The probe's system calls (SECCOMP_GET_ACTION_AVAIL, one listing of
+// /proc/self/ns) tell what the files they replace tell.
+func TestProbeAgreesWithProc(t *testing.T) {
+	c := Probe()
+	avail, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	actions := strings.Fields(string(avail))
+	if c.Seccomp != (err == nil && slices.Contains(actions, "kill_process")) {
+		t.Errorf("Seccomp %v, actions_avail %q (%v)", c.Seccomp, avail, err)
+	}
+	if c.SeccompNotify != slices.Contains(actions, "user_notif") {
+		t.Errorf("SeccompNotify %v, actions_avail %q", c.SeccompNotify, avail)
+	}
+	for name, got := range map[string]bool{"net": c.NetNS, "mnt": c.MountNS, "pid": c.PidNS, "ipc": c.IPCNS, "cgroup": c.CgroupNS} {
+		_, err := os.Stat("/proc/self/ns/" + name)
+		if got != (err == nil) {
+			t.Errorf("namespace %s: probe %v, stat %v", name, got, err)
+		}
 	}
 }

@@ -261,43 +261,52 @@ func allCases() []benchCase {
 		{"sandbox", "The cost of `--sandbox workspace-write --net none` on `agentsh -- true`: the re-exec\n" +
 			"helper (agentplane-sandbox), its mount, PID, IPC, cgroup and network namespaces, Landlock and\n" +
 			"seccomp, against the unsandboxed call. Target: within 1.5x.\n\n" +
-			"Where the sandbox's own time goes (CLOCK_REALTIME stamps in the runner and the helper, medians\n" +
-			"of 40 calls; on a quiet machine the figures are lower, under the load average of 3 to 4 of\n" +
-			"the shared two cores they were measured at they are about this): in the runner, the policy\n" +
-			"and the probe of the machine (0.5 to 1 ms), the listing of the temp dir for other users'\n" +
-			"temp areas whenever the directory changed since the last call (2 to 3 ms for this machine's\n" +
-			"1,900 entries in a /tmp that other jobs keep changing; nothing on a quiet one, where the\n" +
-			"cached listing holds), the private directory (0.3 to 0.5 ms); starting the helper, a second\n" +
-			"program with the namespaces created by the clone itself (the network namespace about 0.9 ms\n" +
-			"of CPU of it; exec and the Go runtime of a static 3.9 MB program that links only\n" +
-			"`pkg/sandbox/confine` until its main: 1 ms quiet, 2 to 3 loaded); in the helper, the spec\n" +
-			"(0.3 to 0.6 ms: written at Launch, so it is there when the helper starts), the loopback\n" +
-			"(0.15 ms), the mount recipe, about 40 mount calls for the read-only root, the writable binds,\n" +
-			"a fresh `/proc`, the minimal `/dev` and the covered control files and sockets (1.1 to 1.6\n" +
-			"ms), capabilities and Landlock (0.3 ms), the seccomp filters and the Unix socket gate (0.5\n" +
-			"ms), the target's fork and exec (0.3 to 1 ms); after the command, the helper's report and the\n" +
-			"result (0.5 ms). The kernel's teardown of the mount namespace, an expedited RCU grace period\n" +
-			"when the helper, PID 1 of its namespaces and their last process, exits (1 to 3 ms, 5 and more\n" +
-			"loaded; with real-time load on both cores, a Go link run at `chrt -f`, the grace period waits\n" +
-			"for a normal-priority kernel thread until the real-time throttle lets it run: a second), is no\n" +
-			"longer waited for: once the command is over the helper kills and reaps every other process of\n" +
-			"its PID namespace, completes its status file, closes its copies of the command's streams and\n" +
-			"reports the command's exit status on its spec socket, which the command never holds; the\n" +
-			"runner gives the result on that report and reaps the helper in the background, the guard\n" +
-			"accepts the exiting helper as its cgroup's one member, and the watchdog's front removes the\n" +
-			"cgroup with a system call once agentsh has exited and the teardown is done (a helper that dies\n" +
-			"or stops before it reports is waited for, or timed out, as before; a run with cgroup v1\n" +
-			"limits waits for the exit, since Cleanup removes those cgroups). What no longer runs on every\n" +
-			"call: the temp dir's listing while its modification time stays as it was (kept in the\n" +
-			"caller's own area), removing the private directory (it is\n" +
-			"emptied and kept as a spare for the next run: on this machine's ext4 mounted with `discard`,\n" +
-			"every rmdir waited about 4 ms for the device), creating an owner file in it (its name says\n" +
-			"whose it is), unmounting a detached mount in the helper (another RCU grace period), catching\n" +
-			"every signal with os/signal (a round trip to the runtime's signal thread per signal, 1 to\n" +
-			"15 ms: the helper, PID 1 of its namespace, gives the runtime's handlers back to SIG_DFL,\n" +
-			"which the kernel drops for it), the sweep for leftovers of killed runners (at most once a\n" +
-			"minute), and the helper's former start-up (the allowlist proxy's package init and a\n" +
-			"dynamically linked program: 2.4 ms more).", benchSandbox},
+			"Where the sandbox's own time goes (CPU per call, `perf record -g -e cpu-clock` over 100 calls\n" +
+			"each way, under the load average of 4 to 5 of the shared two cores it was measured at; a\n" +
+			"loaded machine turns CPU into wall time almost one for one): about 6.4 ms of CPU more than the\n" +
+			"plain call's 9.4. In the runner, 2.5 ms: the policy, the probe and the private directory (0.7\n" +
+			"ms: the control files and git metadata to protect 0.18, the listing of the temp dir for other\n" +
+			"users' temp areas 0.15 for this machine's 130 entries in a /tmp that other jobs keep changing\n" +
+			"(it grows with the directory: 2 to 3 ms for 1,900, and nothing while the cached listing holds),\n" +
+			"the host's Unix sockets from /proc/net/unix 0.12, the private directory 0.1, the probe 0.09),\n" +
+			"the helper's network namespace, which the kernel builds in the clone (0.55 ms; its teardown,\n" +
+			"0.4 ms more, runs later in a kernel worker), and the Go runtime of a process that lives longer (sysmon,\n" +
+			"stack growth: 0.3). In the helper, 3.7 ms: the Go runtime's start of a static 3.9 MB program\n" +
+			"that links only `pkg/sandbox/confine`, until its main (0.95 ms: the first heap allocation,\n" +
+			"the CPU features, the cgroup files for GOMAXPROCS, the package inits), and its sysmon thread,\n" +
+			"which polls every 20 microseconds for the first millisecond (0.3 ms); then the mounts, about\n" +
+			"40 calls for the read-only root, the writable binds, the temp-area covers, a fresh `/proc`, the\n" +
+			"minimal `/dev` and the covered control files and sockets (0.5 ms), the two seccomp filters\n" +
+			"(0.16 ms, the kernel compiling them), the target's fork and exec (0.15 ms), the reap and the\n" +
+			"end report (0.13 ms), the loopback (0.11 ms), the Unix socket gate (0.1 ms), the spec (0.09\n" +
+			"ms), the PATH search, Landlock and capabilities (0.17 ms). The kernel's teardown of the mount\n" +
+			"namespace when the helper, PID 1 of its namespaces and their last process, exits (an expedited\n" +
+			"RCU grace period: 1 to 3 ms, 5 and more loaded, a second under real-time load) is not waited\n" +
+			"for: once the command is over the helper kills and reaps every other process of its PID\n" +
+			"namespace, completes its status file, closes its copies of the command's streams and reports\n" +
+			"the command's exit status on its spec socket, which the command never holds; the runner gives\n" +
+			"the result on that report and reaps the helper in the background, and the watchdog's front\n" +
+			"removes the guard's cgroup once the teardown is done (a helper that dies or stops before it\n" +
+			"reports is waited for, or timed out; a run with cgroup v1 limits waits for the exit). What no\n" +
+			"longer runs on every call: creating the helper's status file (an ext4 inode and a journal\n" +
+			"transaction on the way to the command, about a millisecond on this loaded machine: an empty\n" +
+			"one stays in the spare private directory, opened without O_TRUNC) and removing it after;\n" +
+			"encoding/json for the spec (its first decode of the spec's type in the helper 0.25 ms, its\n" +
+			"first encode in the runner 0.12: NUL-ended records now); reading the mount table in the new\n" +
+			"namespace for the run's cgroups when it has none (0.16 ms); crypto/rand's setup for the\n" +
+			"private directory's random name; reading the process's status for accounting without\n" +
+			"`--cpu-time` or `--file-size`, and seccomp's actions and the namespaces from files (two\n" +
+			"system calls now); an error built for each PATH entry that misses; the temp dir's listing\n" +
+			"while its modification time stays as it was (kept in the caller's own area); removing the\n" +
+			"private directory (it is emptied and kept as a spare: on this machine's ext4 mounted with\n" +
+			"`discard`, every rmdir waited about 4 ms for the device); unmounting a detached mount in the\n" +
+			"helper (another RCU grace period); catching every signal with os/signal (the helper gives the\n" +
+			"runtime's handlers back to SIG_DFL, which the kernel drops for PID 1); the sweep for leftovers\n" +
+			"of killed runners (at most once a minute); and the helper's former start-up as the full\n" +
+			"program (the allowlist proxy's package init and a dynamically linked program: 2.4 ms more).\n" +
+			"What is left is mostly fixed (a second Go program's start, a network namespace, the mount\n" +
+			"recipe and the filters): two thirds of the plain call's CPU, which a loaded machine shows as\n" +
+			"about that much more wall time.", benchSandbox},
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed (a private GOCACHE too),\n" +
 			"each cache warmed by one run first. Target: within 1.1x.", benchSandboxBuild},

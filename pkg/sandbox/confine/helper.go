@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -46,7 +45,15 @@ func Main(args []string) int {
 	}
 	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
 	// it; the descriptor stays writable after the uid and Landlock changes.
-	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// The runner hands over an empty one or none: truncated only if it is
+	// not, since O_TRUNC changes the times of an empty file too, a journal
+	// transaction on the way to the command.
+	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err == nil {
+		if st, serr := status.Stat(); serr != nil || st.Size() != 0 {
+			err = status.Truncate(0)
+		}
+	}
 	if err != nil {
 		return lastResort(fmt.Sprintf("open status file: %v", err))
 	}
@@ -114,23 +121,33 @@ func (h *helper) exec(argv []string) int {
 // lookPath resolves name against the PATH of the helper's environment, which
 // is the command's.
 func lookPath(name string) (string, string, error) {
+	notFound := func() error { return fmt.Errorf("command not found: %s", name) }
+	// check returns "" for an executable file, else the error's code and,
+	// unless it is command_not_found, the error: the entries of a long
+	// PATH are missed on every call, with no error built for each.
 	check := func(p string) (string, error) {
-		st, err := os.Stat(p)
-		if err != nil {
+		var st syscall.Stat_t
+		err := syscall.Stat(p, &st)
+		for err == syscall.EINTR {
+			err = syscall.Stat(p, &st)
+		}
+		switch {
+		case err == syscall.ENOENT || err == syscall.EACCES || err == syscall.EPERM || err == syscall.ENOTDIR:
 			// A PATH entry this user cannot search holds nothing it can
 			// run, as for a shell.
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTDIR) {
-				return result.CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
-			}
-			return result.CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, unwrap(err))
-		}
-		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return result.CodeCommandNotFound, nil
+		case err != nil:
+			return result.CodeCommandNotExecutable, fmt.Errorf("cannot run %s: %v", name, err)
+		case st.Mode&syscall.S_IFMT == syscall.S_IFDIR || st.Mode&0o111 == 0:
 			return result.CodeCommandNotExecutable, fmt.Errorf("%s is not an executable file", p)
 		}
 		return "", nil
 	}
 	if strings.Contains(name, "/") {
 		code, err := check(name)
+		if code == result.CodeCommandNotFound {
+			err = notFound()
+		}
 		return name, code, err
 	}
 	pathEnv, ok := os.LookupEnv("PATH")
@@ -145,7 +162,7 @@ func lookPath(name string) (string, string, error) {
 		}
 		p := filepath.Join(dir, name)
 		code, err := check(p)
-		if err == nil {
+		if code == "" {
 			return p, "", nil
 		}
 		if firstErr == nil && code == result.CodeCommandNotExecutable {
@@ -155,7 +172,7 @@ func lookPath(name string) (string, string, error) {
 	if firstErr != nil {
 		return "", firstCode, firstErr
 	}
-	return "", result.CodeCommandNotFound, fmt.Errorf("command not found: %s", name)
+	return "", result.CodeCommandNotFound, notFound()
 }
 
 // seatbeltArgv is the argv the macOS helper execs: argv itself when the

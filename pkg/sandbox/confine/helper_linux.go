@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -56,7 +55,9 @@ func (h *helper) run(argv []string) int {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set up the network proxy: %v", err)
 		}
 	}
-	cwd, cwdErr := os.Getwd()
+	// The directory's own path (getcwd), not $PWD's name for it: entered
+	// again below, it cannot lead through a symlink the mounts changed.
+	cwd, cwdErr := unix.Getwd()
 	reopen := func() (clonedMount, error) {
 		f, m, err := openDetached(sp.Status)
 		if err != nil {
@@ -243,15 +244,24 @@ func (h *helper) report(exit int) {
 // process is left, not even a zombie or a clone child with no exit signal.
 // The helper's thread keeps the right to signal every process of the
 // command (CAP_KILL, or the command's own uid without capabilities to
-// change it).
+// change it). The same ECHILD, asked first, spares the kill when the
+// command left nothing behind (most runs): kill(-1) walks every process
+// of the machine to find those of the namespace.
 func emptyNamespace() bool {
+	var ws unix.WaitStatus
+	_, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOHANG, nil)
+	for err == unix.EINTR {
+		_, err = unix.Wait4(-1, &ws, unix.WALL|unix.WNOHANG, nil)
+	}
+	if err == unix.ECHILD {
+		return true
+	}
 	for {
 		_ = unix.Kill(-1, unix.SIGKILL)
-		var ws unix.WaitStatus
 		_, err := unix.Wait4(-1, &ws, unix.WALL, nil)
-		switch {
-		case err == nil, errors.Is(err, unix.EINTR):
-		case errors.Is(err, unix.ECHILD):
+		switch err {
+		case nil, unix.EINTR:
+		case unix.ECHILD:
 			return true
 		default:
 			return false
@@ -327,24 +337,24 @@ func loopbackUp() error {
 }
 
 // dropBoundingSet removes every capability but keptCaps from the bounding
-// set, which limits what any later execve can grant, root included.
+// set, which limits what any later execve can grant, root included. The
+// kernel's capabilities are numbered from 0 without a gap: the first
+// number it calls invalid (EINVAL) is past the last one, which spares
+// reading /proc/sys/kernel/cap_last_cap.
 func dropBoundingSet(dropFile bool) error {
-	last := 63
-	if data, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		v := strings.TrimSpace(string(data))
-		if n, err := strconv.Atoi(v); err == nil {
-			last = n
-		}
-	}
 	keep := map[int]bool{}
 	for _, c := range keptCaps(dropFile) {
 		keep[c] = true
 	}
-	for c := 0; c <= last; c++ {
+	for c := 0; c <= 63; c++ {
 		if keep[c] {
 			continue
 		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break
+		}
+		if err != nil {
 			return fmt.Errorf("capability %d: %v", c, err)
 		}
 	}

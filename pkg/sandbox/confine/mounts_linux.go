@@ -174,10 +174,9 @@ func freshProc() error {
 		return fmt.Errorf("cannot mount a private /proc: %v", err)
 	}
 	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
-		if _, err := os.Lstat(p); err != nil {
-			continue
-		}
-		if err := bindReadOnly(p); err != nil {
+		if err := bindReadOnly(p); errors.Is(err, unix.ENOENT) {
+			continue // not in this kernel's procfs: nothing to keep read-only
+		} else if err != nil {
 			return fmt.Errorf("cannot make %s read-only: %v", p, err)
 		}
 	}
@@ -192,11 +191,10 @@ func minimalDev(devs []clonedMount) error {
 		return fmt.Errorf("cannot mount a private /dev: %v", err)
 	}
 	for _, d := range devs {
-		f, err := os.OpenFile(d.path, os.O_CREATE|os.O_WRONLY, 0o666)
-		if err != nil {
+		// The mount point: an empty file, by one system call.
+		if err := unix.Mknod(d.path, unix.S_IFREG|0o666, 0); err != nil {
 			return fmt.Errorf("cannot create %s: %v", d.path, err)
 		}
-		f.Close()
 		if err := unix.MoveMount(d.fd, "", unix.AT_FDCWD, d.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 			return fmt.Errorf("cannot bind %s: %v", d.path, err)
 		}
@@ -298,9 +296,14 @@ func cgroupView(own []string) error {
 	if err != nil || !st.IsDir() {
 		return nil // no cgroups here to hide
 	}
-	mounts, err := cgroupMounts()
-	if err != nil {
-		return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+	var mounts []cgroupMount
+	if len(own) > 0 {
+		// Read only when needed: in the new namespace the table holds
+		// every mount made above, and reading it costs more than all of
+		// them.
+		if mounts, err = cgroupMounts(); err != nil {
+			return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+		}
 	}
 	var mine []cgroupMount
 	for _, dir := range own {

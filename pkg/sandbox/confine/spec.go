@@ -46,11 +46,12 @@ const (
 // (cgroupView), and records the limit deaths of the orphans it reaps in the
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
 // in argv. 9: the spec's descriptor may be a socket on which the helper
-// reports the command's end (Report).
-const SpecVersion = 9
+// reports the command's end (Report). 10: the spec is in the record format
+// of EncodeSpec, not JSON.
+const SpecVersion = 10
 
-// Spec is what the runner hands to the helper, as JSON on the pipe at
-// SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
+// Spec is what the runner hands to the helper, encoded by EncodeSpec on
+// the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
 // command could read its own policy's layout (the covered paths, the
 // status file) in /proc/1/cmdline.
 type Spec struct {
@@ -215,12 +216,16 @@ func ReadSpec(fd int) (Spec, int, error) {
 }
 
 // readAll reads fd to its end, at most limit bytes, without wrapping it
-// in an os.File (whose finalizer would close it).
+// in an os.File (whose finalizer would close it). A spec is a few hundred
+// bytes: the buffer starts small (every page of a larger one is a fault
+// on the helper's way to the command) and grows as needed.
 func readAll(fd, limit int) ([]byte, error) {
-	var data []byte
-	buf := make([]byte, 64<<10)
+	data := make([]byte, 0, 4<<10)
 	for len(data) < limit {
-		n, err := syscall.Read(fd, buf)
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := syscall.Read(fd, data[len(data):cap(data)])
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -230,18 +235,26 @@ func readAll(fd, limit int) ([]byte, error) {
 		if n == 0 {
 			break
 		}
-		data = append(data, buf[:n]...)
+		data = data[:len(data)+n]
 	}
 	return data, nil
 }
 
-// ParseSpec decodes a spec as the runner writes it.
+// ParseSpec decodes a spec as the runner writes it (EncodeSpec). A JSON
+// spec is an older runner's: its version is read, so that the helper can
+// say it is from another build.
 func ParseSpec(data []byte) (Spec, error) {
 	var sp Spec
 	if len(data) > maxSpec {
 		return sp, fmt.Errorf("bad sandbox spec: larger than %d bytes", maxSpec)
 	}
-	if err := json.Unmarshal(data, &sp); err != nil {
+	if len(data) > 0 && data[0] == '{' {
+		if err := json.Unmarshal(data, &sp); err != nil {
+			return sp, fmt.Errorf("bad sandbox spec: %v", err)
+		}
+		return sp, nil
+	}
+	if err := decodeSpec(&sp, data); err != nil {
 		return sp, fmt.Errorf("bad sandbox spec: %v", err)
 	}
 	return sp, nil
