@@ -175,12 +175,14 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorAllowHost:
 		return subset(name, f.AllowHost, call.AllowHost)
 	case FloorDenyRead:
+		// Compared as the sandbox hides them: resolved (a call's policy
+		// is checked again once Prepare resolved its paths).
 		have := map[string]bool{}
 		for _, d := range call.DenyRead {
-			have[filepath.Clean(d)] = true
+			have[resolved(d)] = true
 		}
 		for _, d := range f.DenyRead {
-			if !have[filepath.Clean(d)] {
+			if !have[resolved(d)] {
 				return locked(name, d, "without it")
 			}
 		}

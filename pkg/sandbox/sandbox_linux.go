@@ -177,6 +177,23 @@ func (b *builder) build() (*Prepared, error) {
 		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
 		b.sp.WriteFiles = p.WriteFiles
+		// The identities the helper holds each path to: the workspace's
+		// and the allow-write directories' as normalize checked them, the
+		// program's own (temp dir, caches, call files) as they are now.
+		for _, w := range writable {
+			id, err := b.identity(w)
+			if err != nil {
+				return nil, err
+			}
+			b.sp.WritableIDs = append(b.sp.WritableIDs, id)
+		}
+		for _, w := range p.WriteFiles {
+			id, err := b.identity(w)
+			if err != nil {
+				return nil, err
+			}
+			b.sp.WriteFileIDs = append(b.sp.WriteFileIDs, id)
+		}
 		b.sp.ReadOnlyRoot = true
 		b.sp.DropFileCaps = b.caps.Root
 		b.report["filesystem"] = "landlock"
@@ -919,3 +936,20 @@ func limitsHit(memCg, pidCg string) []string {
 	}
 	return hit
 }
+
+// identity is the identity of a writable path for the spec: the one
+// normalize took when it resolved the path, else the path's now.
+func (b *builder) identity(path string) (confine.FileID, error) {
+	if id, ok := b.p.ids[path]; ok {
+		return id, nil
+	}
+	id, err := identify(path)
+	if err != nil {
+		return id, invalid("writable path %s: %v", path, unwrap(err))
+	}
+	return id, nil
+}
+
+// identify is a directory's identity, reached without following a
+// symbolic link (confine.Identify).
+func identify(path string) (confine.FileID, error) { return confine.Identify(path) }

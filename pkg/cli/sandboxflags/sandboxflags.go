@@ -45,6 +45,10 @@ type Options struct {
 	// StateDir is the --state-dir value (or ""), set by the command before
 	// Policy: the environment's files are protected from the command.
 	StateDir string
+
+	// floors are the lock's floors CheckFloor held the call to, which
+	// Policy hands on to the engine (sandbox.Policy.Floors).
+	floors []sandbox.Floor
 }
 
 // AddFlags adds the sandbox flags to fs; every one may have an
@@ -85,7 +89,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
 		DenyRead: absAll(here, o.DenyRead), Net: o.Net, AllowHosts: o.AllowHost, Memory: o.Memory, CPUTime: o.CPUTime,
-		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches, Floors: o.floors}
 	// The control files matter only to a sandbox; naming them lists every
 	// session's directory, which a call without one must not pay for.
 	if !p.Empty() {
@@ -221,6 +225,7 @@ func CheckFloor(env *clikit.Env, o *Options) error {
 	if o.Workspace == "" {
 		o.Workspace = call.Workspace
 	}
+	o.floors = floors
 	return nil
 }
 
@@ -233,20 +238,12 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Settings
+	var call sandbox.Policy
 	if p != nil {
-		call = sandbox.Settings{Mode: p.Mode, Workspace: p.Workspace, Net: p.Net, AllowWrite: p.AllowWrite,
-			AllowHost: p.AllowHosts, DenyRead: p.DenyRead, Memory: p.Memory, CPUTime: p.CPUTime, Pids: int64(p.Pids),
-			FileSize: p.FileSize, Nofile: int64(p.Nofile), User: p.User, UserCaches: p.UserCaches}
-	}
-	if call.Mode == "" {
-		call.Mode = sandbox.ModeNone
-	}
-	if call.Net == "" {
-		call.Net = sandbox.NetHost
+		call = *p
 	}
 	for _, f := range floors {
-		if err := f.Check(call); err != nil {
+		if err := f.Check(call.Settings()); err != nil {
 			return err
 		}
 	}

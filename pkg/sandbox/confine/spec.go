@@ -46,8 +46,10 @@ const (
 // (cgroupView), and records the limit deaths of the orphans it reaps in the
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
 // in argv. 9: the spec's descriptor may be a socket on which the helper
-// reports the command's end (Report).
-const SpecVersion = 9
+// reports the command's end (Report). 10: each writable root and write
+// file comes with the identity the runner checked (WritableIDs,
+// WriteFileIDs), which the helper holds it to.
+const SpecVersion = 10
 
 // Spec is what the runner hands to the helper, as JSON on the pipe at
 // SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -59,9 +61,15 @@ type Spec struct {
 	LandlockABI int      `json:"landlock_abi,omitempty"`
 	Writable    []string `json:"writable,omitempty"`
 	WriteFiles  []string `json:"write_files,omitempty"`
-	DenyDirs    []string `json:"deny_dirs,omitempty"`
-	DenyFiles   []string `json:"deny_files,omitempty"`
-	NetNone     bool     `json:"net_none,omitempty"`
+	// WritableIDs and WriteFileIDs are the identities of Writable and
+	// WriteFiles, one each, as the runner checked them: the helper opens
+	// each path without following a symbolic link and refuses one that is
+	// not that file (pathid_linux.go).
+	WritableIDs  []FileID `json:"writable_ids,omitempty"`
+	WriteFileIDs []FileID `json:"write_file_ids,omitempty"`
+	DenyDirs     []string `json:"deny_dirs,omitempty"`
+	DenyFiles    []string `json:"deny_files,omitempty"`
+	NetNone      bool     `json:"net_none,omitempty"`
 	// ProxyPort, with --net proxy: listen there inside the namespace and
 	// hand the listener over the descriptor after the control socket
 	// (proxyFD).
@@ -107,6 +115,12 @@ type Spec struct {
 	// over and its PID namespace holds no other process, before its own
 	// exit, which waits for the kernel to tear the namespaces down.
 	Report bool `json:"report,omitempty"`
+}
+
+// A FileID is a file's identity: its device and inode.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
 // EndMessage is the helper's report of the command's end: exit is the
