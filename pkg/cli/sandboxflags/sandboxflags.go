@@ -326,6 +326,105 @@ func HoldsFiles(env *clikit.Env) (bool, error) {
 	return false, err
 }
 
+// FileRules are what the operator's floor leaves a program that opens
+// files itself, outside any sandbox, on a call's behalf (agentfs, on the
+// command line and as MCP tools): the same writable roots and hidden paths
+// the sandbox would give a command.
+type FileRules struct {
+	// MayChange refuses (sandbox_locked) a change of the file at path
+	// (absolute, symlinks resolved) that a locked filesystem sandbox keeps
+	// a command from making: outside the floor's workspace and allow-write
+	// directories (anywhere, in read-only), or to one of agentplane's
+	// control files (every state directory and config file the call could
+	// use, a repository's .git/hooks and .git/config). Nil when no floor
+	// holds the filesystem.
+	MayChange func(path string) error
+	// Hidden are the floor's deny-read paths, resolved.
+	Hidden []string
+	// Held: some floor holds what the program reads or writes
+	// (HoldsFiles), so that a flag naming a file it would open unconfined
+	// is refused.
+	Held bool
+}
+
+// Files returns the file rules of the operator's floor for a program
+// whose state directory flag is stateDir; the zero FileRules when nothing
+// is locked.
+func Files(env *clikit.Env, stateDir string) (FileRules, error) {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
+		return FileRules{}, err
+	}
+	var rules FileRules
+	var bounds [][]string
+	for _, f := range floors {
+		rules.Held = rules.Held || f.HoldsFiles()
+		if slices.Contains(f.Held, sandbox.FloorDenyRead) {
+			for _, d := range f.DenyRead {
+				if r, err := filepath.EvalSymlinks(d); err == nil {
+					d = r
+				}
+				rules.Hidden = append(rules.Hidden, d)
+			}
+		}
+		if roots, ok := f.WriteRoots(); ok {
+			bounds = append(bounds, roots)
+		}
+	}
+	if len(bounds) == 0 {
+		return rules, nil
+	}
+	var control sandbox.Policy
+	(&Options{StateDir: stateDir}).control(env, &control)
+	protected := control.Protect
+	rules.MayChange = func(path string) error {
+		for _, roots := range bounds {
+			if !slices.ContainsFunc(roots, func(r string) bool { return sandbox.Within(path, r) }) {
+				return fileLocked(path, "outside the sandbox's writable roots ("+orNone(roots)+")")
+			}
+		}
+		for _, p := range protected {
+			if sandbox.Within(path, p) {
+				return fileLocked(path, "one of agentplane's control files ("+p+")")
+			}
+		}
+		if gitControl(path) {
+			return fileLocked(path, "a repository's hooks or config")
+		}
+		return nil
+	}
+	return rules, nil
+}
+
+func orNone(paths []string) string {
+	if len(paths) == 0 {
+		return "none"
+	}
+	return strings.Join(paths, ", ")
+}
+
+// gitControl reports whether path is in a .git directory's hooks or is its
+// config, which the sandbox keeps read-only: git runs what they name on
+// the user's next commit.
+func gitControl(path string) bool {
+	parts := strings.Split(filepath.ToSlash(path), "/")
+	for i, p := range parts {
+		if p != ".git" || i+1 >= len(parts) {
+			continue
+		}
+		rest := parts[i+1:]
+		if rest[0] == "hooks" || (len(rest) == 1 && (rest[0] == "config" || rest[0] == "config.worktree")) {
+			return true
+		}
+	}
+	return false
+}
+
+func fileLocked(path, what string) error {
+	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: %s is %s", path, what).
+		With("hint", "the operator's config sets sandbox_lock; files change only where the sandbox lets a command write")
+}
+
 // floorWorkspace is the workspace of the first floor that holds one: the
 // one a call that names none writes in.
 func floorWorkspace(floors []sandbox.Floor) string {
