@@ -250,6 +250,31 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 	return nil
 }
 
+// CheckPolicyDetached is CheckPolicy for a program that runs where no
+// call is made (a job's supervisor, deciding the restart policy's own
+// restarts): a floor's workspace that the operator did not configure is
+// where a call is made, which means nothing there, so it holds nothing;
+// everything else holds as in CheckPolicy.
+func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
+		return err
+	}
+	var call sandbox.Policy
+	if p != nil {
+		call = *p
+	}
+	for _, f := range floors {
+		if !slices.Contains(f.Held, sandbox.FloorWorkspace) {
+			f.Workspace = ""
+		}
+		if err := f.Check(call.Settings()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Floors returns the operator's floors when any source of configuration
 // sets sandbox_lock (clikit.Env.Sources: each environment prefix and each
 // config file, also those a more precedent one shadows), else none: one
