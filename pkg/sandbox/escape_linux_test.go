@@ -904,3 +904,54 @@ func TestPrepareHoldsFloors(t *testing.T) {
 	}
 	prep.Cleanup()
 }
+
+// TestEscapeControlDirSwapped: the same race against a protected control
+// directory inside the workspace (a state directory): after Prepare
+// checked it, a concurrent command renames its parent away and puts a
+// decoy at its path. The helper protects the directory it checked or
+// fails the run; without the identity check the read-only bind would land
+// on the decoy and the real state directory, renamed, would be writable.
+func TestEscapeControlDirSwapped(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	_, ws, _ := dirs(t)
+	stateDir := filepath.Join(ws, "a", "state")
+	spec := filepath.Join(stateDir, "spec.json")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{stateDir}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(prep.Cleanup)
+	if err := os.Rename(filepath.Join(ws, "a"), filepath.Join(ws, "a.real")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", "echo forged > a.real/state/spec.json"}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+	})
+	started()
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.real", "state", "spec.json")); string(b) != "{}" {
+		t.Fatalf("the command rewrote the protected spec through the swapped parent: %q", b)
+	}
+	var re *result.Error
+	if ferr := prep.Failure(); !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") {
+		t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+	}
+}

@@ -230,7 +230,9 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["deny_read_missing"] = missing
 		}
 	}
-	b.control()
+	if err := b.control(); err != nil {
+		return nil, err
+	}
 
 	attr := &syscall.SysProcAttr{
 		// A new mount, PID and IPC namespace for every sandboxed run: the
@@ -375,8 +377,9 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 // control adds agentplane's control files to the spec: read-only those
 // the caller named and the git metadata that would run code outside the
 // sandbox later (a workspace's .git/hooks and .git/config, the user's own
-// git config), hidden the secrets.
-func (b *builder) control() {
+// git config), hidden the secrets. A protected path that changes while it
+// is being recorded is an error.
+func (b *builder) control() error {
 	var protect []string
 	home, _ := os.UserHomeDir()
 	if b.p.Mode == ModeWorkspaceWrite {
@@ -425,7 +428,12 @@ func (b *builder) control() {
 			_ = os.MkdirAll(real, 0o700)
 		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
+			id, err := identify(real)
+			if err != nil {
+				return invalid("protected path %s changed while it was checked: %v", real, unwrap(err))
+			}
 			ro = append(ro, real)
+			b.sp.ReadOnlyIDs = append(b.sp.ReadOnlyIDs, id)
 		}
 	}
 	b.sp.ReadOnly = ro
@@ -452,6 +460,7 @@ func (b *builder) control() {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
+	return nil
 }
 
 // A run's private directory is area/run.OWNER.RND (privateName), mode

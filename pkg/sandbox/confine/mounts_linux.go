@@ -132,9 +132,12 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			return err
 		}
 	}
-	for _, p := range sp.ReadOnly {
-		if err := bindReadOnly(p); err != nil {
-			return fmt.Errorf("cannot protect %s: %v", p, err)
+	if len(sp.ReadOnlyIDs) != len(sp.ReadOnly) {
+		return fmt.Errorf("bad sandbox spec: %d read-only paths, %d identities", len(sp.ReadOnly), len(sp.ReadOnlyIDs))
+	}
+	for i, p := range sp.ReadOnly {
+		if err := bindReadOnlyChecked(p, sp.ReadOnlyIDs[i]); err != nil {
+			return fmt.Errorf("cannot protect %s: %v", p, unwrap(err))
 		}
 	}
 	return hidePaths(sp.DenyDirs, sp.DenyFiles)
@@ -211,6 +214,31 @@ func bindReadOnly(path string) error {
 		return err
 	}
 	return setAttr(path, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+}
+
+// bindReadOnlyChecked is bindReadOnly for a path the runner checked: the
+// file or directory at path is opened without following a symbolic link
+// and must be id (OpenChecked); a read-only copy of it, made from that
+// descriptor, goes onto it. A parent swapped since the check (the real
+// state directory renamed away, a decoy in its place) fails the run
+// rather than leaving the real one writable.
+func bindReadOnlyChecked(path string, id FileID) error {
+	fd, err := OpenChecked(path, id)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	// The copy's own mount only: what is mounted below keeps its flags.
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
+		return err
+	}
+	return unix.MoveMount(tree, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 }
 
 // freshProc mounts a procfs of the new PID namespace over /proc and keeps

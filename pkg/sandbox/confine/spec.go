@@ -46,9 +46,9 @@ const (
 // (cgroupView), and records the limit deaths of the orphans it reaps in the
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
 // in argv. 9: the spec's descriptor may be a socket on which the helper
-// reports the command's end (Report). 10: each writable root and write
-// file comes with the identity the runner checked (WritableIDs,
-// WriteFileIDs), which the helper holds it to.
+// reports the command's end (Report). 10: each writable root, write file
+// and read-only path comes with the identity the runner checked
+// (WritableIDs, WriteFileIDs, ReadOnlyIDs), which the helper holds it to.
 const SpecVersion = 10
 
 // Spec is what the runner hands to the helper, as JSON on the pipe at
@@ -90,6 +90,10 @@ type Spec struct {
 	ReadOnlyRoot bool     `json:"read_only_root,omitempty"`
 	MinimalDev   bool     `json:"minimal_dev,omitempty"`
 	ReadOnly     []string `json:"read_only,omitempty"` // bound read-only
+	// ReadOnlyIDs are the identities of ReadOnly, one each (as
+	// WritableIDs): a control file is protected where it is, not where a
+	// swapped parent would lead.
+	ReadOnlyIDs []FileID `json:"read_only_ids,omitempty"`
 	// DropFileCaps also drops CHOWN, FOWNER and FSETID, with which root
 	// changes the metadata of files it does not own.
 	DropFileCaps bool `json:"drop_file_caps,omitempty"`
