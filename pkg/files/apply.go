@@ -90,6 +90,9 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		if t.rel == "." {
 			return nil, newErr(result.CodeIsDirectory, "%s is a directory", c.Path)
 		}
+		if err := s.mayChange(t); err != nil {
+			return nil, err
+		}
 		if err := claim(t); err != nil {
 			return nil, err
 		}
@@ -108,6 +111,9 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 			}
 			if d.rel == "." {
 				return nil, newErr(result.CodeIsDirectory, "%s is a directory", c.MoveTo)
+			}
+			if err := s.mayChange(d); err != nil {
+				return nil, err
 			}
 			if err := claim(d); err != nil {
 				return nil, err

@@ -110,6 +110,19 @@ type FS struct {
 	// is always kept). 0 means the defaults.
 	HistoryVersions int
 	HistoryBytes    int64
+	// MayChange, when set, is asked about every file a change (Write,
+	// Edit, Insert, Undo, Apply, a move's both names) would write, create
+	// or remove, by its absolute path with symlinks resolved, before
+	// anything is touched; an error refuses the change. The change then
+	// goes through directories opened without following a symlink from
+	// the root (pinDir), so what was asked about is what is changed. (The
+	// sandbox lock's writable roots: a program outside the sandbox holds
+	// itself to them.)
+	MayChange func(path string) error
+	// Hidden are absolute paths (symlinks resolved) that may be neither
+	// read nor changed, nor anything beneath them: refused as path_denied,
+	// like a deny rule.
+	Hidden []string
 	// DryRun makes Write, Edit, Insert, Undo and Apply check everything
 	// and report the same result, texts, diff and hashes, without touching
 	// the file, its directory or the undo history: a preview for approval.
@@ -317,6 +330,9 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 // denied reports whether rel (relative to the root) or one of its parents
 // matches a deny glob. Without confinement the globs see the absolute path.
 func (s *session) denied(rel string) (string, bool) {
+	if h, ok := s.hidden(rel); ok {
+		return h, true
+	}
 	if len(s.fs.Deny) == 0 {
 		return "", false
 	}
@@ -333,6 +349,29 @@ func (s *session) denied(rel string) (string, bool) {
 		name = path.Dir(name)
 	}
 	return "", false
+}
+
+// hidden reports whether rel (relative to the root) is one of the Hidden
+// paths or beneath one.
+func (s *session) hidden(rel string) (string, bool) {
+	if len(s.fs.Hidden) == 0 {
+		return "", false
+	}
+	abs := filepath.Join(s.rootReal, filepath.FromSlash(rel))
+	for _, h := range s.fs.Hidden {
+		if _, ok := within(filepath.Clean(h), abs); ok {
+			return h, true
+		}
+	}
+	return "", false
+}
+
+// mayChange asks FS.MayChange about the file of t.
+func (s *session) mayChange(t target) error {
+	if s.fs.MayChange == nil {
+		return nil
+	}
+	return s.fs.MayChange(t.abs)
 }
 
 func (s *session) checkDeny(given, rel string) error {

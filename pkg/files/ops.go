@@ -318,6 +318,9 @@ func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, cur
 	if t.rel == "." {
 		return nil, newErr(result.CodeIsDirectory, "%s is a directory", path)
 	}
+	if err := s.mayChange(t); err != nil {
+		return nil, err
+	}
 	if f.DryRun {
 		// The same checks and the same report, nothing created, locked
 		// or written (an unlocked read: a preview, as Apply's dry run).

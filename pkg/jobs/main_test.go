@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		// A fault test arms a step with faultpoint.Env.
-		if err := RunSupervisor(context.Background(), d, os.Args[3], os.Getenv(SpecDigestEnv)); err != nil {
+		if err := RunSupervisor(context.Background(), d, os.Args[3], os.Getenv(SpecDigestEnv), SupervisorOptions{}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

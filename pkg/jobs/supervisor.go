@@ -76,6 +76,10 @@ type supervisor struct {
 	// slurmJobID is set when a scheduler started this supervisor.
 	slurmJobID string
 
+	// admit decides the spec before each automatic restart
+	// (SupervisorOptions.Admit).
+	admit func(Spec) error
+
 	// argv is the command's argv once computed (execArgv).
 	argv []string
 
@@ -118,16 +122,28 @@ func (sv *supervisor) execArgv() ([]string, error) {
 // specDigest is SpecDigest of the spec file its launcher wrote or decided
 // (SpecDigestEnv), or "" (a scheduled supervisor's, an old launcher's): a
 // spec file whose bytes differ is refused.
-func RunSupervisor(ctx context.Context, d *state.Dir, id, specDigest string) error {
-	return runSupervisor(ctx, d, id, "", specDigest)
+func RunSupervisor(ctx context.Context, d *state.Dir, id, specDigest string, opt SupervisorOptions) error {
+	return runSupervisor(ctx, d, id, "", specDigest, opt)
+}
+
+// SupervisorOptions are what the program that runs a supervisor decides
+// for it.
+type SupervisorOptions struct {
+	// Admit, when set, decides the job's spec again before each automatic
+	// restart (the restart policy's), as Store.Admit decides an
+	// `agentjob restart`: an error ends the job, failed, with the error's
+	// code as its reason, instead of running it again. (Under the sandbox
+	// lock, a job started before the lock does not go on restarting with
+	// less than the floor.)
+	Admit func(Spec) error
 }
 
 // RunScheduledSupervisor is RunSupervisor for a job that a cluster
 // scheduler placed (the slurm backend's batch script runs it on the
 // allocated node): there is no confirmation pipe, since the submitter
 // returned long ago, and the record carries the scheduler's job id.
-func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string) error {
-	return runSupervisor(ctx, d, id, slurmJobID, "")
+func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID string, opt SupervisorOptions) error {
+	return runSupervisor(ctx, d, id, slurmJobID, "", opt)
 }
 
 // ReasonSchedulerSignal is the reason of a slurm job that its supervisor
@@ -136,8 +152,8 @@ func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID st
 // which it was.
 const ReasonSchedulerSignal = "scheduler_signal"
 
-func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest string) error {
-	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, slurmJobID: slurmJobID}
+func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest string, opt SupervisorOptions) error {
+	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, slurmJobID: slurmJobID, admit: opt.Admit}
 	// The pipe must not leak into the job: a job holding it would keep
 	// Start waiting for EOF. A scheduled supervisor has none, and its fd 3
 	// is whatever the scheduler left there.
@@ -443,6 +459,22 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			sv.event(StatusTimeout)
 			sv.finish(outSink, errSink)
 			return nil
+		}
+		if sv.admit != nil {
+			if err := sv.admit(sv.spec); err != nil {
+				// Refused: the job ends here, as one that could not
+				// start again.
+				sv.rec.Status, sv.rec.Final, sv.rec.Ready = StatusFailed, true, false
+				sv.rec.PID, sv.rec.PIDStart = 0, 0
+				sv.rec.Reason = result.CodeStartFailed
+				var re *result.Error
+				if errors.As(err, &re) {
+					sv.rec.Reason = re.Code
+				}
+				sv.event(StatusFailed)
+				sv.finish(outSink, errSink)
+				return nil
+			}
 		}
 		backoff = min(2*backoff, backoffMax)
 		sv.rec.Restarts++

@@ -95,12 +95,18 @@ func start(t *testing.T, program, dir string, args ...string) *server {
 // (over stdio, one server per call) reaches its sessions again.
 func startIn(t *testing.T, stateDir, program, dir string, args ...string) *server {
 	t.Helper()
+	return startEnv(t, testEnv(t), stateDir, program, dir, args...)
+}
+
+// startEnv is startIn with the server's environment given.
+func startEnv(t *testing.T, env []string, stateDir, program, dir string, args ...string) *server {
+	t.Helper()
 	s := &server{t: t, stderr: &syncBuffer{}, stateDir: stateDir,
 		logs: make(chan *mcp.LoggingMessageParams, 256), progress: make(chan *mcp.ProgressNotificationParams, 256)}
 	argv := append([]string{"mcp", "--verbose", "--state-dir", s.stateDir}, args...)
 	s.cmd = exec.Command(filepath.Join(binDir, program), argv...)
 	s.cmd.Dir = dir
-	s.cmd.Env = testEnv(t)
+	s.cmd.Env = env
 	s.cmd.Stderr = s.stderr
 	client := mcp.NewClient(&mcp.Implementation{Name: "agentplane-test", Version: "0"}, &mcp.ClientOptions{
 		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) {
@@ -827,5 +833,54 @@ func awaitDescendant(t *testing.T, pid int, marker string) {
 			t.Fatalf("no subprocess with %q below %d", marker, pid)
 		}
 		time.Sleep(5 * time.Millisecond) // polling /proc: an exec has no event to wait on
+	}
+}
+
+// TestLockHoldsFileTools: under sandbox_lock, agentfs's tools served by
+// agentsh mcp --all change files only inside the locked workspace (the
+// server's working directory), as a sandboxed command could, and read no
+// hidden path: a model's write through a path outside, or through a link
+// out of the workspace, is a tool error with nothing written.
+func TestLockHoldsFileTools(t *testing.T) {
+	ws, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("s3cret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "out")); err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t)
+	var cfgDir string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "XDG_CONFIG_HOME="); ok {
+			cfgDir = filepath.Join(v, "agentplane")
+		}
+	}
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "sandbox = \"workspace-write\"\ndeny_read = [\"" + secret + "\"]\nsandbox_lock = true\n"
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.toml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startEnv(t, env, t.TempDir(), "agentsh", ws, "--all")
+	ctx := testCtx(t)
+	res, m := s.call(ctx, "agentfs_write", map[string]any{"path": filepath.Join(ws, "in.txt"), "content": "in"})
+	if res.IsError || m["created"] != true {
+		t.Fatalf("write inside the workspace: %v", m)
+	}
+	for _, path := range []string{filepath.Join(outside, "f.txt"), filepath.Join(ws, "out", "f.txt")} {
+		res, m = s.call(ctx, "agentfs_write", map[string]any{"path": path, "content": "x"})
+		if e, _ := m["error"].(map[string]any); !res.IsError || e["code"] != "sandbox_locked" {
+			t.Errorf("write %s: %v", path, m)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "f.txt")); err == nil {
+		t.Fatal("a tool call wrote outside the locked workspace")
+	}
+	res, m = s.call(ctx, "agentfs_read", map[string]any{"path": secret})
+	if e, _ := m["error"].(map[string]any); !res.IsError || e["code"] != "path_denied" {
+		t.Errorf("read of a hidden path: %v", m)
 	}
 }

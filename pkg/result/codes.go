@@ -156,7 +156,7 @@ var Codes = []CodeInfo{
 
 	{CodeSandboxUnavailable, "the kernel cannot enforce the sandbox asked for, so the command was not run unprotected", progRun, false},
 	{CodeSandboxFailed, "setting up the sandbox failed after the kernel offered it", progRun, false},
-	{CodeSandboxLocked, "under sandbox_lock, a call asked for less than the operator's sandbox floor", progSh, false},
+	{CodeSandboxLocked, "under sandbox_lock, a call asked for less than the operator's sandbox floor (agentfs: a change where the locked sandbox lets no command write, or a file a flag names for it to open)", progAll, false},
 	{CodeMemoryLimit, "the command was killed for exceeding --memory", progRun, false},
 	{CodeCPULimit, "the command was killed for exceeding --cpu-time", progRun, false},
 	{CodeFileSizeLimit, "the command was killed for writing a file larger than --file-size", progRun, false},

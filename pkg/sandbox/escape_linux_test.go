@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
@@ -795,4 +797,161 @@ func forgeEach(absent error, get func(fd int) (int, error)) error {
 		}
 	}
 	return last
+}
+
+// TestEscapeWritableRootSwapped attacks the time between the check of a
+// writable root and the helper's mounts: after Prepare resolved and
+// checked the workspace (or an allow-write directory), a command of another
+// sandbox that can write its parent replaces it by a symbolic link to a
+// directory outside, or by another directory. The helper binds and grants
+// what was checked or nothing: the run fails with sandbox_failed and
+// nothing is written outside. Without the identity check the link would
+// make the outside directory writable (the first round shows the write
+// lands there when the link is in place at Prepare, where the check
+// follows it, which is what an unchecked helper would do as well).
+func TestEscapeWritableRootSwapped(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	for _, root := range []string{"workspace", "allow-write"} {
+		for _, swap := range []string{"symlink", "directory"} {
+			t.Run(root+"/"+swap, func(t *testing.T) {
+				_, ws, outside := dirs(t)
+				sub, aw := filepath.Join(ws, "sub"), filepath.Join(ws, "aw")
+				for _, d := range []string{sub, aw} {
+					if err := os.Mkdir(d, 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				p := Policy{Mode: ModeWorkspaceWrite, Workspace: sub, AllowWrite: []string{aw}}
+				prep, err := Prepare(p, self(t))
+				if err != nil {
+					t.Fatalf("Prepare: %v", err)
+				}
+				t.Cleanup(prep.Cleanup)
+				victim := sub
+				if root == "allow-write" {
+					victim = aw
+				}
+				if err := os.Rename(victim, victim+".checked"); err != nil {
+					t.Fatal(err)
+				}
+				if swap == "symlink" {
+					err = os.Symlink(outside, victim)
+				} else {
+					err = os.Mkdir(victim, 0o755)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				files, started, err := prep.Launch()
+				if err != nil {
+					t.Fatalf("Launch: %v", err)
+				}
+				res, err := run.Run(context.Background(), run.Request{
+					Argv: prep.Argv([]string{"sh", "-c", "echo x > " + victim + "/escaped"}), Dir: ws,
+					Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+					Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+				})
+				started()
+				if err != nil {
+					t.Fatalf("run: %v", err)
+				}
+				if _, err := os.Stat(filepath.Join(outside, "escaped")); err == nil {
+					t.Fatalf("the command wrote outside through the swapped %s", root)
+				}
+				ferr := prep.Failure()
+				var re *result.Error
+				if !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") {
+					t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+				}
+				if _, err := os.Stat(filepath.Join(victim, "escaped")); err == nil {
+					t.Fatalf("the command ran in the replacement %s", root)
+				}
+			})
+		}
+	}
+}
+
+// TestPrepareHoldsFloors: a policy's floors are checked on the paths
+// Prepare resolved, so a workspace that leads out of the floor's through
+// a link is refused by the engine itself, whatever a caller checked before.
+func TestPrepareHoldsFloors(t *testing.T) {
+	requireLandlock(t)
+	_, ws, outside := dirs(t)
+	link := filepath.Join(ws, "out")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	floor := Floor{Settings: Settings{Mode: ModeWorkspaceWrite, Workspace: ws}, Held: []string{FloorSandbox}}
+	for _, p := range []Policy{
+		{Mode: ModeWorkspaceWrite, Workspace: link, Floors: []Floor{floor}},
+		{Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{link}, Floors: []Floor{floor}},
+		{Mode: ModeNone, Floors: []Floor{floor}},
+	} {
+		prep, err := Prepare(p, self(t))
+		if err == nil {
+			prep.Cleanup()
+			t.Fatalf("Prepare(%+v) accepted a policy below its floor", p)
+		}
+		var re *result.Error
+		if !errors.As(err, &re) || re.Code != result.CodeSandboxLocked {
+			t.Fatalf("Prepare(%+v) = %v, want sandbox_locked", p, err)
+		}
+	}
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Floors: []Floor{floor}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare at the floor: %v", err)
+	}
+	prep.Cleanup()
+}
+
+// TestEscapeControlDirSwapped: the same race against a protected control
+// directory inside the workspace (a state directory): after Prepare
+// checked it, a concurrent command renames its parent away and puts a
+// decoy at its path. The helper protects the directory it checked or
+// fails the run; without the identity check the read-only bind would land
+// on the decoy and the real state directory, renamed, would be writable.
+func TestEscapeControlDirSwapped(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	_, ws, _ := dirs(t)
+	stateDir := filepath.Join(ws, "a", "state")
+	spec := filepath.Join(stateDir, "spec.json")
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{stateDir}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(prep.Cleanup)
+	if err := os.Rename(filepath.Join(ws, "a"), filepath.Join(ws, "a.real")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", "echo forged > a.real/state/spec.json"}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+	})
+	started()
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "a.real", "state", "spec.json")); string(b) != "{}" {
+		t.Fatalf("the command rewrote the protected spec through the swapped parent: %q", b)
+	}
+	var re *result.Error
+	if ferr := prep.Failure(); !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") {
+		t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+	}
 }

@@ -123,6 +123,33 @@ func (f Floor) HoldsFiles() bool {
 	return false
 }
 
+// WriteRoots returns the directories a held filesystem sandbox lets the
+// command write (in workspace-write the workspace and the allow-write
+// directories, in read-only none), and whether the floor holds the
+// filesystem at all. A program that changes files itself on a call's
+// behalf, outside any sandbox (agentfs), holds itself to them.
+func (f Floor) WriteRoots() ([]string, bool) {
+	for _, h := range f.Held {
+		if h != FloorSandbox || modeRank[f.Mode] == 0 {
+			continue
+		}
+		roots := []string{}
+		if f.Mode == ModeWorkspaceWrite {
+			if f.Workspace != "" {
+				roots = append(roots, f.Workspace)
+			}
+			roots = append(roots, f.AllowWrite...)
+		}
+		return roots, true
+	}
+	return nil, false
+}
+
+// Within reports whether path is root or below it, both with their
+// symbolic links resolved as far as they exist (the floor's own rule for
+// writable paths).
+func Within(path, root string) bool { return within(path, root) }
+
 // modeRank orders the filesystem modes from loosest to strictest.
 var modeRank = map[string]int{ModeNone: 0, "": 0, ModeWorkspaceWrite: 1, ModeReadOnly: 2}
 
@@ -175,12 +202,14 @@ func (f Floor) loosened(name string, call Settings) error {
 	case FloorAllowHost:
 		return subset(name, f.AllowHost, call.AllowHost)
 	case FloorDenyRead:
+		// Compared as the sandbox hides them: resolved (a call's policy
+		// is checked again once Prepare resolved its paths).
 		have := map[string]bool{}
 		for _, d := range call.DenyRead {
-			have[filepath.Clean(d)] = true
+			have[resolved(d)] = true
 		}
 		for _, d := range f.DenyRead {
-			if !have[filepath.Clean(d)] {
+			if !have[resolved(d)] {
 				return locked(name, d, "without it")
 			}
 		}

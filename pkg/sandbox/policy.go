@@ -138,6 +138,31 @@ type Policy struct {
 	// instead.
 	CacheDir   string `json:",omitempty"`
 	UserCaches bool   `json:",omitempty"`
+	// Floors are the operator's floors under sandbox_lock (Floor), which
+	// Prepare holds the policy to once its paths are resolved: the check
+	// is then on the very directories whose identities the helper binds
+	// (ids), not on a spelling a concurrent process can redirect between a
+	// caller's check and the helper's mounts. Set by the program, never by
+	// a request.
+	Floors []Floor `json:",omitempty"`
+
+	// ids are the identities of the workspace and the allow-write
+	// directories, taken as normalize resolved them.
+	ids map[string]confine.FileID
+}
+
+// Settings are the policy's sandbox settings, for a Floor's check.
+func (p Policy) Settings() Settings {
+	s := Settings{Mode: p.Mode, Workspace: p.Workspace, Net: p.Net, AllowWrite: p.AllowWrite,
+		AllowHost: p.AllowHosts, DenyRead: p.DenyRead, Memory: p.Memory, CPUTime: p.CPUTime, Pids: int64(p.Pids),
+		FileSize: p.FileSize, Nofile: int64(p.Nofile), User: p.User, UserCaches: p.UserCaches}
+	if s.Mode == "" {
+		s.Mode = ModeNone
+	}
+	if s.Net == "" {
+		s.Net = NetHost
+	}
+	return s
 }
 
 // Empty reports whether p asks for no confinement at all, in which case
@@ -593,6 +618,16 @@ func normalize(p Policy) (Policy, error) {
 		if !st.IsDir() {
 			return "", invalid("%s %s is not a directory", what, path)
 		}
+		// Its identity now, reached without a symbolic link: the helper
+		// binds this directory or none.
+		id, err := identify(real)
+		if err != nil {
+			return "", invalid("%s %s changed while it was checked: %v", what, path, unwrap(err))
+		}
+		if p.ids == nil {
+			p.ids = map[string]confine.FileID{}
+		}
+		p.ids[real] = id
 		return real, nil
 	}
 	var err error
@@ -622,6 +657,11 @@ func normalize(p Policy) (Policy, error) {
 		dr = append(dr, real)
 	}
 	p.DenyRead = dr
+	for _, f := range p.Floors {
+		if err := f.Check(p.Settings()); err != nil {
+			return p, err
+		}
+	}
 	return p, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/sandbox/confine"
 )
 
 // prepare checks p, already normalized and not empty, against what macOS
@@ -34,3 +35,7 @@ func prepare(p Policy, self string, caps Capabilities) (*Prepared, error) {
 func checkDarwin(p Policy, c Capabilities) error {
 	return seatbeltRefusal(p, c.SandboxExec != "")
 }
+
+// identify has nothing to record on macOS: the Seatbelt profile names the
+// paths, which sandbox-exec resolves itself.
+func identify(string) (confine.FileID, error) { return confine.FileID{}, nil }

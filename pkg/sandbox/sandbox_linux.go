@@ -177,6 +177,23 @@ func (b *builder) build() (*Prepared, error) {
 		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
 		b.sp.WriteFiles = p.WriteFiles
+		// The identities the helper holds each path to: the workspace's
+		// and the allow-write directories' as normalize checked them, the
+		// program's own (temp dir, caches, call files) as they are now.
+		for _, w := range writable {
+			id, err := b.identity(w)
+			if err != nil {
+				return nil, err
+			}
+			b.sp.WritableIDs = append(b.sp.WritableIDs, id)
+		}
+		for _, w := range p.WriteFiles {
+			id, err := b.identity(w)
+			if err != nil {
+				return nil, err
+			}
+			b.sp.WriteFileIDs = append(b.sp.WriteFileIDs, id)
+		}
 		b.sp.ReadOnlyRoot = true
 		b.sp.DropFileCaps = b.caps.Root
 		b.report["filesystem"] = "landlock"
@@ -213,7 +230,9 @@ func (b *builder) build() (*Prepared, error) {
 			b.report["deny_read_missing"] = missing
 		}
 	}
-	b.control()
+	if err := b.control(); err != nil {
+		return nil, err
+	}
 
 	attr := &syscall.SysProcAttr{
 		// A new mount, PID and IPC namespace for every sandboxed run: the
@@ -358,8 +377,9 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 // control adds agentplane's control files to the spec: read-only those
 // the caller named and the git metadata that would run code outside the
 // sandbox later (a workspace's .git/hooks and .git/config, the user's own
-// git config), hidden the secrets.
-func (b *builder) control() {
+// git config), hidden the secrets. A protected path that changes while it
+// is being recorded is an error.
+func (b *builder) control() error {
 	var protect []string
 	home, _ := os.UserHomeDir()
 	if b.p.Mode == ModeWorkspaceWrite {
@@ -408,7 +428,12 @@ func (b *builder) control() {
 			_ = os.MkdirAll(real, 0o700)
 		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
+			id, err := identify(real)
+			if err != nil {
+				return invalid("protected path %s changed while it was checked: %v", real, unwrap(err))
+			}
 			ro = append(ro, real)
+			b.sp.ReadOnlyIDs = append(b.sp.ReadOnlyIDs, id)
 		}
 	}
 	b.sp.ReadOnly = ro
@@ -435,6 +460,7 @@ func (b *builder) control() {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
+	return nil
 }
 
 // A run's private directory is area/run.OWNER.RND (privateName), mode
@@ -946,3 +972,20 @@ func limitsHit(memCg, pidCg string) []string {
 	}
 	return hit
 }
+
+// identity is the identity of a writable path for the spec: the one
+// normalize took when it resolved the path, else the path's now.
+func (b *builder) identity(path string) (confine.FileID, error) {
+	if id, ok := b.p.ids[path]; ok {
+		return id, nil
+	}
+	id, err := identify(path)
+	if err != nil {
+		return id, invalid("writable path %s: %v", path, unwrap(err))
+	}
+	return id, nil
+}
+
+// identify is a directory's identity, reached without following a
+// symbolic link (confine.Identify).
+func identify(path string) (confine.FileID, error) { return confine.Identify(path) }

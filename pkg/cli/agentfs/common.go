@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/fsflags"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/files"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -26,6 +27,9 @@ const (
 
 // CommonOptions are the flags every verb shares (persistent on the root).
 type CommonOptions struct {
+	// rules are the sandbox_lock floor's file rules (fileRules), once
+	// read.
+	rules *sandboxflags.FileRules
 	fsflags.Boundary
 	Output     string
 	MaxContent int64
@@ -180,11 +184,29 @@ func inside(dir, root string) bool {
 // request carrying a model's arguments could otherwise copy any file it
 // cannot read into the workspace. Unconfined, read reaches that file
 // anyway; the same flags on the command line are the person's own.
+//
+// Under a sandbox_lock floor that holds files (a filesystem sandbox or
+// hidden paths), the same flags are refused on the command line too
+// (sandbox_locked): whoever chose them, a model's flags included, would
+// read a hidden file into the workspace with them, as agentsh refuses
+// --stdin-file there.
 func (c *CommonOptions) refuseFileKeys(cmd *cobra.Command, env *clikit.Env, extra ...string) error {
+	names := append(clikit.MarkedOn(cmd.Flags(), clikit.LocalFile), extra...)
+	rules, err := c.fileRules(env)
+	if err != nil {
+		return err
+	}
+	if rules.Held {
+		for _, f := range names {
+			if clikit.FlagChanged(cmd, f) {
+				return result.Errorf(result.CodeSandboxLocked, "--%s names a file agentfs would open outside the locked sandbox; give the content inline", f).
+					With("hint", "the operator's config sets sandbox_lock")
+			}
+		}
+	}
 	if c.Root == "" && len(c.Deny) == 0 {
 		return nil
 	}
-	names := append(clikit.MarkedOn(cmd.Flags(), clikit.LocalFile), extra...)
 	for _, f := range names {
 		if env.FromRequest(f) {
 			key := clikit.ConfigKey(f)
@@ -198,7 +220,12 @@ func (c *CommonOptions) refuseFileKeys(cmd *cobra.Command, env *clikit.Env, extr
 // engine builds the files engine for one call. Only a mutation opens the
 // state directory, for its undo history.
 func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error) {
-	fsys := &files.FS{Root: c.Root, Deny: c.Deny, MaxFileSize: c.MaxFileSize, MaxContent: c.MaxContent, DryRun: c.DryRun}
+	rules, err := c.fileRules(env)
+	if err != nil {
+		return nil, err
+	}
+	fsys := &files.FS{Root: c.Root, Deny: c.Deny, MaxFileSize: c.MaxFileSize, MaxContent: c.MaxContent, DryRun: c.DryRun,
+		MayChange: rules.MayChange, Hidden: rules.Hidden}
 	if mutates {
 		d, err := env.OpenStateDir(c.StateDir)
 		if err != nil {
@@ -207,6 +234,21 @@ func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error)
 		fsys.HistoryDir = d.Join("history")
 	}
 	return fsys, nil
+}
+
+// fileRules reads the operator's sandbox_lock floor once per call: agentfs
+// changes files itself, outside any sandbox, so under the lock it holds
+// itself to the writable roots and hidden paths the sandbox would give a
+// command (sandboxflags.Files).
+func (c *CommonOptions) fileRules(env *clikit.Env) (sandboxflags.FileRules, error) {
+	if c.rules == nil {
+		rules, err := sandboxflags.Files(env, c.StateDir)
+		if err != nil {
+			return rules, err
+		}
+		c.rules = &rules
+	}
+	return *c.rules, nil
 }
 
 // mutationFields adds a change report to obj, leaving out what --output

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/jobs"
 	"github.com/agentplane/agentplane/pkg/reexec"
@@ -97,13 +98,20 @@ func superviseMain(argv []string, stderr io.Writer) int {
 	// the job's environment.
 	digest := os.Getenv(jobs.SpecDigestEnv)
 	os.Unsetenv(jobs.SpecDigestEnv)
-	run := func() error { return jobs.RunSupervisor(context.Background(), d, argv[1], digest) }
+	// Each automatic restart is held to the sandbox lock as configured
+	// then, like an `agentjob restart` (restart.go): the supervisor reads
+	// the operator's configuration from the environment the job was
+	// started in. It runs in no call's directory, so a workspace the lock
+	// takes from where a call is made is not held here.
+	env := &clikit.Env{Program: Program(), LookupEnv: os.LookupEnv, Environ: os.Environ}
+	opt := jobs.SupervisorOptions{Admit: func(spec jobs.Spec) error { return sandboxflags.CheckPolicyDetached(env, spec.Sandbox) }}
+	run := func() error { return jobs.RunSupervisor(context.Background(), d, argv[1], digest, opt) }
 	if len(argv) == 3 {
 		if argv[2] == "" {
 			io.WriteString(stderr, "agentjob: error: the scheduled supervisor got no Slurm job id\n")
 			return ExitUsage
 		}
-		run = func() error { return jobs.RunScheduledSupervisor(context.Background(), d, argv[1], argv[2]) }
+		run = func() error { return jobs.RunScheduledSupervisor(context.Background(), d, argv[1], argv[2], opt) }
 	}
 	if err := run(); err != nil {
 		io.WriteString(stderr, "agentjob: error: "+err.Error()+"\n")

@@ -480,6 +480,8 @@ func normalPolicy(p sandbox.Policy) sandbox.Policy {
 	// What the program adds (call files, control files, caches) is not
 	// the caller's to match.
 	p.WriteFiles, p.Protect, p.Hide, p.CacheDir = nil, nil, nil, ""
+	// Nor is the lock's floor the policy was checked against.
+	p.Floors = nil
 	return p
 }
 

@@ -94,7 +94,11 @@ type Env struct {
 	Query       string
 	RequestFile string
 	ConfigFile  string
-	Verbose     bool
+	// SystemConfig is the system-wide config file ("": DefaultSystemConfig),
+	// which no environment variable moves (ConfigFiles). Tests name
+	// another.
+	SystemConfig string
+	Verbose      bool
 	// Description is the caller's stated intent, from --description or
 	// the request's "description" key.
 	Description string

@@ -2,6 +2,7 @@ package clikit
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -327,5 +328,51 @@ func TestVersionShowsRevision(t *testing.T) {
 	_, _, out, code := runProg(t, "", nil, "--version")
 	if code != 0 || out != "tprog version "+versionString()+"\n" {
 		t.Fatalf("--version: exit %d, %q; want %q", code, out, "tprog version "+versionString())
+	}
+}
+
+// TestSystemConfigBaseLayer: the system-wide config file gives the
+// settings the user's file (or --config's) leaves unset, and no variable
+// moves it: HOME, XDG_CONFIG_HOME and AGENTPLANE_CONFIG change which user
+// file is read, never whether the system one is.
+func TestSystemConfigBaseLayer(t *testing.T) {
+	dir := t.TempDir()
+	sys := filepath.Join(dir, "etc", "config.toml")
+	user := filepath.Join(dir, "home", ".config", "agentplane", "config.toml")
+	for path, text := range map[string]string{sys: "count = 7\nwait = \"3s\"\n", user: "count = 2\n"} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		environ map[string]string
+		count   int
+		wait    time.Duration
+	}{
+		{"the user's file over the system's", map[string]string{"HOME": filepath.Join(dir, "home")}, 2, 3 * time.Second},
+		{"HOME moved away", map[string]string{"HOME": filepath.Join(dir, "elsewhere")}, 7, 3 * time.Second},
+		{"XDG_CONFIG_HOME and AGENTPLANE_CONFIG moved", map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "x"),
+			"AGENTPLANE_CONFIG": user}, 2, 3 * time.Second},
+	} {
+		o := &testOpts{}
+		var got []string
+		var out bytes.Buffer
+		env := &Env{Program: testProgram(o, &got), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
+			LookupEnv: func(k string) (string, bool) { v, ok := c.environ[k]; return v, ok }, Environ: func() []string { return nil }}
+		env.Ctx = t.Context()
+		if code := Run(env, []string{"op", "p"}); code != 0 {
+			t.Fatalf("%s: exit %d: %s", c.name, code, out.String())
+		}
+		if o.Count != c.count || o.Wait != c.wait {
+			t.Errorf("%s: count %d wait %s, want %d and %s", c.name, o.Count, o.Wait, c.count, c.wait)
+		}
+		files := env.ConfigFiles()
+		if last := files[len(files)-1]; last.Path != sys || !last.System {
+			t.Errorf("%s: config files %v end without the system file", c.name, files)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -429,14 +430,33 @@ type ConfigFile struct {
 	// Explicit: named by --config or AGENTPLANE_CONFIG (it must exist),
 	// rather than the default location (it may not exist yet).
 	Explicit bool
+	// System: the system-wide file (DefaultSystemConfig), the base layer
+	// under every other.
+	System bool
+}
+
+// DefaultSystemConfig is the system-wide config file. Its place is fixed:
+// HOME, XDG_CONFIG_HOME, AGENTPLANE_CONFIG and --config move the user's
+// file, never this one, so that an operator's sandbox_lock here holds
+// whatever environment a call (or a command's own agentsh, or a host a
+// model configured) runs with.
+const DefaultSystemConfig = "/etc/agentplane/config.toml"
+
+// systemConfig is the system-wide file of this invocation.
+func (e *Env) systemConfig() string {
+	if e.SystemConfig != "" {
+		return e.SystemConfig
+	}
+	return DefaultSystemConfig
 }
 
 // ConfigFiles returns every config file this invocation could read, each
 // once: the one it reads its settings from first (--config's, else
 // AGENTPLANE_CONFIG's, else the default one), then those the first
-// shadows. The sandbox keeps them all read-only to commands, and the
-// sandbox lock holds in each (Sources), so that naming another file does
-// not escape the one the operator locked.
+// shadows, and last the system-wide one, the base layer under the first.
+// The sandbox keeps them all read-only to commands, and the sandbox lock
+// holds in each (Sources), so that naming another file does not escape
+// the one the operator locked.
 func (e *Env) ConfigFiles() []ConfigFile {
 	var out []ConfigFile
 	add := func(p string, explicit bool) {
@@ -463,6 +483,9 @@ func (e *Env) ConfigFiles() []ConfigFile {
 	if dir != "" {
 		add(filepath.Join(dir, "agentplane", "config.toml"), false)
 	}
+	if sys := e.systemConfig(); !slices.ContainsFunc(out, func(f ConfigFile) bool { return f.Path == sys }) {
+		out = append(out, ConfigFile{Path: sys, System: true})
+	}
 	return out
 }
 
@@ -486,6 +509,11 @@ type configSource struct {
 	v      *viper.Viper
 	loaded bool
 	err    error
+	// The system-wide file, read once too (it is consulted for every
+	// configurable flag).
+	sys       *viper.Viper
+	sysLoaded bool
+	sysErr    error
 }
 
 func (e *Env) config() (*viper.Viper, error) {
@@ -562,14 +590,24 @@ func (e *Env) sources(all bool) ([]Source, error) {
 		}})
 	}
 	for i, file := range e.ConfigFiles() {
-		if i > 0 && !all {
-			break
+		// Settings come from the first file, then from the system-wide
+		// one under it; the others only for rules that hold every
+		// source's (all).
+		if i > 0 && !all && !file.System {
+			continue
 		}
 		var v *viper.Viper
 		var err error
-		if i == 0 {
+		switch {
+		case i == 0:
 			v, err = e.config()
-		} else {
+		case file.System:
+			if !e.cfg.sysLoaded {
+				e.cfg.sysLoaded = true
+				e.cfg.sys, e.cfg.sysErr = readConfig(file.Path, false)
+			}
+			v, err = e.cfg.sys, e.cfg.sysErr
+		default:
 			v, err = readConfig(file.Path, false)
 		}
 		if err != nil {

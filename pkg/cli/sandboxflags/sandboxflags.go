@@ -45,6 +45,10 @@ type Options struct {
 	// StateDir is the --state-dir value (or ""), set by the command before
 	// Policy: the environment's files are protected from the command.
 	StateDir string
+
+	// floors are the lock's floors CheckFloor held the call to, which
+	// Policy hands on to the engine (sandbox.Policy.Floors).
+	floors []sandbox.Floor
 }
 
 // AddFlags adds the sandbox flags to fs; every one may have an
@@ -85,7 +89,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	}
 	p := sandbox.Policy{Mode: o.Mode, Workspace: o.Workspace, AllowWrite: absAll(here, o.AllowWrite),
 		DenyRead: absAll(here, o.DenyRead), Net: o.Net, AllowHosts: o.AllowHost, Memory: o.Memory, CPUTime: o.CPUTime,
-		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches}
+		Pids: o.Pids, FileSize: o.FileSize, Nofile: o.Nofile, User: o.User, UserCaches: o.UserCaches, Floors: o.floors}
 	// The control files matter only to a sandbox; naming them lists every
 	// session's directory, which a call without one must not pay for.
 	if !p.Empty() {
@@ -221,6 +225,7 @@ func CheckFloor(env *clikit.Env, o *Options) error {
 	if o.Workspace == "" {
 		o.Workspace = call.Workspace
 	}
+	o.floors = floors
 	return nil
 }
 
@@ -233,20 +238,37 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Settings
+	var call sandbox.Policy
 	if p != nil {
-		call = sandbox.Settings{Mode: p.Mode, Workspace: p.Workspace, Net: p.Net, AllowWrite: p.AllowWrite,
-			AllowHost: p.AllowHosts, DenyRead: p.DenyRead, Memory: p.Memory, CPUTime: p.CPUTime, Pids: int64(p.Pids),
-			FileSize: p.FileSize, Nofile: int64(p.Nofile), User: p.User, UserCaches: p.UserCaches}
-	}
-	if call.Mode == "" {
-		call.Mode = sandbox.ModeNone
-	}
-	if call.Net == "" {
-		call.Net = sandbox.NetHost
+		call = *p
 	}
 	for _, f := range floors {
-		if err := f.Check(call); err != nil {
+		if err := f.Check(call.Settings()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckPolicyDetached is CheckPolicy for a program that runs where no
+// call is made (a job's supervisor, deciding the restart policy's own
+// restarts): a floor's workspace that the operator did not configure is
+// where a call is made, which means nothing there, so it holds nothing;
+// everything else holds as in CheckPolicy.
+func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
+		return err
+	}
+	var call sandbox.Policy
+	if p != nil {
+		call = *p
+	}
+	for _, f := range floors {
+		if !slices.Contains(f.Held, sandbox.FloorWorkspace) {
+			f.Workspace = ""
+		}
+		if err := f.Check(call.Settings()); err != nil {
 			return err
 		}
 	}
@@ -327,6 +349,105 @@ func HoldsFiles(env *clikit.Env) (bool, error) {
 		}
 	}
 	return false, err
+}
+
+// FileRules are what the operator's floor leaves a program that opens
+// files itself, outside any sandbox, on a call's behalf (agentfs, on the
+// command line and as MCP tools): the same writable roots and hidden paths
+// the sandbox would give a command.
+type FileRules struct {
+	// MayChange refuses (sandbox_locked) a change of the file at path
+	// (absolute, symlinks resolved) that a locked filesystem sandbox keeps
+	// a command from making: outside the floor's workspace and allow-write
+	// directories (anywhere, in read-only), or to one of agentplane's
+	// control files (every state directory and config file the call could
+	// use, a repository's .git/hooks and .git/config). Nil when no floor
+	// holds the filesystem.
+	MayChange func(path string) error
+	// Hidden are the floor's deny-read paths, resolved.
+	Hidden []string
+	// Held: some floor holds what the program reads or writes
+	// (HoldsFiles), so that a flag naming a file it would open unconfined
+	// is refused.
+	Held bool
+}
+
+// Files returns the file rules of the operator's floor for a program
+// whose state directory flag is stateDir; the zero FileRules when nothing
+// is locked.
+func Files(env *clikit.Env, stateDir string) (FileRules, error) {
+	floors, err := Floors(env)
+	if err != nil || len(floors) == 0 {
+		return FileRules{}, err
+	}
+	var rules FileRules
+	var bounds [][]string
+	for _, f := range floors {
+		rules.Held = rules.Held || f.HoldsFiles()
+		if slices.Contains(f.Held, sandbox.FloorDenyRead) {
+			for _, d := range f.DenyRead {
+				if r, err := filepath.EvalSymlinks(d); err == nil {
+					d = r
+				}
+				rules.Hidden = append(rules.Hidden, d)
+			}
+		}
+		if roots, ok := f.WriteRoots(); ok {
+			bounds = append(bounds, roots)
+		}
+	}
+	if len(bounds) == 0 {
+		return rules, nil
+	}
+	var control sandbox.Policy
+	(&Options{StateDir: stateDir}).control(env, &control)
+	protected := control.Protect
+	rules.MayChange = func(path string) error {
+		for _, roots := range bounds {
+			if !slices.ContainsFunc(roots, func(r string) bool { return sandbox.Within(path, r) }) {
+				return fileLocked(path, "outside the sandbox's writable roots ("+orNone(roots)+")")
+			}
+		}
+		for _, p := range protected {
+			if sandbox.Within(path, p) {
+				return fileLocked(path, "one of agentplane's control files ("+p+")")
+			}
+		}
+		if gitControl(path) {
+			return fileLocked(path, "a repository's hooks or config")
+		}
+		return nil
+	}
+	return rules, nil
+}
+
+func orNone(paths []string) string {
+	if len(paths) == 0 {
+		return "none"
+	}
+	return strings.Join(paths, ", ")
+}
+
+// gitControl reports whether path is in a .git directory's hooks or is its
+// config, which the sandbox keeps read-only: git runs what they name on
+// the user's next commit.
+func gitControl(path string) bool {
+	parts := strings.Split(filepath.ToSlash(path), "/")
+	for i, p := range parts {
+		if p != ".git" || i+1 >= len(parts) {
+			continue
+		}
+		rest := parts[i+1:]
+		if rest[0] == "hooks" || (len(rest) == 1 && (rest[0] == "config" || rest[0] == "config.worktree")) {
+			return true
+		}
+	}
+	return false
+}
+
+func fileLocked(path, what string) error {
+	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: %s is %s", path, what).
+		With("hint", "the operator's config sets sandbox_lock; files change only where the sandbox lets a command write")
 }
 
 // floorWorkspace is the workspace of the first floor that holds one: the

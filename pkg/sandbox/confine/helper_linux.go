@@ -105,7 +105,7 @@ func (h *helper) run(argv []string) int {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set no_new_privs: %v", err)
 	}
 	if sp.LandlockABI > 0 {
-		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WriteFiles); err != nil {
+		if err := restrictFS(sp.LandlockABI, sp.Writable, sp.WritableIDs, sp.WriteFiles, sp.WriteFileIDs); err != nil {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot apply the Landlock policy: %v", err)
 		}
 	}

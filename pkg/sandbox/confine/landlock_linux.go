@@ -85,6 +85,10 @@ type llRule struct {
 	access  uint64
 	paths   []string
 	missing bool // a path that does not exist is skipped
+	// ids, one per path when given, are the identities the runner
+	// checked: the rule goes on that file, opened without following a
+	// symbolic link (OpenChecked), or fails.
+	ids []FileID
 }
 
 // restrictFS enforces read and execute everywhere and writes only under
@@ -92,10 +96,18 @@ type llRule struct {
 // kernel that cannot do it all is an error, never a weaker run. Since ABI 6
 // it also stops signals and abstract Unix sockets from reaching processes
 // outside the sandbox. no_new_privs must be set already.
-func restrictFS(abi int, writable, writeFiles []string) error {
+//
+// Each writable root and write file is granted on the file of the
+// identity the runner checked (writableIDs, writeFileIDs: one each), never
+// wherever its path leads by now.
+func restrictFS(abi int, writable []string, writableIDs []FileID, writeFiles []string, writeFileIDs []FileID) error {
 	attr, err := handledFor(abi)
 	if err != nil {
 		return err
+	}
+	if len(writableIDs) != len(writable) || len(writeFileIDs) != len(writeFiles) {
+		return fmt.Errorf("bad sandbox spec: %d writable roots and %d write files, %d and %d identities",
+			len(writable), len(writeFiles), len(writableIDs), len(writeFileIDs))
 	}
 	rules := []llRule{
 		{access: llRead, paths: []string{"/"}},
@@ -104,9 +116,9 @@ func restrictFS(abi int, writable, writeFiles []string) error {
 		{access: llReadWrite, paths: []string{"/dev/shm", "/dev/pts"}, missing: true},
 		// Refer lets tools move files between directories of the
 		// workspace (git, package managers).
-		{access: llReadWrite | llRefer, paths: writable},
+		{access: llReadWrite | llRefer, paths: writable, ids: writableIDs},
 		// Files only: no make_*, remove_* or refer rights beneath them.
-		{access: llReadWrite & llFile, paths: writeFiles},
+		{access: llReadWrite & llFile, paths: writeFiles, ids: writeFileIDs},
 	}
 	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if e != 0 {
@@ -114,8 +126,12 @@ func restrictFS(abi int, writable, writeFiles []string) error {
 	}
 	defer unix.Close(int(fd))
 	for _, r := range rules {
-		for _, p := range r.paths {
-			if err := addPathRule(int(fd), p, r.access&attr.handledFS); err != nil {
+		for i, p := range r.paths {
+			var id *FileID
+			if r.ids != nil {
+				id = &r.ids[i]
+			}
+			if err := addPathRule(int(fd), p, id, r.access&attr.handledFS); err != nil {
 				if r.missing && errors.Is(err, unix.ENOENT) {
 					continue
 				}
@@ -129,8 +145,17 @@ func restrictFS(abi int, writable, writeFiles []string) error {
 	return nil
 }
 
-func addPathRule(ruleset int, path string, access uint64) error {
-	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+// addPathRule grants access beneath path: the file of identity id when
+// one is given (OpenChecked), else wherever path leads (the helper's own
+// fixed paths: /, the devices).
+func addPathRule(ruleset int, path string, id *FileID, access uint64) error {
+	var fd int
+	var err error
+	if id != nil {
+		fd, err = OpenChecked(path, *id)
+	} else {
+		fd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,17 @@ func landlockProbe(args []string) int {
 		fmt.Println("nnp", err)
 		return 1
 	}
-	if err := restrictFS(abi, []string{w}, []string{wf}); err != nil {
+	wid, err := Identify(w)
+	if err != nil {
+		fmt.Println("identify", err)
+		return 1
+	}
+	wfid, err := Identify(wf)
+	if err != nil {
+		fmt.Println("identify", err)
+		return 1
+	}
+	if err := restrictFS(abi, []string{w}, []FileID{wid}, []string{wf}, []FileID{wfid}); err != nil {
 		fmt.Println("restrict", err)
 		return 1
 	}

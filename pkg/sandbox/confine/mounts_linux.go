@@ -30,6 +30,10 @@ var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
 type clonedMount struct {
 	path string
 	fd   int
+	// id is the identity the runner checked for the directory at path,
+	// which the mount goes onto (bindWritable); zero for the helper's own
+	// mount points.
+	id FileID
 }
 
 // setupMounts builds the command's view of the filesystem. beforeReadOnly
@@ -50,21 +54,27 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		}
 	}()
 	if sp.ReadOnlyRoot {
-		for _, w := range sp.Writable {
-			fd, err := unix.OpenTree(unix.AT_FDCWD, w, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if len(sp.WritableIDs) != len(sp.Writable) {
+			return fmt.Errorf("bad sandbox spec: %d writable roots, %d identities", len(sp.Writable), len(sp.WritableIDs))
+		}
+		for i, w := range sp.Writable {
+			fd, err := cloneChecked(w, sp.WritableIDs[i])
 			if err != nil {
-				return fmt.Errorf("cannot clone writable root %s: %v", w, err)
+				return fmt.Errorf("cannot clone writable root %s: %v", w, unwrap(err))
 			}
-			writable = append(writable, clonedMount{w, fd})
+			writable = append(writable, clonedMount{path: w, fd: fd, id: sp.WritableIDs[i]})
 		}
 	}
 	if !sp.ReadOnlyRoot && sp.TempDir != "" && len(sp.TempAreas) > 0 {
 		// Only the run's own TMPDIR comes back through the covers.
 		fd, err := unix.OpenTree(unix.AT_FDCWD, sp.TempDir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err == nil {
+			err = restrictDetached(fd)
+		}
 		if err != nil {
 			return fmt.Errorf("cannot clone the temp dir %s: %v", sp.TempDir, err)
 		}
-		writable = append(writable, clonedMount{sp.TempDir, fd})
+		writable = append(writable, clonedMount{path: sp.TempDir, fd: fd})
 	}
 	if sp.MinimalDev {
 		for _, name := range devNodes {
@@ -76,7 +86,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			if err != nil {
 				return fmt.Errorf("cannot clone %s: %v", path, err)
 			}
-			devs = append(devs, clonedMount{path, fd})
+			devs = append(devs, clonedMount{path: path, fd: fd})
 		}
 	}
 	if sp.ReadOnlyRoot {
@@ -122,23 +132,64 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			return err
 		}
 	}
-	for _, p := range sp.ReadOnly {
-		if err := bindReadOnly(p); err != nil {
-			return fmt.Errorf("cannot protect %s: %v", p, err)
+	if len(sp.ReadOnlyIDs) != len(sp.ReadOnly) {
+		return fmt.Errorf("bad sandbox spec: %d read-only paths, %d identities", len(sp.ReadOnly), len(sp.ReadOnlyIDs))
+	}
+	for i, p := range sp.ReadOnly {
+		if err := bindReadOnlyChecked(p, sp.ReadOnlyIDs[i]); err != nil {
+			return fmt.Errorf("cannot protect %s: %v", p, unwrap(err))
 		}
 	}
 	return hidePaths(sp.DenyDirs, sp.DenyFiles)
 }
 
-// bindWritable attaches detached copies of writable roots at their paths,
-// nosuid and nodev.
+// cloneChecked makes a detached, recursive copy of the directory at path,
+// nosuid and nodev, after checking that it is the directory id
+// (OpenChecked): the copy is made from that descriptor, never by the path
+// again.
+func cloneChecked(path string, id FileID) (int, error) {
+	dfd, err := OpenChecked(path, id)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dfd)
+	fd, err := unix.OpenTree(dfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return -1, err
+	}
+	if err := restrictDetached(fd); err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// restrictDetached makes a detached tree nosuid and nodev before it is
+// attached anywhere.
+func restrictDetached(fd int) error {
+	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV})
+}
+
+// bindWritable attaches detached copies of writable roots at their paths.
+// A root with an identity goes onto the directory opened without
+// following a symbolic link and checked to be that one (a parent root
+// bound before it is on the way, and holds the same directory): the path
+// is never followed where a concurrent process could have swapped a
+// component since the runner checked it.
 func bindWritable(mounts []clonedMount) error {
 	for _, c := range mounts {
-		if err := unix.MoveMount(c.fd, "", unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
+		to, path, flags := unix.AT_FDCWD, c.path, unix.MOVE_MOUNT_F_EMPTY_PATH
+		if c.id != (FileID{}) {
+			fd, err := OpenChecked(c.path, c.id)
+			if err != nil {
+				return fmt.Errorf("cannot bind writable root %s: %v", c.path, unwrap(err))
+			}
+			defer unix.Close(fd)
+			to, path, flags = fd, "", flags|unix.MOVE_MOUNT_T_EMPTY_PATH
 		}
-		if err := setAttr(c.path, true, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0); err != nil {
-			return fmt.Errorf("cannot restrict writable root %s: %v", c.path, err)
+		if err := unix.MoveMount(c.fd, "", to, path, flags); err != nil {
+			return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
 		}
 	}
 	return nil
@@ -163,6 +214,31 @@ func bindReadOnly(path string) error {
 		return err
 	}
 	return setAttr(path, false, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV, 0)
+}
+
+// bindReadOnlyChecked is bindReadOnly for a path the runner checked: the
+// file or directory at path is opened without following a symbolic link
+// and must be id (OpenChecked); a read-only copy of it, made from that
+// descriptor, goes onto it. A parent swapped since the check (the real
+// state directory renamed away, a decoy in its place) fails the run
+// rather than leaving the real one writable.
+func bindReadOnlyChecked(path string, id FileID) error {
+	fd, err := OpenChecked(path, id)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	tree, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tree)
+	// The copy's own mount only: what is mounted below keeps its flags.
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH,
+		&unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}); err != nil {
+		return err
+	}
+	return unix.MoveMount(tree, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 }
 
 // freshProc mounts a procfs of the new PID namespace over /proc and keeps
@@ -262,7 +338,7 @@ func openDetached(path string) (*os.File, clonedMount, error) {
 		_ = unix.Close(mfd)
 		return nil, clonedMount{}, err
 	}
-	return os.NewFile(uintptr(fd), path), clonedMount{dir, mfd}, nil
+	return os.NewFile(uintptr(fd), path), clonedMount{path: dir, fd: mfd}, nil
 }
 
 // keepDetached attaches the detached copy m (the status file's directory,

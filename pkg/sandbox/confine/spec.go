@@ -47,8 +47,10 @@ const (
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
 // in argv. 9: the spec's descriptor may be a socket on which the helper
 // reports the command's end (Report). 10: the spec is in the record format
-// of EncodeSpec, not JSON.
-const SpecVersion = 10
+// of EncodeSpec, not JSON. 11: each writable root, write file and
+// read-only path comes with the identity the runner checked (WritableIDs,
+// WriteFileIDs, ReadOnlyIDs), which the helper holds it to.
+const SpecVersion = 11
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -60,9 +62,15 @@ type Spec struct {
 	LandlockABI int      `json:"landlock_abi,omitempty"`
 	Writable    []string `json:"writable,omitempty"`
 	WriteFiles  []string `json:"write_files,omitempty"`
-	DenyDirs    []string `json:"deny_dirs,omitempty"`
-	DenyFiles   []string `json:"deny_files,omitempty"`
-	NetNone     bool     `json:"net_none,omitempty"`
+	// WritableIDs and WriteFileIDs are the identities of Writable and
+	// WriteFiles, one each, as the runner checked them: the helper opens
+	// each path without following a symbolic link and refuses one that is
+	// not that file (pathid_linux.go).
+	WritableIDs  []FileID `json:"writable_ids,omitempty"`
+	WriteFileIDs []FileID `json:"write_file_ids,omitempty"`
+	DenyDirs     []string `json:"deny_dirs,omitempty"`
+	DenyFiles    []string `json:"deny_files,omitempty"`
+	NetNone      bool     `json:"net_none,omitempty"`
 	// ProxyPort, with --net proxy: listen there inside the namespace and
 	// hand the listener over the descriptor after the control socket
 	// (proxyFD).
@@ -83,6 +91,10 @@ type Spec struct {
 	ReadOnlyRoot bool     `json:"read_only_root,omitempty"`
 	MinimalDev   bool     `json:"minimal_dev,omitempty"`
 	ReadOnly     []string `json:"read_only,omitempty"` // bound read-only
+	// ReadOnlyIDs are the identities of ReadOnly, one each (as
+	// WritableIDs): a control file is protected where it is, not where a
+	// swapped parent would lead.
+	ReadOnlyIDs []FileID `json:"read_only_ids,omitempty"`
 	// DropFileCaps also drops CHOWN, FOWNER and FSETID, with which root
 	// changes the metadata of files it does not own.
 	DropFileCaps bool `json:"drop_file_caps,omitempty"`
@@ -108,6 +120,12 @@ type Spec struct {
 	// over and its PID namespace holds no other process, before its own
 	// exit, which waits for the kernel to tear the namespaces down.
 	Report bool `json:"report,omitempty"`
+}
+
+// A FileID is a file's identity: its device and inode.
+type FileID struct {
+	Dev uint64 `json:"dev"`
+	Ino uint64 `json:"ino"`
 }
 
 // EndMessage is the helper's report of the command's end: exit is the

@@ -118,6 +118,29 @@ var specFields = []specField{
 	strField("temp_dir", func(sp *Spec) *string { return &sp.TempDir }),
 	listField("pinned", func(sp *Spec) *[]string { return &sp.Pinned }),
 	boolField("report", func(sp *Spec) *bool { return &sp.Report }),
+	idsField("writable_id", func(sp *Spec) *[]FileID { return &sp.WritableIDs }),
+	idsField("write_file_id", func(sp *Spec) *[]FileID { return &sp.WriteFileIDs }),
+	idsField("read_only_id", func(sp *Spec) *[]FileID { return &sp.ReadOnlyIDs }),
+}
+
+// idsField is a list of identities, each as "DEV INO".
+func idsField(name string, f func(*Spec) *[]FileID) specField {
+	return specField{name,
+		func(sp *Spec, add func(string)) {
+			for _, id := range *f(sp) {
+				add(strconv.FormatUint(id.Dev, 10) + " " + strconv.FormatUint(id.Ino, 10))
+			}
+		},
+		func(sp *Spec, v string) error {
+			d, i, ok := strings.Cut(v, " ")
+			dev, err1 := strconv.ParseUint(d, 10, 64)
+			ino, err2 := strconv.ParseUint(i, 10, 64)
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("identity %q", v)
+			}
+			*f(sp) = append(*f(sp), FileID{Dev: dev, Ino: ino})
+			return nil
+		}}
 }
 
 // EncodeSpec is the runner's half of the spec protocol. It fails on a

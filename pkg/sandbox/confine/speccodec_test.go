@@ -33,8 +33,15 @@ func filledSpec(t *testing.T) Spec {
 					e.SetString(fmt.Sprintf("%s %d", name, j))
 				case reflect.Int:
 					e.SetInt(int64(j + i))
-				case reflect.Struct: // Rlimit
-					e.Set(reflect.ValueOf(Rlimit{Resource: j + 1, Cur: uint64(j) << 40, Max: ^uint64(0) - uint64(j)}))
+				case reflect.Struct:
+					switch e.Interface().(type) {
+					case Rlimit:
+						e.Set(reflect.ValueOf(Rlimit{Resource: j + 1, Cur: uint64(j) << 40, Max: ^uint64(0) - uint64(j)}))
+					case FileID:
+						e.Set(reflect.ValueOf(FileID{Dev: uint64(j)<<40 + 1, Ino: ^uint64(0) - uint64(i)}))
+					default:
+						t.Fatalf("field %s: elements of type %s", name, e.Type())
+					}
 				default:
 					t.Fatalf("field %s: elements of kind %s", name, e.Kind())
 				}

@@ -64,6 +64,11 @@ func coverTempAreas(areas []string, inside []clonedMount) error {
 			}
 		}
 	}
+	// The mount points inside the covers are the helper's own, made just
+	// now where nothing else can write: bound by their paths.
+	for i := range inside {
+		inside[i].id = FileID{}
+	}
 	if err := bindWritable(inside); err != nil {
 		return err
 	}
