@@ -69,8 +69,10 @@ import (
 // call. So they are defined once per shell, on two slots (V is the
 // generation's prefix and the slot's digit: a call takes the slot the
 // previous one did not, so that its variables never meet the option
-// stash the previous call left), by the first line that runs on a slot,
-// and made readonly there: no command can redefine or remove them, and
+// stash the previous call left), both slots by the generation's first
+// line, before any command of the generation runs or could learn their
+// names (and define functions of those names first), and made readonly
+// there: no command can redefine or remove them, and
 // every call site in text bash parses with the command's aliases (a
 // trap, the probe line, the prompt hook, the call file) quotes the name,
 // so that no alias stands in. The variables they use are the slot's, the
@@ -433,8 +435,10 @@ type callProto struct {
 	nofile [2]uint64
 	// persist: vars is a slot of the shell's generation (slotVars), whose
 	// functions stay defined, readonly, from one call on that slot to the
-	// next; define says this call's line defines them (the slot's first
-	// call, or its first since its definition may have been cut short).
+	// next; define says this call's line defines them, for both slots
+	// (the generation's first call). Both at once: the names of the other
+	// slot are in this slot's functions (the probe's scrub), which a
+	// command can read and define functions of those names first.
 	// Otherwise (a call whose text wraps trap) vars is fresh and the line
 	// defines the call's functions and the line's end removes them.
 	persist, define bool
@@ -905,6 +909,11 @@ func callLine(p callProto, nonce string) string {
 	if !p.persist || p.define {
 		b.WriteString(p.functions())
 	}
+	if p.persist && p.define {
+		o := p
+		o.vars, o.next = p.next, p.vars
+		b.WriteString(o.functions())
+	}
 	b.WriteString(p.expand(`\trap -- '\⟨V⟩usr2' ` + interruptSpec + `; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	// The call runs only once its descriptors are in place (an exec
@@ -1010,13 +1019,16 @@ type shell struct {
 	// gen is the generation of the shell's persistent protocol functions,
 	// two slots of them (slotVars): a call runs on the slot the last one
 	// on persistent functions did not (slot), so that its variables never
-	// meet the option stash the previous call left. defined says a slot's
-	// functions are in place (a call on it ran to its end); dirty, that a
-	// slot could not be scrubbed (dirtyMark), so the next call starts a
-	// new generation; ranToEnd, that the last call's line ran to its end.
+	// meet the option stash the previous call left. defined says the
+	// generation's functions are in place (the line that defines them ran
+	// to its end); dirty, that the next call starts a new generation: a
+	// slot could not be scrubbed (dirtyMark), or the line that defined the
+	// functions was cut short, which leaves their names known but not
+	// necessarily their definitions in place; ranToEnd, that the last
+	// call's line ran to its end.
 	gen      string
 	slot     int
-	defined  [2]bool
+	defined  bool
 	dirty    bool
 	ranToEnd bool
 }
@@ -1027,14 +1039,20 @@ type shell struct {
 // call runs on the next slot of the shell's persistent functions.
 func (sh *shell) proto(n int, wrapTrap bool) callProto {
 	if sh.dirty {
-		sh.gen, sh.defined, sh.dirty = newGen(), [2]bool{}, false
+		sh.gen, sh.defined, sh.dirty = newGen(), false, false
 	}
 	p := callProto{marker: sh.marker, n: n, prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut, nofile: sh.nofile, wrapTrap: wrapTrap}
 	k := 1 - sh.slot
 	if wrapTrap {
 		p.vars = newVars()
+		if !sh.defined {
+			// The generation's names stay unknown until its functions
+			// are in place: this call's own functions (its probe's
+			// scrub) would show them to its command.
+			return p
+		}
 	} else {
-		p.vars, p.persist, p.define, p.slot = slotVars(sh.gen, k), true, !sh.defined[k], k
+		p.vars, p.persist, p.define, p.slot = slotVars(sh.gen, k), true, !sh.defined, k
 		k = 1 - k
 	}
 	p.next = slotVars(sh.gen, k)
@@ -1050,11 +1068,13 @@ func (sh *shell) began(p callProto) {
 	}
 }
 
-// ended records what the line of call p left: its slot's functions are
-// in place once a line that defines them ran to its end.
+// ended records what the line of call p left: the generation's
+// functions are in place once the line that defines them ran to its end;
+// one cut short (its probe answered, or none) leaves the next call a new
+// generation.
 func (sh *shell) ended(p callProto) {
-	if p.persist && p.define && sh.ranToEnd {
-		sh.defined[p.slot] = true
+	if p.persist && p.define {
+		sh.defined, sh.dirty = sh.ranToEnd, sh.dirty || !sh.ranToEnd
 	}
 }
 
