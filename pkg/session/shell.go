@@ -83,7 +83,9 @@ import (
 // the rest), after whatever the command did; one the command made
 // readonly cannot be unset, the prompt says so (dirtyMark), and the next
 // call runs on a new generation (newGen), its names unknown to the
-// command until then. A call whose text wraps trap (wrapTrap) still gets
+// command until then. The line unsets its own slot's once more before it
+// uses them, against a readonly PROMPT_COMMAND or PS0 of the command's
+// that sets them between calls. A call whose text wraps trap (wrapTrap) still gets
 // functions of its own under fresh names, defined by its line and
 // removed at its end, as every call did before.
 //
@@ -133,10 +135,6 @@ import (
 // cannot lie to it.
 //
 // What is left to a command that sets out to break the shell: a readonly
-// PROMPT_COMMAND or PS0 of its own that, between calls (after the scrub),
-// sets the variables of the slot the next call runs on, names it read
-// from the shell, can make that call's bookkeeping wrong or cost a reset;
-// a readonly
 // PS1, "." or kill disabled for good (enable -n enable ., enable -n
 // enable kill) cost a reset; a function named enable with builtin and
 // unset disabled leaves the shell without its channel, and it ends;
@@ -446,6 +444,9 @@ type callProto struct {
 	// next is the slot the shell's next call on persistent functions
 	// runs on, which this call's end (or its probe) scrubs (scrubNext).
 	next string
+	// fresh (persist) is a name fresh for the call, which keeps the
+	// command's posix mode while the line's start scrubs the call's slot.
+	fresh string
 }
 
 // reopen points the shell's descriptors back at the control channel. No
@@ -717,13 +718,19 @@ func (p callProto) scrubNext() string {
 	if p.next == "" {
 		return ""
 	}
+	return p.scrub(p.next)
+}
+
+// scrub unsets every variable of the slot with prefix slot (see
+// scrubNext); varsC records a readonly one.
+func (p callProto) scrub(slot string) string {
 	var b strings.Builder
 	b.WriteString(p.expand(`⟨V⟩l=(`))
 	for i, n := range strings.Fields(slotNames) {
 		if i > 0 {
 			b.WriteString(" ")
 		}
-		b.WriteString(p.next + n)
+		b.WriteString(slot + n)
 	}
 	b.WriteString(p.expand(`); { \unset -n "${⟨V⟩l[@]}" && \unset -v "${⟨V⟩l[@]}" ⟨V⟩l; } || ⟨V⟩c=` + dirtyMark + `; `))
 	return b.String()
@@ -901,8 +908,18 @@ func (p callProto) errAction() string {
 func callLine(p callProto, nonce string) string {
 	var b strings.Builder
 	// The tail of the line before (or a probe) enabled the builtins and
-	// made the prompts plain; nothing ran since.
-	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; ⟨V⟩n=⟨N⟩; `))
+	// made the prompts plain; nothing ran since but the prompt hook and
+	// PS0, which are the protocol's unless the command made them readonly
+	// (a readonly one of the command's could have set the slot's
+	// variables between calls: they are unset first, in posix mode, the
+	// posix mode kept meanwhile under the call's own fresh name).
+	if p.persist {
+		b.WriteString(p.expand(p.fresh + `=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac; ` + aliasesOff))
+		b.WriteString(p.scrub(p.vars))
+		b.WriteString(p.expand(`⟨V⟩p=$` + p.fresh + `; \unset ` + p.fresh + `; ⟨V⟩n=⟨N⟩; `))
+	} else {
+		b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; ⟨V⟩n=⟨N⟩; `))
+	}
 	// The names the tail assigns are set nowhere before it, so that a
 	// call cannot find them (compgen -v) and make them readonly.
 	b.WriteString(`PS1=` + p.pending() + `; `)
@@ -1052,7 +1069,7 @@ func (sh *shell) proto(n int, wrapTrap bool) callProto {
 			return p
 		}
 	} else {
-		p.vars, p.persist, p.define, p.slot = slotVars(sh.gen, k), true, !sh.defined, k
+		p.vars, p.persist, p.define, p.slot, p.fresh = slotVars(sh.gen, k), true, !sh.defined, k, newVars()+"p"
 		k = 1 - k
 	}
 	p.next = slotVars(sh.gen, k)
