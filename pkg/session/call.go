@@ -701,7 +701,6 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	if _, err := io.WriteString(sh.stdin, callLine(c.proto, nonce)); err == nil {
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}
-	sh.ended(c.proto)
 	// A caller that is gone (its connection closed: killed, say) waits
 	// for nothing: the call's processes get the interrupt and then
 	// SIGKILL at once, and the shell keeps its state.

@@ -708,12 +708,15 @@ func (p callProto) keepFunctions() string {
 // readonly functions) may have set one, or given it an attribute
 // (integer, nameref, case), for that call. unset -n takes namerefs away
 // (plain unset would unset what they name), then unset -v the rest, set
-// or only declared. Only readonly stays, and unset then fails: varsC records it, the prompt carries dirtyMark, and
-// the server gives the next call a new generation (unset's complaint goes
-// to the shell log: a redirection could fail under a descriptor limit the
-// command lowered). It runs in posix mode (unset is the builtin) after the
-// call's command, so what the command did is undone before the next call,
-// whose line only the protocol's own prompt hook precedes.
+// or only declared. Only readonly stays, and unset then fails: varsC
+// records it, the prompt carries dirtyMark, and the server gives the next
+// call a new generation (unset's complaint goes to the shell log: a
+// redirection could fail under a descriptor limit the command lowered).
+// It runs in posix mode (unset is the builtin) after the call's command,
+// so what the command did is undone before the next call, whose line
+// only the protocol's prompt hook (and PS0) precede; the line unsets its
+// own slot's once more at its start, for a readonly hook or PS0 of the
+// command's.
 func (p callProto) scrubNext() string {
 	if p.next == "" {
 		return ""
@@ -1037,17 +1040,17 @@ type shell struct {
 	// two slots of them (slotVars): a call runs on the slot the last one
 	// on persistent functions did not (slot), so that its variables never
 	// meet the option stash the previous call left. defined says the
-	// generation's functions are in place (the line that defines them ran
-	// to its end); dirty, that the next call starts a new generation: a
-	// slot could not be scrubbed (dirtyMark), or the line that defined the
-	// functions was cut short, which leaves their names known but not
-	// necessarily their definitions in place; ranToEnd, that the last
-	// call's line ran to its end.
-	gen      string
-	slot     int
-	defined  bool
-	dirty    bool
-	ranToEnd bool
+	// generation's functions are in place: the line that defines them was
+	// written. Its definitions come before anything of its own that could
+	// fail or be interrupted: a line abandoned before them (an assignment
+	// to a readonly PS1 or scrub list) shows an old prompt, an interrupt
+	// finds the USR2 trap not yet set, and either replaces the shell.
+	// dirty says a slot could not be scrubbed (dirtyMark): the next call
+	// starts a new generation.
+	gen     string
+	slot    int
+	defined bool
+	dirty   bool
 }
 
 // proto is the protocol of call n on sh, whose text wraps trap or not
@@ -1077,21 +1080,12 @@ func (sh *shell) proto(n int, wrapTrap bool) callProto {
 }
 
 // began records that the line of call p is written: the next call on
-// persistent functions takes the other slot.
+// persistent functions takes the other slot, and the generation's
+// functions are in place if this line defines them.
 func (sh *shell) began(p callProto) {
-	sh.ranToEnd = false
 	if p.persist {
 		sh.slot = p.slot
-	}
-}
-
-// ended records what the line of call p left: the generation's
-// functions are in place once the line that defines them ran to its end;
-// one cut short (its probe answered, or none) leaves the next call a new
-// generation.
-func (sh *shell) ended(p callProto) {
-	if p.persist && p.define {
-		sh.defined, sh.dirty = sh.ranToEnd, sh.dirty || !sh.ranToEnd
+		sh.defined = true
 	}
 }
 
@@ -1391,7 +1385,6 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				for p := range probes {
 					sh.owed[p] = true
 				}
-				sh.ranToEnd = true
 				return code, gotMarker
 			case probes[tag]:
 				for p := range probes {
