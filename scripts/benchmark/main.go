@@ -635,15 +635,15 @@ func benchSession(b *bench) error {
 		"  strings.Replacer per piece was 110 us). After the prompt: the cwd from the kernel, the scan\n"+
 		"  for what the call left running (0.2 ms) and the result, sent as rendered, not compacted again;\n"+
 		"  the call's files go after the answer.\n"+
-		"- **The shell, about 0.55 ms of bash's CPU a call on a quiet machine, 0.9 ms at a load average\n"+
-		"  of 4 to 6** (`BenchmarkCallTrue`'s shell-cpu-ns/op, and the shell's schedstat over 200\n"+
-		"  interleaved calls; it was 0.86 and 1.4 to 1.8 ms): parsing and running about 4 KB of protocol\n"+
-		"  per call line (it was 10 KB) and the call file's 0.8 KB. The functions that carry out an\n"+
-		"  interrupt, errexit and a probe are defined once per shell and made readonly, on two slots the\n"+
-		"  calls alternate between; defining them afresh under fresh names in every line was a third of\n"+
-		"  the shell's time. What is left is the line's own assignments, option stashes, builtins\n"+
-		"  re-enabled, the control channel reopened, the unset of every variable of the slot the next\n"+
-		"  call runs on (so that what a command set there for it is gone), and the call file's prefix\n"+
+		"- **The shell, about 0.6 ms of bash's CPU a call on a quiet machine, 0.7 ms at a load average\n"+
+		"  of 8** (`BenchmarkCallTrue`'s shell-cpu-ns/op; measured the same way before the change below,\n"+
+		"  0.86 and 1.1 to 1.2 ms): parsing and running about 4.5 KB of protocol per call line (it was\n"+
+		"  10 KB) and the call file's 0.8 KB. The functions that carry out an interrupt, errexit and a\n"+
+		"  probe are defined once per shell and made readonly, on two slots the calls alternate between;\n"+
+		"  defining them afresh under fresh names in every line was a third of the shell's time. What is\n"+
+		"  left is the line's own assignments, option stashes, builtins re-enabled, the control channel\n"+
+		"  reopened, the unset of every variable of the call's slot at the line's start and of the next\n"+
+		"  call's slot at its end (so that what a command set there is gone), and the call file's prefix\n"+
 		"  and its end (the user's traps handed back through their FIFO). A one-shot call instead pays\n"+
 		"  the watchdog, the fork and exec of the command and the reap.\n"+
 		"- Off the path: on this machine's ext4 without a journal, every file the server creates makes\n"+
