@@ -574,7 +574,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	d := s.calls
 	c := &pendingCall{n: n, caps: map[string]*capture.HeadTail{}, stdin: os.DevNull, enc: enc, stream: req.Stream}
 	sh := s.currentShell()
-	c.proto = callProto{marker: sh.marker, n: n, vars: newVars(), prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut, nofile: sh.nofile}
+	c.proto = sh.proto(n, wrapsTrap(req.Command))
 	keep, err := capture.ParseKeep(req.Keep)
 	if err != nil {
 		return nil, result.Errorf(result.CodeInvalidRequest, "keep: %v", err)
@@ -603,7 +603,6 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	// Where the call's end hands back the user's traps (see callEnd).
 	c.trapFIFO, c.trapR = files.traps, files.trapsR
 	c.proto.trapFIFO = c.trapFIFO
-	c.proto.wrapTrap = wrapsTrap(req.Command)
 	if err := fill(files.w, files.script, callFile(c.proto, req.Command, sh.traps, c.trapFIFO)); err != nil {
 		return fail(result.Errorf(result.CodeInternal, "cannot write the call: %v", err))
 	}
@@ -698,6 +697,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 	}
 	sh.call = c.proto
 	sh.evictReaders(s.bg.running())
+	sh.began(c.proto)
 	if _, err := io.WriteString(sh.stdin, callLine(c.proto, nonce)); err == nil {
 		code, why = sh.awaitCall(c.n, nonce, timer, cancel)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,10 +58,36 @@ import (
 // between that look and the write, and a command that reads the shell's
 // memory (ptrace, /proc/PID/mem), which can forge anything.
 //
-// Each call is one line (NONCE is fresh random for every call, V a fresh
-// prefix for every call's variables and functions; see callLine):
+// Each call is one line (NONCE is fresh random for every call, V the
+// prefix of the call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; PS1=$'\n'"MARK aN 0"$'\n'; V_usr2() {...}; V_err() {...}; V_probe() {...}; \trap -- V_usr2 RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; PS1=$'\n'"MARK c${V_d+NONCE} $V_s"$'\n'; <V_ forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; V_n=N; PS1=$'\n'"MARK a${V_n} 0"$'\n'; [V_usr2() {...}; V_err() {...}; V_probe() {...}; \readonly -f ...;] \trap -- '\V_usr2' RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; <the next slot scrubbed>; PS1=$'\n'"MARK c${V_d+NONCE}${V_c:+g} $V_s"$'\n'; <V_ variables forgotten, posix mode back, aliases off>; } || \:
+//
+// The functions that carry out an interrupt, errexit and a probe (and
+// their helpers) are most of the protocol's text, and parsing, copying
+// and freeing them in every line was a third of the shell's time per
+// call. So they are defined once per shell, on two slots (V is the
+// generation's prefix and the slot's digit: a call takes the slot the
+// previous one did not, so that its variables never meet the option
+// stash the previous call left), both slots by the generation's first
+// line, before any command of the generation runs or could learn their
+// names (and define functions of those names first), and made readonly
+// there: no command can redefine or remove them, and
+// every call site in text bash parses with the command's aliases (a
+// trap, the probe line, the prompt hook, the call file) quotes the name,
+// so that no alias stands in. The variables they use are the slot's, the
+// same for every call on it: a command can learn them (declare -F shows
+// the functions) and set one, or give it an attribute, for a later call.
+// So each call's end, and each probe, unsets every variable of the slot
+// the next call runs on (scrubNext: unset -n for a nameref, unset -v for
+// the rest), after whatever the command did; one the command made
+// readonly cannot be unset, the prompt says so (dirtyMark), and the next
+// call runs on a new generation (newGen), its names unknown to the
+// command until then. The line unsets its own slot's once more before it
+// uses them, against a readonly PROMPT_COMMAND or PS0 of the command's
+// that sets them between calls. A call whose text wraps trap (wrapTrap) still gets
+// functions of its own under fresh names, defined by its line and
+// removed at its end, as every call did before.
 //
 // The prompt that ends a call carries NONCE, which exists only in the
 // line the server writes and which bash has read whole (to parse it)
@@ -83,9 +110,10 @@ import (
 // status is unknown, and the shell is replaced (session_reset).
 //
 // Nothing on it depends on a name a command can have changed: every
-// variable and function of the protocol is named with V, fresh for the
-// call (so none can be readonly, an integer or a nameref beforehand; one
-// a call finds and breaks on purpose costs that call a reset), and an
+// variable and function of the protocol is named with V, and its
+// variables are unset for the call before it runs (so none can be
+// readonly, an integer or a nameref beforehand; one a call finds and
+// breaks on purpose, during that call, costs that call a reset), and an
 // assignment to a shell variable a command may have made readonly (PS0,
 // PROMPT_COMMAND, POSIXLY_CORRECT) is made only if it is not, since an
 // assignment error abandons the line. Builtins are quoted (no alias) and
@@ -335,12 +363,41 @@ func newNonce() string {
 }
 
 // newVars is a fresh prefix for the shell variables of one call's
-// protocol (see callProto).
+// protocol (see callProto), or, with a slot digit and "_" appended, for
+// those of a shell's persistent protocol functions (slotVars). It is
+// short: the line that runs a call names its variables about a hundred
+// times, and bash's time to parse it grows with its length.
 func newVars() string {
-	b := make([]byte, 6)
+	b := make([]byte, 5)
 	_, _ = rand.Read(b)
-	return "__agentsh_" + hex.EncodeToString(b) + "_"
+	return varsPrefix + hex.EncodeToString(b) + "_"
 }
+
+// varsPrefix starts the name of every variable and function of the
+// protocol.
+const varsPrefix = "_ap"
+
+// newGen is a fresh generation of a shell's persistent protocol
+// functions: slotVars(gen, 0) and slotVars(gen, 1) are their prefixes.
+func newGen() string {
+	return strings.TrimSuffix(newVars(), "_")
+}
+
+// slotVars is the prefix of slot k of generation gen.
+func slotVars(gen string, k int) string {
+	return gen + strconv.Itoa(k) + "_"
+}
+
+// slotNames are the variables of a call that runs on a slot's persistent
+// functions: what the call's end and the probe scrub from the next call's
+// slot (scrubNext).
+const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w y z"
+
+// dirtyMark follows the nonce of a call's end or a probe's prompt when
+// the slot the next call runs on could not be scrubbed (a command made
+// one of its variables readonly): that call gets a new generation. A
+// nonce is hex, so the mark cannot be part of it.
+const dirtyMark = "g"
 
 // callProto is what the protocol text of one call is made of.
 //
@@ -374,6 +431,22 @@ type callProto struct {
 	// hard; 0 when unknown), which reopen puts back when the command
 	// left too few descriptors for the protocol.
 	nofile [2]uint64
+	// persist: vars is a slot of the shell's generation (slotVars), whose
+	// functions stay defined, readonly, from one call on that slot to the
+	// next; define says this call's line defines them, for both slots
+	// (the generation's first call). Both at once: the names of the other
+	// slot are in this slot's functions (the probe's scrub), which a
+	// command can read and define functions of those names first.
+	// Otherwise (a call whose text wraps trap) vars is fresh and the line
+	// defines the call's functions and the line's end removes them.
+	persist, define bool
+	slot            int // persist: which slot
+	// next is the slot the shell's next call on persistent functions
+	// runs on, which this call's end (or its probe) scrubs (scrubNext).
+	next string
+	// fresh (persist) is a name fresh for the call, which keeps the
+	// command's posix mode while the line's start scrubs the call's slot.
+	fresh string
 }
 
 // reopen points the shell's descriptors back at the control channel. No
@@ -409,7 +482,7 @@ func (p callProto) reopenPlain() string {
 // raise the descriptor limit and try again (see reopen); when it still
 // fails, that prints lost (tagLost, tagUnrun) and fails.
 func (p callProto) withFds(r, lost string) string {
-	return p.expand(`{ ` + r + ` || ⟨V⟩fds ` + shellQuote(r) + ` ` + lost + `; }`)
+	return p.expand(`{ ` + r + ` || \⟨V⟩fds ` + shellQuote(r) + ` ` + lost + `; }`)
 }
 
 // fdsFunc is varsFds (see withFds): once per call line, so that the
@@ -502,7 +575,7 @@ const (
 	// protocol runs: enable -n, and a function named builtin, through
 	// which the protocol runs the regular ones (kill, shopt, printf), so
 	// that a function of their names is left alone.
-	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf; `
+	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf readonly; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
 	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
@@ -551,9 +624,11 @@ func (p callProto) promptHook() string {
 	return setHook(p.reopenPlain())
 }
 
-// pending is the prompt of a line that is abandoned (tagPending).
+// pending is the prompt of a line that is abandoned (tagPending). The
+// call's number is in varsN, set by its line: a slot's functions, which
+// set this prompt, serve every call on the slot.
 func (p callProto) pending() string {
-	return p.expand(`$'\n'"⟨M⟩ ` + tagPending + `⟨N⟩ 0"$'\n'`)
+	return p.expand(`$'\n'"⟨M⟩ ` + tagPending + `${⟨V⟩n} 0"$'\n'`)
 }
 
 // abandonHook is PROMPT_COMMAND while the call runs: the hook's reopen,
@@ -610,7 +685,58 @@ func (p callProto) functions() string {
 		// line.
 		p.trapFuncs() +
 		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
-		p.reopen() + "; " + p.promptHook() + "}; "
+		p.reopen() + "; " + p.promptHook() + p.scrubNext() + "}; " + p.keepFunctions()
+}
+
+// keepFunctions makes a slot's functions readonly, once defined: no
+// command can redefine or remove them (a function of the same name is
+// refused, unset -f fails), so they serve every later call on the slot
+// as written. Every place that calls one from text parsed with the
+// command's aliases (a trap, the probe line, the prompt hook, the call
+// file) quotes its name, so that no alias takes its place either. It
+// runs in posix mode, where readonly, a special builtin, is found
+// before any function.
+func (p callProto) keepFunctions() string {
+	if !p.persist {
+		return ""
+	}
+	return p.expand(`\readonly -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; `)
+}
+
+// scrubNext unsets every variable of the slot the next call runs on
+// (p.next): a command that learnt the slot's names (declare -F shows the
+// readonly functions) may have set one, or given it an attribute
+// (integer, nameref, case), for that call. unset -n takes namerefs away
+// (plain unset would unset what they name), then unset -v the rest, set
+// or only declared. Only readonly stays, and unset then fails: varsC
+// records it, the prompt carries dirtyMark, and the server gives the next
+// call a new generation (unset's complaint goes to the shell log: a
+// redirection could fail under a descriptor limit the command lowered).
+// It runs in posix mode (unset is the builtin) after the call's command,
+// so what the command did is undone before the next call, whose line
+// only the protocol's prompt hook (and PS0) precede; the line unsets its
+// own slot's once more at its start, for a readonly hook or PS0 of the
+// command's.
+func (p callProto) scrubNext() string {
+	if p.next == "" {
+		return ""
+	}
+	return p.scrub(p.next)
+}
+
+// scrub unsets every variable of the slot with prefix slot (see
+// scrubNext); varsC records a readonly one.
+func (p callProto) scrub(slot string) string {
+	var b strings.Builder
+	b.WriteString(p.expand(`⟨V⟩l=(`))
+	for i, n := range strings.Fields(slotNames) {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(slot + n)
+	}
+	b.WriteString(p.expand(`); { \unset -n "${⟨V⟩l[@]}" && \unset -v "${⟨V⟩l[@]}" ⟨V⟩l; } || ⟨V⟩c=` + dirtyMark + `; `))
+	return b.String()
 }
 
 // callPrefix is the call file's first line: it says the file ran (varsD),
@@ -683,9 +809,9 @@ func callFile(p callProto, command string, traps userTraps, trapFIFO string) []b
 // line's (varsSeterr, varsUnwrap: calls that define the trap function).
 func (p callProto) callEnd(trapFIFO string) string {
 	if !p.wrapTrap {
-		return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; `+saveTraps(trapFIFO)+`; } >/dev/null 2>&1 || \:`) + "\n"
+		return p.expand(`{ ⟨V⟩g=$?; \⟨V⟩on; \trap - DEBUG; `+saveTraps(trapFIFO)+`; } >/dev/null 2>&1 || \:`) + "\n"
 	}
-	return p.expand(`{ ⟨V⟩g=$?; ⟨V⟩on; \trap - DEBUG; ⟨V⟩seterr; `+saveTraps(trapFIFO)+`; ⟨V⟩unwrap; } >/dev/null 2>&1 || \:`) + "\n"
+	return p.expand(`{ ⟨V⟩g=$?; \⟨V⟩on; \trap - DEBUG; \⟨V⟩seterr; `+saveTraps(trapFIFO)+`; \⟨V⟩unwrap; } >/dev/null 2>&1 || \:`) + "\n"
 }
 
 // saveTraps writes the user's RETURN trap and ERR trap to the call's trap
@@ -749,7 +875,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '⟨V⟩usr2' ` + interruptName + `"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '\⟨V⟩usr2' ` + interruptName + `"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -764,7 +890,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 // options kept (xtrace off) with what they trace thrown away, then
 // varsErr, whose call is not traced.
 func (p callProto) errAction() string {
-	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$- ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; ⟨V⟩on; } 2>/dev/null; ⟨V⟩err`)
+	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$- ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -785,13 +911,30 @@ func (p callProto) errAction() string {
 func callLine(p callProto, nonce string) string {
 	var b strings.Builder
 	// The tail of the line before (or a probe) enabled the builtins and
-	// made the prompts plain; nothing ran since.
-	b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; `))
+	// made the prompts plain; nothing ran since but the prompt hook and
+	// PS0, which are the protocol's unless the command made them readonly
+	// (a readonly one of the command's could have set the slot's
+	// variables between calls: they are unset first, in posix mode, the
+	// posix mode kept meanwhile under the call's own fresh name).
+	if p.persist {
+		b.WriteString(p.expand(p.fresh + `=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac; ` + aliasesOff))
+		b.WriteString(p.scrub(p.vars))
+		b.WriteString(p.expand(`⟨V⟩p=$` + p.fresh + `; \unset ` + p.fresh + `; ⟨V⟩n=⟨N⟩; `))
+	} else {
+		b.WriteString(p.expand(`⟨V⟩p=${POSIXLY_CORRECT+x}; ` + posixOn + aliasesOff + `\unset ⟨V⟩q; ⟨V⟩n=⟨N⟩; `))
+	}
 	// The names the tail assigns are set nowhere before it, so that a
 	// call cannot find them (compgen -v) and make them readonly.
 	b.WriteString(`PS1=` + p.pending() + `; `)
-	b.WriteString(p.functions())
-	b.WriteString(p.expand(`\trap -- ⟨V⟩usr2 ` + interruptSpec + `; `))
+	if !p.persist || p.define {
+		b.WriteString(p.functions())
+	}
+	if p.persist && p.define {
+		o := p
+		o.vars, o.next = p.next, p.vars
+		b.WriteString(o.functions())
+	}
+	b.WriteString(p.expand(`\trap -- '\⟨V⟩usr2' ` + interruptSpec + `; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	// The call runs only once its descriptors are in place (an exec
 	// that fails changes none of them): a descriptor limit the last
@@ -806,7 +949,8 @@ func callLine(p callProto, nonce string) string {
 	if p.prev != "" {
 		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
-	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `} $⟨V⟩s"$'\n'; `))
+	b.WriteString(p.scrubNext())
+	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩s"$'\n'; `))
 	b.WriteString(p.expand(p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
@@ -817,13 +961,19 @@ func callLine(p callProto, nonce string) string {
 // then aliases are off for the next line.
 func (p callProto) forget() string {
 	t := forget
+	if p.persist {
+		t = forgetVars
+	}
 	if p.wrapTrap {
 		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr; ` + t
 	}
 	return t
 }
 
-const forget = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; \unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+const (
+	forget     = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; ` + forgetVars
+	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+)
 
 // probeLine asks a shell whose line was abandoned to show it is back at
 // its prompt, and reports the status the line ended with (errexit's, or
@@ -837,7 +987,7 @@ func probeLine(p callProto, nonce string) string {
 	}
 	// The DEBUG trap goes at the top level: bash puts back the one
 	// from before when a function returns (without functrace).
-	t := `⟨V⟩r=${⟨V⟩f:-$?}; ⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + ` $⟨V⟩r"$'\n'; `
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
@@ -886,6 +1036,57 @@ type shell struct {
 	// traps are the user's RETURN and ERR traps as the last call's end
 	// saved them, for the next call's file.
 	traps userTraps
+	// gen is the generation of the shell's persistent protocol functions,
+	// two slots of them (slotVars): a call runs on the slot the last one
+	// on persistent functions did not (slot), so that its variables never
+	// meet the option stash the previous call left. defined says the
+	// generation's functions are in place: the line that defines them was
+	// written. Its definitions come before anything of its own that could
+	// fail or be interrupted: a line abandoned before them (an assignment
+	// to a readonly PS1 or scrub list) shows an old prompt, an interrupt
+	// finds the USR2 trap not yet set, and either replaces the shell.
+	// dirty says a slot could not be scrubbed (dirtyMark): the next call
+	// starts a new generation.
+	gen     string
+	slot    int
+	defined bool
+	dirty   bool
+}
+
+// proto is the protocol of call n on sh, whose text wraps trap or not
+// (wrapsTrap): a call that does gets functions of its own under fresh
+// names (its trap function and its ERR handling differ), every other
+// call runs on the next slot of the shell's persistent functions.
+func (sh *shell) proto(n int, wrapTrap bool) callProto {
+	if sh.dirty {
+		sh.gen, sh.defined, sh.dirty = newGen(), false, false
+	}
+	p := callProto{marker: sh.marker, n: n, prev: sh.call.vars, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut, nofile: sh.nofile, wrapTrap: wrapTrap}
+	k := 1 - sh.slot
+	if wrapTrap {
+		p.vars = newVars()
+		if !sh.defined {
+			// The generation's names stay unknown until its functions
+			// are in place: this call's own functions (its probe's
+			// scrub) would show them to its command.
+			return p
+		}
+	} else {
+		p.vars, p.persist, p.define, p.slot, p.fresh = slotVars(sh.gen, k), true, !sh.defined, k, newVars()+"p"
+		k = 1 - k
+	}
+	p.next = slotVars(sh.gen, k)
+	return p
+}
+
+// began records that the line of call p is written: the next call on
+// persistent functions takes the other slot, and the generation's
+// functions are in place if this line defines them.
+func (sh *shell) began(p callProto) {
+	if p.persist {
+		sh.slot = p.slot
+		sh.defined = true
+	}
 }
 
 // startShell starts a fresh shell in cwd and waits until it answers.
@@ -962,7 +1163,7 @@ func (s *server) startShell(cwd string) error {
 	if s.track != nil {
 		s.track.started()
 	}
-	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}}
+	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}, gen: newGen(), slot: 1}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
 	sh.nofile = nofileLimit(cmd.Process.Pid)
 	sh.call.nofile = sh.nofile
@@ -1169,6 +1370,9 @@ func (sh *shell) awaitCall(n int, nonce string, t <-chan time.Time, stop <-chan 
 				return 0, gotEOF
 			}
 			tag, code, ok := marked(l)
+			if t, dirty := sh.undirty(tag, nonce, probes); dirty {
+				tag = t
+			}
 			switch {
 			case !ok && doneTag(l, nonce):
 				// The line's end ran but could not keep the status: its
@@ -1240,7 +1444,19 @@ func (sh *shell) evictReaders(bg []int) {
 // nonce, whatever its status field says.
 func doneTag(l, nonce string) bool {
 	f := strings.Fields(l)
-	return len(f) >= 2 && f[1] == tagDone+nonce
+	return len(f) >= 2 && strings.TrimSuffix(f[1], dirtyMark) == tagDone+nonce
+}
+
+// undirty is tag without its dirtyMark when it is the prompt of the call
+// with nonce or of one of the probes, and records the mark (the next call
+// gets a new generation); other tags are left as they are.
+func (sh *shell) undirty(tag, nonce string, probes map[string]bool) (string, bool) {
+	t, ok := strings.CutSuffix(tag, dirtyMark)
+	if !ok || (t != tagDone+nonce && !probes[t]) {
+		return tag, false
+	}
+	sh.dirty = true
+	return t, true
 }
 
 // maxProbes bounds the probes one call's abandoned-line prompts get; a
@@ -1435,6 +1651,10 @@ func (sh *shell) awaitProbe(sent []string, t <-chan time.Time, stop <-chan time.
 				return gotEOF, sent
 			}
 			tag, _, ok := marked(l)
+			if t, dirty := strings.CutSuffix(tag, dirtyMark); dirty && (sh.owed[t] || slices.Contains(sent, t)) {
+				tag = t
+				sh.dirty = true
+			}
 			if ok && sh.owed[tag] {
 				delete(sh.owed, tag)
 				continue

@@ -7,7 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
+
+	"github.com/tidwall/gjson"
 
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -39,6 +42,57 @@ type reply struct {
 	Result  json.RawMessage `json:"result,omitempty"`
 	Error   *wireError      `json:"error,omitempty"`
 	Started *int            `json:"started,omitempty"`
+}
+
+// parseReply reads one line from the server as json.Unmarshal into reply
+// would (ok false where it would fail), with gjson: a call's client then
+// decodes nothing with encoding/json (but an error's details), whose first
+// use in a process is 0.3 to 0.5 ms of code and decoders touched for the
+// first time. TestParseReply holds it to json.Unmarshal.
+func parseReply(line []byte) (reply, bool) {
+	var r reply
+	if !gjson.ValidBytes(line) {
+		return r, false
+	}
+	v := gjson.ParseBytes(line)
+	if !v.IsObject() {
+		return r, v.Type == gjson.Null
+	}
+	ok := true
+	str := func(key string, dst *string) {
+		switch f := v.Get(key); f.Type {
+		case gjson.String:
+			*dst = f.Str
+		case gjson.Null:
+		default:
+			if f.Exists() {
+				ok = false
+			}
+		}
+	}
+	str("type", &r.Type)
+	str("data", &r.Data)
+	if f := v.Get("result"); f.Exists() {
+		r.Result = json.RawMessage(f.Raw)
+	}
+	if f := v.Get("started"); f.Exists() && f.Type != gjson.Null {
+		n, err := strconv.Atoi(f.Raw)
+		if f.Type != gjson.Number || err != nil {
+			return reply{}, false
+		}
+		r.Started = &n
+	}
+	if f := v.Get("error"); f.Exists() && f.Type != gjson.Null {
+		var e wireError
+		if err := json.Unmarshal([]byte(f.Raw), &e); err != nil {
+			return reply{}, false
+		}
+		r.Error = &e
+	}
+	if !ok {
+		return reply{}, false
+	}
+	return r, true
 }
 
 type wireError struct {

@@ -231,3 +231,52 @@ func TestDialedCall(t *testing.T) {
 		t.Fatal("a handle of no session was called")
 	}
 }
+
+// TestParseReply: what a client reads of each message the server sends
+// (every kind, through the writers the server uses) is what json.Unmarshal
+// into reply reads, and a line json.Unmarshal refuses is refused.
+func TestParseReply(t *testing.T) {
+	pid := 4242
+	res, err := result.Marshal(result.New().Set("success", true).Set("status", "completed").Set("exit_code", 3).Set("stdout", "a\"b\n<é>\x01").Set("pid", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	w := &lineWriter{w: &b}
+	for _, m := range []message{
+		{Type: "start", Started: &pid},
+		{Type: "stdout", Data: "line\n\"quoted\" <&>"},
+		{Type: "output", Data: ""},
+		{Type: "error", Error: toWire(result.Errorf(result.CodeSessionBusy, "busy").With("hint", "wait").With("n", 2))},
+		{Type: "stopped"},
+	} {
+		if err := w.send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.sendResult(res); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(b.String(), "\n")
+	lines = append(lines[:len(lines)-1], `{"type":"result","result":null}`, `{"type":3}`, `{"started":"1"}`, `{"started":1.5}`, `{"error":{"code":1}}`, `{"type":"x"`, `[1]`, `null`, ``, `{"data":null,"type":"stdout"}`)
+	for _, l := range lines {
+		var want reply
+		wantOK := json.Unmarshal([]byte(l), &want) == nil
+		got, ok := parseReply([]byte(l))
+		if ok != wantOK {
+			t.Errorf("%q: parseReply ok %v, json.Unmarshal ok %v", l, ok, wantOK)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		// The result's bytes, compared as JSON values.
+		if !reflect.DeepEqual(got.Result == nil, want.Result == nil) || (got.Result != nil && string(got.Result) != string(want.Result)) {
+			t.Errorf("%q: result %s, want %s", l, got.Result, want.Result)
+		}
+		got.Result, want.Result = nil, nil
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%q: parseReply %+v, json.Unmarshal %+v", l, got, want)
+		}
+	}
+}

@@ -318,7 +318,7 @@ func allCases() []benchCase {
 			"start-up cost of `--net proxy` against `--net none` on `agentsh -- true`.", benchNetProxy},
 		{"session", "A round trip of `agentsh --session H -c true` against one-shot `agentsh -c true`, and\n" +
 			"1 MB of output through a session against the same through a one-shot call, and a call that starts\n" +
-			"a call that starts a chatty background process (its output goes to the session's log) against one that starts\n" +
+			"a chatty background process (its output goes to the session's log) against one that starts\n" +
 			"the same process writing to /dev/null, each followed by a call of `wait`.", benchSession},
 		{"agentfs edit (small file)", "`agentfs edit f --old X --new Y` on a 10 KB file against the real python3 interpreter\n" +
 			"doing the same read, replace and write (python neither fsyncs, renames, keeps undo history nor\n" +
@@ -636,14 +636,16 @@ func benchSession(b *bench) error {
 		"interleaved runs at a load average of 4 to 8, `perf record` of the client, the server and the\n"+
 		"shell, and the shell's and the server's CPU from /proc):\n"+
 		"\n"+
-		"- **The client, about 1.2 ms before the request goes and 0.3 ms after the answer.** The\n"+
-		"  session's sandbox, read from spec.json (its policy decoded only when it has one), 0.4 to\n"+
-		"  0.5 ms: the process's first JSON decode, most of it encoding/json's code and tables touched for\n"+
-		"  the first time. Meanwhile, on another thread, the handle is resolved, the socket dialled and\n"+
-		"  the secret read (0.3 ms): the request still goes only once the call's own checks passed. The\n"+
-		"  request, built field by field (0.15 ms; encoding CallRequest by reflection was 0.3 to 1 ms),\n"+
-		"  and read back, the reply into a struct of the server's fields alone and the result's status,\n"+
-		"  cwd and pid (0.3 ms). The audit record costs what the one-shot's does.\n"+
+		"- **The client, about 1 ms before the request goes and 0.3 ms after the answer.** The\n"+
+		"  session's sandbox, read from spec.json with gjson (its policy decoded by encoding/json only\n"+
+		"  when it has one), 0.05 ms in a process of its own, 0.3 to 0.4 ms in the client under load,\n"+
+		"  where it shares the CPU with the dial. Nothing else of a plain call is decoded by encoding/json\n"+
+		"  (the server's lines and the result's status, cwd and pid are read with gjson too): its first\n"+
+		"  use in a process, code and decoders touched for the first time, was about 0.1 ms of each\n"+
+		"  client. Meanwhile, on another thread, the handle is resolved, the socket dialled and the\n"+
+		"  secret read (0.3 ms): the request still goes only once the call's own checks passed. The\n"+
+		"  request, built field by field (0.15 ms; encoding CallRequest by reflection was 0.3 to 1 ms).\n"+
+		"  The audit record costs what the one-shot's does.\n"+
 		"- **The server, about 0.7 ms of its own** (its CPU: 2.1 ms a call, most of it off the path). The\n"+
 		"  caller is identified (its /proc entries) when the connection is accepted, while the client\n"+
 		"  still checks, and admitted when the request comes if its pidfd says it still lives (20 us).\n"+
@@ -652,14 +654,17 @@ func benchSession(b *bench) error {
 		"  strings.Replacer per piece was 110 us). After the prompt: the cwd from the kernel, the scan\n"+
 		"  for what the call left running (0.2 ms) and the result, sent as rendered, not compacted again;\n"+
 		"  the call's files go after the answer.\n"+
-		"- **The shell, about 2 ms, the largest part** (bash's CPU: 2.1 ms a call): parsing and running\n"+
-		"  about 6 KB of protocol per call. The functions that carry out an interrupt, errexit and a\n"+
-		"  probe, defined afresh under fresh names in every call line so that no earlier command can have\n"+
-		"  tampered with them, are about 0.6 ms of it (parsing them, bash copying their bodies, freeing\n"+
-		"  them); the call file's prefix and its end (the user's traps handed back through their FIFO)\n"+
-		"  about 0.2 ms; the rest is the line's own assignments, option stashes, builtins re-enabled and\n"+
-		"  the control channel reopened. A one-shot call instead pays the watchdog, the fork and exec of\n"+
-		"  the command and the reap.\n"+
+		"- **The shell, about 0.6 ms of bash's CPU a call on a quiet machine, 0.7 ms at a load average\n"+
+		"  of 8** (`BenchmarkCallTrue`'s shell-cpu-ns/op; measured the same way before the change below,\n"+
+		"  0.86 and 1.1 to 1.2 ms): parsing and running about 4.5 KB of protocol per call line (it was\n"+
+		"  10 KB) and the call file's 0.8 KB. The functions that carry out an interrupt, errexit and a\n"+
+		"  probe are defined once per shell and made readonly, on two slots the calls alternate between;\n"+
+		"  defining them afresh under fresh names in every line was a third of the shell's time. What is\n"+
+		"  left is the line's own assignments, option stashes, builtins re-enabled, the control channel\n"+
+		"  reopened, the unset of every variable of the call's slot at the line's start and of the next\n"+
+		"  call's slot at its end (so that what a command set there is gone), and the call file's prefix\n"+
+		"  and its end (the user's traps handed back through their FIFO). A one-shot call instead pays\n"+
+		"  the watchdog, the fork and exec of the command and the reap.\n"+
 		"- Off the path: on this machine's ext4 without a journal, every file the server creates makes\n"+
 		"  the inode allocator scan recently deleted inodes (`recently_deleted` in `perf`): the four\n"+
 		"  files made ahead for each call are about 0.8 ms of the server's CPU, done while the caller\n"+
