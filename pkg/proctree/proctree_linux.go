@@ -213,9 +213,8 @@ func Executable(pid int) (os.FileInfo, error) {
 // little later, and /proc/PID/environ reads empty in between (as it does
 // when read through a descriptor opened on the old image). Such an empty
 // read is not an answer: Environ tells it from a truly empty environment
-// by the image's environment bounds in /proc/PID/stat (zero until the
-// layout, equal once an empty one is laid out) and reads again until the
-// image is whole, for up to settleWait. A process that stays mid-exec that
+// by /proc/PID/stat (see imageEnv) and reads again until the image is
+// whole, for up to settleWait. A process that stays mid-exec that
 // long gives ErrEnvironUnknown; one that exits meanwhile gives
 // ErrProcessExited. A kernel thread has an empty environment.
 func Environ(pid int) ([]string, error) {
@@ -262,9 +261,14 @@ const (
 )
 
 // imageEnv reads a /proc/PID/stat line: the state (field 3), the flags
-// (field 9) and env_start, env_end (fields 50, 51, which the kernel shows
-// to whoever may read the environment, and zeroes until an exec lays the
-// image out).
+// (field 9), end_code (field 27) and env_start, env_end (fields 50, 51),
+// which the kernel shows to whoever may read the environment. An exec's
+// new memory starts with all of them zero. The kernel then sets env_start
+// and env_end both to the start of the environment, walks the strings
+// (writing a pointer to each on the new stack, which can fault and sleep)
+// and only then moves env_end past them: while it walks, the bounds say
+// "empty" of an environment that is not. end_code is set after that walk,
+// so equal bounds are an empty environment only once end_code is set.
 func imageEnv(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
@@ -280,7 +284,7 @@ func imageEnv(b []byte) int {
 	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfKthread != 0 {
 		return envEmpty
 	}
-	if f[47] != "0" && f[47] == f[48] {
+	if f[24] != "0" && f[47] != "0" && f[47] == f[48] {
 		return envEmpty
 	}
 	return envUnsettled
