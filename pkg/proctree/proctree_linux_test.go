@@ -193,6 +193,28 @@ func TestImageEnv(t *testing.T) {
 	}
 }
 
+func TestThreadExiting(t *testing.T) {
+	line := func(state string, flags uint64) string {
+		return "42 (a) b) " + state + " 1 1 1 0 -1 " + strconv.FormatUint(flags, 10) + " 0 0\n"
+	}
+	for _, c := range []struct {
+		name string
+		stat string
+		want bool
+	}{
+		{"running", line("R", 0x400040), false},
+		{"sleeping", line("S", 0x400040), false},
+		{"exiting", line("R", 0x400044), true},
+		{"zombie", line("Z", 0x400040), true},
+		{"short", "42 (a) S 1 2\n", true},
+		{"malformed", "42 (a", true},
+	} {
+		if got := threadExiting([]byte(c.stat)); got != c.want {
+			t.Errorf("%s: threadExiting = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 // TestReadProc: a file larger than the buffer comes whole (the buffer
 // grows), a stat agrees with os.ReadFile's, and a process that is gone
 // is fs.ErrNotExist, as os.ReadFile said.
