@@ -31,6 +31,7 @@ func TestScripts(t *testing.T) {
 		Cmds:                scriptCommands(),
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
+			testkit.KeepRaceOptions(e)
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			return nil

@@ -70,6 +70,7 @@ func scriptParams(dir, backend string) testscript.Params {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Setup: func(e *testscript.Env) error {
+			testkit.KeepRaceOptions(e)
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			e.Setenv("PYTHON", python)

@@ -75,6 +75,7 @@ func TestScripts(t *testing.T) {
 			}
 			// A failed script must not leave its sessions running.
 			e.Defer(func() { stopSessions(e.WorkDir + "/.state/agentplane") })
+			testkit.KeepRaceOptions(e)
 			e.Setenv("XDG_CONFIG_HOME", e.WorkDir+"/.config")
 			e.Setenv("XDG_STATE_HOME", e.WorkDir+"/.state")
 			return nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/rogpeppe/go-internal/testscript"
 )
 
 // PrivateHome points HOME and the XDG base directories of this test
@@ -75,4 +77,14 @@ func (p privateHomeM) Run() int {
 	}
 	defer cleanup()
 	return p.m.Run()
+}
+
+// KeepRaceOptions passes the race detector's options (GORACE), which
+// testscript leaves out of a script's environment, on to the programs the
+// script runs. scripts/test sets atexit_sleep_ms=0 there: without it every
+// race-built program that exits 0 sleeps a second first.
+func KeepRaceOptions(e *testscript.Env) {
+	if v, ok := os.LookupEnv("GORACE"); ok {
+		e.Setenv("GORACE", v)
+	}
 }

@@ -70,6 +70,14 @@ func markedJob(m string) Spec {
 		Env: append(os.Environ(), markEnv+"="+m)}
 }
 
+// unanswered is the store of a test whose supervisor cannot answer a stop
+// (frozen, killed, or never launched): Stop's wait for its answer ends
+// sooner, and then Stop kills the supervisor and the job itself as ever.
+func unanswered(st *Store) *Store {
+	st.answerWait = time.Second
+	return st
+}
+
 // TestStartSupervisorKilledAtEachStep kills the supervisor at every step
 // of a start: the start fails with start_failed, and leaves no job and no
 // process behind, whatever moment it died at.
@@ -142,7 +150,7 @@ func callProcess(t *testing.T, st *Store, arm, op, arg string) (string, bool) {
 func TestStartCallerKilledAtEachStep(t *testing.T) {
 	for _, step := range []string{"start.dir", "start.spec", "start.launched"} {
 		t.Run(step, func(t *testing.T) {
-			st := newStore(t)
+			st := unanswered(newStore(t)) // before start.launched, no supervisor ever runs
 			m := marker(t)
 			out, killed := callProcess(t, st, step, "start", "sleep 300; : "+m)
 			if !killed {
@@ -181,7 +189,7 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 func TestStopSupervisorKilledDuringGrace(t *testing.T) {
 	for _, action := range []string{"kill", "stop"} {
 		t.Run(action, func(t *testing.T) {
-			st := newStore(t)
+			st := unanswered(newStore(t))
 			m := marker(t)
 			t.Setenv(faultpoint.Env, "supervisor.stop.signalled="+action)
 			s := start(t, st, markedJob(m))
@@ -217,7 +225,7 @@ func waitMarked(t *testing.T, m string, n int) {
 // TestStopSupervisorFrozen: a supervisor frozen with SIGSTOP never acts on
 // the stop; Stop kills it and the job and never answers running.
 func TestStopSupervisorFrozen(t *testing.T) {
-	st := newStore(t)
+	st := unanswered(newStore(t))
 	m := marker(t)
 	s := start(t, st, markedJob(m))
 	waitMarked(t, m, 4)
@@ -257,6 +265,10 @@ func TestStopCallerKilledAtEachStep(t *testing.T) {
 func TestRestartKilledAtEachStep(t *testing.T) {
 	for _, step := range []string{"restart.stopped", "supervisor.began", "supervisor.forked", "supervisor.recorded"} {
 		t.Run(step, func(t *testing.T) {
+			// Each restart waits out the default grace of a job that
+			// ignores SIGTERM; the steps share nothing (the fault is
+			// armed in the caller's environment), so they wait together.
+			t.Parallel()
 			st := newStore(t)
 			m := marker(t)
 			s := start(t, st, markedJob(m))

@@ -620,7 +620,7 @@ func (st *Store) stopSlurm(ctx context.Context, id string, s Status, sig syscall
 		cerr = st.sched.Cancel(ctx, sid, "", false)
 	}
 	st.forgetScheduler()
-	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, grace+st.answerWait)
 	got, err := st.waitIDs(wctx, []string{id}, ForExit, false)
 	cancel()
 	if err == nil && len(got) == 1 {

@@ -52,7 +52,17 @@ type Store struct {
 	// Admit, when set, decides a job's saved spec before Restart stops
 	// the job to run it again (agentjob's sandbox_lock floor).
 	Admit func(Spec) error
+
+	// answerWait is how long Stop waits, past the grace, for the
+	// supervisor to record the end before it takes the supervisor for
+	// frozen and kills it and the job itself (supervisorAnswer; tests of
+	// a supervisor that cannot answer shorten it).
+	answerWait time.Duration
 }
+
+// supervisorAnswer is what Stop allows a supervisor beyond the grace to
+// signal the job's tree, reap it and record the end, on a loaded machine.
+const supervisorAnswer = 10 * time.Second
 
 // SupervisorCommand is the hidden first argument by which a program that
 // embeds this package runs a supervisor; it is declared in the table of
@@ -68,7 +78,7 @@ const SupervisorCommand = reexec.JobSupervisor
 func NewStore(d *state.Dir, supervisorArgv []string) *Store {
 	boot, _ := proctree.BootID()
 	host, _ := os.Hostname()
-	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot, host: host, sched: &slurm.Client{}}
+	return &Store{dir: d, supervisorArgv: supervisorArgv, bootID: boot, host: host, sched: &slurm.Client{}, answerWait: supervisorAnswer}
 }
 
 // SetScheduler replaces the Slurm client of slurm jobs (to name the
@@ -720,7 +730,7 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 		// caller's signal and grace are applied here.
 		st.stopWithoutRequest(ctx, s, sig, grace)
 	}
-	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, grace+st.answerWait)
 	defer cancel()
 	got, err := st.waitIDs(wctx, []string{id}, ForExit, false)
 	if err == nil && len(got) == 1 {
@@ -831,7 +841,7 @@ func (st *Store) stopUnreadable(ctx context.Context, id string, sig syscall.Sign
 	}
 	_ = st.writeStopRequest(id, stopRequest{Signal: int(sig), GraceMS: grace.Milliseconds()})
 	_ = syscall.Kill(sv.PID, syscall.SIGTERM)
-	wctx, cancel := context.WithTimeout(ctx, grace+10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, grace+st.answerWait)
 	defer cancel()
 	if proctree.Wait(wctx, proctree.ID{PID: sv.PID, Start: sv.StartTime}) != nil {
 		_ = syscall.Kill(sv.PID, syscall.SIGKILL)

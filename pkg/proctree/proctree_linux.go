@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime"
 	"strconv"
@@ -31,10 +32,31 @@ func ReadStat(pid int) (Stat, error) {
 // thread that forked it; an orphan reparented to pid is on the main
 // thread's. A list read while one of the children is reaped can skip
 // another child, so each list is read until two reads agree (a skip shows
-// as a child listed once and gone the next time).
+// as a child listed once and gone the next time). A thread that exits
+// hands its children to another thread of the process, perhaps one whose
+// list was already read: when a thread other than the main one is gone,
+// or was exiting by the time its list had been read, every list is read
+// again.
 func Children(pid, threads int) ([]int, error) {
-	base := "/proc/" + strconv.Itoa(pid) + "/task/"
-	tids := []string{strconv.Itoa(pid)}
+	for try := 0; ; try++ {
+		kids, err := children(pid, threads)
+		if !errors.Is(err, errThreadGone) {
+			return kids, err
+		}
+		if try == 8 {
+			return nil, fmt.Errorf("proctree: the threads of %d exit faster than their children can be read", pid)
+		}
+	}
+}
+
+// errThreadGone: a thread other than the main one exited while children
+// read the lists.
+var errThreadGone = errors.New("proctree: a thread exited")
+
+func children(pid, threads int) ([]int, error) {
+	main := strconv.Itoa(pid)
+	base := "/proc/" + main + "/task/"
+	tids := []string{main}
 	if threads != 1 {
 		d, err := os.Open(base)
 		if err != nil {
@@ -50,15 +72,21 @@ func Children(pid, threads int) ([]int, error) {
 	var buf [512]byte
 	for _, tid := range tids {
 		path := base + tid + "/children"
+		gone := func(err error) error {
+			if tid != main && errors.Is(err, fs.ErrNotExist) {
+				return errThreadGone
+			}
+			return err
+		}
 		prev, err := readProc(path, buf[:])
 		if err != nil {
-			return nil, err
+			return nil, gone(err)
 		}
 		prev = bytes.Clone(prev)
 		for try := 0; ; try++ {
 			b, err := readProc(path, buf[:])
 			if err != nil {
-				return nil, err
+				return nil, gone(err)
 			}
 			if bytes.Equal(b, prev) {
 				break
@@ -67,6 +95,14 @@ func Children(pid, threads int) ([]int, error) {
 				return nil, fmt.Errorf("proctree: the children of %d change faster than they can be read", pid)
 			}
 			prev = bytes.Clone(b)
+		}
+		// The kernel marks a thread exiting before it moves its
+		// children: unmarked after the read, the list was whole.
+		if tid != main {
+			st, err := readProc(base+tid+"/stat", make([]byte, 512))
+			if err != nil || threadExiting(st) {
+				return nil, errThreadGone
+			}
 		}
 		for _, f := range bytes.Fields(prev) {
 			c, err := strconv.Atoi(string(f))
@@ -78,6 +114,26 @@ func Children(pid, threads int) ([]int, error) {
 	}
 	return out, nil
 }
+
+// threadExiting reads a /proc/PID/task/TID/stat line: the thread is a
+// zombie or has begun to exit (PF_EXITING in its flags, field 9), or the
+// line does not say.
+func threadExiting(b []byte) bool {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return true
+	}
+	f := strings.Fields(string(b[i+2:])) // field N is f[N-3]
+	if len(f) < 7 || f[0] == "Z" || f[0] == "X" {
+		return true
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err != nil || flags&pfExiting != 0
+}
+
+// pfExiting is the kernel's PF_EXITING task flag, set as a thread begins
+// to exit and before its children are handed on.
+const pfExiting = 0x00000004
 
 // readProc reads a small seq_file of /proc into buf (growing it if needed)
 // with the three system calls it takes: os.ReadFile adds an fstat, a try
@@ -213,9 +269,8 @@ func Executable(pid int) (os.FileInfo, error) {
 // little later, and /proc/PID/environ reads empty in between (as it does
 // when read through a descriptor opened on the old image). Such an empty
 // read is not an answer: Environ tells it from a truly empty environment
-// by the image's environment bounds in /proc/PID/stat (zero until the
-// layout, equal once an empty one is laid out) and reads again until the
-// image is whole, for up to settleWait. A process that stays mid-exec that
+// by /proc/PID/stat (see imageEnv) and reads again until the image is
+// whole, for up to settleWait. A process that stays mid-exec that
 // long gives ErrEnvironUnknown; one that exits meanwhile gives
 // ErrProcessExited. A kernel thread has an empty environment.
 func Environ(pid int) ([]string, error) {
@@ -262,9 +317,14 @@ const (
 )
 
 // imageEnv reads a /proc/PID/stat line: the state (field 3), the flags
-// (field 9) and env_start, env_end (fields 50, 51, which the kernel shows
-// to whoever may read the environment, and zeroes until an exec lays the
-// image out).
+// (field 9), end_code (field 27) and env_start, env_end (fields 50, 51),
+// which the kernel shows to whoever may read the environment. An exec's
+// new memory starts with all of them zero. The kernel then sets env_start
+// and env_end both to the start of the environment, walks the strings
+// (writing a pointer to each on the new stack, which can fault and sleep)
+// and only then moves env_end past them: while it walks, the bounds say
+// "empty" of an environment that is not. end_code is set after that walk,
+// so equal bounds are an empty environment only once end_code is set.
 func imageEnv(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
@@ -280,7 +340,7 @@ func imageEnv(b []byte) int {
 	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfKthread != 0 {
 		return envEmpty
 	}
-	if f[47] != "0" && f[47] == f[48] {
+	if f[24] != "0" && f[47] != "0" && f[47] == f[48] {
 		return envEmpty
 	}
 	return envUnsettled

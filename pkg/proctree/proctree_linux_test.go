@@ -159,13 +159,15 @@ func TestEnvironEmpty(t *testing.T) {
 
 func TestImageEnv(t *testing.T) {
 	// Fields 3.. of a stat line, with fields 50 and 51 (env_start,
-	// env_end) and field 9 (flags) set as the case needs.
-	line := func(state string, flags, envStart, envEnd uint64) string {
+	// env_end), field 27 (end_code) and field 9 (flags) set as the case
+	// needs.
+	line := func(state string, flags, endCode, envStart, envEnd uint64) string {
 		f := make([]string, 50)
 		for i := range f {
 			f[i] = "0"
 		}
-		f[0], f[6], f[47], f[48] = state, strconv.FormatUint(flags, 10), strconv.FormatUint(envStart, 10), strconv.FormatUint(envEnd, 10)
+		f[0], f[6] = state, strconv.FormatUint(flags, 10)
+		f[24], f[47], f[48] = strconv.FormatUint(endCode, 10), strconv.FormatUint(envStart, 10), strconv.FormatUint(envEnd, 10)
 		return "42 (a) b) " + strings.Join(f, " ") + "\n"
 	}
 	for _, c := range []struct {
@@ -173,17 +175,42 @@ func TestImageEnv(t *testing.T) {
 		stat string
 		want int
 	}{
-		{"laid out, empty", line("S", 0, 4096, 4096), envEmpty},
-		{"laid out, not empty", line("S", 0, 4096, 4200), envUnsettled},
-		{"mid-exec", line("R", 0, 0, 0), envUnsettled},
-		{"exiting", line("D", 0, 0, 0), envUnsettled},
-		{"zombie", line("Z", 0, 0, 0), envGone},
-		{"kernel thread", line("I", pfKthread, 0, 0), envEmpty},
+		{"laid out, empty", line("S", 0, 8192, 4096, 4096), envEmpty},
+		{"laid out, not empty", line("S", 0, 8192, 4096, 4200), envUnsettled},
+		{"mid-exec", line("R", 0, 0, 0, 0), envUnsettled},
+		// The kernel walks the strings with both bounds at their start.
+		{"mid-layout of the environment", line("R", 0, 0, 4096, 4096), envUnsettled},
+		{"mid-layout, sleeping on a fault", line("D", 0, 0, 4096, 4096), envUnsettled},
+		{"exiting", line("D", 0, 0, 0, 0), envUnsettled},
+		{"zombie", line("Z", 0, 0, 0, 0), envGone},
+		{"kernel thread", line("I", pfKthread, 0, 0, 0), envEmpty},
 		{"short", "42 (a) S 1 2 3\n", envUnsettled},
 		{"malformed", "42 (a", envUnsettled},
 	} {
 		if got := imageEnv([]byte(c.stat)); got != c.want {
 			t.Errorf("%s: imageEnv = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestThreadExiting(t *testing.T) {
+	line := func(state string, flags uint64) string {
+		return "42 (a) b) " + state + " 1 1 1 0 -1 " + strconv.FormatUint(flags, 10) + " 0 0\n"
+	}
+	for _, c := range []struct {
+		name string
+		stat string
+		want bool
+	}{
+		{"running", line("R", 0x400040), false},
+		{"sleeping", line("S", 0x400040), false},
+		{"exiting", line("R", 0x400044), true},
+		{"zombie", line("Z", 0x400040), true},
+		{"short", "42 (a) S 1 2\n", true},
+		{"malformed", "42 (a", true},
+	} {
+		if got := threadExiting([]byte(c.stat)); got != c.want {
+			t.Errorf("%s: threadExiting = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

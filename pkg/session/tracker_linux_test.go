@@ -1,6 +1,8 @@
 package session
 
 import (
+	"bufio"
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -54,9 +56,16 @@ func TestTrackerQuiet(t *testing.T) {
 			t.Errorf("%s: quiet scan %v, want %v", step, quiet, wantQuiet)
 		}
 	}
-	// A shell that runs what it is sent, like the session's.
+	// A shell that runs what it is sent, like the session's. Each line
+	// sent ends by printing a line, which the shell does only once it has
+	// run what comes before: reading that line is the test's sign that the
+	// processes it expects exist, whatever the load.
 	sh := exec.Command("sh")
 	in, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := sh.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,52 +79,65 @@ func TestTrackerQuiet(t *testing.T) {
 		_ = sh.Wait()
 		proctree.KillAllDescendants(5 * time.Second)
 	})
-	tmp := t.TempDir()
-	run := func(line string) {
+	printed := bufio.NewReader(out)
+	run := func(line string) string {
 		t.Helper()
 		if _, err := in.Write([]byte(line + "\n")); err != nil {
 			t.Fatal(err)
 		}
+		s, err := printed.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		return strings.TrimSpace(s)
 	}
-	// count waits until n live processes are below the root.
-	count := func(n int) {
+	// live checks that n live processes are below the root.
+	live := func(n int) {
 		t.Helper()
-		waitFor(t, func() bool {
-			live := 0
-			for _, p := range proctree.Descendants(mustSnap(t), root) {
-				if !p.Dead() {
-					live++
-				}
+		var got []int
+		for _, p := range proctree.Descendants(mustSnap(t), root) {
+			if !p.Dead() {
+				got = append(got, p.PID)
 			}
-			return live == n
-		})
+		}
+		if len(got) != n {
+			t.Fatalf("live below the root: %v, want %d processes", got, n)
+		}
 	}
 	check("first", false) // a full one
 	check("nothing new", true)
 	check("still nothing new", true)
-	run("sleep 60 &")
-	count(2)
+	run("sleep 60 & echo") // the echo runs once the fork has returned
+	live(2)
 	check("a child of a known process", false)
 	check("then nothing new", true)
 	// A double fork: the middle process exits, its child is reparented to
-	// the root and put on its main thread's list.
-	run("sh -c 'sleep 61 & exit 0'")
-	count(3)
+	// the root and put on its main thread's list. The shell waits for the
+	// middle one, and the kernel reparents before it reports an exit.
+	run("sh -c 'sleep 61 & exit 0'; echo")
+	live(3)
 	check("an orphan", false)
 	check("the orphan known", true)
-	// A known process that exits leaves its known child to the root.
-	run("sh -c 'sleep 62 & echo $$ > " + tmp + "/mid; wait' &")
-	count(5)
-	check("a process and its child", false)
-	b, err := os.ReadFile(tmp + "/mid")
+	// A known process that exits leaves its known child to the root. The
+	// middle one prints its pid once it has forked.
+	mid, err := strconv.Atoi(run("sh -c 'sleep 62 & echo $$; wait' &"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	live(5)
+	check("a process and its child", false)
+	midID, err := proctree.Identify(mid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(mid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	count(4)
+	// Its pidfd is readable once it is a zombie, after its child moved.
+	if err := proctree.Wait(context.Background(), midID); err != nil {
+		t.Fatal(err)
+	}
+	live(4)
 	check("its parent gone", true)
 	check("once more", true)
 	// A multi-threaded process's child is on the list of the thread that
