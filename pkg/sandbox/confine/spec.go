@@ -47,8 +47,9 @@ const (
 // status file (Failure.Deaths). 8: the spec comes on a pipe (SpecFD), not
 // in argv. 9: the spec's descriptor may be a socket on which the helper
 // reports the command's end (Report). 10: the spec is in the record format
-// of EncodeSpec, not JSON.
-const SpecVersion = 10
+// of EncodeSpec, not JSON. 11: the records end with an end record, without
+// which a spec cut short at a record's end is refused.
+const SpecVersion = 11
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
