@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
@@ -496,7 +497,10 @@ func spares(area string) []string {
 // usableSpare checks a claimed spare: a directory of the caller's, 0711,
 // holding nothing but an empty tmp/ of the caller's, which it sets back
 // to 0700 (a --user run handed it to its target), and maybe an empty
-// status file (emptyStatus).
+// status file (emptyStatus). tmp/ is the caller's and 0700 before it is
+// counted empty: a --user target's process that holds it (it may read
+// /proc/PID/cwd of its own command) could add an entry up to the chown,
+// and after the count it would reach the next run's TMPDIR.
 func usableSpare(dir string) bool {
 	uid, gid := os.Geteuid(), os.Getegid()
 	var st unix.Stat_t
@@ -505,13 +509,6 @@ func usableSpare(dir string) bool {
 	}
 	tmp := filepath.Join(dir, "tmp")
 	if unix.Lstat(tmp, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false
-	}
-	want := 1
-	if emptyStatus(filepath.Join(dir, statusFile)) {
-		want = 2
-	}
-	if names(dir) != want || names(tmp) != 0 {
 		return false
 	}
 	if int(st.Uid) != uid || int(st.Gid) != gid {
@@ -524,6 +521,14 @@ func usableSpare(dir string) bool {
 			return false
 		}
 	}
+	want := 1
+	if emptyStatus(filepath.Join(dir, statusFile)) {
+		want = 2
+	}
+	if names(dir) != want || names(tmp) != 0 {
+		return false
+	}
+	faultpoint.Hit("spare.checked")
 	return true
 }
 

@@ -1,0 +1,119 @@
+package sandbox
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/internal/faultpoint"
+)
+
+// claimCommand is a hidden mode of the test binary: it claims a private
+// directory in the area named by its argument and prints its path.
+const claimCommand = "__claim"
+
+func claimMain(args []string) int {
+	dir, err := claimPrivate(args[0])
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	fmt.Println(dir)
+	return 0
+}
+
+// A --user run leaves a spare whose tmp/ its target owns until the next
+// run claims it. A process of that uid holding the directory (by
+// /proc/PID/cwd of the command, which it may read, being the same user)
+// must not get anything into the next run's TMPDIR, which may be the
+// caller's own or another user's: a hard link to a file it keeps reading,
+// a symlink, a FIFO. The claim is stopped right after it checked the
+// spare (faultpoint spare.checked), where the former owner adds its
+// entries; the run must then not get them.
+func TestEscapeSpareFormerOwner(t *testing.T) {
+	requireRoot(t)
+	area := privateArea(t)
+	spare := filepath.Join(area, sparePrefix+"user")
+	tmp := filepath.Join(spare, "tmp")
+	must(t, os.MkdirAll(tmp, 0o700))
+	must(t, os.Chmod(spare, 0o711))
+	must(t, os.Chown(tmp, 65534, 65534))
+	// Its owner may also have given itself an ACL entry, which outlives
+	// the chown (the chmod to 0700 masks it).
+	must(t, unix.Setxattr(tmp, "system.posix_acl_access", posixACL(65534), 0))
+	held, err := os.Open(tmp)
+	must(t, err)
+	defer held.Close()
+
+	claim := exec.Command(self(t), claimCommand, area)
+	claim.Env = append(os.Environ(), faultpoint.Env+"=spare.checked=stop")
+	var stdout strings.Builder
+	claim.Stdout = &stdout
+	must(t, claim.Start())
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(claim.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		_ = claim.Process.Kill()
+		_ = claim.Wait()
+		t.Fatalf("the claim did not stop at spare.checked: %v %v", ws, err)
+	}
+	// The former owner, as itself, through the directory it holds.
+	plant := func() string {
+		sh := exec.Command("/bin/sh", "-c", `d=/proc/self/fd/3; echo planted > $d/file; ln -s /etc/passwd $d/link; mkfifo $d/fifo; ls -A $d`)
+		sh.ExtraFiles = []*os.File{held}
+		sh.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, _ := sh.CombinedOutput()
+		return string(out)
+	}
+	planted := plant()
+	// And later, once the run has it.
+	defer func() {
+		late := plant()
+		if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+			t.Errorf("the former owner writes in the claimed TMPDIR later: %q", late)
+		}
+	}()
+	must(t, claim.Process.Signal(syscall.SIGCONT))
+	must(t, claim.Wait())
+	dir := strings.TrimSpace(stdout.String())
+	if !strings.HasPrefix(dir, area+"/") {
+		t.Fatalf("claim: %q", dir)
+	}
+	defer releasePrivate(dir)
+	tmp = filepath.Join(dir, "tmp")
+	got, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	must(t, err)
+	if len(got) != 0 {
+		var names []string
+		for _, e := range got {
+			names = append(names, e.Name())
+		}
+		t.Errorf("the next run's TMPDIR holds what the spare's former owner put there after the check: %v (the owner saw %q)", names, planted)
+	}
+	var st unix.Stat_t
+	must(t, unix.Lstat(filepath.Join(dir, "tmp"), &st))
+	if int(st.Uid) != os.Geteuid() || st.Mode&0o7777 != 0o700 {
+		t.Errorf("claimed TMPDIR: uid %d mode %o", st.Uid, st.Mode&0o7777)
+	}
+}
+
+// posixACL is a system.posix_acl_access value: rwx for the owner and for
+// uid, nothing for the group and others, mask rwx.
+func posixACL(uid uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 2) // POSIX_ACL_XATTR_VERSION
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{1, 7, ^uint32(0)}, {2, 7, uid}, {4, 0, ^uint32(0)}, {0x10, 7, ^uint32(0)}, {0x20, 0, ^uint32(0)}} {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
+	}
+	return b
+}
