@@ -77,6 +77,14 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 				return fmt.Errorf("cannot clone %s: %v", path, err)
 			}
 			devs = append(devs, clonedMount{path, fd})
+			// The node is the host's own (a clone of the host's /dev, which
+			// the read-only root below does not reach): its mode, owner and
+			// times stay the host's, which root may otherwise change
+			// (Landlock restricts none of them). A read-only mount still
+			// lets the device be opened for writing.
+			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+				return fmt.Errorf("cannot make %s read-only: %v", path, err)
+			}
 		}
 	}
 	if sp.ReadOnlyRoot {
