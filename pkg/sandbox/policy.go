@@ -572,6 +572,17 @@ func normalize(p Policy) (Policy, error) {
 	if p.Mode == ModeWorkspaceWrite && p.Workspace == "" {
 		return p, invalid("workspace-write needs a workspace directory")
 	}
+	// The system calls would take a path or name only up to its first
+	// NUL (os/user's getpwnam does: "nobody\x00…" is nobody), and the
+	// helper's spec ends its records with one.
+	for what, values := range map[string][]string{"workspace": {p.Workspace}, "--allow-write": p.AllowWrite,
+		"write file": p.WriteFiles, "--deny-read": p.DenyRead, "--user": {p.User}} {
+		for _, v := range values {
+			if strings.IndexByte(v, 0) >= 0 {
+				return p, invalid("%s %q holds a NUL byte", what, v)
+			}
+		}
+	}
 	if p.Mode != ModeWorkspaceWrite {
 		if len(p.AllowWrite) > 0 {
 			// Granting nothing while the caller believes it granted

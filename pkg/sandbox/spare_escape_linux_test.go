@@ -117,3 +117,45 @@ func posixACL(uid uint32) []byte {
 	}
 	return b
 }
+
+// A path the model chooses that holds the spec's separator cannot add a
+// record of its own (a writable "/"): the call is refused, before the
+// helper starts or by it, never run.
+func TestEscapeSpecInjectionPolicy(t *testing.T) {
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	inject := outside + "\x00writable\x00/"
+	for name, p := range map[string]Policy{
+		"workspace":   {Mode: ModeWorkspaceWrite, Workspace: inject},
+		"allow-write": {Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{inject}},
+		"write-file":  {Mode: ModeWorkspaceWrite, Workspace: ws, WriteFiles: []string{inject}},
+		"deny-read":   {Mode: ModeReadOnly, DenyRead: []string{inject}},
+		"user":        {Mode: ModeReadOnly, User: "nobody\x00writable\x00/"},
+	} {
+		prep, err := Prepare(p, self(t))
+		if err != nil {
+			continue // refused by the runner
+		}
+		files, started, err := prep.Launch()
+		if err != nil {
+			prep.Cleanup()
+			continue // refused at the spec's encoding
+		}
+		cmd := exec.Command(self(t))
+		cmd.Args = prep.Argv([]string{"sh", "-c", "echo pwned > /injected-" + name + "; echo ran"})
+		cmd.ExtraFiles = files
+		cmd.Env = append(os.Environ(), prep.Env...)
+		cmd.Dir = ws
+		cmd.SysProcAttr = prep.SysProcAttr
+		b, _ := cmd.Output()
+		started()
+		prep.Cleanup()
+		if strings.Contains(string(b), "ran") {
+			t.Errorf("%s: a path with NUL bytes ran the command: %q", name, b)
+		}
+		if _, err := os.Stat("/injected-" + name); err == nil {
+			_ = os.Remove("/injected-" + name)
+			t.Errorf("%s: the injected record made / writable", name)
+		}
+	}
+}
