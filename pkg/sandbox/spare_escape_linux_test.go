@@ -20,6 +20,10 @@ import (
 const claimCommand = "__claim"
 
 func claimMain(args []string) int {
+	if args[0] == "-names" {
+		fmt.Println(randHex(8), privateName(randHex(3)), randHex(4))
+		return 0
+	}
 	dir, err := claimPrivate(args[0])
 	if err != nil {
 		fmt.Println("error:", err)
@@ -157,5 +161,29 @@ func TestEscapeSpecInjectionPolicy(t *testing.T) {
 			_ = os.Remove("/injected-" + name)
 			t.Errorf("%s: the injected record made / writable", name)
 		}
+	}
+}
+
+// The private directories' and cgroups' names come from math/rand/v2's
+// generator, which the runtime seeds from the kernel in every process:
+// no setting of the caller's (GODEBUG's randautoseed and randseednop
+// act on math/rand's old generator only) makes two runners draw the same
+// names, which a local user could then predict.
+func TestEscapePredictNames(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		cmd := exec.Command(self(t), claimCommand, "-names")
+		cmd.Env = append(os.Environ(), "GODEBUG=randautoseed=0,randseednop=0")
+		b, err := cmd.Output()
+		must(t, err)
+		for _, name := range strings.Fields(string(b)) {
+			if seen[name] {
+				t.Errorf("two runners drew the name %s", name)
+			}
+			seen[name] = true
+		}
+	}
+	if len(seen) != 12 {
+		t.Errorf("names: %v", seen)
 	}
 }
