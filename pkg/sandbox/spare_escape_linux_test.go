@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -9,10 +10,12 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
+	"github.com/agentplane/agentplane/pkg/run"
 )
 
 // claimCommand is a hidden mode of the test binary: it claims a private
@@ -185,5 +188,76 @@ func TestEscapePredictNames(t *testing.T) {
 	}
 	if len(seen) != 12 {
 		t.Errorf("names: %v", seen)
+	}
+}
+
+// What stands where the run's status file should be, planted by whoever
+// could reach the private directory (a command whose writable roots hold
+// another temp dir's area): a second name of another file, a symlink to
+// one, a FIFO. The helper must neither empty nor write the other file, the
+// runner must neither read it as the helper's word (a forged signal death,
+// a secret in the failure's message) nor wait on the FIFO.
+func TestEscapePlantedStatus(t *testing.T) {
+	requireSandbox(t)
+	privateArea(t)
+	secret := `{"signal":9,"deaths":[{"signal":9}]} TOPSECRET`
+	for _, kind := range []string{"hardlink", "symlink", "fifo"} {
+		t.Run(kind, func(t *testing.T) {
+			victim := filepath.Join(t.TempDir(), "victim")
+			must(t, os.WriteFile(victim, []byte(secret), 0o600))
+			prep, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+			must(t, err)
+			t.Cleanup(prep.Cleanup)
+			status := filepath.Join(filepath.Dir(prep.TempDir), statusFile)
+			_ = os.Remove(status)
+			switch kind {
+			case "hardlink":
+				must(t, os.Link(victim, status))
+			case "symlink":
+				must(t, os.Symlink(victim, status))
+			case "fifo":
+				must(t, unix.Mkfifo(status, 0o600))
+			}
+			files, started, err := prep.Launch()
+			must(t, err)
+			done := make(chan *run.Result, 1)
+			go func() {
+				res, err := run.Run(context.Background(), run.Request{
+					Argv: prep.Argv([]string{"true"}), Dir: "/", Env: append(os.Environ(), prep.Env...),
+					Timeout: time.Minute, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+				})
+				if err != nil {
+					t.Error(err)
+				}
+				done <- res
+			}()
+			var res *run.Result
+			select {
+			case res = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the helper waits on the planted status file")
+			}
+			started()
+			ferr := make(chan error, 1)
+			go func() { ferr <- prep.Failure() }()
+			var failure error
+			select {
+			case failure = <-ferr:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("the runner waits on the planted status file")
+			}
+			if b, _ := os.ReadFile(victim); string(b) != secret {
+				t.Errorf("the file the status named was changed: %q", b)
+			}
+			if failure != nil && strings.Contains(failure.Error(), "TOPSECRET") {
+				t.Errorf("the runner read the other file as the status: %v", failure)
+			}
+			if code, sig := prep.ExitStatus(res.ExitCode, res.Signal); sig != "" {
+				t.Errorf("a forged signal death: exit %d %s", code, sig)
+			}
+			if failure == nil && res.ExitCode == 0 {
+				t.Logf("ran with the plant in place (exit 0, no failure)")
+			}
+		})
 	}
 }
