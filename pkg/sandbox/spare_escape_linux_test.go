@@ -261,3 +261,32 @@ func TestEscapePlantedStatus(t *testing.T) {
 		})
 	}
 }
+
+// Runs of one caller with different temp dirs (TMPDIR) have their private
+// directories in different areas: a command of one must neither read a
+// concurrent run's TMPDIR in the other (read access reaches everywhere)
+// nor plant a status file or a spare there from a writable root holding
+// it.
+func TestEscapeOtherTempDirArea(t *testing.T) {
+	requireSandbox(t)
+	t1, t2 := t.TempDir(), t.TempDir()
+	t.Setenv("TMPDIR", t1)
+	other, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	defer other.Cleanup()
+	must(t, os.WriteFile(filepath.Join(other.TempDir, "secret"), []byte("TOPSECRET"), 0o600))
+	area := filepath.Dir(filepath.Dir(other.TempDir))
+	t.Setenv("TMPDIR", t2)
+	res, _ := sandboxed(t, Policy{Mode: ModeWorkspaceWrite, Workspace: t1}, t1, "sh", "-c",
+		`cat `+other.TempDir+`/secret; ls -A `+area+`; ln -s /etc/passwd `+filepath.Dir(other.TempDir)+`/planted && echo planted; echo end`)
+	o := out(res)
+	if strings.Contains(o, "TOPSECRET") || strings.Contains(o, "planted") || strings.Contains(o, runPrefix) {
+		t.Errorf("a run in another temp dir reached this one's private directory: %q", o)
+	}
+	if !strings.Contains(o, "end\n") {
+		t.Fatalf("output %q", o)
+	}
+	if _, err := os.Lstat(filepath.Join(filepath.Dir(other.TempDir), "planted")); err == nil {
+		t.Error("planted")
+	}
+}
