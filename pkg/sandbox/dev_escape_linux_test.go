@@ -50,10 +50,18 @@ for k in sys/kernel/core_pattern sys/kernel/domainname sys/vm/drop_caches sysrq-
   [ -e /proc/$k ] || continue
   try "echo 1 >/proc/$k" proc-$(echo $k | tr / -)
 done
+# The mode of a /proc file is the kernel's one entry, which every procfs
+# mounted later shows (to what it is: nothing changes if this works).
+for k in meminfo kmsg cpuinfo; do
+  try "chmod $(stat -c %a /proc/$k) /proc/$k" proc-chmod-$k
+  try "touch -r /proc/$k /proc/$k" proc-utimes-$k
+done
 echo null=$(echo hi >/dev/null && echo writable)
+echo stdout=writable >/dev/stdout
+echo fd1=writable >/proc/self/fd/1
 echo end`)
 		o := out(res)
-		if !strings.Contains(o, "end\n") || !strings.Contains(o, "null=writable\n") {
+		if !strings.Contains(o, "end\n") || !strings.Contains(o, "null=writable\n") || !strings.Contains(o, "stdout=writable\n") || !strings.Contains(o, "fd1=writable\n") {
 			t.Fatalf("%s: %q", p.Mode, o)
 		}
 		for _, line := range strings.Split(o, "\n") {

@@ -119,7 +119,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	if err := pinDirs(sp.Pinned); err != nil {
 		return fmt.Errorf("cannot pin the git repositories: %v", err)
 	}
-	if err := freshProc(); err != nil {
+	if err := freshProc(sp.ReadOnlyRoot); err != nil {
 		return err
 	}
 	if err := cgroupView(sp.Cgroups); err != nil {
@@ -175,9 +175,17 @@ func bindReadOnly(path string) error {
 
 // freshProc mounts a procfs of the new PID namespace over /proc and keeps
 // its kernel knobs read-only (a root command could otherwise write host-wide
-// sysctls such as kernel.core_pattern).
-func freshProc() error {
+// sysctls such as kernel.core_pattern). Under a read-only root the whole
+// procfs is read-only: Landlock keeps the command from writing any of it
+// already, but not from changing a mode, and the mode of a file such as
+// /proc/meminfo is the kernel's one entry for it, which every procfs
+// mounted after (the next run's, the host's once its cached inode goes)
+// shows: chmod 0 /proc/meminfo would break ps and free for all of them.
+func freshProc(readOnly bool) error {
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
 	if err := unix.Mount("proc", "/proc", "proc", flags, ""); err != nil {
 		return fmt.Errorf("cannot mount a private /proc: %v", err)
 	}
