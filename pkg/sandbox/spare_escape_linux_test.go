@@ -290,3 +290,68 @@ func TestEscapeOtherTempDirArea(t *testing.T) {
 		t.Error("planted")
 	}
 }
+
+// Concurrent runs take and give back the spares (and the empty status
+// files in them) while their commands die of signals or exit with codes
+// of their own: no run sees another's TMPDIR content, and no run's status
+// (a signal death) reaches another, as a wrong exit status or signal.
+func TestEscapeSpareConcurrentReuse(t *testing.T) {
+	requireSandbox(t)
+	privateArea(t)
+	_, ws, _ := dirs(t)
+	helper := self(t)
+	const workers, rounds = 4, 6
+	errs := make(chan error, workers*rounds)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			for r := 0; r < rounds; r++ {
+				code, sig := 10+w*rounds+r, ""
+				script := fmt.Sprintf(`ls -A "$TMPDIR"; echo %d > "$TMPDIR/mine"; exit %d`, code, code)
+				if r%2 == 1 {
+					code, sig = 143, "SIGTERM"
+					script = fmt.Sprintf(`ls -A "$TMPDIR"; echo %d > "$TMPDIR/mine"; kill -TERM $$`, w)
+				}
+				errs <- concurrentRun(helper, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, script, code, sig)
+			}
+		}(w)
+	}
+	for i := 0; i < workers*rounds; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// concurrentRun runs script sandboxed (helper: self) and checks its TMPDIR was empty and
+// its exit status is code and sig.
+func concurrentRun(helper string, p Policy, dir, script string, code int, sig string) error {
+	prep, err := Prepare(p, helper)
+	if err != nil {
+		return err
+	}
+	defer prep.Cleanup()
+	files, started, err := prep.Launch()
+	if err != nil {
+		return err
+	}
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", script}), Dir: dir, Env: append(os.Environ(), prep.Env...),
+		Timeout: 5 * time.Minute, KillAfter: time.Second, Drain: 200 * time.Millisecond, MaxOutput: 64 << 10,
+		SysProcAttr: prep.SysProcAttr, ExtraFiles: files, Ended: prep.Ended,
+	})
+	started()
+	if err != nil {
+		return err
+	}
+	if f := prep.Failure(); f != nil {
+		return fmt.Errorf("run %d: failure %v", code, f)
+	}
+	gotCode, gotSig := prep.ExitStatus(res.ExitCode, res.Signal)
+	if gotCode != code || gotSig != sig {
+		return fmt.Errorf("exit %d %q, want %d %q", gotCode, gotSig, code, sig)
+	}
+	if o := text(res.Stdout); o != "" {
+		return fmt.Errorf("run %d saw another run's TMPDIR: %q", code, o)
+	}
+	return nil
+}
