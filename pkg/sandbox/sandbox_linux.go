@@ -132,6 +132,19 @@ func (b *builder) build() (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Mode == ModeWorkspaceWrite {
+		// A run's private directory is its alone: a command learns its
+		// TMPDIR's path (and a concurrent one's, from that command), and
+		// a writable root there would let it plant the other run's
+		// status file (a forged signal death) or files in its TMPDIR.
+		// The covers hide the areas below a writable root that holds
+		// them, not a writable root inside one.
+		for _, w := range append(append([]string{p.Workspace}, p.AllowWrite...), p.WriteFiles...) {
+			if real, err := realPath(w); err == nil && under(real, areas) {
+				return nil, invalid("%s is in the sandbox's temp area, which no command may write", w)
+			}
+		}
+	}
 	if b.sweep = sweepDue(area); b.sweep {
 		sweepStale(area)
 	}

@@ -322,8 +322,8 @@ func TestEscapeSpareConcurrentReuse(t *testing.T) {
 	}
 }
 
-// concurrentRun runs script sandboxed (helper: self) and checks its TMPDIR was empty and
-// its exit status is code and sig.
+// concurrentRun runs script sandboxed (helper: self) and checks its
+// TMPDIR was empty and its exit status is code and sig.
 func concurrentRun(helper string, p Policy, dir, script string, code int, sig string) error {
 	prep, err := Prepare(p, helper)
 	if err != nil {
@@ -354,4 +354,48 @@ func concurrentRun(helper string, p Policy, dir, script string, code int, sig st
 		return fmt.Errorf("run %d saw another run's TMPDIR: %q", code, o)
 	}
 	return nil
+}
+
+// A command learns its TMPDIR's path, and so the private directory of a
+// concurrent run (which its command tells): a call whose workspace,
+// --allow-write or write file the model chose to be that directory (or
+// the temp area holding it) must not get to write there, where it would
+// plant the other run's status (a forged signal death) or files in its
+// TMPDIR.
+func TestEscapeAllowWriteTempArea(t *testing.T) {
+	requireSandbox(t)
+	area := privateArea(t)
+	other, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	defer other.Cleanup()
+	base := filepath.Dir(other.TempDir)
+	must(t, os.WriteFile(filepath.Join(base, statusFile), nil, 0o600)) // as its helper opens it
+	_, ws, _ := dirs(t)
+	forged := `{"signal":9}`
+	for name, p := range map[string]Policy{
+		"allow-write base":   {Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{base}},
+		"allow-write tmp":    {Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{other.TempDir}},
+		"workspace base":     {Mode: ModeWorkspaceWrite, Workspace: base},
+		"allow-write area":   {Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{area}},
+		"write-file status":  {Mode: ModeWorkspaceWrite, Workspace: ws, WriteFiles: []string{filepath.Join(base, statusFile)}},
+		"allow-write parent": {Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{filepath.Dir(area)}},
+	} {
+		must(t, os.WriteFile(filepath.Join(base, statusFile), nil, 0o600))
+		prep, err := Prepare(p, self(t))
+		if err != nil {
+			continue // refused
+		}
+		prep.Cleanup()
+		attack := `s=` + filepath.Join(base, statusFile) + `; rm -f $s; printf '%s' '` + forged + `' > $s; echo x > ` + other.TempDir + `/planted`
+		if err := concurrentRun(self(t), p, ws, attack+"; exit 3", 3, ""); err != nil {
+			t.Logf("%s: %v", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(other.TempDir, "planted")); err == nil {
+			t.Errorf("%s: planted a file in another run's TMPDIR", name)
+			_ = os.Remove(filepath.Join(other.TempDir, "planted"))
+		}
+		if _, sig := other.ExitStatus(0, ""); sig != "" {
+			t.Errorf("%s: forged the other run's status: %s", name, sig)
+		}
+	}
 }
