@@ -273,7 +273,7 @@ func openDetached(path string) (*os.File, clonedMount, error) {
 	if err != nil {
 		return nil, clonedMount{}, err
 	}
-	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND, 0)
+	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		_ = unix.Close(mfd)
 		return nil, clonedMount{}, err
