@@ -138,6 +138,11 @@ func TestEndReportBeforeExit(t *testing.T) {
 	}{
 		{"exit", "exit 7", 7, ""},
 		{"signal", "kill -TERM $$", 143, "SIGTERM"},
+		// The helper reports without kill(-1) only when wait4 says it has
+		// no child at all: a zombie under a live orphan and a process
+		// whose parent is itself left behind count as left.
+		{"zombies", `sh -c '(exit 3) & exec sleep 600' & sh -c 'sh -c "sleep 600"; :' & exit 5`, 5, ""},
+		{"stopped", `sh -c 'kill -STOP $$; sleep 600' & exit 6`, 6, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fifo := filepath.Join(ws, tc.name+".fifo")

@@ -49,6 +49,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -597,6 +599,17 @@ func normalize(p Policy) (Policy, error) {
 	if p.Mode == ModeWorkspaceWrite && p.Workspace == "" {
 		return p, invalid("workspace-write needs a workspace directory")
 	}
+	// The system calls would take a path or name only up to its first
+	// NUL (os/user's getpwnam does: "nobody\x00…" is nobody), and the
+	// helper's spec ends its records with one.
+	for what, values := range map[string][]string{"workspace": {p.Workspace}, "--allow-write": p.AllowWrite,
+		"write file": p.WriteFiles, "--deny-read": p.DenyRead, "--user": {p.User}} {
+		for _, v := range values {
+			if strings.IndexByte(v, 0) >= 0 {
+				return p, invalid("%s %q holds a NUL byte", what, v)
+			}
+		}
+	}
 	if p.Mode != ModeWorkspaceWrite {
 		if len(p.AllowWrite) > 0 {
 			// Granting nothing while the caller believes it granted
@@ -744,9 +757,12 @@ func signalOf(exitCode int, signal string) unix.Signal {
 }
 
 func readHelperError(status string) (*helperError, error) {
-	data, err := os.ReadFile(status)
-	if err != nil || len(data) == 0 {
-		return nil, err
+	data, err := readStatus(status)
+	if err != nil {
+		return &helperError{Code: result.CodeSandboxFailed, Message: "the sandbox helper's status file: " + err.Error()}, nil
+	}
+	if len(data) == 0 {
+		return nil, nil
 	}
 	var e helperError
 	if err := json.Unmarshal(data, &e); err == nil && e.Code == "" && (e.Signal > 0 || len(e.Deaths) > 0) {
@@ -757,6 +773,33 @@ func readHelperError(status string) (*helperError, error) {
 	}
 	return &e, nil
 }
+
+// readStatus reads the helper's status file; none is no failure. Only a
+// regular file of this uid with one name is read, never through a symlink
+// and never a FIFO (whose open would wait for a writer): anything else
+// was planted, and another file's content (a secret, a forged signal)
+// would otherwise be read as the helper's word.
+func readStatus(status string) ([]byte, error) {
+	f, err := os.OpenFile(status, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() {
+		return nil, fmt.Errorf("%s is not the run's own file (mode %o, %d names, uid %d)", status, st.Mode, st.Nlink, st.Uid)
+	}
+	return io.ReadAll(io.LimitReader(f, maxStatus))
+}
+
+// maxStatus bounds what is read of a status file.
+const maxStatus = 4 << 20
 
 func readFailure(status string) error {
 	e, _ := readHelperError(status)

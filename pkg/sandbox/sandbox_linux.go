@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
@@ -130,6 +131,19 @@ func (b *builder) build() (*Prepared, error) {
 	area, areas, err := tempAreas(parent)
 	if err != nil {
 		return nil, err
+	}
+	if p.Mode == ModeWorkspaceWrite {
+		// A run's private directory is its alone: a command learns its
+		// TMPDIR's path (and a concurrent one's, from that command), and
+		// a writable root there would let it plant the other run's
+		// status file (a forged signal death) or files in its TMPDIR.
+		// The covers hide the areas below a writable root that holds
+		// them, not a writable root inside one.
+		for _, w := range append(append([]string{p.Workspace}, p.AllowWrite...), p.WriteFiles...) {
+			if real, err := realPath(w); err == nil && under(real, areas) {
+				return nil, invalid("%s is in the sandbox's temp area, which no command may write", w)
+			}
+		}
 	}
 	if b.sweep = sweepDue(area); b.sweep {
 		sweepStale(area)
@@ -522,7 +536,10 @@ func spares(area string) []string {
 // usableSpare checks a claimed spare: a directory of the caller's, 0711,
 // holding nothing but an empty tmp/ of the caller's, which it sets back
 // to 0700 (a --user run handed it to its target), and maybe an empty
-// status file (emptyStatus).
+// status file (emptyStatus). tmp/ is the caller's and 0700 before it is
+// counted empty: a --user target's process that holds it (it may read
+// /proc/PID/cwd of its own command) could add an entry up to the chown,
+// and after the count it would reach the next run's TMPDIR.
 func usableSpare(dir string) bool {
 	uid, gid := os.Geteuid(), os.Getegid()
 	var st unix.Stat_t
@@ -531,13 +548,6 @@ func usableSpare(dir string) bool {
 	}
 	tmp := filepath.Join(dir, "tmp")
 	if unix.Lstat(tmp, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return false
-	}
-	want := 1
-	if emptyStatus(filepath.Join(dir, statusFile)) {
-		want = 2
-	}
-	if names(dir) != want || names(tmp) != 0 {
 		return false
 	}
 	if int(st.Uid) != uid || int(st.Gid) != gid {
@@ -550,6 +560,14 @@ func usableSpare(dir string) bool {
 			return false
 		}
 	}
+	want := 1
+	if emptyStatus(filepath.Join(dir, statusFile)) {
+		want = 2
+	}
+	if names(dir) != want || names(tmp) != 0 {
+		return false
+	}
+	faultpoint.Hit("spare.checked")
 	return true
 }
 

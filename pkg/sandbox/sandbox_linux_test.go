@@ -40,6 +40,8 @@ func TestMain(m *testing.M) {
 			os.Exit(hold(os.Args[2:]))
 		case sockCommand:
 			os.Exit(sockMain(os.Args[2:]))
+		case claimCommand:
+			os.Exit(claimMain(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())

@@ -71,7 +71,87 @@ func tempAreas(parent string) (string, []string, error) {
 	if real, err := filepath.EvalSymlinks(own); err == nil {
 		own = real
 	}
+	home := filepath.Join("/tmp", areaPrefix+uid)
+	if real, err := filepath.EvalSymlinks(home); err == nil {
+		home = real
+	}
+	if slices.Contains(areas, home) { // (made unless /tmp is not writable)
+		for _, a := range elsewhere(home, own, uid) {
+			if !slices.Contains(areas, a) {
+				areas = append(areas, a)
+			}
+		}
+	}
 	return own, areas, nil
+}
+
+// A caller whose runs use more than one temp dir (TMPDIR set differently)
+// has an area in each, and a run covers only those of the temp dirs it
+// uses: a command, which may read everywhere but --deny-read paths, would
+// read a concurrent run's TMPDIR in another one, and plant files in it
+// (its status file too) from a writable root that holds it. So every area
+// outside /tmp is listed in the caller's area in /tmp (areaElsewhere),
+// which every run reads and covers the listed areas of. An area made after
+// a run started is not covered in that run.
+const areaElsewhere = "elsewhere"
+
+// maxElsewhere bounds the list; beyond it, areas that are gone are dropped.
+const maxElsewhere = 32
+
+// elsewhere lists own in home's list when it is not home, and returns
+// the listed areas that are still directories of uid, own and home aside.
+// A line is an absolute path named for uid's area, nothing else: a torn
+// line or a path holding a newline is no area.
+func elsewhere(home, own, uid string) []string {
+	flags, lock := unix.O_RDONLY, unix.LOCK_SH
+	add := own != home && !strings.Contains(own, "\n")
+	if add {
+		flags, lock = unix.O_RDWR|unix.O_CREAT, unix.LOCK_EX
+	}
+	fd, err := unix.Open(filepath.Join(home, areaElsewhere), flags|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	if unix.Flock(fd, lock) != nil {
+		return nil
+	}
+	var data []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
+	}
+	var listed, live []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if filepath.IsAbs(line) && filepath.Base(line) == areaPrefix+uid && !slices.Contains(listed, line) {
+			listed = append(listed, line)
+		}
+	}
+	for _, a := range listed {
+		var st unix.Stat_t
+		if a != own && a != home && unix.Lstat(a, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && strconv.Itoa(int(st.Uid)) == uid {
+			live = append(live, a)
+		}
+	}
+	if !add || slices.Contains(listed, own) {
+		return live
+	}
+	if len(listed) < maxElsewhere {
+		_, _ = unix.Pwrite(fd, []byte(own+"\n"), int64(len(data)))
+		return live
+	}
+	rewrite := []byte(strings.Join(append(slices.Clone(live), own), "\n") + "\n")
+	if n, err := unix.Pwrite(fd, rewrite, 0); err == nil && n == len(rewrite) {
+		_ = unix.Ftruncate(fd, int64(len(rewrite)))
+	}
+	return live
 }
 
 // The temp dir of a long-lived machine holds thousands of entries, and

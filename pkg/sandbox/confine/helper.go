@@ -48,10 +48,20 @@ func Main(args []string) int {
 	// The runner hands over an empty one or none: truncated only if it is
 	// not, since O_TRUNC changes the times of an empty file too, a journal
 	// transaction on the way to the command.
-	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE, 0o600)
+	// It is emptied only when it is the runner's own: a regular file of
+	// this uid with no other name, never through a symlink. Anything else
+	// (planted where a command could reach a private directory) may be
+	// another file's name, which the truncation would empty.
+	status, err := os.OpenFile(sp.Status, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err == nil {
-		if st, serr := status.Stat(); serr != nil || st.Size() != 0 {
-			err = status.Truncate(0)
+		var st syscall.Stat_t
+		if err = syscall.Fstat(int(status.Fd()), &st); err == nil {
+			if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid() {
+				status.Close()
+				err = fmt.Errorf("%s is not a file of this run's own (mode %o, %d names, uid %d)", sp.Status, st.Mode, st.Nlink, st.Uid)
+			} else if st.Size != 0 {
+				err = status.Truncate(0)
+			}
 		}
 	}
 	if err != nil {

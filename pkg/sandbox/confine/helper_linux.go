@@ -63,6 +63,14 @@ func (h *helper) run(argv []string) int {
 		if err != nil {
 			return m, fmt.Errorf("cannot reopen the status file: %v", err)
 		}
+		// The same file as the one checked at the start (Main), not
+		// another put in its place since.
+		var was, now unix.Stat_t
+		if unix.Fstat(int(h.status.Fd()), &was) != nil || unix.Fstat(int(f.Fd()), &now) != nil || was.Dev != now.Dev || was.Ino != now.Ino {
+			f.Close()
+			_ = unix.Close(m.fd)
+			return clonedMount{}, fmt.Errorf("cannot reopen the status file: %s was replaced", sp.Status)
+		}
 		h.status.Close()
 		h.status = f
 		return m, nil

@@ -87,6 +87,14 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 				return fmt.Errorf("cannot clone %s: %v", path, err)
 			}
 			devs = append(devs, clonedMount{path: path, fd: fd})
+			// The node is the host's own (a clone of the host's /dev, which
+			// the read-only root below does not reach): its mode, owner and
+			// times stay the host's, which root may otherwise change
+			// (Landlock restricts none of them). A read-only mount still
+			// lets the device be opened for writing.
+			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+				return fmt.Errorf("cannot make %s read-only: %v", path, err)
+			}
 		}
 	}
 	if sp.ReadOnlyRoot {
@@ -121,7 +129,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	if err := pinDirs(sp.Pinned); err != nil {
 		return fmt.Errorf("cannot pin the git repositories: %v", err)
 	}
-	if err := freshProc(); err != nil {
+	if err := freshProc(sp.ReadOnlyRoot); err != nil {
 		return err
 	}
 	if err := cgroupView(sp.Cgroups); err != nil {
@@ -243,9 +251,17 @@ func bindReadOnlyChecked(path string, id FileID) error {
 
 // freshProc mounts a procfs of the new PID namespace over /proc and keeps
 // its kernel knobs read-only (a root command could otherwise write host-wide
-// sysctls such as kernel.core_pattern).
-func freshProc() error {
+// sysctls such as kernel.core_pattern). Under a read-only root the whole
+// procfs is read-only: Landlock keeps the command from writing any of it
+// already, but not from changing a mode, and the mode of a file such as
+// /proc/meminfo is the kernel's one entry for it, which every procfs
+// mounted after (the next run's, the host's once its cached inode goes)
+// shows: chmod 0 /proc/meminfo would break ps and free for all of them.
+func freshProc(readOnly bool) error {
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
 	if err := unix.Mount("proc", "/proc", "proc", flags, ""); err != nil {
 		return fmt.Errorf("cannot mount a private /proc: %v", err)
 	}
@@ -333,7 +349,7 @@ func openDetached(path string) (*os.File, clonedMount, error) {
 	if err != nil {
 		return nil, clonedMount{}, err
 	}
-	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND, 0)
+	fd, err := unix.Openat(mfd, filepath.Base(path), unix.O_WRONLY|unix.O_CLOEXEC|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		_ = unix.Close(mfd)
 		return nil, clonedMount{}, err

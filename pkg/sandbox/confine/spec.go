@@ -49,8 +49,10 @@ const (
 // reports the command's end (Report). 10: the spec is in the record format
 // of EncodeSpec, not JSON. 11: each writable root, write file and
 // read-only path comes with the identity the runner checked (WritableIDs,
-// WriteFileIDs, ReadOnlyIDs), which the helper holds it to.
-const SpecVersion = 11
+// WriteFileIDs, ReadOnlyIDs), which the helper holds it to. 12: the records
+// end with an end record, without which a spec cut short at a record's end
+// is refused.
+const SpecVersion = 12
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the

@@ -12,7 +12,10 @@ import (
 // field once, a list field once per element. The helper decodes it with
 // no reflection: encoding/json's first decode of a type of this size was
 // a quarter of a millisecond of every sandboxed call, and the runner's
-// first encode half that.
+// first encode half that. The last record is specEnd, with no value: a
+// spec cut short at a record's end would otherwise decode, its missing
+// fields zero, which is less confinement (no Landlock, the host's
+// network, no hidden files).
 
 // specField is one field of Spec on the wire: put adds its records, set
 // takes one value.
@@ -57,6 +60,9 @@ func boolField(name string, f func(*Spec) *bool) specField {
 			return err
 		}}
 }
+
+// specEnd names the spec's last record.
+const specEnd = "end"
 
 // specFields lists every field of Spec (TestSpecCodecRoundTrip fails on one
 // left out); "v" comes first.
@@ -163,12 +169,13 @@ func EncodeSpec(sp Spec) ([]byte, error) {
 	if bad != "" {
 		return nil, fmt.Errorf("the sandbox spec's %s holds a NUL byte", bad)
 	}
+	b.WriteString(specEnd + "\x00\x00")
 	return b.Bytes(), nil
 }
 
 // decodeSpec reads EncodeSpec's records into sp: a field it does not know,
-// a value it cannot read or a record cut short is an error, never a field
-// left out.
+// a value it cannot read, a record cut short or a spec without its end
+// record last is an error, never a field left out.
 func decodeSpec(sp *Spec, data []byte) error {
 	if !bytes.HasPrefix(data, []byte("v\x00")) {
 		return fmt.Errorf("no version first")
@@ -180,6 +187,12 @@ func decodeSpec(sp *Spec, data []byte) error {
 			return fmt.Errorf("a record cut short")
 		}
 		data = rest
+		if string(name) == specEnd {
+			if len(value) != 0 || len(data) != 0 {
+				return fmt.Errorf("records after the end")
+			}
+			return nil
+		}
 		f := findSpecField(string(name))
 		if f == nil {
 			return fmt.Errorf("unknown field %q", name)
@@ -188,7 +201,7 @@ func decodeSpec(sp *Spec, data []byte) error {
 			return fmt.Errorf("field %s: %v", name, err)
 		}
 	}
-	return nil
+	return fmt.Errorf("no end record: the spec was cut short")
 }
 
 func findSpecField(name string) *specField {
