@@ -361,7 +361,7 @@ type FileRules struct {
 	// a command from making: outside the floor's workspace and allow-write
 	// directories (anywhere, in read-only), or to one of agentplane's
 	// control files (every state directory and config file the call could
-	// use, a repository's .git/hooks and .git/config). Nil when no floor
+	// use, what makes git run a program, sandbox.GitControl). Nil when no floor
 	// holds the filesystem.
 	MayChange func(path string) error
 	// Hidden are the floor's deny-read paths, resolved.
@@ -402,6 +402,7 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	var control sandbox.Policy
 	(&Options{StateDir: stateDir}).control(env, &control)
 	protected := control.Protect
+	home := env.Getenv("HOME")
 	rules.MayChange = func(path string) error {
 		for _, roots := range bounds {
 			if !slices.ContainsFunc(roots, func(r string) bool { return sandbox.Within(path, r) }) {
@@ -413,8 +414,8 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 				return fileLocked(path, "one of agentplane's control files ("+p+")")
 			}
 		}
-		if gitControl(path) {
-			return fileLocked(path, "a repository's hooks or config")
+		if what, ok := sandbox.GitControl(path, home); ok {
+			return fileLocked(path, what)
 		}
 		return nil
 	}
@@ -426,23 +427,6 @@ func orNone(paths []string) string {
 		return "none"
 	}
 	return strings.Join(paths, ", ")
-}
-
-// gitControl reports whether path is in a .git directory's hooks or is its
-// config, which the sandbox keeps read-only: git runs what they name on
-// the user's next commit.
-func gitControl(path string) bool {
-	parts := strings.Split(filepath.ToSlash(path), "/")
-	for i, p := range parts {
-		if p != ".git" || i+1 >= len(parts) {
-			continue
-		}
-		rest := parts[i+1:]
-		if rest[0] == "hooks" || (len(rest) == 1 && (rest[0] == "config" || rest[0] == "config.worktree")) {
-			return true
-		}
-	}
-	return false
 }
 
 func fileLocked(path, what string) error {
