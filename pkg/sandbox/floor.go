@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -298,4 +299,43 @@ func subset(name string, floor, got []string) error {
 func locked(flag, floor, got string) error {
 	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
 		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
+}
+
+// PlantedLink reports a writable root of roots whose path goes through a
+// symbolic link lying inside another of them: a command sandboxed with
+// those roots could have made that link (renamed the directory holding an
+// allow-write root aside, put a link to anywhere in its place), so that
+// the root, resolved again for the next call, is wherever the link points
+// (the user's home). It returns the root and the link. A link outside
+// every writable root is the system's or the operator's, and stays.
+func PlantedLink(roots []string) (root, link string, ok bool) {
+	res := make([]string, len(roots))
+	for i, r := range roots {
+		res[i] = resolved(abs(r))
+	}
+	for i, r := range roots {
+		cur := "/"
+		for _, c := range strings.Split(filepath.Clean(abs(r)), string(filepath.Separator)) {
+			if c == "" {
+				continue
+			}
+			next := filepath.Join(cur, c)
+			fi, err := os.Lstat(next)
+			if err != nil {
+				break // the rest does not exist: no link on it
+			}
+			if fi.Mode()&os.ModeSymlink != 0 {
+				for j, o := range res {
+					if j != i && (cur == o || o == "/" || strings.HasPrefix(cur, o+"/")) {
+						return r, next, true
+					}
+				}
+				if real, err := filepath.EvalSymlinks(next); err == nil {
+					next = real
+				}
+			}
+			cur = next
+		}
+	}
+	return "", "", false
 }

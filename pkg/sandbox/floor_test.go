@@ -133,3 +133,40 @@ func TestFloorImplied(t *testing.T) {
 		t.Errorf("no held sandbox: %v", err)
 	}
 }
+
+// TestPlantedLink: a writable root reached through a link inside another
+// root is reported, wherever on its path the link is; a link outside every
+// root (the system's, as /tmp on macOS) and a root with no link are not.
+func TestPlantedLink(t *testing.T) {
+	dir := t.TempDir()
+	ws, other := filepath.Join(dir, "ws"), filepath.Join(dir, "other")
+	for _, d := range []string{filepath.Join(ws, "sub"), filepath.Join(ws, "real", "build"), filepath.Join(other, "build")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(other, filepath.Join(ws, "sub", "build")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(ws, "up")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ws, filepath.Join(dir, "wslink")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		roots []string
+		want  bool
+	}{
+		{[]string{ws, filepath.Join(ws, "sub", "build")}, true},
+		{[]string{ws, filepath.Join(ws, "up", "build")}, true},
+		{[]string{filepath.Join(dir, "wslink"), filepath.Join(dir, "wslink", "up", "build")}, true},
+		{[]string{ws, filepath.Join(ws, "real", "build")}, false},
+		{[]string{filepath.Join(dir, "wslink"), filepath.Join(ws, "real", "build")}, false},
+		{[]string{filepath.Join(ws, "sub", "build")}, false},
+	} {
+		if _, _, got := PlantedLink(c.roots); got != c.want {
+			t.Errorf("PlantedLink(%v) = %v, want %v", c.roots, got, c.want)
+		}
+	}
+}

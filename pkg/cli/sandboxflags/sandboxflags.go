@@ -334,6 +334,18 @@ func Floors(env *clikit.Env) ([]sandbox.Floor, error) {
 		}
 		floors = append(floors, f)
 	}
+	// A root reached through a link inside another root is wherever a
+	// command of an earlier call pointed that link: refused, not followed.
+	var roots []string
+	for _, f := range floors {
+		if r, ok := f.WriteRoots(); ok {
+			roots = append(roots, r...)
+		}
+	}
+	if root, link, ok := sandbox.PlantedLink(roots); ok {
+		return nil, result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: the writable root %s goes through the symbolic link %s, inside another writable root, where a command could have put it", root, link).
+			With("hint", "replace the link with the directory the operator configured, or configure the directory it should reach")
+	}
 	return floors, nil
 }
 
