@@ -134,10 +134,10 @@ func TestFloorImplied(t *testing.T) {
 	}
 }
 
-// TestPlantedLink: a writable root reached through a link inside another
-// root is reported, wherever on its path the link is; a link outside every
-// root (the system's, as /tmp on macOS) and a root with no link are not.
-func TestPlantedLink(t *testing.T) {
+// TestResolveRoots: a writable root reached through a link inside another
+// root is refused, wherever on its path the link is; a link outside every
+// root (the system's, as /tmp on macOS) is followed as EvalSymlinks would.
+func TestResolveRoots(t *testing.T) {
 	dir := t.TempDir()
 	ws, other := filepath.Join(dir, "ws"), filepath.Join(dir, "other")
 	for _, d := range []string{filepath.Join(ws, "sub"), filepath.Join(ws, "real", "build"), filepath.Join(other, "build")} {
@@ -165,8 +165,21 @@ func TestPlantedLink(t *testing.T) {
 		{[]string{filepath.Join(dir, "wslink"), filepath.Join(ws, "real", "build")}, false},
 		{[]string{filepath.Join(ws, "sub", "build")}, false},
 	} {
-		if _, _, got := PlantedLink(c.roots); got != c.want {
-			t.Errorf("PlantedLink(%v) = %v, want %v", c.roots, got, c.want)
+		got, err := ResolveRoots(c.roots)
+		if c.want {
+			if e, ok := err.(*result.Error); !ok || e.Code != result.CodeSandboxLocked {
+				t.Errorf("ResolveRoots(%v) = %v, %v; want sandbox_locked", c.roots, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ResolveRoots(%v): %v", c.roots, err)
+			continue
+		}
+		for i, r := range c.roots {
+			if want, _ := filepath.EvalSymlinks(r); got[i] != want {
+				t.Errorf("ResolveRoots(%v)[%d] = %s, want %s", c.roots, i, got[i], want)
+			}
 		}
 	}
 }

@@ -188,3 +188,46 @@ func TestFloorEverySource(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesRootsResolvedOnce: agentfs's writable roots are resolved when
+// the rules are made, refusing a planted link, and not again: a locked
+// allow-write directory replaced by a link out after that (by a command
+// still running in another call's sandbox) leaves the path it now reaches
+// outside the roots.
+func TestFilesRootsResolvedOnce(t *testing.T) {
+	dir := t.TempDir()
+	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	build := filepath.Join(ws, "sub", "build")
+	for _, d := range []string{build, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentfs"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	rules, err := Files(env, filepath.Join(dir, "state"))
+	if err != nil || rules.MayChange == nil {
+		t.Fatalf("Files: %+v, %v", rules, err)
+	}
+	if err := rules.MayChange(filepath.Join(build, "f")); err != nil {
+		t.Fatalf("a change in the allow-write directory: %v", err)
+	}
+	if err := os.Rename(filepath.Join(ws, "sub"), filepath.Join(ws, "sub.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, build); err != nil {
+		t.Fatal(err)
+	}
+	// The files engine hands MayChange the resolved path.
+	if err := rules.MayChange(filepath.Join(outside, "f")); err == nil {
+		t.Fatal("a change where the swapped-in link points was allowed")
+	}
+	if _, err := Files(env, filepath.Join(dir, "state")); err == nil {
+		t.Fatal("rules made with the planted link in place")
+	}
+}

@@ -342,9 +342,8 @@ func Floors(env *clikit.Env) ([]sandbox.Floor, error) {
 			roots = append(roots, r...)
 		}
 	}
-	if root, link, ok := sandbox.PlantedLink(roots); ok {
-		return nil, result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: the writable root %s goes through the symbolic link %s, inside another writable root, where a command could have put it", root, link).
-			With("hint", "replace the link with the directory the operator configured, or configure the directory it should reach")
+	if _, err := sandbox.ResolveRoots(roots); err != nil {
+		return nil, err
 	}
 	return floors, nil
 }
@@ -405,7 +404,14 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 			}
 		}
 		if roots, ok := f.WriteRoots(); ok {
-			bounds = append(bounds, roots)
+			// Resolved once, refusing a planted link, and compared
+			// as they are: the change goes through directories opened
+			// without following a link, so it lands inside them.
+			res, err := sandbox.ResolveRoots(roots)
+			if err != nil {
+				return rules, err
+			}
+			bounds = append(bounds, res)
 		}
 	}
 	if len(bounds) == 0 {
@@ -417,7 +423,9 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	home := env.Getenv("HOME")
 	rules.MayChange = func(path string) error {
 		for _, roots := range bounds {
-			if !slices.ContainsFunc(roots, func(r string) bool { return sandbox.Within(path, r) }) {
+			if !slices.ContainsFunc(roots, func(r string) bool {
+				return path == r || r == "/" || strings.HasPrefix(path, r+string(filepath.Separator))
+			}) {
 				return fileLocked(path, "outside the sandbox's writable roots ("+orNone(roots)+")")
 			}
 		}
