@@ -321,7 +321,9 @@ func ResolveRoots(roots []string) ([]string, error) {
 	for i, r := range roots {
 		real, link, err := resolveRoot(abs(r), func(dir string) bool {
 			for j, o := range others {
-				if j != i && (dir == o || o == "/" || strings.HasPrefix(dir, o+"/")) {
+				// A root of / (everything writable) protects nothing a
+				// link could redirect, and would count every link.
+				if j != i && o != "/" && (dir == o || strings.HasPrefix(dir, o+"/")) {
 					return true
 				}
 			}

@@ -238,9 +238,9 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Policy
-	if p != nil {
-		call = *p
+	call, err := savedRoots(p)
+	if err != nil {
+		return err
 	}
 	for _, f := range floors {
 		if err := f.Check(call.Settings()); err != nil {
@@ -248,6 +248,23 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 		}
 	}
 	return nil
+}
+
+// savedRoots is a copy of a sandbox made before this call, whose writable
+// roots are resolved as the lock resolves them now (sandbox.ResolveRoots):
+// a link a command of the session or job planted in one root to move
+// another elsewhere since it was saved is refused (sandbox_locked).
+func savedRoots(p *sandbox.Policy) (sandbox.Policy, error) {
+	var call sandbox.Policy
+	if p != nil {
+		call = *p
+	}
+	if call.Mode == sandbox.ModeWorkspaceWrite && call.Workspace != "" {
+		if _, err := sandbox.ResolveRoots(append([]string{call.Workspace}, call.AllowWrite...)); err != nil {
+			return call, err
+		}
+	}
+	return call, nil
 }
 
 // CheckPolicyDetached is CheckPolicy for a program that runs where no
@@ -260,9 +277,9 @@ func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Policy
-	if p != nil {
-		call = *p
+	call, err := savedRoots(p)
+	if err != nil {
+		return err
 	}
 	for _, f := range floors {
 		if !slices.Contains(f.Held, sandbox.FloorWorkspace) {
