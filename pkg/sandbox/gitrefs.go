@@ -166,14 +166,15 @@ var gitControlNames = []string{"config", "config.worktree", "commondir", "gitdir
 //     directory's and config.worktree), and in the user's global configs
 //     under home, which are control files themselves.
 //
-// Names are compared without regard to ASCII case: on a case-insensitive
-// file system .GIT/hooks is .git/hooks. A name under a .git directory that
+// Names are compared without regard to ASCII case or the code points HFS+
+// ignores: on such a file system .GIT/hooks, or .g\u200cit/hooks, is
+// .git/hooks. A name under a .git directory that
 // only looks like one of these (a branch called config) is refused too.
 func GitControl(path, home string) (string, bool) {
 	path = filepath.Clean(path)
 	parts := strings.Split(filepath.ToSlash(path), "/")
 	for i, p := range parts {
-		if !strings.EqualFold(p, ".git") {
+		if !sameName(p, ".git") {
 			continue
 		}
 		if rest := parts[i+1:]; len(rest) == 0 || gitDirControl(rest, true) {
@@ -214,10 +215,10 @@ func gitDirControl(rest []string, any bool) bool {
 		return false
 	}
 	if !any {
-		return strings.EqualFold(rest[0], "hooks") || len(rest) == 1 && foldIn(rest[0], gitControlNames)
+		return sameName(rest[0], "hooks") || len(rest) == 1 && foldIn(rest[0], gitControlNames)
 	}
 	for _, r := range rest {
-		if strings.EqualFold(r, "hooks") {
+		if sameName(r, "hooks") {
 			return true
 		}
 	}
@@ -226,11 +227,24 @@ func gitDirControl(rest []string, any bool) bool {
 
 func foldIn(s string, names []string) bool {
 	for _, n := range names {
-		if strings.EqualFold(s, n) {
+		if sameName(s, n) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameName reports whether a file system that ignores case, or (HFS+)
+// ignores some invisible code points, could take name for want (ASCII):
+// git's own rule for .git (is_hfs_dotgit) drops the same code points.
+func sameName(name, want string) bool {
+	return strings.EqualFold(strings.Map(func(r rune) rune {
+		switch {
+		case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x206a && r <= 0x206f, r == 0xfeff:
+			return -1
+		}
+		return r
+	}, name), want)
 }
 
 // looksGitDir reports whether dir is a git directory by its content: HEAD,

@@ -65,6 +65,8 @@ func TestGitControl(t *testing.T) {
 		{".git", true},
 		{".GIT/hooks/pre-commit", true},
 		{".Git/Config", true},
+		{".g\u200cit/hooks/pre-commit", true},
+		{".git\ufeff/config", true},
 		{".husky/pre-commit", true},
 		{"extra.gitconfig", true},
 		{"deeper.gitconfig", true},
