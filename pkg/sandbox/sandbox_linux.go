@@ -462,7 +462,11 @@ func (b *builder) control() error {
 	}
 	if b.p.Mode == ModeWorkspaceWrite {
 		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
-		covered := slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles)
+		// Not the program's own hidden files in the temp areas (the
+		// helper's status file), which the areas' covers hide already.
+		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles), func(p string) bool {
+			return under(p, b.sp.TempAreas)
+		})
 		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite), covered)
 	}
 	return nil
