@@ -115,3 +115,163 @@ func TestHidden(t *testing.T) {
 		t.Errorf("write through a link: %v, want path_denied", err)
 	}
 }
+
+// TestMayChangeAttacks: the ways a model that chooses every path, or a
+// sandboxed command that prepared the workspace before the call, could
+// make a change land outside the allowed directory: an absolute path and
+// "..", a link as the file itself (followed for an edit, replaced for a
+// write), a link in a parent, a patch that adds, deletes or moves a file
+// outside, and an undo of a file outside whose history was recorded before
+// the lock. Each is refused, or lands inside, and nothing outside changes.
+func TestMayChangeAttacks(t *testing.T) {
+	ws, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	put(t, victim, "outside\n")
+	put(t, filepath.Join(ws, "in"), "in\n")
+	if err := os.Symlink(victim, filepath.Join(ws, "filelink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(ws, "dirlink")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../"+filepath.Base(outside)+"/victim", filepath.Join(ws, "rellink")); err != nil {
+		t.Fatal(err)
+	}
+	history := t.TempDir()
+	// A change of the victim recorded before the lock: its undo would
+	// restore the file outside.
+	free := &FS{Dir: ws, HistoryDir: history}
+	if _, err := free.Write(victim, []byte("changed\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	put(t, victim, "outside\n")
+	if _, err := free.Write(victim, []byte("outside2\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys := lockedFS(t, ws)
+	fsys.HistoryDir = history
+	rel := func(p string) string { r, _ := filepath.Rel(ws, p); return r }
+	for _, c := range []struct {
+		name string
+		do   func() error
+	}{
+		{"absolute", func() error {
+			_, err := fsys.Write(filepath.Join(outside, "new"), []byte("x"), WriteOptions{})
+			return err
+		}},
+		{"dot-dot", func() error {
+			_, err := fsys.Write(rel(filepath.Join(outside, "new")), []byte("x"), WriteOptions{})
+			return err
+		}},
+		{"dot-dot after a name", func() error {
+			_, err := fsys.Write("in/../../"+filepath.Base(outside)+"/new", []byte("x"), WriteOptions{})
+			return err
+		}},
+		{"edit through a file link", func() error {
+			_, err := fsys.Edit("filelink", []EditSpec{{Old: "outside2", New: "taken"}}, EditOptions{})
+			return err
+		}},
+		{"insert through a relative link", func() error { _, err := fsys.Insert("rellink", 1, "taken\n", InsertOptions{}); return err }},
+		{"write through a directory link", func() error {
+			_, err := fsys.Write("dirlink/victim", []byte("x"), WriteOptions{})
+			return err
+		}},
+		{"patch adds outside", func() error {
+			_, err := fsys.Apply([]Change{{Path: "in", Action: ActionUpdate, NewContent: []byte("in2\n")},
+				{Path: "dirlink/added", Action: ActionAdd, NewContent: []byte("x")}}, ApplyOptions{})
+			return err
+		}},
+		{"patch deletes outside", func() error {
+			_, err := fsys.Apply([]Change{{Path: victim, Action: ActionDelete}}, ApplyOptions{})
+			return err
+		}},
+		{"patch moves a file in from outside", func() error {
+			_, err := fsys.Apply([]Change{{Path: victim, Action: ActionMove, MoveTo: "stolen"}}, ApplyOptions{})
+			return err
+		}},
+		{"patch moves out by dot-dot", func() error {
+			_, err := fsys.Apply([]Change{{Path: "in", Action: ActionMove, MoveTo: rel(filepath.Join(outside, "moved"))}}, ApplyOptions{})
+			return err
+		}},
+		{"undo outside", func() error { _, err := fsys.Undo(victim); return err }},
+		{"undo through a link", func() error { _, err := fsys.Undo("filelink"); return err }},
+	} {
+		if err := c.do(); code(err) != result.CodeSandboxLocked {
+			t.Errorf("%s: %v, want sandbox_locked", c.name, err)
+		}
+	}
+	if got := entriesOf(t, outside); len(got) != 1 || get(t, victim) != "outside2\n" {
+		t.Fatalf("outside changed: %v, victim %q", got, get(t, victim))
+	}
+	if get(t, filepath.Join(ws, "in")) != "in\n" {
+		t.Fatal("a refused change set changed a file inside")
+	}
+	// A write to the link itself replaces the link, inside, and leaves
+	// what it pointed at alone.
+	if _, err := fsys.Write("filelink", []byte("x"), WriteOptions{}); code(err) != result.CodeSandboxLocked {
+		if err != nil {
+			t.Fatalf("write of a link: %v", err)
+		}
+	}
+	if get(t, victim) != "outside2\n" {
+		t.Fatal("a write of a link in the workspace changed its target outside")
+	}
+}
+
+// TestMayChangeFinalSwapped: the file itself, checked inside, swapped for a
+// link out before the change lands: the change replaces the link (the
+// rename does not follow it), so nothing outside is written.
+func TestMayChangeFinalSwapped(t *testing.T) {
+	ws, outside := t.TempDir(), t.TempDir()
+	victim := filepath.Join(outside, "victim")
+	put(t, victim, "outside\n")
+	put(t, filepath.Join(ws, "f"), "inside\n")
+	fsys := lockedFS(t, ws)
+	s, err := fsys.open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	tg, err := s.resolve("f", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.mayChange(tg); err != nil {
+		t.Fatalf("mayChange inside: %v", err)
+	}
+	if err := os.Remove(filepath.Join(ws, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(ws, "f")); err != nil {
+		t.Fatal(err)
+	}
+	p := &plan{t: tg, cur: current{}, data: []byte("pwned\n")}
+	_ = s.commit([]*plan{p}, false)
+	if get(t, victim) != "outside\n" {
+		t.Fatal("the commit wrote through the swapped-in link")
+	}
+}
+
+// TestMayChangeHardLink: a hard link in the workspace to a file outside
+// (made before the lock, or by the user) is written by replacing the name
+// inside: the other name, outside, keeps its content.
+func TestMayChangeHardLink(t *testing.T) {
+	ws := t.TempDir()
+	outside := filepath.Join(filepath.Dir(ws), filepath.Base(ws)+"-out")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
+	victim := filepath.Join(outside, "victim")
+	put(t, victim, "outside\n")
+	if err := os.Link(victim, filepath.Join(ws, "hard")); err != nil {
+		t.Skipf("no hard link across the directories: %v", err)
+	}
+	fsys := lockedFS(t, ws)
+	// Either may be refused; neither may reach the other name.
+	_, _ = fsys.Edit("hard", []EditSpec{{Old: "outside", New: "taken"}}, EditOptions{})
+	_, _ = fsys.Write("hard", []byte("x\n"), WriteOptions{})
+	if get(t, victim) != "outside\n" {
+		t.Fatal("a change through a hard link in the workspace changed the file outside")
+	}
+}

@@ -879,6 +879,15 @@ func TestLockHoldsFileTools(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(outside, "f.txt")); err == nil {
 		t.Fatal("a tool call wrote outside the locked workspace")
 	}
+	// Nor one through which git runs a program at the user's next git
+	// command: a commondir naming a forged git directory.
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, m = s.call(ctx, "agentfs_write", map[string]any{"path": filepath.Join(ws, ".git", "commondir"), "content": "../forged"})
+	if e, _ := m["error"].(map[string]any); !res.IsError || e["code"] != "sandbox_locked" {
+		t.Errorf("write of .git/commondir: %v", m)
+	}
 	res, m = s.call(ctx, "agentfs_read", map[string]any{"path": secret})
 	if e, _ := m["error"].(map[string]any); !res.IsError || e["code"] != "path_denied" {
 		t.Errorf("read of a hidden path: %v", m)

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -299,3 +301,87 @@ func locked(flag, floor, got string) error {
 	return result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: --%s may not be loosened from %s to %s", flag, floor, got).
 		With("hint", "the operator's config sets sandbox_lock; only stricter values are accepted")
 }
+
+// ResolveRoots resolves the symbolic links of writable roots, as
+// filepath.EvalSymlinks does, but refuses (sandbox_locked) a root whose path
+// goes through a link lying inside another of them: a command sandboxed
+// with those roots could have made that link (renamed the directory
+// holding an allow-write root aside, put a link to anywhere in its place),
+// so that the root, resolved again for the next call, would be wherever
+// the link points (the user's home). A link outside every writable root is
+// the system's or the operator's, and is followed. The resolved paths hold
+// no link, so that opening them without following one (the helper's and
+// agentfs's opens) reaches what this walk checked, or fails.
+func ResolveRoots(roots []string) ([]string, error) {
+	others := make([]string, len(roots))
+	for i, r := range roots {
+		others[i] = resolved(abs(r))
+	}
+	out := make([]string, len(roots))
+	for i, r := range roots {
+		real, link, err := resolveRoot(abs(r), func(dir string) bool {
+			for j, o := range others {
+				// A root of / (everything writable) protects nothing a
+				// link could redirect, and would count every link.
+				if j != i && o != "/" && (dir == o || strings.HasPrefix(dir, o+"/")) {
+					return true
+				}
+			}
+			return false
+		})
+		if link != "" {
+			return nil, result.Errorf(result.CodeSandboxLocked, "the configured sandbox is locked: the writable root %s goes through the symbolic link %s, inside another writable root, where a command could have put it", r, link).
+				With("hint", "replace the link with the directory the operator configured, or configure the directory it should reach")
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = real
+	}
+	return out, nil
+}
+
+// resolveRoot walks path from / resolving links, and stops at the first
+// link whose directory planted reports, returning it. A missing component
+// ends the walk: the rest is kept as it is.
+func resolveRoot(path string, planted func(dir string) bool) (real, link string, err error) {
+	pending := strings.Split(filepath.Clean(path), string(filepath.Separator))
+	cur := "/"
+	for n := 0; len(pending) > 0; {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return filepath.Join(append([]string{next}, pending...)...), "", nil
+		}
+		if fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if planted(cur) {
+			return "", next, nil
+		}
+		if n++; n > 40 {
+			return "", "", &os.PathError{Op: "resolve", Path: path, Err: errTooManyLinks}
+		}
+		dest, err := os.Readlink(next)
+		if err != nil {
+			return "", "", err
+		}
+		if filepath.IsAbs(dest) {
+			cur = "/"
+		}
+		pending = append(strings.Split(dest, string(filepath.Separator)), pending...)
+	}
+	return cur, "", nil
+}
+
+var errTooManyLinks = errors.New("too many levels of symbolic links")

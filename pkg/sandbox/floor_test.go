@@ -133,3 +133,53 @@ func TestFloorImplied(t *testing.T) {
 		t.Errorf("no held sandbox: %v", err)
 	}
 }
+
+// TestResolveRoots: a writable root reached through a link inside another
+// root is refused, wherever on its path the link is; a link outside every
+// root (the system's, as /tmp on macOS) is followed as EvalSymlinks would.
+func TestResolveRoots(t *testing.T) {
+	dir := t.TempDir()
+	ws, other := filepath.Join(dir, "ws"), filepath.Join(dir, "other")
+	for _, d := range []string{filepath.Join(ws, "sub"), filepath.Join(ws, "real", "build"), filepath.Join(other, "build")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(other, filepath.Join(ws, "sub", "build")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(ws, "up")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ws, filepath.Join(dir, "wslink")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		roots []string
+		want  bool
+	}{
+		{[]string{ws, filepath.Join(ws, "sub", "build")}, true},
+		{[]string{ws, filepath.Join(ws, "up", "build")}, true},
+		{[]string{filepath.Join(dir, "wslink"), filepath.Join(dir, "wslink", "up", "build")}, true},
+		{[]string{ws, filepath.Join(ws, "real", "build")}, false},
+		{[]string{filepath.Join(dir, "wslink"), filepath.Join(ws, "real", "build")}, false},
+		{[]string{filepath.Join(ws, "sub", "build")}, false},
+	} {
+		got, err := ResolveRoots(c.roots)
+		if c.want {
+			if e, ok := err.(*result.Error); !ok || e.Code != result.CodeSandboxLocked {
+				t.Errorf("ResolveRoots(%v) = %v, %v; want sandbox_locked", c.roots, got, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ResolveRoots(%v): %v", c.roots, err)
+			continue
+		}
+		for i, r := range c.roots {
+			if want, _ := filepath.EvalSymlinks(r); got[i] != want {
+				t.Errorf("ResolveRoots(%v)[%d] = %s, want %s", c.roots, i, got[i], want)
+			}
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io/fs"
@@ -100,21 +99,6 @@ func gitProtection(roots, writable, skip []string, home string) (ro, pins []stri
 		return len(pins[i]) < len(pins[j]) || len(pins[i]) == len(pins[j]) && pins[i] < pins[j]
 	})
 	return ro, pins, g.repos, g.complete
-}
-
-func globalGitConfigs(home string) []string {
-	var out []string
-	if home != "" {
-		out = append(out, filepath.Join(home, ".gitconfig"))
-	}
-	xdg := os.Getenv("XDG_CONFIG_HOME")
-	if xdg == "" && home != "" {
-		xdg = filepath.Join(home, ".config")
-	}
-	if xdg != "" {
-		out = append(out, filepath.Join(xdg, "git", "config"))
-	}
-	return out
 }
 
 // search walks root breadth first, without following symlinks, and
@@ -294,33 +278,6 @@ func (g *gitGuard) pinChain(root, wt string) {
 	}
 }
 
-// readGitdirFile reads a .git file's "gitdir: PATH" (relative to the
-// file's directory) and resolves it.
-func readGitdirFile(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil || len(data) > 4096 {
-		return ""
-	}
-	rest, ok := strings.CutPrefix(strings.TrimSpace(string(data)), "gitdir:")
-	if !ok {
-		return ""
-	}
-	return resolveFrom(filepath.Dir(path), strings.TrimSpace(rest))
-}
-
-func resolveFrom(base, p string) string {
-	if p == "" {
-		return ""
-	}
-	if !filepath.IsAbs(p) {
-		p = filepath.Join(base, p)
-	}
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		return real
-	}
-	return filepath.Clean(p)
-}
-
 // gitdir protects a git directory (a repository's .git, a submodule's
 // .git/modules/NAME, a linked worktree's .git/worktrees/NAME). wt is its
 // work tree, "" when not known.
@@ -436,102 +393,25 @@ func (g *gitGuard) inWritable(path string) bool {
 	return false
 }
 
-// config reads a git config file for what points elsewhere: core.hooksPath
-// (relative to the work tree wt) and include paths (relative to the file),
-// and protects those; it follows includes a few levels. It reports whether
-// extensions.worktreeConfig is on.
+// config protects what a git config file points at in a writable root
+// (gitConfigRefs): the core.hooksPath directory (created if missing) and
+// the included files (created empty if missing), whose own references it
+// follows a few levels. It reports whether extensions.worktreeConfig is on.
 func (g *gitGuard) config(path, wt string, depth int) bool {
 	if depth > 4 {
 		return false
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	home, _ := os.UserHomeDir()
-	worktreeConfig := false
-	section := ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "[") {
-			end := strings.IndexByte(line, ']')
-			if end < 0 {
-				continue
-			}
-			head := line[1:end]
-			name, _, _ := strings.Cut(head, " ")
-			name, _, _ = strings.Cut(name, "\"")
-			section = strings.ToLower(strings.TrimSpace(name))
-			if i := strings.IndexByte(section, '.'); i >= 0 { // [core.sub]
-				section = section[:i]
-			}
-			line = strings.TrimSpace(line[end+1:])
-			if line == "" {
-				continue
-			}
-		}
-		if line == "" || line[0] == '#' || line[0] == ';' {
-			continue
-		}
-		key, val, _ := strings.Cut(line, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		val = gitValue(val)
-		switch {
-		case section == "core" && key == "hookspath" && val != "":
-			p := expandHome(val, home)
-			if !filepath.IsAbs(p) {
-				if wt == "" {
-					continue
-				}
-				p = filepath.Join(wt, p)
-			}
-			p = resolveFrom("/", p)
-			if g.inWritable(p) {
-				if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
-					_ = os.MkdirAll(p, 0o755)
-				}
-				g.protect(p, false)
-			}
-		case (section == "include" || section == "includeif") && key == "path" && val != "":
-			p := expandHome(val, home)
-			p = resolveFrom(filepath.Dir(path), p)
+	return gitConfigRefs(path, wt, func(hooksPath bool, p string) {
+		if !hooksPath {
 			g.protect(p, true)
 			g.config(p, wt, depth+1)
-		case section == "extensions" && key == "worktreeconfig":
-			worktreeConfig = val == "" || strings.EqualFold(val, "true") || val == "1" || strings.EqualFold(val, "yes") || strings.EqualFold(val, "on")
+			return
 		}
-	}
-	return worktreeConfig
-}
-
-// gitValue strips a value's comment and quotes (enough for paths).
-func gitValue(v string) string {
-	v = strings.TrimSpace(v)
-	var b strings.Builder
-	quoted := false
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		switch {
-		case c == '"':
-			quoted = !quoted
-		case c == '\\' && i+1 < len(v):
-			i++
-			b.WriteByte(v[i])
-		case (c == '#' || c == ';') && !quoted:
-			return strings.TrimSpace(b.String())
-		default:
-			b.WriteByte(c)
+		if g.inWritable(p) {
+			if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+				_ = os.MkdirAll(p, 0o755)
+			}
+			g.protect(p, false)
 		}
-	}
-	return strings.TrimSpace(b.String())
-}
-
-func expandHome(p, home string) string {
-	if home != "" && (p == "~" || strings.HasPrefix(p, "~/")) {
-		return filepath.Join(home, strings.TrimPrefix(p, "~"))
-	}
-	return p
+	})
 }

@@ -619,8 +619,22 @@ func normalize(p Policy) (Policy, error) {
 		// Only workspace-write gives the workspace a meaning.
 		p.Workspace = ""
 	}
+	// Under the lock the writable roots are resolved refusing a link a
+	// command could have planted in another root (ResolveRoots), and are
+	// then not resolved again: a link put on them since fails identify.
+	locked := len(p.Floors) > 0 && p.Mode == ModeWorkspaceWrite
+	if locked {
+		res, err := ResolveRoots(append([]string{p.Workspace}, p.AllowWrite...))
+		if err != nil {
+			return p, err
+		}
+		p.Workspace, p.AllowWrite = res[0], res[1:]
+	}
 	dir := func(what, path string) (string, error) {
-		real, err := realPath(path)
+		real, err := path, error(nil)
+		if !locked {
+			real, err = realPath(path)
+		}
 		if err != nil {
 			return "", invalid("%s %s: %v", what, path, err)
 		}

@@ -474,7 +474,51 @@ func (b *builder) control() error {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
+	if b.p.Mode == ModeWorkspaceWrite {
+		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
+		// Not the program's own hidden files in the temp areas (the
+		// helper's status file), which the areas' covers hide already.
+		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles), func(p string) bool {
+			return under(p, b.sp.TempAreas)
+		})
+		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite), covered)
+	}
 	return nil
+}
+
+// pinParents adds to pins every directory between a writable root and a
+// path of targets inside it (protected and hidden paths, nested writable
+// roots), parents first. A mount sits on the path itself, which cannot
+// then be renamed, but a directory above it could: a command would rename
+// it aside, and the next run would protect, or hide, the path's old name
+// while the file itself lay writable, or readable, under the new one (a
+// deny_read file read, the user's config with its sandbox_lock moved out
+// of its place), or would find a link to anywhere where a nested writable
+// root was. A directory inside a covered (read-only or hidden) path is not
+// pinned: a bind there would be a writable hole in it.
+func pinParents(pins, roots, targets, covered []string) []string {
+	seen := map[string]bool{}
+	for _, p := range pins {
+		seen[p] = true
+	}
+	for _, r := range roots {
+		real, err := realPath(r)
+		if err != nil {
+			continue
+		}
+		for _, p := range targets {
+			for d := filepath.Dir(p); d != real && strings.HasPrefix(d, real+string(filepath.Separator)); d = filepath.Dir(d) {
+				if !seen[d] && !slices.ContainsFunc(covered, func(c string) bool {
+					return d == c || strings.HasPrefix(d, c+string(filepath.Separator))
+				}) {
+					seen[d] = true
+					pins = append(pins, d)
+				}
+			}
+		}
+	}
+	sort.SliceStable(pins, func(i, j int) bool { return len(pins[i]) < len(pins[j]) })
+	return pins
 }
 
 // A run's private directory is area/run.OWNER.RND (privateName), mode

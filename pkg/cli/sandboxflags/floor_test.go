@@ -1,6 +1,7 @@
 package sandboxflags
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,5 +187,97 @@ func TestFloorEverySource(t *testing.T) {
 		if got := result.AsError(err); c.locked != (err != nil && got.Code == result.CodeSandboxLocked) || (!c.locked && err != nil) {
 			t.Errorf("%s: %v, want locked=%v", c.name, err, c.locked)
 		}
+	}
+}
+
+// TestFilesRootsResolvedOnce: agentfs's writable roots are resolved when
+// the rules are made, refusing a planted link, and not again: a locked
+// allow-write directory replaced by a link out after that (by a command
+// still running in another call's sandbox) leaves the path it now reaches
+// outside the roots.
+func TestFilesRootsResolvedOnce(t *testing.T) {
+	dir := t.TempDir()
+	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	build := filepath.Join(ws, "sub", "build")
+	for _, d := range []string{build, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentfs"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	rules, err := Files(env, filepath.Join(dir, "state"))
+	if err != nil || rules.MayChange == nil {
+		t.Fatalf("Files: %+v, %v", rules, err)
+	}
+	if err := rules.MayChange(filepath.Join(build, "f")); err != nil {
+		t.Fatalf("a change in the allow-write directory: %v", err)
+	}
+	if err := os.Rename(filepath.Join(ws, "sub"), filepath.Join(ws, "sub.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, build); err != nil {
+		t.Fatal(err)
+	}
+	// The files engine hands MayChange the resolved path.
+	if err := rules.MayChange(filepath.Join(outside, "f")); err == nil {
+		t.Fatal("a change where the swapped-in link points was allowed")
+	}
+	if _, err := Files(env, filepath.Join(dir, "state")); err == nil {
+		t.Fatal("rules made with the planted link in place")
+	}
+}
+
+// TestSavedRootsPlantedLink: a job's saved sandbox (or a session's) whose
+// allow-write directory now goes through a link a command put inside its
+// workspace is refused at the next restart or call, also by a supervisor.
+func TestSavedRootsPlantedLink(t *testing.T) {
+	dir := t.TempDir()
+	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	build := filepath.Join(ws, "sub", "build")
+	for _, d := range []string{build, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentjob"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	saved := &sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{build}}
+	for name, check := range map[string]func(*clikit.Env, *sandbox.Policy) error{"CheckPolicy": CheckPolicy, "CheckPolicyDetached": CheckPolicyDetached} {
+		if err := check(env, saved); err != nil {
+			t.Fatalf("%s before the link: %v", name, err)
+		}
+	}
+	if err := os.Rename(filepath.Join(ws, "sub"), filepath.Join(ws, "sub.old")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, build); err != nil {
+		t.Fatal(err)
+	}
+	// With the roots configured, the floor's own comparison refuses it.
+	for name, check := range map[string]func(*clikit.Env, *sandbox.Policy) error{"CheckPolicy": CheckPolicy, "CheckPolicyDetached": CheckPolicyDetached} {
+		var e *result.Error
+		if err := check(env, saved); !errors.As(err, &e) || e.Code != result.CodeSandboxLocked {
+			t.Errorf("%s with the planted link: %v, want sandbox_locked", name, err)
+		}
+	}
+	// With the workspace not configured, a supervisor (which runs where
+	// no call is made) has no floor workspace for the link to lie in, and
+	// the floor's allow-write resolves through the link as the saved one
+	// does: the saved roots' own resolution refuses it.
+	delete(vars, "AGENTPLANE_WORKSPACE")
+	var e *result.Error
+	if err := CheckPolicyDetached(env, saved); !errors.As(err, &e) || e.Code != result.CodeSandboxLocked {
+		t.Errorf("CheckPolicyDetached without a configured workspace: %v, want sandbox_locked", err)
 	}
 }

@@ -238,9 +238,9 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Policy
-	if p != nil {
-		call = *p
+	call, err := savedRoots(p)
+	if err != nil {
+		return err
 	}
 	for _, f := range floors {
 		if err := f.Check(call.Settings()); err != nil {
@@ -248,6 +248,23 @@ func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
 		}
 	}
 	return nil
+}
+
+// savedRoots is a copy of a sandbox made before this call, whose writable
+// roots are resolved as the lock resolves them now (sandbox.ResolveRoots):
+// a link a command of the session or job planted in one root to move
+// another elsewhere since it was saved is refused (sandbox_locked).
+func savedRoots(p *sandbox.Policy) (sandbox.Policy, error) {
+	var call sandbox.Policy
+	if p != nil {
+		call = *p
+	}
+	if call.Mode == sandbox.ModeWorkspaceWrite && call.Workspace != "" {
+		if _, err := sandbox.ResolveRoots(append([]string{call.Workspace}, call.AllowWrite...)); err != nil {
+			return call, err
+		}
+	}
+	return call, nil
 }
 
 // CheckPolicyDetached is CheckPolicy for a program that runs where no
@@ -260,9 +277,9 @@ func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error {
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	var call sandbox.Policy
-	if p != nil {
-		call = *p
+	call, err := savedRoots(p)
+	if err != nil {
+		return err
 	}
 	for _, f := range floors {
 		if !slices.Contains(f.Held, sandbox.FloorWorkspace) {
@@ -334,6 +351,17 @@ func Floors(env *clikit.Env) ([]sandbox.Floor, error) {
 		}
 		floors = append(floors, f)
 	}
+	// A root reached through a link inside another root is wherever a
+	// command of an earlier call pointed that link: refused, not followed.
+	var roots []string
+	for _, f := range floors {
+		if r, ok := f.WriteRoots(); ok {
+			roots = append(roots, r...)
+		}
+	}
+	if _, err := sandbox.ResolveRoots(roots); err != nil {
+		return nil, err
+	}
 	return floors, nil
 }
 
@@ -361,7 +389,7 @@ type FileRules struct {
 	// a command from making: outside the floor's workspace and allow-write
 	// directories (anywhere, in read-only), or to one of agentplane's
 	// control files (every state directory and config file the call could
-	// use, a repository's .git/hooks and .git/config). Nil when no floor
+	// use, what makes git run a program, sandbox.GitControl). Nil when no floor
 	// holds the filesystem.
 	MayChange func(path string) error
 	// Hidden are the floor's deny-read paths, resolved.
@@ -393,7 +421,14 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 			}
 		}
 		if roots, ok := f.WriteRoots(); ok {
-			bounds = append(bounds, roots)
+			// Resolved once, refusing a planted link, and compared
+			// as they are: the change goes through directories opened
+			// without following a link, so it lands inside them.
+			res, err := sandbox.ResolveRoots(roots)
+			if err != nil {
+				return rules, err
+			}
+			bounds = append(bounds, res)
 		}
 	}
 	if len(bounds) == 0 {
@@ -402,9 +437,12 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	var control sandbox.Policy
 	(&Options{StateDir: stateDir}).control(env, &control)
 	protected := control.Protect
+	home := env.Getenv("HOME")
 	rules.MayChange = func(path string) error {
 		for _, roots := range bounds {
-			if !slices.ContainsFunc(roots, func(r string) bool { return sandbox.Within(path, r) }) {
+			if !slices.ContainsFunc(roots, func(r string) bool {
+				return path == r || r == "/" || strings.HasPrefix(path, r+string(filepath.Separator))
+			}) {
 				return fileLocked(path, "outside the sandbox's writable roots ("+orNone(roots)+")")
 			}
 		}
@@ -413,8 +451,8 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 				return fileLocked(path, "one of agentplane's control files ("+p+")")
 			}
 		}
-		if gitControl(path) {
-			return fileLocked(path, "a repository's hooks or config")
+		if what, ok := sandbox.GitControl(path, home); ok {
+			return fileLocked(path, what)
 		}
 		return nil
 	}
@@ -426,23 +464,6 @@ func orNone(paths []string) string {
 		return "none"
 	}
 	return strings.Join(paths, ", ")
-}
-
-// gitControl reports whether path is in a .git directory's hooks or is its
-// config, which the sandbox keeps read-only: git runs what they name on
-// the user's next commit.
-func gitControl(path string) bool {
-	parts := strings.Split(filepath.ToSlash(path), "/")
-	for i, p := range parts {
-		if p != ".git" || i+1 >= len(parts) {
-			continue
-		}
-		rest := parts[i+1:]
-		if rest[0] == "hooks" || (len(rest) == 1 && (rest[0] == "config" || rest[0] == "config.worktree")) {
-			return true
-		}
-	}
-	return false
 }
 
 func fileLocked(path, what string) error {

@@ -127,7 +127,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		return err
 	}
 	if err := pinDirs(sp.Pinned); err != nil {
-		return fmt.Errorf("cannot pin the git repositories: %v", err)
+		return fmt.Errorf("cannot pin the directories above protected paths: %v", err)
 	}
 	if err := freshProc(sp.ReadOnlyRoot); err != nil {
 		return err

@@ -1,0 +1,93 @@
+package agentfs
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/agentplane/agentplane/pkg/cli/clikit"
+)
+
+// TestSystemLockHoldsFiles attacks agentfs under a lock set in the
+// system-wide config file only, as a model that chooses agentfs's
+// environment, flags and request: the user's file (found through HOME and
+// XDG_CONFIG_HOME, or named by AGENTPLANE_CONFIG and --config) sets
+// sandbox_lock = false, no sandbox and every directory writable, the
+// variables unset the lock, and a request names another config file or
+// the lock itself. No change lands outside the system floor's workspace.
+func TestSystemLockHoldsFiles(t *testing.T) {
+	dir := t.TempDir()
+	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	sys := filepath.Join(dir, "etc", "config.toml")
+	loose := filepath.Join(dir, "home", ".config", "agentplane", "config.toml")
+	for path, text := range map[string]string{
+		sys:   "sandbox = \"workspace-write\"\nworkspace = \"" + ws + "\"\nsandbox_lock = true\n",
+		loose: "sandbox = \"none\"\nsandbox_lock = false\nworkspace = \"/\"\nallow_write = [\"/\"]\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{ws, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := filepath.Join(outside, "f")
+	request := func(name string, extra map[string]any) string {
+		req := map[string]any{"path": target, "content": "x"}
+		for k, v := range extra {
+			req[k] = v
+		}
+		data, _ := json.Marshal(req)
+		p := filepath.Join(dir, name+".json")
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	environ := map[string]string{"HOME": filepath.Join(dir, "home"), "XDG_CONFIG_HOME": filepath.Join(dir, "home", ".config"),
+		"XDG_STATE_HOME": filepath.Join(dir, "state"), "AGENTPLANE_CONFIG": loose, "AGENTPLANE_SANDBOX_LOCK": "0",
+		"AGENTFS_SANDBOX_LOCK": "false", "AGENTPLANE_SANDBOX": "none"}
+	run := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		env := &clikit.Env{Program: Program(), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
+			LookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, Environ: func() []string { return nil }}
+		env.Ctx = t.Context()
+		return clikit.Run(env, args), out.String()
+	}
+	// The floor's own workspace takes the change: the lock is what
+	// refuses the others, not a broken setup.
+	if code, out := run("write", filepath.Join(ws, "in"), "--content", "in"); code != 0 {
+		t.Fatalf("write inside the system floor's workspace: exit %d: %s", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		code string // "" when any refusal will do (an unknown request key)
+	}{
+		{[]string{"write", target, "--content", "x"}, "sandbox_locked"},
+		{[]string{"--config", loose, "write", target, "--content", "x"}, "sandbox_locked"},
+		{[]string{"write", "--request", request("plain", nil)}, "sandbox_locked"},
+		{[]string{"write", "--request", request("config", map[string]any{"config": loose})}, ""},
+		{[]string{"write", "--request", request("lock", map[string]any{"sandbox_lock": false})}, ""},
+		{[]string{"patch", "--patch", "*** Begin Patch\n*** Add File: " + target + "\n+x\n*** End Patch\n"}, ""},
+	} {
+		code, out := run(c.args...)
+		got := gjson.Get(out, "error.code").String()
+		if code == 0 || c.code != "" && got != c.code {
+			t.Errorf("agentfs %q: exit %d, %s; want a refusal %s", c.args, code, strings.TrimSpace(out), c.code)
+		}
+		if _, err := os.Stat(target); err == nil {
+			t.Fatalf("agentfs %q wrote outside the system floor's workspace", c.args)
+		}
+	}
+}
