@@ -575,7 +575,7 @@ const (
 	// protocol runs: enable -n, and a function named builtin, through
 	// which the protocol runs the regular ones (kill, shopt, printf), so
 	// that a function of their names is left alone.
-	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf readonly; `
+	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec exit set trap unset readonly return shift declare local kill shopt printf ulimit false; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
 	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
@@ -589,8 +589,18 @@ const (
 	// raiseINT interrupts the line from a trap: SIGINT to the shell
 	// itself, which bash honours by abandoning the line (a kill program
 	// would not do: bash goes on when its child exits 0).
-	raiseINT = `\builtin kill -INT "$BASHPID" 2>/dev/null; `
+	// It runs only in the session's own shell, whose pid is $$ (BASHPID
+	// is a variable a command can unset or assign).
+	raiseINT = `\builtin kill -INT "$$" 2>/dev/null; `
 )
+
+// inShell sets varsA to $$ in the session's own shell and to anything
+// else in a subshell (the ERR trap exits there, as errexit would). Not by
+// BASHPID, a variable a command can unset or assign (unset BASHPID made
+// every errexit of the shell look like a subshell's, and end the
+// session): where the kernel shows it, by whether /proc/self is the
+// shell's own /proc/$$ (a sandbox has a /proc of its own PID namespace).
+const inShell = `⟨V⟩a=$BASHPID; [[ -e /proc/self ]] && ⟨V⟩a=; [[ /proc/self -ef /proc/$$ ]] && ⟨V⟩a=$$; `
 
 // unlessReadonly assigns value to name when name is not readonly.
 func unlessReadonly(name, value string) string {
@@ -618,10 +628,13 @@ func setHook(hook string) string {
 	return `case ${PROMPT_COMMAND@a} in *r*) ;; *) case ${PROMPT_COMMAND@a} in *A*) \unset PROMPT_COMMAND;; esac; PROMPT_COMMAND=([` + hookIndex + `]=` + shellQuote(hook) + `);; esac; `
 }
 
-// promptHook is PROMPT_COMMAND: reopen the control channel before any
-// prompt, above all the one bash shows after abandoning a line.
+// promptHook is PROMPT_COMMAND between calls: nothing. Whatever sets it
+// (the line's tail, the probe) has reopened the control channel first,
+// and a command in it would run in the command's own posix mode, where a
+// function named exec (or :) is found before the builtin: it ran with the
+// control channel, at every prompt, where it could read the next line.
 func (p callProto) promptHook() string {
-	return setHook(p.reopenPlain())
+	return setHook("")
 }
 
 // pending is the prompt of a line that is abandoned (tagPending). The
@@ -639,8 +652,15 @@ func (p callProto) pending() string {
 // prompt is set only while this call's varsH is (forget removes it): a
 // command that made PROMPT_COMMAND readonly keeps this hook for good, and
 // it must not turn later calls' prompts into pending ones.
+//
+// A line bash abandons on its own runs the hook in the command's posix
+// mode, where the command's functions (exec, builtin) are found before
+// the builtins the reopen runs, and under the command's options (set -u,
+// set -x): while the call runs (varsH), the hook first keeps the options
+// and switches posix mode on (varsOn, untraced), as the probe that follows
+// does anyway, and puts back.
 func (p callProto) abandonHook() string {
-	return setHook(p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
+	return setHook(p.expand(`case ${⟨V⟩h+x} in x) { \⟨V⟩on; } 2>/dev/null;; esac; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
@@ -673,9 +693,9 @@ func (p callProto) functions() string {
 	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) + p.fdsFunc() +
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
+		p.expand(`\builtin kill -0 "$$" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
 			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
