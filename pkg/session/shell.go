@@ -872,10 +872,12 @@ const trapFuncs = `⟨V⟩seterr() { case ${⟨V⟩uset+x}${⟨V⟩uerr+y} in xy
 	`⟨V⟩unwrap() { case ${⟨V⟩tw+x} in x) case $(\builtin declare -f trap 2>/dev/null) in *⟨V⟩uset*) \unset -f trap;; esac; \unset ⟨V⟩tw;; esac; }; `
 
 // dbgAction is the DEBUG trap of a call that defines the trap function
-// (see repairErr), untraced. It reads the ERR trap itself, not in a
-// function: in one, without errtrace, bash shows none. It ends with an
-// assignment: under extdebug a DEBUG trap that fails skips the command.
-const dbgAction = `{ case ${⟨V⟩k+x}:${FUNCNAME-} in x:source|x:) ⟨V⟩kt=$(\builtin trap -p ERR); \⟨V⟩fix;; esac; case $BASH_COMMAND in *trap*|*eval*|.\ *|source\ *) ⟨V⟩k=1;; *) \builtin declare -F -- "${BASH_COMMAND%%[[:space:]]*}" >/dev/null && ⟨V⟩k=1;; esac; ⟨V⟩kz=; } 2>/dev/null`
+// (see repairErr), untraced. varsDbg is most of it (a function is parsed
+// once; the trap's text, at every command); the ERR trap is read outside
+// any function: in one, without errtrace, bash shows none. It ends with
+// the status of varsDbg or varsFix, 0: under extdebug a DEBUG trap that
+// fails skips the command.
+const dbgAction = `{ \⟨V⟩dbg || { ⟨V⟩kt=$(\builtin trap -p ERR); \⟨V⟩fix; }; } 2>/dev/null`
 
 // repairErr keeps the protocol's ERR trap in place in a call whose text
 // names trap and ERR, however the command set its own: through the trap
@@ -884,18 +886,22 @@ const dbgAction = `{ case ${⟨V⟩k+x}:${FUNCNAME-} in x:source|x:) ⟨V⟩kt=$
 // trap and silenced set -e for the rest of the call. It does not depend
 // on catching the builtin: the call's DEBUG trap (dbgAction), which bash
 // runs before each command, notes a command that may set a trap (names
-// trap or eval, sources a file, calls a function: varsK), and
+// trap or eval, sources a file: varsK), and
 // before the next one at the top level of a sourced file reads the ERR
 // trap back; varsFix takes one that is not the protocol's for the user's,
 // kept as the function keeps it (varsUerr, varsUset: the protocol's ERR
 // trap runs it first and the call's end hands it on), and sets the
 // protocol's again. varsKg takes the action out of trap -p's line; varsDl
 // is the DEBUG trap's line, which the trap function's listing leaves out.
-// A DEBUG trap of the command's own replaces it for the rest of the call.
+// A DEBUG trap of the command's own replaces it for the rest of the call;
+// a function that sets an ERR trap by the builtin, called by a command
+// that names none of those, is not seen (bash runs DEBUG in no function
+// without functrace).
 func (p callProto) repairErr() string {
 	ours := "trap -- " + shellQuote(p.errAction()) + " ERR"
-	return p.expand(`⟨V⟩kg() { ⟨V⟩uerr=$2; }; ⟨V⟩dl=` + shellQuote("trap -- "+shellQuote(p.expand(dbgAction))+" DEBUG") + `; ` +
-		`⟨V⟩fix() { ⟨V⟩kp=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT+${POSIXLY_CORRECT@a}} in "") POSIXLY_CORRECT=y \:;; esac; \unset ⟨V⟩k; ` +
+	return p.expand(`⟨V⟩dbg() { ⟨V⟩kn=; case ${⟨V⟩k:+x}:${FUNCNAME[1]-} in x:source|x:) ⟨V⟩kn=1 ⟨V⟩k=;; esac; case $BASH_COMMAND in *trap*|*eval*|.\ *|source\ *) ⟨V⟩k=1;; esac; [[ -z $⟨V⟩kn ]]; }; ` +
+		`⟨V⟩kg() { ⟨V⟩uerr=$2; }; ⟨V⟩dl=` + shellQuote("trap -- "+shellQuote(p.expand(dbgAction))+" DEBUG") + `; ` +
+		`⟨V⟩fix() { ⟨V⟩kp=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT+${POSIXLY_CORRECT@a}} in "") POSIXLY_CORRECT=y \:;; esac; ` +
 		`case $⟨V⟩kt in ` + shellQuote(ours) + `) ;; ""|"trap -- - ERR") \unset ⟨V⟩uerr; ⟨V⟩uset=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR;; *) \eval "\⟨V⟩kg ${⟨V⟩kt#trap }"; ⟨V⟩uset=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR;; esac; ` +
 		`case $⟨V⟩kp in "") \unset POSIXLY_CORRECT;; esac; \unset ⟨V⟩kp ⟨V⟩kt; }; `)
 }
@@ -1037,7 +1043,7 @@ func (p callProto) forget() string {
 		t = forgetVars
 	}
 	if p.wrapTrap {
-		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr ⟨V⟩kg ⟨V⟩fix; \unset ⟨V⟩k ⟨V⟩kz ⟨V⟩dl ⟨V⟩ro; ` + t
+		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr ⟨V⟩dbg ⟨V⟩kg ⟨V⟩fix; \unset ⟨V⟩k ⟨V⟩kn ⟨V⟩dl ⟨V⟩ro; ` + t
 	}
 	return t
 }
