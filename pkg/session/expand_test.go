@@ -15,7 +15,7 @@ func TestExpand(t *testing.T) {
 		return strings.NewReplacer("⟨V⟩", p.vars, "⟨Q⟩", p.prev, "⟨M⟩", p.marker, "⟨N⟩", strconv.Itoa(p.n)).Replace(t)
 	}
 	pieces := []string{
-		stashOpts, posixOn, enableBuiltins, posixBack, aliasesOff, plainPrompts, raiseINT, forget,
+		stashOpts, posixOn, enableBuiltins, posixBack, aliasesOff, plainPrompts, raiseINT, inShell, forget,
 		"", "⟨", "⟩", "⟨⟩", "⟨X⟩", "a⟨V", "⟨V⟩⟨Q⟩⟨M⟩⟨N⟩", "x⟨⟨V⟩⟩y", "é⟨N⟩ü", "⟨V⟩",
 	}
 	for _, s := range pieces {

@@ -146,6 +146,16 @@ import (
 // channel or keep its state: the server sees that (tagLost, tagUnrun, a
 // done prompt without its status, its own prompt at the end of the call's
 // output: lostPrompt) and replaces the shell, and the call says so.
+// Two things the protocol cannot take back, as it cannot a write to the
+// shell's memory: under extdebug, a DEBUG trap that fails only for the
+// protocol's own commands (trap - DEBUG, shopt -u extdebug) keeps itself
+// in place for the calls after, where it sees each command before it runs,
+// the nonce in the line's tail included, and can forge their status; and a
+// command's own trap on the interrupt signal (trap : RTMAX-2) in the call
+// that a timeout or cancellation interrupts runs in place of the USR2
+// trap, so that, when the call's child caught SIGINT and exited, the rest
+// of that call's line runs (bash lets a child that handled SIGINT decide).
+// The next call's line sets the protocol's trap again.
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
@@ -229,8 +239,13 @@ import (
 // text names trap and ERR defines a function named trap (trapFunc, with
 // the trace attribute so that RETURN and DEBUG traps set or removed
 // through it are bash's), which keeps the user's ERR action aside for the
-// protocol's trap to run (varsUerr); in posix mode, where the builtin is
-// found first, the user's trap still replaces the protocol's in that call.
+// protocol's trap to run (varsUerr); one set by the builtin itself
+// (builtin trap, or trap in posix mode, where the builtin is found first)
+// replaces the protocol's, and the call's DEBUG trap puts the protocol's
+// back before the next command, keeping the user's action the same way
+// (repairErr). Only where posix mode cannot be switched on (a readonly
+// POSIXLY_CORRECT), or after a DEBUG trap of the command's own, does the
+// user's trap still replace the protocol's in that call.
 // The call's end (callEnd) hands the user's ERR action to the server (the
 // errexit path too, for one set through the function), and from the next
 // call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
@@ -575,7 +590,7 @@ const (
 	// protocol runs: enable -n, and a function named builtin, through
 	// which the protocol runs the regular ones (kill, shopt, printf), so
 	// that a function of their names is left alone.
-	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec set trap unset kill shopt printf readonly; `
+	enableBuiltins = `\unset -f builtin; \builtin enable builtin 2>/dev/null || \enable builtin; \builtin enable . : eval exec exit set trap unset readonly return shift declare local kill shopt printf ulimit false; `
 	// posixBack puts the command's posix mode back (varsQ; unset: the
 	// tail already did), and with it the expand_aliases it had.
 	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
@@ -589,8 +604,18 @@ const (
 	// raiseINT interrupts the line from a trap: SIGINT to the shell
 	// itself, which bash honours by abandoning the line (a kill program
 	// would not do: bash goes on when its child exits 0).
-	raiseINT = `\builtin kill -INT "$BASHPID" 2>/dev/null; `
+	// It runs only in the session's own shell, whose pid is $$ (BASHPID
+	// is a variable a command can unset or assign).
+	raiseINT = `\builtin kill -INT "$$" 2>/dev/null; `
 )
+
+// inShell sets varsA to $$ in the session's own shell and to anything
+// else in a subshell (the ERR trap exits there, as errexit would). Not by
+// BASHPID, a variable a command can unset or assign (unset BASHPID made
+// every errexit of the shell look like a subshell's, and end the
+// session): where the kernel shows it, by whether /proc/self is the
+// shell's own /proc/$$ (a sandbox has a /proc of its own PID namespace).
+const inShell = `⟨V⟩a=$BASHPID; [[ -e /proc/self ]] && ⟨V⟩a=; [[ /proc/self -ef /proc/$$ ]] && ⟨V⟩a=$$; `
 
 // unlessReadonly assigns value to name when name is not readonly.
 func unlessReadonly(name, value string) string {
@@ -618,10 +643,13 @@ func setHook(hook string) string {
 	return `case ${PROMPT_COMMAND@a} in *r*) ;; *) case ${PROMPT_COMMAND@a} in *A*) \unset PROMPT_COMMAND;; esac; PROMPT_COMMAND=([` + hookIndex + `]=` + shellQuote(hook) + `);; esac; `
 }
 
-// promptHook is PROMPT_COMMAND: reopen the control channel before any
-// prompt, above all the one bash shows after abandoning a line.
+// promptHook is PROMPT_COMMAND between calls: nothing. Whatever sets it
+// (the line's tail, the probe) has reopened the control channel first,
+// and a command in it would run in the command's own posix mode, where a
+// function named exec (or :) is found before the builtin: it ran with the
+// control channel, at every prompt, where it could read the next line.
 func (p callProto) promptHook() string {
-	return setHook(p.reopenPlain())
+	return setHook("")
 }
 
 // pending is the prompt of a line that is abandoned (tagPending). The
@@ -639,8 +667,15 @@ func (p callProto) pending() string {
 // prompt is set only while this call's varsH is (forget removes it): a
 // command that made PROMPT_COMMAND readonly keeps this hook for good, and
 // it must not turn later calls' prompts into pending ones.
+//
+// A line bash abandons on its own runs the hook in the command's posix
+// mode, where the command's functions (exec, builtin) are found before
+// the builtins the reopen runs, and under the command's options (set -u,
+// set -x): while the call runs (varsH), the hook first keeps the options
+// and switches posix mode on (varsOn, untraced), as the probe that follows
+// does anyway, and puts back.
 func (p callProto) abandonHook() string {
-	return setHook(p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
+	return setHook(p.expand(`case ${⟨V⟩h+x} in x) { \⟨V⟩on; } 2>/dev/null;; esac; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
@@ -673,9 +708,9 @@ func (p callProto) functions() string {
 	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) + p.fdsFunc() +
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(`\builtin kill -0 "$BASHPID" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
+		p.expand(`\builtin kill -0 "$$" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			`case $BASHPID:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
 			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
@@ -749,6 +784,11 @@ func (p callProto) scrub(slot string) string {
 // no errexit (|| \:): the options are back by then.
 func (p callProto) callPrefix(traps userTraps) string {
 	t := `⟨V⟩d=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR; \set -E; ` + traps.restore()
+	if p.wrapTrap {
+		// Whether POSIXLY_CORRECT is readonly ("r"), read while nounset
+		// is still off (${X@a} of an unset X is an error under set -u).
+		t += `⟨V⟩ro=${POSIXLY_CORRECT@a}; ⟨V⟩ro=${⟨V⟩ro//[!r]/}; `
+	}
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
 		t += `\set "-${⟨Q⟩o//[!euv]/}"; `
@@ -761,7 +801,10 @@ func (p callProto) callPrefix(traps userTraps) string {
 		// would find the function), or the command has its own. It is
 		// defined by eval: this line is parsed in posix mode, which
 		// takes a function named trap for a syntax error.
-		t += `; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in "") case :$SHELLOPTS: in *:posix:*) ;; *) \builtin declare -F trap >/dev/null 2>&1 || { \builtin eval ` + shellQuote(p.expand(trapFunc)) + `; \builtin declare -ft trap; ⟨V⟩tw=1; };; esac;; esac`
+		t += `; case ${POSIXLY_CORRECT+x}$⟨V⟩ro in "") case :$SHELLOPTS: in *:posix:*) ;; *) \builtin declare -F trap >/dev/null 2>&1 || { \builtin eval ` + shellQuote(p.expand(trapFunc)) + `; \builtin declare -ft trap; ⟨V⟩tw=1; };; esac;; esac`
+		// The ERR trap's repair (repairErr), unless posix mode cannot be
+		// switched on (varsFix runs the special builtins).
+		t += `; case $⟨V⟩ro in *r*) ;; *) \builtin trap -- ` + shellQuote(p.expand(dbgAction)) + ` DEBUG;; esac`
 	}
 	if p.prev != "" {
 		// Parsed after the unset ran: aliases are still off.
@@ -828,11 +871,46 @@ func saveTraps(fifo string) string {
 const trapFuncs = `⟨V⟩seterr() { case ${⟨V⟩uset+x}${⟨V⟩uerr+y} in xy) \trap -- "$⟨V⟩uerr" ERR;; x) \trap - ERR;; esac; }; ` +
 	`⟨V⟩unwrap() { case ${⟨V⟩tw+x} in x) case $(\builtin declare -f trap 2>/dev/null) in *⟨V⟩uset*) \unset -f trap;; esac; \unset ⟨V⟩tw;; esac; }; `
 
+// dbgAction is the DEBUG trap of a call that defines the trap function
+// (see repairErr), untraced. varsDbg is most of it (a function is parsed
+// once; the trap's text, at every command); the ERR trap is read outside
+// any function: in one, without errtrace, bash shows none. It ends with
+// the status of varsDbg or varsFix, 0: under extdebug a DEBUG trap that
+// fails skips the command.
+const dbgAction = `{ \⟨V⟩dbg || { ⟨V⟩kt=$(\builtin trap -p ERR); \⟨V⟩fix; }; } 2>/dev/null`
+
+// repairErr keeps the protocol's ERR trap in place in a call whose text
+// names trap and ERR, however the command set its own: through the trap
+// function, or by the builtin itself (builtin trap, or trap in posix
+// mode, where the builtin is found first), which replaced the protocol's
+// trap and silenced set -e for the rest of the call. It does not depend
+// on catching the builtin: the call's DEBUG trap (dbgAction), which bash
+// runs before each command, notes a command that may set a trap (names
+// trap or eval, sources a file: varsK), and
+// before the next one at the top level of a sourced file reads the ERR
+// trap back; varsFix takes one that is not the protocol's for the user's,
+// kept as the function keeps it (varsUerr, varsUset: the protocol's ERR
+// trap runs it first and the call's end hands it on), and sets the
+// protocol's again. varsKg takes the action out of trap -p's line; varsDl
+// is the DEBUG trap's line, which the trap function's listing leaves out.
+// A DEBUG trap of the command's own replaces it for the rest of the call;
+// a function that sets an ERR trap by the builtin, called by a command
+// that names none of those, is not seen (bash runs DEBUG in no function
+// without functrace).
+func (p callProto) repairErr() string {
+	ours := "trap -- " + shellQuote(p.errAction()) + " ERR"
+	return p.expand(`⟨V⟩dbg() { ⟨V⟩kn=; case ${⟨V⟩k:+x}:${FUNCNAME[1]-} in x:source|x:) ⟨V⟩kn=1 ⟨V⟩k=;; esac; case $BASH_COMMAND in *trap*|*eval*|.\ *|source\ *) ⟨V⟩k=1;; esac; [[ -z $⟨V⟩kn ]]; }; ` +
+		`⟨V⟩kg() { ⟨V⟩uerr=$2; }; ⟨V⟩dl=` + shellQuote("trap -- "+shellQuote(p.expand(dbgAction))+" DEBUG") + `; ` +
+		`⟨V⟩fix() { ⟨V⟩kp=${POSIXLY_CORRECT+x}; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT+${POSIXLY_CORRECT@a}} in "") POSIXLY_CORRECT=y \:;; esac; ` +
+		`case $⟨V⟩kt in ` + shellQuote(ours) + `) ;; ""|"trap -- - ERR") \unset ⟨V⟩uerr; ⟨V⟩uset=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR;; *) \eval "\⟨V⟩kg ${⟨V⟩kt#trap }"; ⟨V⟩uset=1; \trap -- ` + shellQuote(p.errAction()) + ` ERR;; esac; ` +
+		`case $⟨V⟩kp in "") \unset POSIXLY_CORRECT;; esac; \unset ⟨V⟩kp ⟨V⟩kt; }; `)
+}
+
 func (p callProto) trapFuncs() string {
 	if !p.wrapTrap {
 		return ""
 	}
-	return p.expand(trapFuncs)
+	return p.expand(trapFuncs) + p.repairErr()
 }
 
 // abandonTraps is saveTraps on the path where errexit abandons the line
@@ -875,7 +953,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '\⟨V⟩usr2' ` + interruptName + `"/}; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '\⟨V⟩usr2' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -965,7 +1043,7 @@ func (p callProto) forget() string {
 		t = forgetVars
 	}
 	if p.wrapTrap {
-		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr; ` + t
+		t = `⟨V⟩unwrap; \unset -f ⟨V⟩unwrap ⟨V⟩seterr ⟨V⟩dbg ⟨V⟩kg ⟨V⟩fix; \unset ⟨V⟩k ⟨V⟩kn ⟨V⟩dl ⟨V⟩ro; ` + t
 	}
 	return t
 }
