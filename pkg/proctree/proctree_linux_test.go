@@ -346,3 +346,50 @@ func TestTerminateSparesRecycledGroup(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 }
+
+// TestTreeKillWaits: Kill returns only once every process it killed is
+// gone (a zombie at most), not merely signalled: the shell's children and a
+// setsid grandchild it left, with a stopped one among them.
+func TestTreeKillWaits(t *testing.T) {
+	cmd := exec.Command("sh", "-c", `sleep 7631 & setsid sleep 7632 & sleep 7633 & kill -STOP $!; echo $!; wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	buf := make([]byte, 64)
+	if n, _ := out.Read(buf); n == 0 {
+		t.Fatal("no output from the shell")
+	}
+	sh, err := Identify(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shell printed after starting all three, so they are its
+	// children now (the setsid one too, until the shell is gone).
+	snap, err := Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var victims []ID
+	for _, d := range Descendants(snap, sh.PID) {
+		victims = append(victims, ID{PID: d.PID, Start: d.StartTime})
+	}
+	if len(victims) < 3 {
+		t.Fatalf("found %d descendants, want 3", len(victims))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if !(Tree{Main: sh, Root: sh.PID}).Kill(ctx) {
+		t.Fatal("Kill says some process is still there")
+	}
+	for _, v := range append(victims, sh) {
+		if st, err := ReadStat(v.PID); err == nil && st.StartTime == v.Start && !st.Dead() {
+			t.Errorf("process %d is still alive (state %c) after Kill returned", v.PID, st.State)
+		}
+	}
+}

@@ -36,7 +36,25 @@ type Tree struct {
 // single processes it signalled (a group counts as none). Processes are
 // matched by (pid, start time) between the snapshot and the kill, so a
 // recycled pid is never signalled.
-func (t Tree) Signal(sig syscall.Signal) int {
+func (t Tree) Signal(sig syscall.Signal) int { return len(t.signal(sig)) }
+
+// Kill sends SIGKILL to every process of the tree, as Signal, and returns
+// once each process it signalled is gone (or ctx ends): a SIGKILLed
+// process still runs until the kernel has taken it down, which on a busy
+// machine is not at once, and a caller that says the tree is dead must
+// not return before it is. It reports whether all of them were seen gone.
+func (t Tree) Kill(ctx context.Context) bool {
+	all := true
+	for _, id := range t.signal(syscall.SIGKILL) {
+		if err := Wait(ctx, id); err != nil || id.Alive() {
+			all = false
+		}
+	}
+	return all
+}
+
+// signal is Signal, returning the single processes it signalled.
+func (t Tree) signal(sig syscall.Signal) []ID {
 	// The snapshot comes first: once Main or the group is killed, their
 	// children are reparented and no longer found below Root.
 	var targets []Stat
@@ -54,10 +72,10 @@ func (t Tree) Signal(sig syscall.Signal) int {
 			}
 		}
 	}
-	n := 0
+	var sent []ID
 	if t.Main.PID > 0 && t.Main.Alive() {
 		if syscall.Kill(t.Main.PID, sig) == nil {
-			n++
+			sent = append(sent, t.Main)
 		}
 	}
 	if t.Group > 1 {
@@ -73,10 +91,10 @@ func (t Tree) Signal(sig syscall.Signal) int {
 			continue
 		}
 		if syscall.Kill(s.PID, sig) == nil {
-			n++
+			sent = append(sent, ID{PID: s.PID, Start: s.StartTime})
 		}
 	}
-	return n
+	return sent
 }
 
 // Terminate is the one kill sequence: sig to the whole tree, then up to

@@ -574,5 +574,8 @@ func killSession(shellPID int, shellStart uint64) {
 	if shell.Alive() {
 		tree.Root = shellPID
 	}
-	tree.Signal(syscall.SIGKILL)
+	// Stop promises the session's processes are gone when it returns.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tree.Kill(ctx)
 }
