@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == landlockProbeCommand {
 		os.Exit(landlockProbe(os.Args[2:]))
 	}
+	if len(os.Args) > 2 && os.Args[1] == coverProbeCommand {
+		os.Exit(coverProbe(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 

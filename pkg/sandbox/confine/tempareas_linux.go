@@ -27,6 +27,16 @@ func splitByArea(mounts []clonedMount, areas []string) (outside, inside []cloned
 	return outside, inside
 }
 
+// holdsAny reports whether one of mounts lies inside dir.
+func holdsAny(dir string, mounts []clonedMount) bool {
+	for _, m := range mounts {
+		if strings.HasPrefix(m.path, dir+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
+}
+
 func insideAny(path string, dirs []string) bool {
 	for _, d := range dirs {
 		if strings.HasPrefix(path, d+string(filepath.Separator)) {
@@ -39,12 +49,22 @@ func insideAny(path string, dirs []string) bool {
 // coverTempAreas mounts an empty tmpfs on each area, makes the mount
 // points of the run's own mounts inside them, binds those, and turns the
 // covers read-only.
+//
+// An area gone since the runner listed it (another temp dir's, removed
+// with that dir: a test's, a build's) holds nothing to hide and is left
+// out; one the run's own mounts are inside is the run's, and is there.
 func coverTempAreas(areas []string, inside []clonedMount) error {
+	covered := areas[:0:0]
 	for _, a := range areas {
 		if err := unix.Mount("agentplane-area", a, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,nr_inodes=64,mode=0711"); err != nil {
+			if (err == unix.ENOENT || err == unix.ENOTDIR) && !holdsAny(a, inside) {
+				continue
+			}
 			return fmt.Errorf("cannot cover the temp area %s: %v", a, err)
 		}
+		covered = append(covered, a)
 	}
+	areas = covered
 	for _, m := range inside {
 		// 0711 whatever the umask: a --user target must reach its TMPDIR.
 		for _, a := range areas {
