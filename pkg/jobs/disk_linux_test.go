@@ -106,6 +106,9 @@ func TestFullDisk(t *testing.T) {
 	if _, err := st.Start(ctxT(t, 30*time.Second), Spec{Argv: []string{"true"}, Cwd: t.TempDir()}); code(err) != result.CodeNoSpace {
 		t.Fatalf("start on a full disk: %v", err)
 	}
+	// The refused start removed what it had made (its job directory and
+	// files): fill that space too, or the job's output may land in it.
+	fillDisk(t, dir)
 
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 	if err != nil {
