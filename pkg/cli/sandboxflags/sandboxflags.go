@@ -233,56 +233,35 @@ func CheckFloor(env *clikit.Env, o *Options) error {
 // job's saved spec) that is weaker than the operator's floor now: a
 // session started, or a job saved, before the lock was configured does
 // not run calls or restarts under less than the lock.
-func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error {
-	floors, err := Floors(env)
-	if err != nil || len(floors) == 0 {
-		return err
-	}
-	call, err := savedRoots(p)
-	if err != nil {
-		return err
-	}
-	for _, f := range floors {
-		if err := f.Check(call.Settings()); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// savedRoots is a copy of a sandbox made before this call, whose writable
-// roots are resolved as the lock resolves them now (sandbox.ResolveRoots):
-// a link a command of the session or job planted in one root to move
-// another elsewhere since it was saved is refused (sandbox_locked).
-func savedRoots(p *sandbox.Policy) (sandbox.Policy, error) {
-	var call sandbox.Policy
-	if p != nil {
-		call = *p
-	}
-	if call.Mode == sandbox.ModeWorkspaceWrite && call.Workspace != "" {
-		if _, err := sandbox.ResolveRoots(append([]string{call.Workspace}, call.AllowWrite...)); err != nil {
-			return call, err
-		}
-	}
-	return call, nil
-}
+func CheckPolicy(env *clikit.Env, p *sandbox.Policy) error { return checkSaved(env, p, false) }
 
 // CheckPolicyDetached is CheckPolicy for a program that runs where no
 // call is made (a job's supervisor, deciding the restart policy's own
 // restarts): a floor's workspace that the operator did not configure is
 // where a call is made, which means nothing there, so it holds nothing;
 // everything else holds as in CheckPolicy.
-func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error {
+func CheckPolicyDetached(env *clikit.Env, p *sandbox.Policy) error { return checkSaved(env, p, true) }
+
+// checkSaved holds a saved sandbox to every floor, its writable roots
+// resolved as the lock resolves them now (sandbox.ResolveRoots): a link a
+// command of the session or job planted in one root to move another
+// elsewhere since it was saved is refused (sandbox_locked).
+func checkSaved(env *clikit.Env, p *sandbox.Policy, detached bool) error {
 	floors, err := Floors(env)
 	if err != nil || len(floors) == 0 {
 		return err
 	}
-	call, err := savedRoots(p)
-	if err != nil {
-		return err
+	var call sandbox.Policy
+	if p != nil {
+		call = *p
+	}
+	if call.Mode == sandbox.ModeWorkspaceWrite && call.Workspace != "" {
+		if _, err := sandbox.ResolveRoots(append([]string{call.Workspace}, call.AllowWrite...)); err != nil {
+			return err
+		}
 	}
 	for _, f := range floors {
-		if !slices.Contains(f.Held, sandbox.FloorWorkspace) {
+		if detached && !slices.Contains(f.Held, sandbox.FloorWorkspace) {
 			f.Workspace = ""
 		}
 		if err := f.Check(call.Settings()); err != nil {
