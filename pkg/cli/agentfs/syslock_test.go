@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 )
 
@@ -26,17 +27,10 @@ func TestSystemLockHoldsFiles(t *testing.T) {
 	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
 	sys := filepath.Join(dir, "etc", "config.toml")
 	loose := filepath.Join(dir, "home", ".config", "agentplane", "config.toml")
-	for path, text := range map[string]string{
+	testkit.WriteFiles(t, map[string]string{
 		sys:   "sandbox = \"workspace-write\"\nworkspace = \"" + ws + "\"\nsandbox_lock = true\n",
 		loose: "sandbox = \"none\"\nsandbox_lock = false\nworkspace = \"/\"\nallow_write = [\"/\"]\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	for _, d := range []string{ws, outside} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)

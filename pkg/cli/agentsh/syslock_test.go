@@ -3,13 +3,13 @@ package agentsh
 import (
 	"bytes"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 )
 
@@ -23,17 +23,10 @@ func TestSystemLockHoldsAnyEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	sys := filepath.Join(dir, "etc", "config.toml")
 	loose := filepath.Join(dir, "x", ".config", "agentplane", "config.toml")
-	for path, text := range map[string]string{
+	testkit.WriteFiles(t, map[string]string{
 		sys:   "sandbox = \"workspace-write\"\nsandbox_lock = true\n",
 		loose: "sandbox = \"none\"\nsandbox_lock = false\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	environ := map[string]string{"HOME": filepath.Join(dir, "x"), "XDG_CONFIG_HOME": filepath.Join(dir, "x", ".config"),
 		"XDG_STATE_HOME": filepath.Join(dir, "state"), "AGENTPLANE_CONFIG": loose, "AGENTPLANE_SANDBOX_LOCK": "0"}
 	for _, args := range [][]string{

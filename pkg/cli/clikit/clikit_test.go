@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -339,14 +340,7 @@ func TestSystemConfigBaseLayer(t *testing.T) {
 	dir := t.TempDir()
 	sys := filepath.Join(dir, "etc", "config.toml")
 	user := filepath.Join(dir, "home", ".config", "agentplane", "config.toml")
-	for path, text := range map[string]string{sys: "count = 7\nwait = \"3s\"\n", user: "count = 2\n"} {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	testkit.WriteFiles(t, map[string]string{sys: "count = 7\nwait = \"3s\"\n", user: "count = 2\n"})
 	for _, c := range []struct {
 		name    string
 		environ map[string]string

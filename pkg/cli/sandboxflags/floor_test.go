@@ -196,18 +196,7 @@ func TestFloorEverySource(t *testing.T) {
 // still running in another call's sandbox) leaves the path it now reaches
 // outside the roots.
 func TestFilesRootsResolvedOnce(t *testing.T) {
-	dir := t.TempDir()
-	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
-	build := filepath.Join(ws, "sub", "build")
-	for _, d := range []string{build, outside} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
-		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
-	env := &clikit.Env{Program: &clikit.Program{Name: "agentfs"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
-		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	dir, ws, outside, build, _, env := lockedAllowWrite(t, "agentfs")
 	rules, err := Files(env, filepath.Join(dir, "state"))
 	if err != nil || rules.MayChange == nil {
 		t.Fatalf("Files: %+v, %v", rules, err)
@@ -237,18 +226,7 @@ func TestFilesRootsResolvedOnce(t *testing.T) {
 // allow-write directory now goes through a link a command put inside its
 // workspace is refused at the next restart or call, also by a supervisor.
 func TestSavedRootsPlantedLink(t *testing.T) {
-	dir := t.TempDir()
-	ws, outside := filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
-	build := filepath.Join(ws, "sub", "build")
-	for _, d := range []string{build, outside} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
-		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
-	env := &clikit.Env{Program: &clikit.Program{Name: "agentjob"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
-		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	_, ws, outside, build, vars, env := lockedAllowWrite(t, "agentjob")
 	saved := &sandbox.Policy{Mode: sandbox.ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{build}}
 	for name, check := range map[string]func(*clikit.Env, *sandbox.Policy) error{"CheckPolicy": CheckPolicy, "CheckPolicyDetached": CheckPolicyDetached} {
 		if err := check(env, saved); err != nil {
@@ -280,4 +258,25 @@ func TestSavedRootsPlantedLink(t *testing.T) {
 	if err := CheckPolicyDetached(env, saved); !errors.As(err, &e) || e.Code != result.CodeSandboxLocked {
 		t.Errorf("CheckPolicyDetached without a configured workspace: %v, want sandbox_locked", err)
 	}
+}
+
+// lockedAllowWrite makes a workspace ws with an allow-write directory
+// build two levels below it and a directory outside, and an environment
+// (vars, which the test may change) that locks a workspace-write sandbox
+// on them for program.
+func lockedAllowWrite(t *testing.T, program string) (dir, ws, outside, build string, vars map[string]string, env *clikit.Env) {
+	t.Helper()
+	dir = t.TempDir()
+	ws, outside = filepath.Join(dir, "ws"), filepath.Join(dir, "outside")
+	build = filepath.Join(ws, "sub", "build")
+	for _, d := range []string{build, outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars = map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "AGENTPLANE_ALLOW_WRITE": build, "HOME": t.TempDir()}
+	env = &clikit.Env{Program: &clikit.Program{Name: program}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	return dir, ws, outside, build, vars, env
 }
