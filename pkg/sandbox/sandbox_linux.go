@@ -194,19 +194,11 @@ func (b *builder) build() (*Prepared, error) {
 		// The identities the helper holds each path to: the workspace's
 		// and the allow-write directories' as normalize checked them, the
 		// program's own (temp dir, caches, call files) as they are now.
-		for _, w := range writable {
-			id, err := b.identity(w)
-			if err != nil {
-				return nil, err
-			}
-			b.sp.WritableIDs = append(b.sp.WritableIDs, id)
+		if b.sp.WritableIDs, err = b.identities(writable); err != nil {
+			return nil, err
 		}
-		for _, w := range p.WriteFiles {
-			id, err := b.identity(w)
-			if err != nil {
-				return nil, err
-			}
-			b.sp.WriteFileIDs = append(b.sp.WriteFileIDs, id)
+		if b.sp.WriteFileIDs, err = b.identities(p.WriteFiles); err != nil {
+			return nil, err
 		}
 		b.sp.ReadOnlyRoot = true
 		b.sp.DropFileCaps = b.caps.Root
@@ -1046,6 +1038,19 @@ func (b *builder) identity(path string) (confine.FileID, error) {
 		return id, invalid("writable path %s: %v", path, unwrap(err))
 	}
 	return id, nil
+}
+
+// identities is identity of each path, in order.
+func (b *builder) identities(paths []string) ([]confine.FileID, error) {
+	var ids []confine.FileID
+	for _, p := range paths {
+		id, err := b.identity(p)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
 }
 
 // identify is a directory's identity, reached without following a
