@@ -30,7 +30,7 @@ func splitByArea(mounts []clonedMount, areas []string) (outside, inside []cloned
 // holdsAny reports whether one of mounts lies inside dir.
 func holdsAny(dir string, mounts []clonedMount) bool {
 	for _, m := range mounts {
-		if strings.HasPrefix(m.path, dir+string(filepath.Separator)) {
+		if insideAny(m.path, []string{dir}) {
 			return true
 		}
 	}
