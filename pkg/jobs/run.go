@@ -510,7 +510,29 @@ func (sv *supervisor) outcome(r *jobRun, res runResult) (runResult, error) {
 			res.status = StatusExited
 		}
 	}
+	if sv.sandbox != nil {
+		sv.auditGit(sv.sandbox.EndReport(), res)
+	}
 	return res, nil
+}
+
+// auditGit records in the environment's audit log the git metadata one
+// run of the job planted that the user's git will follow (the sandbox
+// report's git.planted), when there is any: a job's status has no sandbox
+// report to carry it.
+func (sv *supervisor) auditGit(rep map[string]any, res runResult) {
+	g, _ := rep["git"].(map[string]any)
+	if g == nil || g["planted"] == nil {
+		return
+	}
+	var command any = sv.spec.Argv
+	if sv.spec.Shell != "" {
+		command = sv.spec.Shell
+	}
+	rec := audit.Record{Program: "agentjob", Operation: "run", Command: command, Cwd: sv.spec.Cwd,
+		Description: sv.spec.Description, Handle: sv.d.Mint("job", sv.id), Status: res.status,
+		ExitCode: res.exitCode, Sandbox: rep}
+	_ = (&audit.Log{Path: sv.d.Join(audit.FileName)}).Append(rec)
 }
 
 // guard prepares the runtime guard of the job's policy, when it has one,

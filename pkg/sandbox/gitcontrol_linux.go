@@ -60,6 +60,7 @@ type gitGuard struct {
 	ro       map[string]bool
 	pins     map[string]bool
 	gitdirs  map[string]bool
+	indexes  map[string]string // a git directory -> its work tree, when known
 	repos    int
 	complete bool
 }
@@ -70,7 +71,15 @@ type gitGuard struct {
 // search covered everything. skip are writable roots of agentplane's own
 // (the run's TMPDIR, the toolchain cache), not searched.
 func gitProtection(roots, writable, skip []string, home string) (ro, pins []string, repos int, complete bool) {
-	g := &gitGuard{writable: writable, skip: map[string]bool{}, ro: map[string]bool{}, pins: map[string]bool{}, gitdirs: map[string]bool{}, complete: true}
+	g := newGitGuard(roots, writable, skip, home)
+	ro, pins = g.binds()
+	return ro, pins, g.repos, g.complete
+}
+
+// newGitGuard runs gitProtection's search and protection.
+func newGitGuard(roots, writable, skip []string, home string) *gitGuard {
+	g := &gitGuard{writable: writable, skip: map[string]bool{}, ro: map[string]bool{}, pins: map[string]bool{}, gitdirs: map[string]bool{},
+		indexes: map[string]string{}, complete: true}
 	for _, s := range skip {
 		g.skip[s] = true
 	}
@@ -88,6 +97,12 @@ func gitProtection(roots, writable, skip []string, home string) (ro, pins []stri
 		g.protect(f, filepath.Base(f) == ".gitconfig")
 		g.config(f, "", 0)
 	}
+	return g
+}
+
+// binds returns the paths to bind read-only, sorted, and the directories
+// to pin, parents first.
+func (g *gitGuard) binds() (ro, pins []string) {
 	for p := range g.ro {
 		ro = append(ro, p)
 	}
@@ -98,7 +113,7 @@ func gitProtection(roots, writable, skip []string, home string) (ro, pins []stri
 	sort.Slice(pins, func(i, j int) bool {
 		return len(pins[i]) < len(pins[j]) || len(pins[i]) == len(pins[j]) && pins[i] < pins[j]
 	})
-	return ro, pins, g.repos, g.complete
+	return ro, pins
 }
 
 // search walks root breadth first, without following symlinks, and
@@ -240,10 +255,12 @@ func (g *gitGuard) repo(root, wt, dotgit string, typ fs.FileMode) {
 	g.pinChain(root, wt)
 	switch typ {
 	case fs.ModeDir:
+		g.indexes[dotgit] = wt
 		g.gitdir(dotgit, wt, 0)
 	case 0: // a regular file: "gitdir: PATH"
 		g.protect(dotgit, false)
 		if gd := readGitdirFile(dotgit); gd != "" {
+			g.indexes[gd] = wt
 			g.gitdir(gd, wt, 0)
 		}
 	default:
@@ -252,6 +269,7 @@ func (g *gitGuard) repo(root, wt, dotgit string, typ fs.FileMode) {
 		// pinned with its directory.
 		if real, err := filepath.EvalSymlinks(dotgit); err == nil {
 			if st, err := os.Stat(real); err == nil && st.IsDir() {
+				g.indexes[real] = wt
 				g.gitdir(real, wt, 0)
 			}
 		}
@@ -321,7 +339,11 @@ func (g *gitGuard) gitdir(dir, wt string, depth int) {
 		for _, e := range es {
 			if e.typ == fs.ModeDir {
 				wd := filepath.Join(dir, "worktrees", e.name)
-				g.gitdir(wd, worktreeOf(wd), depth+1)
+				wt := worktreeOf(wd)
+				if wt != "" {
+					g.indexes[wd] = wt
+				}
+				g.gitdir(wd, wt, depth+1)
 			}
 		}
 	}

@@ -60,13 +60,38 @@ func resolveFrom(base, p string) string {
 // and include.path / includeIf.*.path (relative to the file). It reports
 // whether extensions.worktreeConfig is on.
 func gitConfigRefs(path, wt string, visit func(hooksPath bool, p string)) bool {
-	f, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
 	home, _ := os.UserHomeDir()
 	worktreeConfig := false
+	scanGitConfig(path, func(section, key, val string) {
+		switch {
+		case section == "core" && key == "hookspath" && val != "":
+			p := expandHome(val, home)
+			if !filepath.IsAbs(p) {
+				if wt == "" {
+					return
+				}
+				p = filepath.Join(wt, p)
+			}
+			visit(true, resolveFrom("/", p))
+		case (section == "include" || section == "includeif") && key == "path" && val != "":
+			visit(false, resolveFrom(filepath.Dir(path), expandHome(val, home)))
+		case section == "extensions" && key == "worktreeconfig":
+			worktreeConfig = val == "" || strings.EqualFold(val, "true") || val == "1" || strings.EqualFold(val, "yes") || strings.EqualFold(val, "on")
+		}
+	})
+	return worktreeConfig
+}
+
+// scanGitConfig calls fn with every key of a git config file: the
+// section's name lower-cased without its subsection, the key lower-cased,
+// the value without comment and quotes (gitValue). A file that cannot be
+// read has no keys.
+func scanGitConfig(path string, fn func(section, key, val string)) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
 	section := ""
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -93,25 +118,8 @@ func gitConfigRefs(path, wt string, visit func(hooksPath bool, p string)) bool {
 			continue
 		}
 		key, val, _ := strings.Cut(line, "=")
-		key = strings.ToLower(strings.TrimSpace(key))
-		val = gitValue(val)
-		switch {
-		case section == "core" && key == "hookspath" && val != "":
-			p := expandHome(val, home)
-			if !filepath.IsAbs(p) {
-				if wt == "" {
-					continue
-				}
-				p = filepath.Join(wt, p)
-			}
-			visit(true, resolveFrom("/", p))
-		case (section == "include" || section == "includeif") && key == "path" && val != "":
-			visit(false, resolveFrom(filepath.Dir(path), expandHome(val, home)))
-		case section == "extensions" && key == "worktreeconfig":
-			worktreeConfig = val == "" || strings.EqualFold(val, "true") || val == "1" || strings.EqualFold(val, "yes") || strings.EqualFold(val, "on")
-		}
+		fn(section, strings.ToLower(strings.TrimSpace(key)), gitValue(val))
 	}
-	return worktreeConfig
 }
 
 // gitValue strips a value's comment and quotes (enough for paths).

@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -226,6 +227,7 @@ type Prepared struct {
 	exitStatus func(exitCode int, signal string) (int, string)
 	limitsHit  func() []string
 	net        *netProxy // with --net proxy
+	git        func() (planted []string, complete bool)
 
 	// traced are the limit deaths the runtime guard saw (NoteTraced).
 	tmu    sync.Mutex
@@ -455,6 +457,36 @@ func (p *Prepared) Ended() (exitCode int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// EndReport is Report for the result of a run that ended (a one-shot
+// run, a session's call, a job's run): a copy, whose "git" object also
+// says what git metadata the command planted that the user's git will
+// follow (gitwatch_linux.go): "planted", the paths, when there are any,
+// and "complete" false when an index could not be read for the check.
+// Each call reports what was planted since the previous one (or since
+// Prepare). Call it once the command's tree is gone (a session's shell
+// lives on: what it runs in the background after a call is reported at the
+// next).
+func (p *Prepared) EndReport() map[string]any {
+	rep := maps.Clone(p.Report)
+	if p.git == nil {
+		return rep
+	}
+	planted, complete := p.git()
+	old, _ := rep["git"].(map[string]any)
+	if old == nil || len(planted) == 0 && complete {
+		return rep
+	}
+	g := maps.Clone(old)
+	if len(planted) > 0 {
+		g["planted"] = planted
+	}
+	if !complete {
+		g["complete"] = false
+	}
+	rep["git"] = g
+	return rep
 }
 
 // Network reports the allowlist and its refusals so far, with --net

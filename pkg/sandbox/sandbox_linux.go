@@ -58,8 +58,10 @@ type builder struct {
 	sp   spec
 
 	report    map[string]any
-	base      string   // private directory, removed by cleanup
-	cgroups   []string // created cgroup directories, removed by cleanup
+	area      string    // the caller's temp area
+	git       *gitWatch // what the end checks for planted git metadata
+	base      string    // private directory, removed by cleanup
+	cgroups   []string  // created cgroup directories, removed by cleanup
 	memCgroup string
 	pidCgroup string
 	sweep     bool      // sweep leftovers of killed runners (sweepDue)
@@ -132,6 +134,7 @@ func (b *builder) build() (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.area = area
 	if p.Mode == ModeWorkspaceWrite {
 		// A run's private directory is its alone: a command learns its
 		// TMPDIR's path (and a concurrent one's, from that command), and
@@ -324,6 +327,7 @@ func (b *builder) build() (*Prepared, error) {
 		},
 		Failure: func() error { return readFailure(statusPath) },
 		net:     np,
+		git:     b.git.checker(),
 		exitStatus: func(exitCode int, signal string) (int, string) {
 			return exitStatus(statusPath, exitCode, signal)
 		},
@@ -405,10 +409,13 @@ func (b *builder) control() error {
 				skip = append(skip, real)
 			}
 		}
-		ro, pins, repos, complete := gitProtection(roots, b.sp.Writable, skip, home)
+		since := coarseNow()
+		g := newGitGuard(roots, b.sp.Writable, skip, home)
+		ro, pins := g.binds()
 		protect = append(protect, ro...)
 		b.sp.Pinned = pins
-		b.report["git"] = map[string]any{"repositories": repos, "complete": complete}
+		b.report["git"] = map[string]any{"repositories": g.repos, "complete": g.complete}
+		b.git = g.watch(roots, since, filepath.Join(b.area, gitlinkCache))
 	}
 	if home != "" {
 		// (~/.gitconfig, a file, is gitProtection's: created empty when

@@ -369,7 +369,9 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		obj.Set("session_ended", true)
 	}
 	if s.sandbox != nil {
-		obj.Set("sandbox", s.sandbox.Report)
+		// With the git metadata planted since the previous call's end
+		// (sandbox.git.planted).
+		obj.Set("sandbox", s.sandbox.EndReport())
 		// The session's allowlist and every refusal since it started.
 		if n := s.sandbox.Network(); n != nil {
 			obj.Set("network", n)

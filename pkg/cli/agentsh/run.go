@@ -378,14 +378,16 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		obj.Set("policy", guard.Object(decision, rt))
 	}
 	if prep != nil {
-		obj.Set("sandbox", prep.Report)
+		// With the git metadata the command planted (sandbox.git.planted).
+		rep := prep.EndReport()
+		obj.Set("sandbox", rep)
 		if n := prep.Network(); n != nil {
 			obj.Set("network", n)
 		}
 		if hit := prep.LimitsHit(); len(hit) > 0 {
 			// Reported even when the command exited 0: a fork or an
 			// allocation inside it failed.
-			prep.Report["limits_hit"] = hit
+			rep["limits_hit"] = hit
 		}
 	}
 	if rerr := rt.Err(); rerr != nil {

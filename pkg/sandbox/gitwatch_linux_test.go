@@ -1,0 +1,271 @@
+package sandbox
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// gitRepo makes a repository with one commit in dir.
+func gitRepo(t *testing.T, dir string) {
+	t.Helper()
+	must(t, os.MkdirAll(dir, 0o755))
+	gitCmd(t, dir, "init", "-q", ".")
+	must(t, os.WriteFile(filepath.Join(dir, "f"), []byte("f\n"), 0o644))
+	gitCmd(t, dir, "add", "f")
+	gitCmd(t, dir, "commit", "-q", "-m", "init")
+}
+
+// gitOut runs git in dir and returns its output.
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+dir)
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, b)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// plantedBy runs script sandboxed in ws (workspace-write) and returns the
+// end report's git.planted and git.complete.
+func plantedBy(t *testing.T, ws, script string) ([]string, bool, string) {
+	t.Helper()
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	res, prep := sandboxed(t, p, ws, "sh", "-c", "export GIT_CONFIG_NOSYSTEM=1\n"+script)
+	g, _ := prep.EndReport()["git"].(map[string]any)
+	if g == nil {
+		t.Fatalf("no git report: %v", prep.Report)
+	}
+	planted, _ := g["planted"].([]string)
+	complete, _ := g["complete"].(bool)
+	if _, ok := prep.Report["git"].(map[string]any)["planted"]; ok {
+		t.Errorf("EndReport changed Report")
+	}
+	return planted, complete, out(res) + text(res.Stderr)
+}
+
+const gitID = "-c user.email=t@e -c user.name=t"
+
+// Each form of git metadata a command can plant for the user's next git
+// command, and that no bind stops, is reported at the run's end; an entry
+// whose times were set back (touch -d) too, since no command can set back
+// the change time. The gitlink form is real: the user's plain git status
+// in the superproject runs the forged git directory's core.fsmonitor.
+func TestGitPlanted(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	cases := []struct {
+		name, script string
+		want         []string
+	}{
+		{"commondir", `mkdir forged && echo "$PWD/forged" > .git/commondir`, []string{".git/commondir"}},
+		{"config.worktree", `printf '[core]\n\tfsmonitor = x\n' > .git/config.worktree`, []string{".git/config.worktree"}},
+		{"modules", `mkdir -p .git/modules/lib/objects .git/modules/lib/refs && echo 'ref: refs/heads/main' > .git/modules/lib/HEAD`, []string{".git/modules/lib"}},
+		{"modules nested name", `mkdir -p .git/modules/a/b/objects && echo 'ref: refs/heads/main' > .git/modules/a/b/HEAD`, []string{".git/modules/a/b"}},
+		{"worktrees", `mkdir -p .git/worktrees/w && echo x > .git/worktrees/w/HEAD`, []string{".git/worktrees/w"}},
+		{"old times", `mkdir -p .git/worktrees/w && touch -d 2001-01-01 .git/worktrees/w .git/worktrees .git`, []string{".git/worktrees/w"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, ws, _ := dirs(t)
+			gitRepo(t, ws)
+			planted, complete, o := plantedBy(t, ws, c.script)
+			var want []string
+			for _, w := range c.want {
+				want = append(want, filepath.Join(ws, w))
+			}
+			if !reflect.DeepEqual(planted, want) || !complete {
+				t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+			}
+		})
+	}
+	t.Run("root .git", func(t *testing.T) {
+		parent, ws, _ := dirs(t)
+		gitRepo(t, parent) // the workspace lies in a repository
+		planted, complete, o := plantedBy(t, ws, `git init -q`)
+		if want := []string{filepath.Join(ws, ".git")}; !reflect.DeepEqual(planted, want) || !complete {
+			t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+		}
+	})
+	for _, version := range []string{"2", "3", "4"} {
+		t.Run("gitlink index v"+version, func(t *testing.T) {
+			parent, ws, _ := dirs(t)
+			gitRepo(t, ws)
+			gitCmd(t, ws, "update-index", "--index-version", version)
+			marker := filepath.Join(parent, "ran")
+			planted, complete, o := plantedBy(t, ws, `
+H=$(git rev-parse HEAD)
+git update-index --add --cacheinfo 160000,$H,deep/sub || exit 1
+mkdir -p deep/sub
+git init -q --bare forged
+echo "$PWD/.git/objects" > forged/objects/info/alternates
+git --git-dir=forged update-ref HEAD $H && git --git-dir=forged read-tree $H
+git -C forged config core.bare false
+git -C forged config core.worktree "$PWD/deep/sub"
+git -C forged config core.fsmonitor "touch `+marker+`; false"
+echo "gitdir: $PWD/forged" > deep/sub/.git
+touch -d 2001-01-01 deep/sub/.git
+`)
+			want := []string{filepath.Join(ws, "deep/sub/.git")}
+			if !reflect.DeepEqual(planted, want) || !complete {
+				t.Fatalf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+			}
+			// What the report is for: the user's plain git status.
+			cmd := exec.Command("git", "status", "--short")
+			cmd.Dir = ws
+			cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+parent)
+			b, _ := cmd.CombinedOutput()
+			if _, err := os.Stat(marker); err != nil {
+				t.Errorf("the user's git status did not run the forged fsmonitor (%s): the attack the report is for is not real here", b)
+			}
+		})
+	}
+}
+
+// Ordinary work reports nothing, or exactly what it made: a commit
+// nothing; git submodule add of a local repository its submodule's git
+// directory and .git file (the user's git follows them; the report says
+// so, it does not refuse).
+func TestGitPlantedOrdinary(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	parent, ws, _ := dirs(t)
+	gitRepo(t, ws)
+	src := filepath.Join(parent, "src")
+	gitRepo(t, src)
+	// An existing submodule, whose pointer and git directory are the
+	// user's.
+	gitCmd(t, ws, "submodule", "-q", "add", src, "old")
+	gitCmd(t, ws, "commit", "-q", "-m", "old")
+	planted, complete, o := plantedBy(t, ws, `echo x >> f && git add f && git `+gitID+` commit -qm c && git status --short && echo ok`)
+	if len(planted) != 0 || !complete || !strings.Contains(o, "ok\n") {
+		t.Errorf("a commit: planted %v complete %v (output %s)", planted, complete, o)
+	}
+	if n := gitOut(t, ws, "rev-list", "--count", "HEAD"); n != "3" {
+		t.Errorf("the commit did not land: %s commits", n)
+	}
+	planted, complete, o = plantedBy(t, ws, `git -c protocol.file.allow=always submodule add -q `+src+` mods/new && echo added; git status --short`)
+	want := []string{filepath.Join(ws, ".git/modules/mods/new"), filepath.Join(ws, "mods/new/.git")}
+	if !reflect.DeepEqual(planted, want) || !complete || !strings.Contains(o, "added\n") {
+		t.Errorf("submodule add: planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+	}
+}
+
+// A session's sandbox (one Prepared, many calls) reports at each end what
+// was planted since the previous one.
+func TestGitPlantedEachCall(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	_, ws, _ := dirs(t)
+	gitRepo(t, ws)
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	prep, err := Prepare(p, self(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prep.Cleanup()
+	report := func() any {
+		g, _ := prep.EndReport()["git"].(map[string]any)
+		return g["planted"]
+	}
+	must(t, os.MkdirAll(filepath.Join(ws, ".git/worktrees/a"), 0o755))
+	if got := report(); !reflect.DeepEqual(got, []string{filepath.Join(ws, ".git/worktrees/a")}) {
+		t.Errorf("first end: %v", got)
+	}
+	if got := report(); got != nil {
+		t.Errorf("second end, nothing new: %v", got)
+	}
+	must(t, os.MkdirAll(filepath.Join(ws, ".git/worktrees/b"), 0o755))
+	if got := report(); !reflect.DeepEqual(got, []string{filepath.Join(ws, ".git/worktrees/b")}) {
+		t.Errorf("third end: %v", got)
+	}
+}
+
+// An index too large or corrupt is skipped, said by complete false; a
+// corrupt one never panics the parser.
+func TestGitPlantedBadIndex(t *testing.T) {
+	requireSandbox(t)
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	_, ws, _ := dirs(t)
+	gitRepo(t, ws)
+	planted, complete, o := plantedBy(t, ws, `printf 'DIRC\0\0\0\2\177\377\377\377' > .git/index && head -c 100 /dev/zero >> .git/index`)
+	if len(planted) != 0 || complete {
+		t.Errorf("corrupt index: planted %v complete %v (output %s)", planted, complete, o)
+	}
+	max := maxIndexBytes
+	maxIndexBytes = 1 << 10
+	defer func() { maxIndexBytes = max }()
+	_, ws, _ = dirs(t)
+	gitRepo(t, ws)
+	planted, complete, o = plantedBy(t, ws, `for i in $(seq 50); do echo $i > f$i; done; git add . && git `+gitID+` commit -qm big`)
+	if len(planted) != 0 || complete {
+		t.Errorf("index over the bound: planted %v complete %v (output %s)", planted, complete, o)
+	}
+}
+
+// parseIndex reads git's own indexes, versions 2 to 4 (v4's names
+// prefix-compressed), extended flags, and a split index's link; cut or
+// forged ones are errors, never panics.
+func TestParseIndex(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	dir := t.TempDir()
+	gitRepo(t, dir)
+	hash := gitOut(t, dir, "rev-parse", "HEAD")
+	for _, p := range []string{"a/one", "a/two", "b", "a/one-more/deep/x" + strings.Repeat("y", 5000)} {
+		gitCmd(t, dir, "update-index", "--add", "--cacheinfo", "160000,"+hash+","+p)
+	}
+	gitCmd(t, dir, "update-index", "--skip-worktree", "f") // an extended flag
+	want := []string{"a/one", "a/one-more/deep/x" + strings.Repeat("y", 5000), "a/two", "b"}
+	index := filepath.Join(dir, ".git", "index")
+	for _, v := range []string{"2", "3", "4"} {
+		gitCmd(t, dir, "update-index", "--index-version", v)
+		data, err := os.ReadFile(index)
+		must(t, err)
+		if got := binary.BigEndian.Uint32(data[4:]); got != uint32(v[0]-'0') && !(v == "2" && got == 3) {
+			t.Fatalf("index version %d, want %s", got, v)
+		}
+		links, shared, err := parseIndex(data, 20)
+		if err != nil || !reflect.DeepEqual(links, want) || shared != "" {
+			t.Errorf("v%s: %q %q %v", v, links, shared, err)
+		}
+		for n := 0; n < len(data); n += 1 + n/7 {
+			_, _, _ = parseIndex(data[:n], 20) // cut short
+			cp := bytes.Clone(data)
+			cp[n] ^= 0xff
+			_, _, _ = parseIndex(cp, 20) // flipped
+		}
+	}
+	gitCmd(t, dir, "update-index", "--index-version", "2")
+	gitCmd(t, dir, "update-index", "--split-index")
+	gitCmd(t, dir, "update-index", "--add", "--cacheinfo", "160000,"+hash+",c")
+	var st unix.Stat_t
+	must(t, unix.Stat(index, &st))
+	links, err := readGitlinks(filepath.Join(dir, ".git"), index, &st)
+	if err != nil || !slices.Contains(links, "c") || !slices.Contains(links, "a/one") {
+		t.Errorf("split index (%d bytes): %q %v", st.Size, links, err)
+	}
+	if data, _ := os.ReadFile(index); bytes.Contains(data, []byte("a/one")) {
+		t.Errorf("the split index still holds the old entries: not a split index")
+	}
+}
