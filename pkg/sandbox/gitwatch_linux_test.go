@@ -100,6 +100,16 @@ func TestGitPlanted(t *testing.T) {
 			t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
 		}
 	})
+	t.Run("gitlink of the enclosing repository", func(t *testing.T) {
+		parent, ws, _ := dirs(t)
+		gitRepo(t, parent)
+		hash := gitOut(t, parent, "rev-parse", "HEAD")
+		gitCmd(t, parent, "update-index", "--add", "--cacheinfo", "160000,"+hash+",ws/sub")
+		planted, complete, o := plantedBy(t, ws, `mkdir sub && echo "gitdir: /forged" > sub/.git`)
+		if want := []string{filepath.Join(ws, "sub/.git")}; !reflect.DeepEqual(planted, want) || !complete {
+			t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+		}
+	})
 	for _, version := range []string{"2", "3", "4"} {
 		t.Run("gitlink index v"+version, func(t *testing.T) {
 			parent, ws, _ := dirs(t)
