@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func gitCmd(t *testing.T, dir string, args ...string) {
+func gitCmd(t testing.TB, dir string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("git", append([]string{"-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main"}, args...)...)
 	cmd.Dir = dir

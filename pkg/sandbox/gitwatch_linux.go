@@ -56,9 +56,9 @@ type gitWatch struct {
 	writable []string
 	dirs     []*watchedGitDir
 	indexes  []watchedIndex
-	roots    map[string]bool // a writable root -> whether it has a .git
-	cache    string          // gitlinkCache in the caller's area ("": none)
-	memo     map[string][]string
+	roots    map[string]bool     // a writable root -> whether it has a .git
+	cache    string              // gitlinkCache in the caller's area ("": none)
+	memo     map[string][]string // the last check's listings (a session's next call)
 }
 
 type watchedGitDir struct {
@@ -238,7 +238,6 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 	defer w.mu.Unlock()
 	since := w.since
 	w.since = coarseNow()
-	complete = true
 	for _, d := range w.dirs {
 		planted = d.check(since, planted)
 	}
@@ -248,8 +247,7 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 			w.roots[r] = true
 		}
 	}
-	links, ok := w.gitlinks()
-	complete = ok
+	links, complete := w.gitlinks()
 	for _, p := range links {
 		dotgit := filepath.Join(p, ".git")
 		if changedSince(dotgit, since) {
@@ -310,6 +308,7 @@ func (w *gitWatch) gitlinks() ([]string, bool) {
 	ok := true
 	var cached map[string][]string
 	fresh := map[string][]string{}
+	memo := map[string][]string{} // this check's indexes only
 	var out []string
 	for _, ix := range w.indexes {
 		path := filepath.Join(ix.gitdir, "index")
@@ -336,16 +335,14 @@ func (w *gitWatch) gitlinks() ([]string, bool) {
 				fresh[key] = links
 			}
 		}
-		if w.memo == nil {
-			w.memo = map[string][]string{}
-		}
-		w.memo[key] = links
+		memo[key] = links
 		for _, l := range links {
 			if p := filepath.Join(ix.wt, l); under(p, w.writable) {
 				out = append(out, p)
 			}
 		}
 	}
+	w.memo = memo
 	if len(fresh) > 0 {
 		writeGitlinkCache(w.cache, fresh)
 	}

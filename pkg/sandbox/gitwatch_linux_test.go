@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,7 +16,7 @@ import (
 )
 
 // gitRepo makes a repository with one commit in dir.
-func gitRepo(t *testing.T, dir string) {
+func gitRepo(t testing.TB, dir string) {
 	t.Helper()
 	must(t, os.MkdirAll(dir, 0o755))
 	gitCmd(t, dir, "init", "-q", ".")
@@ -25,7 +26,7 @@ func gitRepo(t *testing.T, dir string) {
 }
 
 // gitOut runs git in dir and returns its output.
-func gitOut(t *testing.T, dir string, args ...string) string {
+func gitOut(t testing.TB, dir string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("git", args...)
 	cmd.Dir = dir
@@ -278,4 +279,70 @@ func TestParseIndex(t *testing.T) {
 	if data, _ := os.ReadFile(index); bytes.Contains(data, []byte("a/one")) {
 		t.Errorf("the split index still holds the old entries: not a split index")
 	}
+}
+
+// BenchmarkGitWatch is what the check adds to a sandboxed call that
+// touched no git metadata, in a repository of 500 files in 50 directories
+// with a submodule (two git directories, two indexes, one gitlink): the
+// record at the start (watch) and the check at the end, the indexes'
+// gitlinks from the cache.
+func BenchmarkGitWatch(b *testing.B) {
+	if _, err := exec.LookPath("git"); err != nil {
+		b.Skip("needs git")
+	}
+	t := b
+	parent := b.TempDir()
+	root := filepath.Join(parent, "ws")
+	for d := 0; d < 50; d++ {
+		dir := filepath.Join(root, "d"+strconv.Itoa(d))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := 0; f < 10; f++ {
+			if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(f)), []byte("x"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	gitRepo(t, root)
+	src := filepath.Join(parent, "src")
+	gitRepo(t, src)
+	gitCmd(t, root, "submodule", "-q", "add", src, "sm")
+	gitCmd(t, root, "add", ".")
+	gitCmd(t, root, "commit", "-q", "-m", "all")
+	cache := filepath.Join(b.TempDir(), gitlinkCache)
+	// What an earlier call cached (an index is kept once it is older than
+	// the margin).
+	fresh := map[string][]string{}
+	for _, gd := range []string{".git", ".git/modules/sm"} {
+		ix := filepath.Join(root, gd, "index")
+		var st unix.Stat_t
+		must(b, unix.Stat(ix, &st))
+		links, err := readGitlinks(filepath.Join(root, gd), ix, &st)
+		must(b, err)
+		fresh[indexKey(ix, &st)] = links
+	}
+	writeGitlinkCache(cache, fresh)
+	g := newGitGuard([]string{root}, []string{root}, nil, "")
+	since := coarseNow()
+	since.Sec += 60 // the setup long before the start
+	w := g.watch([]string{root}, since, cache)
+	if links, ok := w.gitlinks(); !ok || len(links) != 1 || len(w.indexes) != 2 {
+		b.Fatalf("gitlinks %v %v, indexes %v", links, ok, w.indexes)
+	}
+	b.Run("watch", func(b *testing.B) {
+		for b.Loop() {
+			g.watch([]string{root}, since, cache)
+		}
+	})
+	b.Run("check", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			w := g.watch([]string{root}, since, cache)
+			b.StartTimer()
+			if planted, ok := w.check(); !ok || len(planted) > 0 {
+				b.Fatal(planted, ok)
+			}
+		}
+	})
 }
