@@ -44,7 +44,9 @@ import (
 // The search is bounded: gitSearchDepth levels below each root,
 // gitSearchDirs directories read and gitSearchTime in all. A repository
 // beyond the bound is not protected; the run's report says whether the
-// search was complete (sandbox.git.complete).
+// search was complete (sandbox.git.complete). What no bind can stop (a new
+// commondir, a git directory under modules/, a .git at a gitlink path) is
+// reported at the run's end (gitwatch_linux.go, sandbox.git.planted).
 
 // Variables, so that tests can lower them.
 var (
