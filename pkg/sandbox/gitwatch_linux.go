@@ -33,7 +33,9 @@ import (
 //     protected repository's index, changed since the start: git status in
 //     the superproject recurses into a populated submodule and runs what
 //     its git directory's config names (core.fsmonitor). The command can
-//     add the gitlink itself (git update-index --add --cacheinfo);
+//     add the gitlink itself (git update-index --add --cacheinfo). Or a
+//     symlink made since the start on the way to that .git, which may be
+//     old (a repository the command made in an earlier run);
 //   - a .git in a writable root that had none (git finds it first from
 //     there).
 //
@@ -248,14 +250,39 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 		}
 	}
 	links, complete := w.gitlinks()
-	for _, p := range links {
-		dotgit := filepath.Join(p, ".git")
-		if changedSince(dotgit, since) {
+	for _, l := range links {
+		if link := newSymlink(l.wt, l.path, since); link != "" {
+			planted = append(planted, link)
+		} else if dotgit := filepath.Join(l.path, ".git"); changedSince(dotgit, since) {
 			planted = append(planted, dotgit)
 		}
 	}
 	slices.Sort(planted)
 	return slices.Compact(planted), complete
+}
+
+// gitlinkPath is a gitlink's path in its work tree, absolute.
+type gitlinkPath struct{ wt, path string }
+
+// newSymlink returns the first directory on the way from the work tree wt
+// down to path that is a symbolic link made since since, or "": git
+// follows it to a .git elsewhere, which may be old (a repository the
+// command made in an earlier run).
+func newSymlink(wt, path string, since unix.Timespec) string {
+	var chain []string
+	for d := path; d != wt && strings.HasPrefix(d, wt+string(filepath.Separator)); d = filepath.Dir(d) {
+		chain = append(chain, d)
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		var st unix.Stat_t
+		if unix.Lstat(chain[i], &st) != nil {
+			return ""
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK && notBefore(st.Ctim, since) {
+			return chain[i]
+		}
+	}
+	return ""
 }
 
 // check adds to planted what is new in the git directory d since since.
@@ -299,9 +326,9 @@ func (d *watchedGitDir) check(since unix.Timespec, planted []string) []string {
 	return planted
 }
 
-// gitlinks returns the gitlink paths of every watched index, absolute and
+// gitlinks returns the gitlink paths of every watched index that lie
 // inside a writable root, and whether every index could be read.
-func (w *gitWatch) gitlinks() ([]string, bool) {
+func (w *gitWatch) gitlinks() ([]gitlinkPath, bool) {
 	if len(w.indexes) == 0 {
 		return nil, true
 	}
@@ -309,7 +336,7 @@ func (w *gitWatch) gitlinks() ([]string, bool) {
 	var cached map[string][]string
 	fresh := map[string][]string{}
 	memo := map[string][]string{} // this check's indexes only
-	var out []string
+	var out []gitlinkPath
 	for _, ix := range w.indexes {
 		path := filepath.Join(ix.gitdir, "index")
 		var st unix.Stat_t
@@ -338,7 +365,7 @@ func (w *gitWatch) gitlinks() ([]string, bool) {
 		memo[key] = links
 		for _, l := range links {
 			if p := filepath.Join(ix.wt, l); under(p, w.writable) {
-				out = append(out, p)
+				out = append(out, gitlinkPath{ix.wt, p})
 			}
 		}
 	}

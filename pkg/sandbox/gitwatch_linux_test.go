@@ -101,6 +101,18 @@ func TestGitPlanted(t *testing.T) {
 			t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
 		}
 	})
+	t.Run("gitlink through a new symlink", func(t *testing.T) {
+		// A repository made before the run (by an earlier run, say), which
+		// a new symlink at a gitlink path makes the user's git recurse
+		// into: its .git is old.
+		_, ws, _ := dirs(t)
+		gitRepo(t, ws)
+		gitRepo(t, filepath.Join(ws, "evil"))
+		planted, complete, o := plantedBy(t, ws, `git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),a/sub && mkdir a && ln -s ../evil a/sub`)
+		if want := []string{filepath.Join(ws, "a/sub")}; !reflect.DeepEqual(planted, want) || !complete {
+			t.Errorf("planted %v complete %v, want %v (output %s)", planted, complete, want, o)
+		}
+	})
 	t.Run("gitlink of the enclosing repository", func(t *testing.T) {
 		parent, ws, _ := dirs(t)
 		gitRepo(t, parent)
