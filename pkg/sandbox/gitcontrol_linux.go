@@ -63,6 +63,7 @@ type gitGuard struct {
 	pins     map[string]bool
 	gitdirs  map[string]bool
 	indexes  map[string]string // a git directory -> its work tree, when known
+	watched  []*watchedGitDir  // the git directories in writable roots, as found
 	repos    int
 	complete bool
 }
@@ -310,9 +311,12 @@ func (g *gitGuard) gitdir(dir, wt string, depth int) {
 		return // read-only already, with everything it names inside
 	}
 	g.pins[dir] = true
+	// What the end checks against (gitWatch).
+	w := &watchedGitDir{path: dir, depth: depth}
+	g.watched = append(g.watched, w)
 	commondir := filepath.Join(dir, "commondir")
 	config := filepath.Join(dir, "config")
-	if exists(commondir) {
+	if w.commondir = exists(commondir); w.commondir {
 		// A linked worktree: hooks and config are the common
 		// directory's, read with this work tree (a relative
 		// core.hooksPath is relative to it).
@@ -332,14 +336,23 @@ func (g *gitGuard) gitdir(dir, wt string, depth int) {
 	}
 	worktreeConfig := g.config(config, wt, 0)
 	cw := filepath.Join(dir, "config.worktree")
-	g.protect(cw, worktreeConfig)
+	w.configWorktree = g.protect(cw, worktreeConfig)
 	g.config(cw, wt, 0)
 	// Submodules' git directories (names may contain slashes) and linked
 	// worktrees'.
-	g.modules(filepath.Join(dir, "modules"), depth)
+	modules := filepath.Join(dir, "modules")
+	var found map[string]int
+	found, w.moduleDirs = listModules(modules, depth)
+	w.modules = map[string]bool{}
+	for rel, d := range found {
+		w.modules[rel] = true
+		g.gitdir(filepath.Join(modules, rel), "", d)
+	}
 	if es, err := readDirTypes(filepath.Join(dir, "worktrees")); err == nil {
+		w.worktrees = map[string]bool{}
 		for _, e := range es {
 			if e.typ == fs.ModeDir {
+				w.worktrees[e.name] = true
 				wd := filepath.Join(dir, "worktrees", e.name)
 				wt := worktreeOf(wd)
 				if wt != "" {
@@ -361,43 +374,55 @@ func worktreeOf(gitdir string) string {
 	return filepath.Dir(resolveFrom(gitdir, strings.TrimSpace(string(data))))
 }
 
-// modules finds the git directories below a .git/modules directory.
-func (g *gitGuard) modules(dir string, depth int) {
-	if depth > 8 {
-		return
-	}
-	es, err := readDirTypes(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range es {
-		if e.typ != fs.ModeDir {
-			continue
+// listModules finds the git directories below the modules/ directory dir
+// of a git directory at depth (of nesting, at most 8: the directories
+// between modules/ and a git directory, whose name may contain slashes,
+// count too). It returns them relative to dir, each with the depth it is
+// searched at, and the directories it listed.
+func listModules(dir string, depth int) (gitdirs map[string]int, dirs []string) {
+	gitdirs = map[string]int{}
+	var walk func(rel string, d int)
+	walk = func(rel string, d int) {
+		if d > 8 {
+			return
 		}
-		sub := filepath.Join(dir, e.name)
-		if exists(filepath.Join(sub, "HEAD")) {
-			g.gitdir(sub, "", depth+1)
-		} else {
-			g.modules(sub, depth+1)
+		full := filepath.Join(dir, rel)
+		es, err := readDirTypes(full)
+		if err != nil {
+			return
+		}
+		dirs = append(dirs, full)
+		for _, e := range es {
+			if e.typ != fs.ModeDir {
+				continue
+			}
+			sub := filepath.Join(rel, e.name)
+			if exists(filepath.Join(dir, sub, "HEAD")) {
+				gitdirs[sub] = d + 1
+			} else {
+				walk(sub, d+1)
+			}
 		}
 	}
+	walk("", depth)
+	return gitdirs, dirs
 }
 
 // protect adds path to the read-only binds when it lies in a writable
 // root; a missing one is created empty when create is set (or when it is
 // a hooks directory, done by the caller), else nothing can be bound and
 // the command could create it (only for files git reads solely when the
-// protected config says so).
-func (g *gitGuard) protect(path string, create bool) {
+// protected config says so). It reports whether path is bound.
+func (g *gitGuard) protect(path string, create bool) bool {
 	if !g.inWritable(path) {
-		return
+		return false
 	}
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		if !create {
-			return
+			return false
 		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			return
+			return false
 		}
 		if f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644); err == nil {
 			f.Close()
@@ -405,7 +430,9 @@ func (g *gitGuard) protect(path string, create bool) {
 	}
 	if _, err := os.Lstat(path); err == nil {
 		g.ro[path] = true
+		return true
 	}
+	return false
 }
 
 func (g *gitGuard) inWritable(path string) bool {

@@ -63,12 +63,15 @@ type gitWatch struct {
 	memo     map[string][]string // the last check's listings (a session's next call)
 }
 
+// watchedGitDir is a git directory in a writable root as the search found
+// it (gitGuard.gitdir).
 type watchedGitDir struct {
 	path                      string
+	depth                     int // of nesting (listModules)
 	commondir, configWorktree bool
 	modules                   map[string]bool // git directories below modules/ (relative)
 	moduleDirs                []string        // modules/ and the directories between it and them
-	worktrees                 map[string]bool // entries of worktrees/
+	worktrees                 map[string]bool // the directories in worktrees/
 }
 
 // watchedIndex is a repository's index and the work tree its paths are
@@ -127,17 +130,7 @@ func (g *gitGuard) watch(roots []string, since unix.Timespec, cache string) *git
 			}
 		}
 	}
-	for dir := range g.gitdirs {
-		if !g.inWritable(dir) {
-			continue
-		}
-		d := &watchedGitDir{path: dir,
-			commondir:      lexists(filepath.Join(dir, "commondir")),
-			configWorktree: lexists(filepath.Join(dir, "config.worktree"))}
-		d.modules, d.moduleDirs = listModules(filepath.Join(dir, "modules"))
-		d.worktrees = listNames(filepath.Join(dir, "worktrees"))
-		w.dirs = append(w.dirs, d)
-	}
+	w.dirs = g.watched
 	slices.SortFunc(w.dirs, func(a, b *watchedGitDir) int { return strings.Compare(a.path, b.path) })
 	for gitdir, wt := range g.indexes {
 		if wt != "" && under(wt, g.writable) || enclosesAny(wt, g.writable) {
@@ -183,44 +176,18 @@ func enclosingRepo(dir string) (gitdir, wt string) {
 	}
 }
 
-// listModules lists the git directories below a modules/ directory
-// (names may hold slashes) and the directories that lead to them, the
-// way the search found them (gitGuard.modules).
-func listModules(dir string) (gitdirs map[string]bool, dirs []string) {
-	gitdirs = map[string]bool{}
-	var walk func(rel string, depth int)
-	walk = func(rel string, depth int) {
-		full := filepath.Join(dir, rel)
-		es, err := readDirTypes(full)
-		if err != nil || depth > 8 {
-			return
-		}
-		dirs = append(dirs, full)
-		for _, e := range es {
-			if e.typ != os.ModeDir {
-				continue
-			}
-			sub := filepath.Join(rel, e.name)
-			if lexists(filepath.Join(dir, sub, "HEAD")) {
-				gitdirs[sub] = true
-			} else {
-				walk(sub, depth+1)
-			}
+// subdirs lists a directory's subdirectories (nil when it cannot be read).
+func subdirs(dir string) map[string]bool {
+	es, err := readDirTypes(dir)
+	if err != nil {
+		return nil
+	}
+	names := map[string]bool{}
+	for _, e := range es {
+		if e.typ == os.ModeDir {
+			names[e.name] = true
 		}
 	}
-	walk("", 0)
-	return gitdirs, dirs
-}
-
-// listNames lists a directory's entries (nil when it cannot be read).
-func listNames(dir string) map[string]bool {
-	var names map[string]bool
-	_ = scanDir(dir, func(name []byte, _ byte) {
-		if names == nil {
-			names = map[string]bool{}
-		}
-		names[string(name)] = true
-	})
 	return names
 }
 
@@ -305,8 +272,10 @@ func (d *watchedGitDir) check(since unix.Timespec, planted []string) []string {
 		walk = walk || changedSince(m, since)
 	}
 	if walk {
-		now, dirs := listModules(modules)
-		for name := range now {
+		found, dirs := listModules(modules, d.depth)
+		now := map[string]bool{}
+		for name := range found {
+			now[name] = true
 			if !d.modules[name] {
 				planted = append(planted, filepath.Join(modules, name))
 			}
@@ -315,7 +284,7 @@ func (d *watchedGitDir) check(since unix.Timespec, planted []string) []string {
 	}
 	worktrees := filepath.Join(d.path, "worktrees")
 	if changedSince(worktrees, since) {
-		now := listNames(worktrees)
+		now := subdirs(worktrees)
 		for name := range now {
 			if !d.worktrees[name] {
 				planted = append(planted, filepath.Join(worktrees, name))
