@@ -254,7 +254,8 @@ func newSymlink(wt, path string, since unix.Timespec) string {
 
 // check adds to planted what is new in the git directory d since since.
 func (d *watchedGitDir) check(since unix.Timespec, planted []string) []string {
-	if changedSince(d.path, since) {
+	changed := changedSince(d.path, since)
+	if changed {
 		// Something was added, removed or renamed right in it.
 		for _, f := range []struct {
 			name string
@@ -267,7 +268,7 @@ func (d *watchedGitDir) check(since unix.Timespec, planted []string) []string {
 		}
 	}
 	modules := filepath.Join(d.path, "modules")
-	walk := changedSince(d.path, since) && len(d.moduleDirs) == 0 && lexists(modules)
+	walk := changed && len(d.moduleDirs) == 0 && lexists(modules)
 	for _, m := range d.moduleDirs {
 		walk = walk || changedSince(m, since)
 	}
