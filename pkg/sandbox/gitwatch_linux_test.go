@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -357,4 +358,61 @@ func BenchmarkGitWatch(b *testing.B) {
 			}
 		}
 	})
+}
+
+// The gitlink listings are read from the cache while an index's key (its
+// inode, size and times) holds, and from the index once it changed; an
+// index written within the margin is not kept; a cache cut short is no
+// answer.
+func TestGitlinkCache(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	root := filepath.Join(t.TempDir(), "ws")
+	gitRepo(t, root)
+	hash := gitOut(t, root, "rev-parse", "HEAD")
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",real")
+	cache := filepath.Join(t.TempDir(), gitlinkCache)
+	links := func() []string {
+		t.Helper()
+		g := newGitGuard([]string{root}, []string{root}, nil, "")
+		l, ok := g.watch([]string{root}, coarseNow(), cache).gitlinks()
+		if !ok {
+			t.Fatal("incomplete")
+		}
+		var out []string
+		for _, p := range l {
+			out = append(out, strings.TrimPrefix(p.path, root+"/"))
+		}
+		return out
+	}
+	if got := links(); !reflect.DeepEqual(got, []string{"real"}) {
+		t.Fatalf("gitlinks %v", got)
+	}
+	if _, err := os.Stat(cache); err == nil {
+		t.Errorf("an index written just now was cached")
+	}
+	index := filepath.Join(root, ".git", "index")
+	var st unix.Stat_t
+	must(t, unix.Stat(index, &st))
+	writeGitlinkCache(cache, map[string][]string{indexKey(index, &st): {"from-cache"}})
+	if got := links(); !reflect.DeepEqual(got, []string{"from-cache"}) {
+		t.Errorf("with the cache: %v", got)
+	}
+	// Rewritten in place, its times set back: the change time moved.
+	data, err := os.ReadFile(index)
+	must(t, err)
+	must(t, os.WriteFile(index, data, 0o644))
+	must(t, os.Chtimes(index, time.Unix(st.Atim.Unix()), time.Unix(st.Mtim.Unix())))
+	if got := links(); !reflect.DeepEqual(got, []string{"real"}) {
+		t.Errorf("after a rewrite: %v", got)
+	}
+	must(t, unix.Stat(index, &st))
+	writeGitlinkCache(cache, map[string][]string{indexKey(index, &st): {"from-cache"}})
+	b, err := os.ReadFile(cache)
+	must(t, err)
+	must(t, os.WriteFile(cache, b[:len(b)-4], 0o600))
+	if got := links(); !reflect.DeepEqual(got, []string{"real"}) {
+		t.Errorf("with a cache cut short: %v", got)
+	}
 }
