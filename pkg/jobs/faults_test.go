@@ -70,12 +70,33 @@ func markedJob(m string) Spec {
 		Env: append(os.Environ(), markEnv+"="+m)}
 }
 
-// unanswered is the store of a test whose supervisor cannot answer a stop
-// (frozen, killed, or never launched): Stop's wait for its answer ends
-// sooner, and then Stop kills the supervisor and the job itself as ever.
+// unanswered is the store of a test whose supervisor is alive but cannot
+// answer a stop (frozen): Stop's wait for its answer ends sooner, and then
+// Stop kills the supervisor and the job itself as ever.
 func unanswered(st *Store) *Store {
 	st.answerWait = time.Second
 	return st
+}
+
+// unwaited is the store of a test in which no supervisor can answer a stop
+// (none was launched, or it died before it recorded anything): Stop must
+// find that out at once, and a Stop that waited for an answer would wait
+// out the test's context instead (see stopAtOnce).
+func unwaited(st *Store) *Store {
+	st.answerWait = time.Hour
+	return st
+}
+
+// stopAtOnce stops ref on a store made by unwaited, and fails the test if
+// the stop waited for an answer until its context ended.
+func stopAtOnce(t *testing.T, st *Store, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	s, err := st.Stop(ctx, ref, sig, grace)
+	if ctx.Err() != nil {
+		t.Fatalf("stop waited for a supervisor that cannot answer until its context ended: %+v, %v", s, err)
+	}
+	return s, err
 }
 
 // TestStartSupervisorKilledAtEachStep kills the supervisor at every step
@@ -150,7 +171,7 @@ func callProcess(t *testing.T, st *Store, arm, op, arg string) (string, bool) {
 func TestStartCallerKilledAtEachStep(t *testing.T) {
 	for _, step := range []string{"start.dir", "start.spec", "start.launched"} {
 		t.Run(step, func(t *testing.T) {
-			st := unanswered(newStore(t)) // before start.launched, no supervisor ever runs
+			st := unwaited(newStore(t)) // before start.launched, no supervisor ever runs
 			m := marker(t)
 			out, killed := callProcess(t, st, step, "start", "sleep 300; : "+m)
 			if !killed {
@@ -164,8 +185,15 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 			if step == "start.launched" && s.Status != StatusRunning {
 				t.Fatalf("a launched job: %+v", s)
 			}
-			if _, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGKILL, 0); err != nil {
-				t.Fatalf("stop: %v", err)
+			want := StatusLost
+			if step == "start.launched" {
+				want = StatusStopped
+			}
+			if f, err := stopAtOnce(t, st, s.Handle, syscall.SIGKILL, 0); err != nil || f.Status != want {
+				t.Fatalf("stop: %+v, %v", f, err)
+			}
+			if got, err := st.Status(s.Handle); err != nil || got.Status != want {
+				t.Fatalf("status after the stop: %+v, %v", got, err)
 			}
 			noneLive(t, m, "after stop")
 			// Age the remains past the starting grace: gc removes them.
@@ -180,6 +208,75 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 				t.Fatalf("job directory left: %v", err)
 			}
 		})
+	}
+}
+
+// TestStopUnrecordedStart: a start whose caller and supervisor both died
+// after the supervisor took the run lock and before it recorded the job
+// leaves a job no supervisor will ever answer for. Stop finds that out
+// from the run lock at once, kills what the supervisor started (by the
+// identity it left in the lock) and answers lost, as status does from then
+// on. A supervisor that still lives there (frozen, holding the lock) is
+// asked and given its wait, and then killed with what it started.
+func TestStopUnrecordedStart(t *testing.T) {
+	for _, step := range []string{"supervisor.began", "supervisor.forked"} {
+		for _, sv := range []string{"dead", "frozen"} {
+			t.Run(step+"/"+sv, func(t *testing.T) {
+				st := unwaited(newStore(t))
+				if sv == "frozen" {
+					st = unanswered(st)
+				}
+				m := marker(t)
+				exe, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				caller := exec.Command(exe, callArg, st.dir.Path(), "start", "sleep 300; : "+m)
+				caller.Env = append(os.Environ(), faultpoint.Env+"="+step+"=stop", markEnv+"="+m)
+				if err := caller.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = caller.Process.Kill(); _ = caller.Wait() })
+				holder := frozenLockHolder(t, st, "1")
+				_ = caller.Process.Kill()
+				_ = caller.Wait()
+				if sv == "dead" {
+					_ = syscall.Kill(holder.PID, syscall.SIGKILL)
+					_ = proctree.Wait(ctxT(t, 10*time.Second), holder)
+				}
+				ref := st.dir.Mint("job", "1")
+				f, err := stopAtOnce(t, st, ref, syscall.SIGTERM, time.Second)
+				if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+					t.Fatalf("stop: %+v, %v", f, err)
+				}
+				if holder.Alive() {
+					t.Fatal("the frozen supervisor was left")
+				}
+				noneLive(t, m, "after stop")
+				if got, err := st.Status(ref); err != nil || got.Status != StatusLost {
+					t.Fatalf("status after the stop: %+v, %v", got, err)
+				}
+			})
+		}
+	}
+}
+
+// frozenLockHolder waits until a supervisor of job id holds its run lock,
+// has written its identity there and is frozen (a fault point's stop),
+// within a generous bound, and returns it.
+func frozenLockHolder(t *testing.T, st *Store, id string) proctree.ID {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if sv, ok := st.lockHolder(id); ok {
+			if p, err := proctree.ReadStat(sv.PID); err == nil && p.State == 'T' {
+				return proctree.ID{PID: sv.PID, Start: sv.StartTime}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no supervisor came to a stop holding the run lock")
+		}
+		time.Sleep(20 * time.Millisecond) // a process stopping has no event to wait on
 	}
 }
 

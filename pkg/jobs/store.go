@@ -721,6 +721,13 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if s.Ended() {
 		return st.stopRemains(ctx, id, s, sig, grace)
 	}
+	if s.svPID == 0 {
+		// No supervisor has recorded itself, nor holds the run lock with
+		// its identity: none may ever answer, and none is waited for.
+		if s, done, err := st.stopUnsupervised(ctx, id, sig, grace); done {
+			return s, err
+		}
+	}
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGTERM)
 	}
@@ -747,6 +754,40 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 		cancel()
 	}
 	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
+}
+
+// stopUnsupervised stops a job that no supervisor has recorded (a start
+// whose caller, or supervisor, died before the record), unless a
+// supervisor turns out to hold the run lock: then it reports not done, and
+// that supervisor is asked and waited for as usual. Otherwise it holds the
+// lock, so that no supervisor starts the job meanwhile, kills what a dead
+// supervisor may have started (its session, by the identity in the lock)
+// and answers lost; a supervisor launched later finds the job lost and
+// refuses to run it (begin).
+func (st *Store) stopUnsupervised(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (_ Status, done bool, _ error) {
+	sv, unlock, ok := st.takeRunLock(id)
+	if !ok {
+		return Status{}, false, nil
+	}
+	defer unlock()
+	s, err := st.statusOf(id)
+	if err != nil {
+		return s, true, err
+	}
+	if s.svPID != 0 || s.Backend != BackendLocal {
+		// Recorded meanwhile by a supervisor now gone (the lock is free):
+		// its record tells the rest.
+		s, err := st.stopRemains(ctx, id, s, sig, grace)
+		return s, true, err
+	}
+	r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
+	if err := r.kill(ctx, sig, grace); err != nil {
+		return s, true, jobErr(result.CodeStopFailed, "job %s: %v", s.Handle, err).With("status", s.Status)
+	}
+	if !s.Ended() {
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, true, nil
 }
 
 // writeStopRequest writes stop.json under the stop lock, which every
