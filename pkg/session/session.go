@@ -144,6 +144,9 @@ type Manager struct {
 	// Exe is the executable that serves sessions; Start runs it with the
 	// server argv it is given (whose first element is only argv[0]).
 	Exe string
+	// ReplyMargin is what a call allows a server beyond the call's own
+	// bounds before it says session_unreachable (0: DefaultReplyMargin).
+	ReplyMargin time.Duration
 }
 
 func (m *Manager) sessionDir(id string) string { return m.Dir.Join("sessions", id) }

@@ -325,6 +325,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if err != nil {
 		return nil, err
 	}
+	m.ReplyMargin = o.ReplyMargin
 	// The connection is made while the checks below run; the request goes
 	// only once they passed.
 	conn := m.Dial(o.Session)
