@@ -211,6 +211,25 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 	}
 }
 
+// TestWaitUnrecordedStartTurnsLost: a start whose caller died before it
+// launched a supervisor leaves a starting job that turns lost once the
+// starting grace is over, with no file changing then; a wait on it wakes
+// and answers lost instead of waiting out its own timeout.
+func TestWaitUnrecordedStartTurnsLost(t *testing.T) {
+	st := newStore(t)
+	if out, killed := callProcess(t, st, "start.spec", "start", "sleep 300"); !killed {
+		t.Fatalf("caller not killed: %s", out)
+	}
+	soon := time.Now().Add(-startingGrace + time.Second)
+	if err := os.Chtimes(filepath.Join(st.jobDir("1"), specFile), soon, soon); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Wait(ctxT(t, 30*time.Second), []string{st.dir.Mint("job", "1")}, ForExit, false)
+	if err != nil || len(got) != 1 || got[0].Status != StatusLost {
+		t.Fatalf("wait: %+v, %v", got, err)
+	}
+}
+
 // TestStopUnrecordedStart: a start whose caller and supervisor both died
 // after the supervisor took the run lock and before it recorded the job
 // leaves a job no supervisor will ever answer for. Stop finds that out

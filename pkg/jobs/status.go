@@ -144,6 +144,10 @@ type Status struct {
 	svLocal bool
 	// cgroup is the record's Cgroup, for Stop.
 	cgroup string
+	// lostBy is when a job that no supervisor has recorded, nor holds the
+	// run lock of, turns lost unless one does meanwhile (see noRecord);
+	// nothing else changes then, so Wait sets a timer for it.
+	lostBy time.Time
 	// settling: the supervisor recorded an end, but the scheduler is still
 	// completing the job and will say whether the end was its own.
 	settling bool
@@ -284,6 +288,8 @@ func (st *Store) noRecord(id string) (Status, error) {
 	case held:
 	case sv.PID > 0, exists(filepath.Join(st.jobDir(id), lostMarker)), time.Since(fi.ModTime()) > startingGrace:
 		st.lose(&s, LostSupervisorDied)
+	default:
+		s.lostBy = fi.ModTime().Add(startingGrace)
 	}
 	return s, nil
 }
