@@ -196,6 +196,9 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 				t.Fatalf("status after the stop: %+v, %v", got, err)
 			}
 			noneLive(t, m, "after stop")
+			if removed, err := st.GC(time.Minute, time.Now()); err != nil || len(removed) != 0 {
+				t.Fatalf("gc removed a job that ended just now: %+v, %v", removed, err)
+			}
 			// Age the remains past the starting grace: gc removes them.
 			old := time.Now().Add(-2 * startingGrace)
 			dir := st.jobDir(s.ID)

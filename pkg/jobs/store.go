@@ -657,6 +657,10 @@ func (st *Store) GC(olderThan time.Duration, now time.Time) (_ []Status, err err
 			ended, _ = time.Parse(time.RFC3339Nano, *s.EndedAt)
 		} else if fi, err := os.Stat(filepath.Join(st.jobDir(s.ID), statusFile)); err == nil {
 			ended = fi.ModTime() // lost: the last sign of life
+		} else if fi, err := os.Stat(st.jobDir(s.ID)); err == nil {
+			// Lost with no record (a start that died, or a stop that
+			// found no supervisor): the last file made in its directory.
+			ended = fi.ModTime()
 		}
 		if ended.After(cutoff) {
 			continue
