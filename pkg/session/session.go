@@ -61,6 +61,9 @@ type Spec struct {
 	Cwd         string        `json:"cwd"`
 	Env         []string      `json:"env"`
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// RecoverWait bounds the wait for an interrupted shell to answer a
+	// probe before it is replaced (0: DefaultRecoverWait).
+	RecoverWait time.Duration `json:"recover_wait,omitempty"`
 	Name        string        `json:"name,omitempty"`
 	Description string        `json:"description,omitempty"`
 	// Sandbox, when not empty, confines the shell and everything it runs;
