@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -230,6 +231,27 @@ func TestWaitUnrecordedStartTurnsLost(t *testing.T) {
 	got, err := st.Wait(ctxT(t, 30*time.Second), []string{st.dir.Mint("job", "1")}, ForExit, false)
 	if err != nil || len(got) != 1 || got[0].Status != StatusLost {
 		t.Fatalf("wait: %+v, %v", got, err)
+	}
+}
+
+// TestRestartUnrecordedStart: a job whose start died before any supervisor
+// recorded it can still be restarted: the restart's stop finds it lost at
+// once, and the new supervisor runs it rather than taking that for a stop.
+func TestRestartUnrecordedStart(t *testing.T) {
+	st := unwaited(newStore(t))
+	m := marker(t)
+	if out, killed := callProcess(t, st, "start.spec", "start", "sleep 300; : "+m); !killed {
+		t.Fatalf("caller not killed: %s", out)
+	}
+	ref := st.dir.Mint("job", "1")
+	ctx := ctxT(t, 30*time.Second)
+	s, err := st.Restart(ctx, ref)
+	if err != nil || s.Status != StatusRunning || ctx.Err() != nil {
+		t.Fatalf("restart: %+v, %v", s, err)
+	}
+	t.Cleanup(func() { _, _ = st.Stop(context.Background(), ref, syscall.SIGKILL, time.Second) })
+	if len(markedLive(m)) == 0 {
+		t.Fatal("the restarted job does not run")
 	}
 }
 

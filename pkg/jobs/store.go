@@ -951,6 +951,13 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 		return st.resubmit(ctx, id)
 	}
 	faultpoint.Hit("restart.stopped")
+	if _, err := os.Lstat(filepath.Join(st.jobDir(id), statusFile)); errors.Is(err, fs.ErrNotExist) {
+		// A job no supervisor ever recorded (its start died): the stop
+		// found it lost, which the first run's supervisor would take for a
+		// stop of its own start (begin). This launch is a new start.
+		_ = os.Remove(filepath.Join(st.jobDir(id), lostMarker))
+		_ = os.Remove(filepath.Join(st.jobDir(id), stopFile))
+	}
 	if err := st.launch(ctx, id, SpecDigest(specJSON)); err != nil {
 		return Status{}, err
 	}
