@@ -749,7 +749,11 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	}
 	// The supervisor did not finish the stop (it is frozen, say): kill it
 	// and the job without it. Then nothing records an end, and the answer
-	// is lost, which is what the record can prove.
+	// is lost, which is what the record can prove. (One that held the run
+	// lock without its identity yet when Stop looked has written it since.)
+	if now, err := st.statusOf(id); err == nil && s.svPID == 0 && now.svPID != 0 {
+		s = now
+	}
 	r := remainsOf(s, s.PID, st.pidStart(id))
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
