@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -70,12 +71,33 @@ func markedJob(m string) Spec {
 		Env: append(os.Environ(), markEnv+"="+m)}
 }
 
-// unanswered is the store of a test whose supervisor cannot answer a stop
-// (frozen, killed, or never launched): Stop's wait for its answer ends
-// sooner, and then Stop kills the supervisor and the job itself as ever.
+// unanswered is the store of a test whose supervisor is alive but cannot
+// answer a stop (frozen): Stop's wait for its answer ends sooner, and then
+// Stop kills the supervisor and the job itself as ever.
 func unanswered(st *Store) *Store {
 	st.answerWait = time.Second
 	return st
+}
+
+// unwaited is the store of a test in which no supervisor can answer a stop
+// (none was launched, or it died before it recorded anything): Stop must
+// find that out at once, and a Stop that waited for an answer would wait
+// out the test's context instead (see stopAtOnce).
+func unwaited(st *Store) *Store {
+	st.answerWait = time.Hour
+	return st
+}
+
+// stopAtOnce stops ref on a store made by unwaited, and fails the test if
+// the stop waited for an answer until its context ended.
+func stopAtOnce(t *testing.T, st *Store, ref string, sig syscall.Signal, grace time.Duration) (Status, error) {
+	t.Helper()
+	ctx := ctxT(t, 30*time.Second)
+	s, err := st.Stop(ctx, ref, sig, grace)
+	if ctx.Err() != nil {
+		t.Fatalf("stop waited for a supervisor that cannot answer until its context ended: %+v, %v", s, err)
+	}
+	return s, err
 }
 
 // TestStartSupervisorKilledAtEachStep kills the supervisor at every step
@@ -150,7 +172,7 @@ func callProcess(t *testing.T, st *Store, arm, op, arg string) (string, bool) {
 func TestStartCallerKilledAtEachStep(t *testing.T) {
 	for _, step := range []string{"start.dir", "start.spec", "start.launched"} {
 		t.Run(step, func(t *testing.T) {
-			st := unanswered(newStore(t)) // before start.launched, no supervisor ever runs
+			st := unwaited(newStore(t)) // before start.launched, no supervisor ever runs
 			m := marker(t)
 			out, killed := callProcess(t, st, step, "start", "sleep 300; : "+m)
 			if !killed {
@@ -164,10 +186,20 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 			if step == "start.launched" && s.Status != StatusRunning {
 				t.Fatalf("a launched job: %+v", s)
 			}
-			if _, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGKILL, 0); err != nil {
-				t.Fatalf("stop: %v", err)
+			want := StatusLost
+			if step == "start.launched" {
+				want = StatusStopped
+			}
+			if f, err := stopAtOnce(t, st, s.Handle, syscall.SIGKILL, 0); err != nil || f.Status != want {
+				t.Fatalf("stop: %+v, %v", f, err)
+			}
+			if got, err := st.Status(s.Handle); err != nil || got.Status != want {
+				t.Fatalf("status after the stop: %+v, %v", got, err)
 			}
 			noneLive(t, m, "after stop")
+			if removed, err := st.GC(time.Minute, time.Now()); err != nil || len(removed) != 0 {
+				t.Fatalf("gc removed a job that ended just now: %+v, %v", removed, err)
+			}
 			// Age the remains past the starting grace: gc removes them.
 			old := time.Now().Add(-2 * startingGrace)
 			dir := st.jobDir(s.ID)
@@ -180,6 +212,115 @@ func TestStartCallerKilledAtEachStep(t *testing.T) {
 				t.Fatalf("job directory left: %v", err)
 			}
 		})
+	}
+}
+
+// TestWaitUnrecordedStartTurnsLost: a start whose caller died before it
+// launched a supervisor leaves a starting job that turns lost once the
+// starting grace is over, with no file changing then; a wait on it wakes
+// and answers lost instead of waiting out its own timeout.
+func TestWaitUnrecordedStartTurnsLost(t *testing.T) {
+	st := newStore(t)
+	if out, killed := callProcess(t, st, "start.spec", "start", "sleep 300"); !killed {
+		t.Fatalf("caller not killed: %s", out)
+	}
+	soon := time.Now().Add(-startingGrace + time.Second)
+	if err := os.Chtimes(filepath.Join(st.jobDir("1"), specFile), soon, soon); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Wait(ctxT(t, 30*time.Second), []string{st.dir.Mint("job", "1")}, ForExit, false)
+	if err != nil || len(got) != 1 || got[0].Status != StatusLost {
+		t.Fatalf("wait: %+v, %v", got, err)
+	}
+}
+
+// TestRestartUnrecordedStart: a job whose start died before any supervisor
+// recorded it can still be restarted: the restart's stop finds it lost at
+// once, and the new supervisor runs it rather than taking that for a stop.
+func TestRestartUnrecordedStart(t *testing.T) {
+	st := unwaited(newStore(t))
+	m := marker(t)
+	if out, killed := callProcess(t, st, "start.spec", "start", "sleep 300; : "+m); !killed {
+		t.Fatalf("caller not killed: %s", out)
+	}
+	ref := st.dir.Mint("job", "1")
+	ctx := ctxT(t, 30*time.Second)
+	s, err := st.Restart(ctx, ref)
+	if err != nil || s.Status != StatusRunning || ctx.Err() != nil {
+		t.Fatalf("restart: %+v, %v", s, err)
+	}
+	t.Cleanup(func() { _, _ = st.Stop(context.Background(), ref, syscall.SIGKILL, time.Second) })
+	if len(markedLive(m)) == 0 {
+		t.Fatal("the restarted job does not run")
+	}
+}
+
+// TestStopUnrecordedStart: a start whose caller and supervisor both died
+// after the supervisor took the run lock and before it recorded the job
+// leaves a job no supervisor will ever answer for. Stop finds that out
+// from the run lock at once, kills what the supervisor started (by the
+// identity it left in the lock) and answers lost, as status does from then
+// on. A supervisor that still lives there (frozen, holding the lock) is
+// asked and given its wait, and then killed with what it started.
+func TestStopUnrecordedStart(t *testing.T) {
+	for _, step := range []string{"supervisor.began", "supervisor.forked"} {
+		for _, sv := range []string{"dead", "frozen"} {
+			t.Run(step+"/"+sv, func(t *testing.T) {
+				st := unwaited(newStore(t))
+				if sv == "frozen" {
+					st = unanswered(st)
+				}
+				m := marker(t)
+				exe, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				caller := exec.Command(exe, callArg, st.dir.Path(), "start", "sleep 300; : "+m)
+				caller.Env = append(os.Environ(), faultpoint.Env+"="+step+"=stop", markEnv+"="+m)
+				if err := caller.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = caller.Process.Kill(); _ = caller.Wait() })
+				holder := frozenLockHolder(t, st, "1")
+				_ = caller.Process.Kill()
+				_ = caller.Wait()
+				if sv == "dead" {
+					_ = syscall.Kill(holder.PID, syscall.SIGKILL)
+					_ = proctree.Wait(ctxT(t, 10*time.Second), holder)
+				}
+				ref := st.dir.Mint("job", "1")
+				f, err := stopAtOnce(t, st, ref, syscall.SIGTERM, time.Second)
+				if err != nil || f.Status != StatusLost || f.OrphanPID != 0 {
+					t.Fatalf("stop: %+v, %v", f, err)
+				}
+				if holder.Alive() {
+					t.Fatal("the frozen supervisor was left")
+				}
+				noneLive(t, m, "after stop")
+				if got, err := st.Status(ref); err != nil || got.Status != StatusLost {
+					t.Fatalf("status after the stop: %+v, %v", got, err)
+				}
+			})
+		}
+	}
+}
+
+// frozenLockHolder waits until a supervisor of job id holds its run lock,
+// has written its identity there and is frozen (a fault point's stop),
+// within a generous bound, and returns it.
+func frozenLockHolder(t *testing.T, st *Store, id string) proctree.ID {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if sv, ok := st.lockHolder(id); ok {
+			if p, err := proctree.ReadStat(sv.PID); err == nil && p.State == 'T' {
+				return proctree.ID{PID: sv.PID, Start: sv.StartTime}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no supervisor came to a stop holding the run lock")
+		}
+		time.Sleep(20 * time.Millisecond) // a process stopping has no event to wait on
 	}
 }
 

@@ -144,6 +144,10 @@ type Status struct {
 	svLocal bool
 	// cgroup is the record's Cgroup, for Stop.
 	cgroup string
+	// lostBy is when a job that no supervisor has recorded, nor holds the
+	// run lock of, turns lost unless one does meanwhile (see noRecord);
+	// nothing else changes then, so Wait sets a timer for it.
+	lostBy time.Time
 	// settling: the supervisor recorded an end, but the scheduler is still
 	// completing the job and will say whether the end was its own.
 	settling bool
@@ -270,10 +274,29 @@ func (st *Store) noRecord(id string) (Status, error) {
 		s.Backend, s.SlurmJobID = BackendSlurm, spec.SlurmJobID
 		return st.fromSlurmQueued(id, s, fi.ModTime()), nil
 	}
-	if time.Since(fi.ModTime()) > startingGrace {
+	// The run lock tells what no record does yet: a supervisor that holds
+	// it is starting the job (and is waited for, signalled and killed by
+	// its identity there); one that held it and is gone, or a job that a
+	// stop found without a supervisor (the lost marker), will never run.
+	sv, held := st.runLock(id)
+	if sv.PID > 0 && (!held || proctree.Alive(sv.PID, sv.StartTime)) {
+		// (A holder that is not the process named is a stop holding
+		// the lock for a moment, or a supervisor yet to write its own.)
+		s.svPID, s.svStart, s.svLocal = sv.PID, sv.StartTime, true
+	}
+	switch {
+	case held:
+	case sv.PID > 0, exists(filepath.Join(st.jobDir(id), lostMarker)), time.Since(fi.ModTime()) > startingGrace:
 		st.lose(&s, LostSupervisorDied)
+	default:
+		s.lostBy = fi.ModTime().Add(startingGrace)
 	}
 	return s, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // lose marks s lost and appends the lost event once per run: the marker

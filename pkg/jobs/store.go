@@ -657,6 +657,10 @@ func (st *Store) GC(olderThan time.Duration, now time.Time) (_ []Status, err err
 			ended, _ = time.Parse(time.RFC3339Nano, *s.EndedAt)
 		} else if fi, err := os.Stat(filepath.Join(st.jobDir(s.ID), statusFile)); err == nil {
 			ended = fi.ModTime() // lost: the last sign of life
+		} else if fi, err := os.Stat(st.jobDir(s.ID)); err == nil {
+			// Lost with no record (a start that died, or a stop that
+			// found no supervisor): the last file made in its directory.
+			ended = fi.ModTime()
 		}
 		if ended.After(cutoff) {
 			continue
@@ -721,6 +725,13 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	if s.Ended() {
 		return st.stopRemains(ctx, id, s, sig, grace)
 	}
+	if s.svPID == 0 {
+		// No supervisor has recorded itself, nor holds the run lock with
+		// its identity: none may ever answer, and none is waited for.
+		if s, done, err := st.stopUnsupervised(ctx, id, sig, grace); done {
+			return s, err
+		}
+	}
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGTERM)
 	}
@@ -738,7 +749,11 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 	}
 	// The supervisor did not finish the stop (it is frozen, say): kill it
 	// and the job without it. Then nothing records an end, and the answer
-	// is lost, which is what the record can prove.
+	// is lost, which is what the record can prove. (One that held the run
+	// lock without its identity yet when Stop looked has written it since.)
+	if now, err := st.statusOf(id); err == nil && s.svPID == 0 && now.svPID != 0 {
+		s = now
+	}
 	r := remainsOf(s, s.PID, st.pidStart(id))
 	if s.svPID > 0 && proctree.Alive(s.svPID, s.svStart) {
 		_ = syscall.Kill(s.svPID, syscall.SIGKILL)
@@ -747,6 +762,40 @@ func (st *Store) Stop(ctx context.Context, ref string, sig syscall.Signal, grace
 		cancel()
 	}
 	return st.afterKill(id, r.kill(ctx, syscall.SIGKILL, 0))
+}
+
+// stopUnsupervised stops a job that no supervisor has recorded (a start
+// whose caller, or supervisor, died before the record), unless a
+// supervisor turns out to hold the run lock: then it reports not done, and
+// that supervisor is asked and waited for as usual. Otherwise it holds the
+// lock, so that no supervisor starts the job meanwhile, kills what a dead
+// supervisor may have started (its session, by the identity in the lock)
+// and answers lost; a supervisor launched later finds the job lost and
+// refuses to run it (begin).
+func (st *Store) stopUnsupervised(ctx context.Context, id string, sig syscall.Signal, grace time.Duration) (_ Status, done bool, _ error) {
+	sv, unlock, ok := st.takeRunLock(id)
+	if !ok {
+		return Status{}, false, nil
+	}
+	defer unlock()
+	s, err := st.statusOf(id)
+	if err != nil {
+		return s, true, err
+	}
+	if s.svPID != 0 || s.Backend != BackendLocal {
+		// Recorded meanwhile by a supervisor now gone (the lock is free):
+		// its record tells the rest.
+		s, err := st.stopRemains(ctx, id, s, sig, grace)
+		return s, true, err
+	}
+	r := remains{sv: proctree.ID{PID: sv.PID, Start: sv.StartTime}}
+	if err := r.kill(ctx, sig, grace); err != nil {
+		return s, true, jobErr(result.CodeStopFailed, "job %s: %v", s.Handle, err).With("status", s.Status)
+	}
+	if !s.Ended() {
+		st.lose(&s, LostSupervisorDied)
+	}
+	return s, true, nil
 }
 
 // writeStopRequest writes stop.json under the stop lock, which every
@@ -906,6 +955,13 @@ func (st *Store) Restart(ctx context.Context, ref string) (_ Status, err error) 
 		return st.resubmit(ctx, id)
 	}
 	faultpoint.Hit("restart.stopped")
+	if _, err := os.Lstat(filepath.Join(st.jobDir(id), statusFile)); errors.Is(err, fs.ErrNotExist) {
+		// A job no supervisor ever recorded (its start died): the stop
+		// found it lost, which the first run's supervisor would take for a
+		// stop of its own start (begin). This launch is a new start.
+		_ = os.Remove(filepath.Join(st.jobDir(id), lostMarker))
+		_ = os.Remove(filepath.Join(st.jobDir(id), stopFile))
+	}
 	if err := st.launch(ctx, id, SpecDigest(specJSON)); err != nil {
 		return Status{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -304,9 +305,20 @@ func (sv *supervisor) begin() error {
 		sv.rec.Run = prev.Run + 1
 		sv.rec.Restarts = prev.Restarts + 1
 	}
-	// A stop request or lost marker belongs to the previous run.
-	_ = os.Remove(filepath.Join(sv.dir, stopFile))
-	_ = os.Remove(filepath.Join(sv.dir, lostMarker))
+	_, serr := os.Lstat(filepath.Join(sv.dir, statusFile))
+	if errors.Is(serr, fs.ErrNotExist) && sv.slurmJobID == "" {
+		// A first run whose job a stop already found without a supervisor
+		// (and answered lost) does not run after all; a stop request
+		// written before this supervisor took the lock is this run's, and
+		// its SIGTERM is already on its way.
+		if _, err := os.Lstat(filepath.Join(sv.dir, lostMarker)); err == nil {
+			return jobErr(result.CodeStartFailed, "job %s was stopped before its supervisor started", sv.d.Mint("job", sv.id))
+		}
+	} else {
+		// A stop request or lost marker belongs to the previous run.
+		_ = os.Remove(filepath.Join(sv.dir, stopFile))
+		_ = os.Remove(filepath.Join(sv.dir, lostMarker))
+	}
 	if !hadPrev {
 		// A first run needs no "starting" record: no handle exists until
 		// Start has the confirmation, and the "running" record written

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -27,22 +29,59 @@ func writeLockIdentity(f *os.File, self proctree.Stat) {
 // whether that supervisor holds the lock now and is alive. Reading needs
 // no write access.
 func (st *Store) lockHolder(id string) (proctree.Stat, bool) {
+	sv, held := st.runLock(id)
+	return sv, held && sv.PID > 0 && proctree.Alive(sv.PID, sv.StartTime)
+}
+
+// runLock returns the identity last written in job id's run lock and
+// whether a process holds the lock now. A holder whose identity reads as
+// zero took the lock a moment ago and has not written it yet.
+func (st *Store) runLock(id string) (proctree.Stat, bool) {
 	var sv proctree.Stat
 	f, err := state.OpenFile(filepath.Join(st.jobDir(id), runLockFile), os.O_RDONLY, 0)
 	if err != nil {
 		return sv, false
 	}
 	defer f.Close()
-	b := make([]byte, 64)
-	n, _ := f.ReadAt(b, 0)
-	if _, err := fmt.Sscanf(string(b[:n]), "%d %d", &sv.PID, &sv.StartTime); err != nil {
-		sv = proctree.Stat{}
-	}
+	sv = readLockIdentity(f)
 	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
 		_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 		return sv, false
 	}
-	return sv, sv.PID > 0 && proctree.Alive(sv.PID, sv.StartTime)
+	return sv, true
+}
+
+func readLockIdentity(f *os.File) proctree.Stat {
+	var sv proctree.Stat
+	b := make([]byte, 64)
+	n, _ := f.ReadAt(b, 0)
+	if _, err := fmt.Sscanf(string(b[:n]), "%d %d", &sv.PID, &sv.StartTime); err != nil {
+		return proctree.Stat{}
+	}
+	return sv
+}
+
+// takeRunLock takes job id's run lock without waiting, for a caller that
+// must know that no supervisor runs the job while it acts, and that none
+// starts meanwhile (one launched now fails to take the lock and refuses).
+// It returns the identity of the last supervisor that held the lock, and
+// ok false when a supervisor holds it. On a state directory where the lock
+// file cannot be created, no supervisor can have made it or make it now:
+// ok, with nothing to unlock.
+func (st *Store) takeRunLock(id string) (sv proctree.Stat, unlock func(), ok bool) {
+	path := filepath.Join(st.jobDir(id), runLockFile)
+	f, err := state.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = state.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	}
+	if err != nil {
+		return sv, func() {}, true
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return sv, nil, false
+	}
+	return readLockIdentity(f), func() { f.Close() }, true
 }
 
 // corruptStatus is what List shows for job id whose status.json does not

@@ -59,9 +59,14 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 		// watches: a job Slurm ends before its supervisor runs (cancelled
 		// while pending) or whose node fails writes nothing, and on a
 		// shared filesystem a remote supervisor's writes raise no inotify
-		// event here.
-		var poll <-chan time.Time
-		var pollTimer *time.Timer
+		// event here. A job no supervisor has taken yet turns lost at its
+		// lostBy without any file changing: the wait wakes then too.
+		wake := time.Duration(-1)
+		soonest := func(d time.Duration) {
+			if wake < 0 || d < wake {
+				wake = max(d, 0)
+			}
+		}
 		for i, id := range ids {
 			s, err := st.statusOf(id)
 			if err != nil {
@@ -72,9 +77,11 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 				done++
 				continue
 			}
-			if s.Backend == BackendSlurm && pollTimer == nil {
-				pollTimer = time.NewTimer(schedulerPoll)
-				poll = pollTimer.C
+			if s.Backend == BackendSlurm {
+				soonest(schedulerPoll)
+			}
+			if !s.lostBy.IsZero() {
+				soonest(time.Until(s.lostBy) + time.Millisecond)
 			}
 			key := [2]uint64{uint64(s.svPID), s.svStart}
 			if s.svPID > 0 && s.svLocal && !watched[key] {
@@ -90,10 +97,13 @@ func (st *Store) waitIDs(ctx context.Context, ids []string, what string, anyOf b
 			}
 		}
 		if done == len(ids) || (anyOf && done > 0) {
-			if pollTimer != nil {
-				pollTimer.Stop()
-			}
 			return out, nil
+		}
+		var poll <-chan time.Time
+		var pollTimer *time.Timer
+		if wake >= 0 {
+			pollTimer = time.NewTimer(wake)
+			poll = pollTimer.C
 		}
 		select {
 		case <-ctx.Done():

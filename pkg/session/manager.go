@@ -509,6 +509,7 @@ func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream,
 	// grace and a margin for bringing the shell back; after a
 	// cancellation, the grace and that margin.
 	var deadline time.Time
+	replyMargin := m.replyMargin()
 	if req.Timeout > 0 {
 		deadline = time.Now().Add(req.BusyTimeout + req.Timeout + req.KillAfter + replyMargin)
 		_ = conn.SetReadDeadline(deadline)
@@ -558,9 +559,16 @@ func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream,
 	}
 }
 
-// replyMargin is what the client allows a server beyond a call's own
-// bounds: an interrupt's probes and, at worst, a shell restarted.
-const replyMargin = 10 * time.Second
+// DefaultReplyMargin is what the client allows a server beyond a call's
+// own bounds: an interrupt's probes and, at worst, a shell restarted.
+const DefaultReplyMargin = 10 * time.Second
+
+func (m *Manager) replyMargin() time.Duration {
+	if m.ReplyMargin > 0 {
+		return m.ReplyMargin
+	}
+	return DefaultReplyMargin
+}
 
 // killSession kills what is left of a shell whose server died: the shell
 // itself if it is provably the same process, its descendants, and every

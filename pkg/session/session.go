@@ -61,6 +61,9 @@ type Spec struct {
 	Cwd         string        `json:"cwd"`
 	Env         []string      `json:"env"`
 	IdleTimeout time.Duration `json:"idle_timeout"`
+	// RecoverWait bounds the wait for an interrupted shell to answer a
+	// probe before it is replaced (0: DefaultRecoverWait).
+	RecoverWait time.Duration `json:"recover_wait,omitempty"`
 	Name        string        `json:"name,omitempty"`
 	Description string        `json:"description,omitempty"`
 	// Sandbox, when not empty, confines the shell and everything it runs;
@@ -144,6 +147,9 @@ type Manager struct {
 	// Exe is the executable that serves sessions; Start runs it with the
 	// server argv it is given (whose first element is only argv[0]).
 	Exe string
+	// ReplyMargin is what a call allows a server beyond the call's own
+	// bounds before it says session_unreachable (0: DefaultReplyMargin).
+	ReplyMargin time.Duration
 }
 
 func (m *Manager) sessionDir(id string) string { return m.Dir.Join("sessions", id) }

@@ -259,10 +259,21 @@ const (
 	// waits for an interrupted shell to come back: a probe the shell read
 	// while it was handling the interrupt is discarded with the line.
 	probeEvery = 300 * time.Millisecond
-	// recoverWait bounds the wait for an interrupted shell to answer a
-	// probe; a shell that does not by then is replaced.
-	recoverWait = 2 * time.Second
+	// DefaultRecoverWait bounds the wait for an interrupted shell to
+	// answer a probe (Spec.RecoverWait); a shell that does not by then is
+	// replaced. An interrupt waits it out where the shell cannot come back
+	// at a step (a builtin that runs no trap until it returns, a user's
+	// trap in the way), so it is what a loaded machine needs, no more.
+	DefaultRecoverWait = 2 * time.Second
 )
+
+// recoverWait is the session's bound on an interrupted shell's answer.
+func (sh *shell) recoverWait() time.Duration {
+	if sh.recoverBound > 0 {
+		return sh.recoverBound
+	}
+	return DefaultRecoverWait
+}
 
 // shellInit is the first input of every shell: no prompt noise, no
 // history, no mail checks, errtrace. Everything else the protocol needs
@@ -1129,6 +1140,8 @@ type shell struct {
 	slot    int
 	defined bool
 	dirty   bool
+	// recoverBound is Spec.RecoverWait (see recoverWait).
+	recoverBound time.Duration
 }
 
 // proto is the protocol of call n on sh, whose text wraps trap or not
@@ -1241,7 +1254,7 @@ func (s *server) startShell(cwd string) error {
 	if s.track != nil {
 		s.track.started()
 	}
-	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}, gen: newGen(), slot: 1}
+	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}, gen: newGen(), slot: 1, recoverBound: s.spec.RecoverWait}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
 	sh.nofile = nofileLimit(cmd.Process.Pid)
 	sh.call.nofile = sh.nofile
@@ -1632,7 +1645,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	}
 	_ = syscall.Kill(pid, interruptSig)
 	_ = syscall.Kill(pid, syscall.SIGCONT)
-	if sh.probe(recoverWait) {
+	if sh.probe(sh.recoverWait()) {
 		return killed, true
 	}
 	if sh.closed {
@@ -1644,7 +1657,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 		tree.Signal(syscall.SIGKILL)
 		killed = true
 		_ = syscall.Kill(pid, interruptSig)
-		if sh.probe(recoverWait) {
+		if sh.probe(sh.recoverWait()) {
 			return killed, true
 		}
 		if sh.closed {
@@ -1659,7 +1672,7 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	// terminal would. A shell where the user's INT trap or ignore stands
 	// in the way does not come back, and is replaced.
 	_ = syscall.Kill(pid, syscall.SIGINT)
-	return killed, sh.probe(recoverWait)
+	return killed, sh.probe(sh.recoverWait())
 }
 
 // probe sends probe lines until one is answered, within limit, then

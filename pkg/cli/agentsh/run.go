@@ -58,6 +58,10 @@ type RunOptions struct {
 	Shell       string
 	Session     string
 	BusyTimeout time.Duration
+	// ReplyMargin is the hidden session-reply-margin setting (see
+	// session.Manager.ReplyMargin): only the environment or the config
+	// file set it, for tests that wait for a hung server's deadline.
+	ReplyMargin time.Duration
 	Sandbox     sandboxflags.Options
 	Guard       guard.Options
 }
@@ -91,12 +95,15 @@ func addRunFlags(cmd *cobra.Command, o *RunOptions) {
 	f.StringVar(&o.Shell, "shell", "", "shell `PROGRAM` for -c (default bash, else sh)")
 	f.StringVar(&o.Session, "session", "", "run -c inside the persistent session `HANDLE` (or name)")
 	f.Var(clikit.DurationValue{D: &o.BusyTimeout}, "busy-timeout", "with --session, wait up to `D` for a busy session")
+	f.Var(clikit.DurationValue{D: &o.ReplyMargin}, "session-reply-margin", "with --session, allow a hung server `D` beyond the call's bounds (default 10s)")
+	_ = f.MarkHidden("session-reply-margin")
+	clikit.MarkFlags(f, clikit.NoRequest, "session-reply-margin")
 	sandboxflags.AddFlags(f, &o.Sandbox)
 	sandboxflags.AddLockFlag(f)
 	guard.AddFlags(f, &o.Guard)
 	clikit.MarkFlags(f, clikit.LocalFile, "stdin-file", "save-output")
 	clikit.MarkFlags(f, clikit.ServerOwned, "tee", "stream", "exit-zero")
-	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary")
+	config(f, "timeout", "kill-after", "signal", "drain", "max-output", "keep", "merge-output", "raw", "shell", "clear-env", "binary", "session-reply-margin")
 }
 
 // spec is a validated one-shot request.

@@ -37,6 +37,10 @@ type SessionStartOptions struct {
 	ClearEnv    bool
 	Shell       string
 	IdleTimeout time.Duration
+	// RecoverWait is the hidden session-recover-wait setting
+	// (session.Spec.RecoverWait): only the environment or the config file
+	// set it, for tests whose shells cannot come back from an interrupt.
+	RecoverWait time.Duration
 	Name        string
 	Sandbox     sandboxflags.Options
 	Guard       guard.Options
@@ -85,7 +89,10 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 	sandboxflags.AddFlags(f, &o.Sandbox)
 	sandboxflags.AddLockFlag(f)
 	guard.AddPolicyFlags(f, &o.Guard)
-	config(f, "shell", "idle-timeout", "clear-env")
+	f.Var(clikit.DurationValue{D: &o.RecoverWait}, "session-recover-wait", "replace an interrupted shell that has not answered within `D` (default 2s)")
+	_ = f.MarkHidden("session-recover-wait")
+	clikit.MarkFlags(f, clikit.NoRequest, "session-recover-wait")
+	config(f, "shell", "idle-timeout", "clear-env", "session-recover-wait")
 	cmd.RunE = env.Action(func(cmd *cobra.Command, args []string) (*clikit.Outcome, error) {
 		if _, err := env.Positional(cmd, args, 0); err != nil {
 			return nil, err
@@ -147,7 +154,7 @@ func sessionSpec(env *clikit.Env, o *SessionStartOptions) (session.Spec, error) 
 		// No startup files: a session must behave the same for every user.
 		args = []string{"--noprofile", "--norc"}
 	}
-	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, Name: o.Name, Description: env.Description}
+	spec := session.Spec{Shell: path, ShellArgs: args, Cwd: cwd, Env: e, IdleTimeout: o.IdleTimeout, RecoverWait: o.RecoverWait, Name: o.Name, Description: env.Description}
 	if p := o.Sandbox.Policy(env, cwd); !p.Empty() {
 		spec.Sandbox = &p
 	}
@@ -325,6 +332,7 @@ func runInSession(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir s
 	if err != nil {
 		return nil, err
 	}
+	m.ReplyMargin = o.ReplyMargin
 	// The connection is made while the checks below run; the request goes
 	// only once they passed.
 	conn := m.Dial(o.Session)
