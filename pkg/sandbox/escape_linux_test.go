@@ -955,3 +955,78 @@ func TestEscapeControlDirSwapped(t *testing.T) {
 		t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
 	}
 }
+
+// TestEscapeProgramsInWorkspace: agentplane's own programs installed in a
+// writable root (a workspace holding ./bin/agentsh, a home directory
+// holding ~/bin) are the sandbox itself: the next call runs the helper
+// from there, as root, before any confinement, and the user runs the
+// programs outside any sandbox. A command replaces the program, or
+// plants the helper's own program (agentplane-sandbox) beside it, which
+// the next Prepare would choose. The directory holding them stays
+// read-only to the command; without it both writes land and the next
+// Prepare picks the forged helper.
+func TestEscapeProgramsInWorkspace(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	bin := filepath.Join(ws, "bin")
+	must(t, os.Mkdir(bin, 0o755))
+	exe := filepath.Join(bin, "agentsh")
+	data, err := os.ReadFile(self(t))
+	must(t, err)
+	must(t, os.WriteFile(exe, data, 0o755))
+	forged := filepath.Join(bin, HelperProgram)
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	prep, err := Prepare(p, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > bin/` + HelperProgram + ` && chmod +x bin/` + HelperProgram + `' plant
+try 'echo x >> bin/agentsh' replace
+try 'mv bin bin.old' rename
+try 'echo x > elsewhere' ordinary
+`}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+	}
+	wantLines(t, out(res), "plant: denied", "replace: denied", "rename: denied", "ordinary: allowed")
+	if _, err := os.Stat(forged); err == nil {
+		t.Errorf("a helper program was planted beside the program")
+	}
+	if b, _ := os.ReadFile(exe); len(b) != len(data) {
+		t.Errorf("the program was changed")
+	}
+	next, err := Prepare(p, exe)
+	must(t, err)
+	next.Cleanup()
+	if next.Path != exe {
+		t.Errorf("the next call would run the helper %s", next.Path)
+	}
+	// The programs' own directory as the writable root could be protected
+	// only by making the root read-only: refused.
+	var re *result.Error
+	if prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{bin}}, exe); !errors.As(err, &re) || re.Code != result.CodeInvalidRequest {
+		if err == nil {
+			prep.Cleanup()
+		}
+		t.Errorf("Prepare with the programs' directory writable = %v, want invalid_request", err)
+	}
+}
+
+// launchFiles is Prepared.Launch for one run.Run.
+func launchFiles(t *testing.T, prep *Prepared) []*os.File {
+	t.Helper()
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(started)
+	return files
+}

@@ -527,7 +527,13 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	if !filepath.IsAbs(self) {
 		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
+	exe := self
 	self = helperPath(self)
+	dirs, err := programDirs(p, exe, self)
+	if err != nil {
+		return nil, err
+	}
+	p.Protect = append(p.Protect, dirs...)
 	prep, err := prepare(p, self, caps)
 	if err != nil {
 		return nil, err
@@ -539,6 +545,39 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		cleanup()
 	}
 	return prep, nil
+}
+
+// programDirs are the directories of programs (the calling program, the
+// helper) that lie in a writable root, as control files to protect. The
+// next sandboxed call starts the helper from there, as the caller (root),
+// before any confinement, and helperPath takes any agentplane-sandbox it
+// finds beside the program: a command that could replace either, or plant
+// the helper's program beside the caller's, would run unconfined next
+// time. The whole directory, since a missing helper program is a name to
+// protect too; a writable root that is itself such a directory is refused,
+// since it could only be protected by making it read-only.
+func programDirs(p Policy, programs ...string) ([]string, error) {
+	if p.Mode != ModeWorkspaceWrite {
+		return nil, nil
+	}
+	roots := append([]string{p.Workspace}, p.AllowWrite...)
+	var dirs []string
+	for _, prog := range programs {
+		real, err := realPath(filepath.Dir(prog))
+		if err != nil || slices.Contains(dirs, real) {
+			continue
+		}
+		if slices.Contains(roots, real) {
+			return nil, invalid("writable root %s holds agentplane's own programs, which no command may replace: install them elsewhere, or make a subdirectory writable", real)
+		}
+		for _, r := range roots {
+			if strings.HasPrefix(real, r+string(filepath.Separator)) || r == "/" {
+				dirs = append(dirs, real)
+				break
+			}
+		}
+	}
+	return dirs, nil
 }
 
 func passthrough() *Prepared {
