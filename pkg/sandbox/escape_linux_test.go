@@ -956,6 +956,69 @@ func TestEscapeControlDirSwapped(t *testing.T) {
 	}
 }
 
+// TestEscapeHiddenPathSwapped: the race of TestEscapeControlDirSwapped
+// against a hidden path (a --deny-read file or directory, the program's
+// secrets): after Prepare looked at it, a concurrent command renames its
+// parent away, and puts a decoy at its path or nothing. The helper hides
+// the file it was told of or fails the run; without the identity check
+// the cover lands on the decoy (or, the path gone, on nothing) and the
+// command reads the real file under its new name.
+func TestEscapeHiddenPathSwapped(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	for _, c := range []struct{ name, kind, swap string }{
+		{"file/decoy", "file", "decoy"}, {"file/gone", "file", "gone"},
+		{"dir/decoy", "dir", "decoy"}, {"hide/gone", "hide", "gone"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, ws, _ := dirs(t)
+			secretDir := filepath.Join(ws, "a", "conf")
+			must(t, os.MkdirAll(secretDir, 0o700))
+			must(t, os.WriteFile(filepath.Join(secretDir, "key"), []byte("TOPSECRET"), 0o600))
+			p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+			read := "cat a.real/conf/key"
+			switch c.kind {
+			case "file":
+				p.DenyRead = []string{filepath.Join(secretDir, "key")}
+			case "dir":
+				p.DenyRead = []string{secretDir}
+			case "hide":
+				p.Hide = []string{filepath.Join(secretDir, "key")}
+			}
+			prep, err := Prepare(p, self(t))
+			if err != nil {
+				t.Fatalf("Prepare: %v", err)
+			}
+			t.Cleanup(prep.Cleanup)
+			must(t, os.Rename(filepath.Join(ws, "a"), filepath.Join(ws, "a.real")))
+			if c.swap == "decoy" {
+				must(t, os.MkdirAll(secretDir, 0o700))
+				must(t, os.WriteFile(filepath.Join(secretDir, "key"), []byte("decoy"), 0o600))
+			}
+			files, started, err := prep.Launch()
+			if err != nil {
+				t.Fatalf("Launch: %v", err)
+			}
+			res, err := run.Run(context.Background(), run.Request{
+				Argv: prep.Argv([]string{"sh", "-c", read}), Dir: ws,
+				Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+				Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+			})
+			started()
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if strings.Contains(out(res), "TOPSECRET") {
+				t.Fatalf("the command read the hidden file through its swapped parent: %q", out(res))
+			}
+			var re *result.Error
+			if ferr := prep.Failure(); !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") && !strings.Contains(re.Message, "no such file") {
+				t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+			}
+		})
+	}
+}
+
 // TestEscapeProgramsInWorkspace: agentplane's own programs installed in a
 // writable root (a workspace holding ./bin/agentsh, a home directory
 // holding ~/bin) are the sandbox itself: the next call runs the helper

@@ -217,17 +217,14 @@ func (b *builder) build() (*Prepared, error) {
 	if len(p.DenyRead) > 0 {
 		hidden, missing := []string{}, []string{}
 		for _, path := range p.DenyRead {
-			st, err := os.Stat(path)
-			switch {
-			case err != nil:
+			if _, err := os.Stat(path); err != nil {
 				// Nothing to hide; outside the writable paths it cannot
 				// appear during the run either.
 				missing = append(missing, path)
 				continue
-			case st.IsDir():
-				b.sp.DenyDirs = append(b.sp.DenyDirs, path)
-			default:
-				b.sp.DenyFiles = append(b.sp.DenyFiles, path)
+			}
+			if err := b.hide(path); err != nil {
+				return nil, err
 			}
 			hidden = append(hidden, path)
 		}
@@ -452,14 +449,11 @@ func (b *builder) control() error {
 		if err != nil {
 			continue
 		}
-		st, err := os.Stat(real)
-		switch {
-		case err != nil:
+		if _, err := os.Stat(real); err != nil {
 			continue
-		case st.IsDir():
-			b.sp.DenyDirs = append(b.sp.DenyDirs, real)
-		default:
-			b.sp.DenyFiles = append(b.sp.DenyFiles, real)
+		}
+		if err := b.hide(real); err != nil {
+			return err
 		}
 		hidden = append(hidden, real)
 	}
@@ -470,11 +464,44 @@ func (b *builder) control() error {
 		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
 		// Not the program's own hidden files in the temp areas (the
 		// helper's status file), which the areas' covers hide already.
-		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles), func(p string) bool {
+		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
 			return under(p, b.sp.TempAreas)
 		})
 		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite), covered)
 	}
+	return nil
+}
+
+// helperMounts are where the helper mounts file systems of its own
+// (a fresh /proc, the minimal /dev, the cgroup view): a path there is
+// another file inside the sandbox, or none, whatever it was outside.
+var helperMounts = []string{"/proc", "/dev", "/sys/fs/cgroup"}
+
+// hide adds path (absolute, free of symbolic links) to the paths the
+// helper covers, with its identity now, which the helper holds it to. A
+// path below the helper's own mounts or in a temp area (covered) is
+// covered by its path, where it still is.
+func (b *builder) hide(path string) error {
+	if slices.Contains(b.sp.Hidden, path) {
+		return nil
+	}
+	if under(path, helperMounts) || under(path, b.sp.TempAreas) {
+		st, err := os.Stat(path)
+		switch {
+		case err != nil:
+		case st.IsDir():
+			b.sp.DenyDirs = append(b.sp.DenyDirs, path)
+		default:
+			b.sp.DenyFiles = append(b.sp.DenyFiles, path)
+		}
+		return nil
+	}
+	id, err := identify(path)
+	if err != nil {
+		return invalid("hidden path %s changed while it was checked: %v", path, unwrap(err))
+	}
+	b.sp.Hidden = append(b.sp.Hidden, path)
+	b.sp.HiddenIDs = append(b.sp.HiddenIDs, id)
 	return nil
 }
 
