@@ -480,9 +480,10 @@ var helperMounts = []string{"/proc", "/dev", "/sys/fs/cgroup"}
 // hide adds path (absolute, free of symbolic links) to the paths the
 // helper covers, with its identity now, which the helper holds it to. A
 // path below the helper's own mounts or in a temp area (covered) is
-// covered by its path, where it still is.
+// covered by its path, where it still is. One inside another is left
+// out: the cover of the outer one leaves nothing at its path.
 func (b *builder) hide(path string) error {
-	if slices.Contains(b.sp.Hidden, path) {
+	if under(path, b.sp.Hidden) {
 		return nil
 	}
 	if under(path, helperMounts) || under(path, b.sp.TempAreas) {
@@ -499,6 +500,13 @@ func (b *builder) hide(path string) error {
 	id, err := identify(path)
 	if err != nil {
 		return invalid("hidden path %s changed while it was checked: %v", path, unwrap(err))
+	}
+	for i := 0; i < len(b.sp.Hidden); i++ {
+		if under(b.sp.Hidden[i], []string{path}) {
+			b.sp.Hidden = slices.Delete(b.sp.Hidden, i, i+1)
+			b.sp.HiddenIDs = slices.Delete(b.sp.HiddenIDs, i, i+1)
+			i--
+		}
 	}
 	b.sp.Hidden = append(b.sp.Hidden, path)
 	b.sp.HiddenIDs = append(b.sp.HiddenIDs, id)

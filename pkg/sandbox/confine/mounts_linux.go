@@ -148,9 +148,9 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			return fmt.Errorf("cannot protect %s: %v", p, unwrap(err))
 		}
 	}
-	if err := hidePaths(sp.DenyDirs, sp.DenyFiles); err != nil {
-		return err
-	}
+	// The checked paths first: a host socket among them (a session's) is
+	// covered by its path again after, harmlessly, where the other order
+	// would find /dev/null in its place.
 	if len(sp.HiddenIDs) != len(sp.Hidden) {
 		return fmt.Errorf("bad sandbox spec: %d hidden paths, %d identities", len(sp.Hidden), len(sp.HiddenIDs))
 	}
@@ -159,7 +159,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			return fmt.Errorf("cannot hide %s: %v", p, unwrap(err))
 		}
 	}
-	return nil
+	return hidePaths(sp.DenyDirs, sp.DenyFiles)
 }
 
 // hideChecked covers the file or directory the runner saw at path (id),
