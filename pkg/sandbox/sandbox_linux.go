@@ -467,7 +467,11 @@ func (b *builder) control() error {
 		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
 			return under(p, b.sp.TempAreas)
 		})
-		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite), covered)
+		// The temp areas too: one inside a writable root (a TMPDIR in the
+		// workspace) is covered where it is, and a directory above it
+		// renamed aside would take it where the next run, which covers
+		// the areas it knows by their paths, does not look.
+		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite, b.sp.TempAreas), slices.Concat(covered, b.sp.TempAreas))
 	}
 	return nil
 }
@@ -515,7 +519,7 @@ func (b *builder) hide(path string) error {
 
 // pinParents adds to pins every directory between a writable root and a
 // path of targets inside it (protected and hidden paths, nested writable
-// roots), parents first. A mount sits on the path itself, which cannot
+// roots, temp areas), parents first. A mount sits on the path itself, which cannot
 // then be renamed, but a directory above it could: a command would rename
 // it aside, and the next run would protect, or hide, the path's old name
 // while the file itself lay writable, or readable, under the new one (a
