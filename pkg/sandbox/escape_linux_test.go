@@ -131,6 +131,39 @@ func attack(args []string) int {
 		}
 		res("mem", err)
 		res("seize", unix.PtraceSeize(1))
+	case "passcred": // claim pid 1 and root in SCM_CREDENTIALS; what a plain send carries
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			res("socketpair", err)
+			return 1
+		}
+		_ = unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+		recv := func() string {
+			buf, oob := make([]byte, 16), make([]byte, 128)
+			_, oobn, _, _, err := unix.Recvmsg(fds[1], buf, oob, 0)
+			if err != nil {
+				return err.Error()
+			}
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				if uc, err := unix.ParseUnixCredentials(&m); err == nil {
+					return fmt.Sprintf("pid=%d uid=%d gid=%d", uc.Pid, uc.Uid, uc.Gid)
+				}
+			}
+			return "none"
+		}
+		forged := unix.UnixCredentials(&unix.Ucred{Pid: 1, Uid: 0, Gid: 0})
+		if err := unix.Sendmsg(fds[0], []byte("x"), forged, nil, 0); err != nil {
+			res("forged", err)
+		} else {
+			fmt.Printf("forged: sent, peer saw %s\n", recv())
+		}
+		if err := unix.Sendmsg(fds[0], []byte("y"), nil, nil, 0); err != nil {
+			res("plain", err)
+		} else {
+			fmt.Printf("plain: peer saw %s\n", recv())
+		}
+		fmt.Printf("self: pid=%d uid=%d gid=%d\n", os.Getpid(), os.Getuid(), os.Getgid())
 	case "endreport": // forge the helper's end report, reach its socket
 		for fd := 3; fd < 64; fd++ {
 			_, _ = unix.Write(fd, []byte("end 0\n"))

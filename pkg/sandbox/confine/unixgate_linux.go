@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -576,7 +577,11 @@ func (c *call) sendto() (int64, unix.Errno) {
 	if e != 0 {
 		return 0, e
 	}
-	return c.send(data, nil, addr, int(int32(a[3])))
+	oob, e := c.credentials(nil)
+	if e != 0 {
+		return 0, e
+	}
+	return c.send(data, oob, addr, int(int32(a[3])))
 }
 
 // remoteIov is an iovec of the caller's memory.
@@ -652,6 +657,9 @@ func (c *call) sendmsg(msgAddr uint64, flags int) (int64, unix.Errno) {
 			return 0, e
 		}
 	}
+	if oob, e = c.credentials(oob); e != 0 {
+		return 0, e
+	}
 	return c.send(data, oob, addr, flags)
 }
 
@@ -681,6 +689,117 @@ func (c *call) rights(oob []byte) unix.Errno {
 	return 0
 }
 
+// credentials holds the call's credentials to the caller's own. The
+// kernel takes the credentials of a send (SCM_CREDENTIALS, which a peer
+// with SO_PASSCRED reads) from the sender, the helper here, and checks
+// those a message names against the helper's privileges: without this a
+// command would claim pid 1 and uid 0 (any pid, any ids), and every send
+// of a --user command through the gate would come from root. So a
+// credentials message must name the caller's process and one of its own
+// uids and gids (EPERM otherwise, which the kernel says to a process
+// without CAP_SYS_ADMIN, the command's case, claiming another pid), and
+// a send on a Unix socket that names none gets the caller's, as the
+// kernel gives a process's own send.
+func (c *call) credentials(oob []byte) ([]byte, unix.Errno) {
+	const hdr = unix.SizeofCmsghdr
+	named := false
+	for off := 0; off+hdr <= len(oob); {
+		l := int(binary.NativeEndian.Uint64(oob[off:]))
+		level := int32(binary.NativeEndian.Uint32(oob[off+8:]))
+		typ := int32(binary.NativeEndian.Uint32(oob[off+12:]))
+		if l < hdr || off+l > len(oob) {
+			return nil, unix.EINVAL // (rights checked it already)
+		}
+		if level == unix.SOL_SOCKET && typ == unix.SCM_CREDENTIALS {
+			if l < hdr+unix.SizeofUcred {
+				return nil, unix.EINVAL
+			}
+			id, e := c.ids()
+			if e != 0 {
+				return nil, e
+			}
+			pid := int32(binary.NativeEndian.Uint32(oob[off+hdr:]))
+			uid := binary.NativeEndian.Uint32(oob[off+hdr+4:])
+			gid := binary.NativeEndian.Uint32(oob[off+hdr+8:])
+			if pid != id.pid || !slices.Contains(id.uids[:], uid) || !slices.Contains(id.gids[:], gid) {
+				return nil, unix.EPERM
+			}
+			named = true
+		}
+		off += (l + 7) &^ 7
+	}
+	if named {
+		return oob, 0
+	}
+	if dom, err := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
+		return oob, 0
+	}
+	id, e := c.ids()
+	if e != 0 {
+		return nil, e
+	}
+	out := make([]byte, (len(oob)+7)&^7, (len(oob)+7)&^7+unix.CmsgSpace(unix.SizeofUcred))
+	copy(out, oob)
+	return append(out, unix.UnixCredentials(&unix.Ucred{Pid: id.pid, Uid: id.uids[0], Gid: id.gids[0]})...), 0
+}
+
+// callerIDs are the credentials of a caller as its own send would carry
+// them: its process (thread group) and its real, effective and saved
+// uids and gids, real first, in the helper's namespaces, which are the
+// command's.
+type callerIDs struct {
+	pid  int32
+	uids [3]uint32
+	gids [3]uint32
+}
+
+// ids reads the caller's credentials from /proc (the caller is blocked in
+// the notified call: they are its ids at the call).
+func (c *call) ids() (callerIDs, unix.Errno) {
+	var id callerIDs
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(c.tid) + "/status")
+	if err != nil || !c.g.valid(c.n.ID) {
+		return id, unix.ESRCH
+	}
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		switch key {
+		case "Tgid":
+			if len(f) == 1 {
+				if n, err := strconv.ParseInt(f[0], 10, 32); err == nil {
+					id.pid, found = int32(n), found|1
+				}
+			}
+		case "Uid", "Gid":
+			if len(f) < 3 {
+				continue
+			}
+			dst, bit := &id.uids, 2
+			if key == "Gid" {
+				dst, bit = &id.gids, 4
+			}
+			okAll := true
+			for i := range 3 {
+				n, err := strconv.ParseUint(f[i], 10, 32)
+				okAll = okAll && err == nil
+				dst[i] = uint32(n)
+			}
+			if okAll {
+				found |= bit
+			}
+		}
+	}
+	if found != 7 {
+		return id, unix.ESRCH
+	}
+	return id, 0
+}
+
 // send makes the caller's send on the duplicate, with its semantics: a
 // blocking socket waits (while the caller is still there), a stream on a
 // blocking socket is sent whole, SIGPIPE goes to the caller's thread.
@@ -705,13 +824,29 @@ func (c *call) send(data, oob, addr []byte, flags int) (int64, unix.Errno) {
 	}
 	sent := 0
 	if e == 0 {
-		sent, oob = n, nil
+		sent, oob = n, onlyCredentials(oob)
 	}
 	rest := func() (int64, unix.Errno) { return c.sendRest(data, oob, addr, flags, stream, sent) }
 	if c.async {
 		return rest()
 	}
 	return c.goAsync(rest)
+}
+
+// onlyCredentials is the SCM_CREDENTIALS message of oob, or nil.
+func onlyCredentials(oob []byte) []byte {
+	const hdr = unix.SizeofCmsghdr
+	for off := 0; off+hdr <= len(oob); {
+		l := int(binary.NativeEndian.Uint64(oob[off:]))
+		if l < hdr || off+l > len(oob) {
+			return nil
+		}
+		if int32(binary.NativeEndian.Uint32(oob[off+8:])) == unix.SOL_SOCKET && int32(binary.NativeEndian.Uint32(oob[off+12:])) == unix.SCM_CREDENTIALS {
+			return oob[off : off+l]
+		}
+		off += (l + 7) &^ 7
+	}
+	return nil
 }
 
 func (c *call) sendFailed(e unix.Errno, flags int) (int64, unix.Errno) {
@@ -727,7 +862,10 @@ func (c *call) sendRest(data, oob, addr []byte, flags int, stream bool, sent int
 		n, e := c.sendOnce(data[sent:], oob, addr, flags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if e == 0 {
 			sent += n
-			oob = nil // ancillary data goes with the first bytes only
+			// Ancillary data goes with the first bytes only, but for the
+			// credentials, which every send carries (the helper's
+			// otherwise).
+			oob = onlyCredentials(oob)
 			if !stream || sent >= len(data) {
 				return int64(sent), 0
 			}
