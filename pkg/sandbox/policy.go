@@ -547,6 +547,19 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	return prep, nil
 }
 
+// ProgramsDir is the directory of the program exe (agentplane's programs
+// are installed together, the helper's beside them), resolved; "" when it
+// cannot be. Nothing in it may change on a command's behalf: the sandbox
+// protects it inside a writable root (programDirs), and agentfs under the
+// lock refuses to write there.
+func ProgramsDir(exe string) string {
+	real, err := realPath(filepath.Dir(exe))
+	if err != nil {
+		return ""
+	}
+	return real
+}
+
 // programDirs are the directories of programs (the calling program, the
 // helper) that lie in a writable root, as control files to protect. The
 // next sandboxed call starts the helper from there, as the caller (root),
@@ -563,8 +576,8 @@ func programDirs(p Policy, programs ...string) ([]string, error) {
 	roots := append([]string{p.Workspace}, p.AllowWrite...)
 	var dirs []string
 	for _, prog := range programs {
-		real, err := realPath(filepath.Dir(prog))
-		if err != nil || slices.Contains(dirs, real) {
+		real := ProgramsDir(prog)
+		if real == "" || slices.Contains(dirs, real) {
 			continue
 		}
 		if slices.Contains(roots, real) {
