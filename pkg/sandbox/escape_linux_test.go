@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -1127,4 +1128,53 @@ func launchFiles(t *testing.T, prep *Prepared) []*os.File {
 	}
 	t.Cleanup(started)
 	return files
+}
+
+// TestEscapeLoaderEnvHelper: the helper runs before any confinement, as
+// the caller, and it is the calling program itself when the helper's
+// static program is not installed: a dynamically linked one, whose loader
+// reads LD_PRELOAD, LD_AUDIT and the rest from the environment a request's
+// "env" key sets, and would run the library they name as root with every
+// capability. LD_DEBUG_OUTPUT shows it harmlessly: the loader writes its
+// log where the variable says, outside the sandbox's writable roots,
+// which only the unconfined helper can. The variables still reach the
+// command (and are honoured there, inside the sandbox).
+func TestEscapeLoaderEnvHelper(t *testing.T) {
+	requireSandbox(t)
+	exe := self(t)
+	if f, err := elf.Open(exe); err != nil {
+		t.Skip("not an ELF program")
+	} else {
+		dynamic := false
+		for _, p := range f.Progs {
+			dynamic = dynamic || p.Type == elf.PT_INTERP
+		}
+		f.Close()
+		if !dynamic {
+			t.Skip("the test program is statically linked: no loader reads the environment")
+		}
+	}
+	_, ws, outside := dirs(t)
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	log := filepath.Join(outside, "ld")
+	w := prep.Wrap(exe, "agentsh", []string{"sh", "-c", `echo "$LD_DEBUG $LD_DEBUG_OUTPUT"`},
+		append(os.Environ(), "LD_DEBUG=files", "LD_DEBUG_OUTPUT="+log))
+	cmd := exec.Command(w.Path)
+	cmd.Args, cmd.Env, cmd.Dir, cmd.SysProcAttr = w.Argv, w.Env, ws, w.SysProcAttr
+	launch(t, prep, cmd)
+	b, err := cmd.Output()
+	if logs, _ := filepath.Glob(log + ".*"); len(logs) > 0 {
+		t.Fatalf("the helper's loader read the request's LD_* variables (it wrote %v outside the writable roots)", logs)
+	}
+	if ferr := prep.Failure(); err != nil || ferr != nil {
+		t.Fatalf("run: %v, helper: %v", err, ferr)
+	}
+	// (The command's loader cannot write the log outside and writes it to
+	// the standard output instead.)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if got := lines[len(lines)-1]; got != "files "+log {
+		t.Errorf("the command's environment lost the loader's variables: %q", got)
+	}
 }

@@ -235,6 +235,11 @@ type Prepared struct {
 	// which the helper reports the command's end (Ended); nil without one.
 	emu sync.Mutex
 	end *os.File
+
+	// loaderEnv are the dynamic loader's variables of the last Wrap's
+	// environment, which go to the helper in its spec (Spec.Env).
+	lmu       sync.Mutex
+	loaderEnv []string
 }
 
 // NoteTraced hands over what the runtime policy guard, the tracer of every
@@ -354,6 +359,9 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 func (p *Prepared) sendSpec() (*os.File, error) {
 	s := *p.spec
 	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
+	p.lmu.Lock()
+	s.Env = p.loaderEnv
+	p.lmu.Unlock()
 	s.Report = endReports && !p.Control
 	enc, err := confine.EncodeSpec(s)
 	if err != nil {
@@ -919,13 +927,41 @@ func (p *Prepared) Wrap(exe, program string, argv, env []string) Wrapped {
 	if p.Path != "" && p.Path != exe {
 		exe, program = p.Path, HelperProgram
 	}
-	w := Wrapped{Path: exe, Argv: p.Argv(argv), Env: append(append([]string(nil), env...), p.Env...), SysProcAttr: &syscall.SysProcAttr{}}
+	env = append(append([]string(nil), env...), p.Env...)
+	if p.spec != nil {
+		// The helper runs before any confinement, as the caller: a
+		// dynamically linked one (the calling program itself, when the
+		// helper's own static program is not installed) would have the
+		// loader run the code LD_PRELOAD or LD_AUDIT names (a request's
+		// "env" key) with every privilege. They reach the command through
+		// the spec instead.
+		var loader []string
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			if loaderVar(kv) {
+				loader = append(loader, kv)
+				return true
+			}
+			return false
+		})
+		p.lmu.Lock()
+		p.loaderEnv = loader
+		p.lmu.Unlock()
+	}
+	w := Wrapped{Path: exe, Argv: p.Argv(argv), Env: env, SysProcAttr: &syscall.SysProcAttr{}}
 	w.Argv[0] = program
 	if p.SysProcAttr != nil {
 		a := *p.SysProcAttr
 		w.SysProcAttr = &a
 	}
 	return w
+}
+
+// loaderVar reports whether kv (NAME=value) is read by a dynamic loader
+// at a program's start: glibc's ld.so (LD_*, GLIBC_TUNABLES) and macOS's
+// dyld (DYLD_*).
+func loaderVar(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_") || name == "GLIBC_TUNABLES"
 }
 
 // limitCodes names the CPU and file-size limits that were hit, in a

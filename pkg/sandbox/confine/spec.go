@@ -53,8 +53,10 @@ const (
 // end with an end record, without which a spec cut short at a record's end
 // is refused. 13: the paths hidden at the caller's request (--deny-read,
 // the program's secrets) come as Hidden, each with the identity the runner
-// saw (HiddenIDs), which the helper covers or fails the run.
-const SpecVersion = 13
+// saw (HiddenIDs), which the helper covers or fails the run. 14: the
+// dynamic loader's variables of the target's environment come in the spec
+// (Env), not in the helper's own.
+const SpecVersion = 14
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -138,6 +140,12 @@ type Spec struct {
 	// over and its PID namespace holds no other process, before its own
 	// exit, which waits for the kernel to tear the namespaces down.
 	Report bool `json:"report,omitempty"`
+	// Env are the dynamic loader's variables (LD_PRELOAD, LD_AUDIT, …,
+	// DYLD_*, as NAME=value) of the target's environment, which the runner
+	// keeps out of the helper's own: the loader would run the code they
+	// name in the helper, before any confinement. The helper sets them
+	// for the target (and its probes) before it starts it.
+	Env []string `json:"env,omitempty"`
 }
 
 // A FileID is a file's identity: its device and inode.

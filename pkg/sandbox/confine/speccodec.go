@@ -129,6 +129,7 @@ var specFields = []specField{
 	idsField("write_file_id", func(sp *Spec) *[]FileID { return &sp.WriteFileIDs }),
 	idsField("read_only_id", func(sp *Spec) *[]FileID { return &sp.ReadOnlyIDs }),
 	idsField("hidden_id", func(sp *Spec) *[]FileID { return &sp.HiddenIDs }),
+	listField("env", func(sp *Spec) *[]string { return &sp.Env }),
 }
 
 // idsField is a list of identities, each as "DEV INO".
