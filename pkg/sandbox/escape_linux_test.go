@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -132,6 +133,52 @@ func attack(args []string) int {
 		}
 		res("mem", err)
 		res("seize", unix.PtraceSeize(1))
+	case "netlink": // set lo down (CAP_NET_ADMIN), and dump the links (no capability), by an addressed sendto
+		ask := func(typ, flags uint16, change uint32) error {
+			fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			msg := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg)
+			binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+			binary.NativeEndian.PutUint16(msg[4:], typ)
+			binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+			binary.NativeEndian.PutUint32(msg[8:], 1)
+			ifi := msg[unix.SizeofNlMsghdr:]
+			ifi[0] = unix.AF_UNSPEC
+			if typ == unix.RTM_NEWLINK {
+				binary.NativeEndian.PutUint32(ifi[4:], 1)       // lo
+				binary.NativeEndian.PutUint32(ifi[12:], change) // IFF_UP changes, to off
+			}
+			if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+				return err
+			}
+			buf := make([]byte, 64<<10)
+			for {
+				n, _, err := unix.Recvfrom(fd, buf, 0)
+				if err != nil {
+					return err
+				}
+				msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+				if err != nil {
+					return err
+				}
+				for _, m := range msgs {
+					switch m.Header.Type {
+					case unix.NLMSG_DONE:
+						return nil
+					case unix.NLMSG_ERROR:
+						if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
+							return syscall.Errno(-e)
+						}
+						return nil
+					}
+				}
+			}
+		}
+		res("netlink-admin", ask(unix.RTM_NEWLINK, 0, unix.IFF_UP))
+		res("netlink-dump", ask(unix.RTM_GETLINK, unix.NLM_F_DUMP, 0))
 	case "passcred": // claim pid 1 and root in SCM_CREDENTIALS; what a plain send carries
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {

@@ -816,3 +816,20 @@ func TestEscapeGateCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestEscapeGateNetlink: a netlink message that names its destination
+// does what its sender's capabilities allow, and the gate, which makes the
+// addressed sends, is the sender: without its own rule a root command
+// without CAP_NET_ADMIN set lo down (created veth pairs, added addresses
+// and routes) with an addressed sendto, which the kernel refuses it
+// without the gate. A dump, which needs no capability, still works.
+func TestEscapeGateNetlink(t *testing.T) {
+	requireRoot(t)
+	requireSandbox(t)
+	for _, net := range []string{NetNone, NetHost} {
+		t.Run(net, func(t *testing.T) {
+			res, _ := sandboxed(t, Policy{Mode: ModeReadOnly, Net: net}, "/", self(t), attackCommand, "netlink")
+			wantLines(t, out(res), "netlink-admin: EPERM", "netlink-dump: ok")
+		})
+	}
+}

@@ -572,6 +572,9 @@ func (c *call) sendto() (int64, unix.Errno) {
 		if addr, e = c.address(a[4], alen); e != 0 {
 			return 0, e
 		}
+		if addr, e = c.netlinkTo(addr); e != 0 {
+			return 0, e
+		}
 	}
 	data, e := c.data([]remoteIov{{a[1], a[2]}})
 	if e != 0 {
@@ -582,6 +585,36 @@ func (c *call) sendto() (int64, unix.Errno) {
 		return 0, e
 	}
 	return c.send(data, oob, addr, int(int32(a[3])))
+}
+
+// netlinkTo is the address a send on a netlink socket may go with. The
+// kernel lets a message that names its destination (NETLINK_SKB_DST) do
+// what the sender's capabilities allow, the helper's here (CAP_NET_ADMIN
+// and the rest: links, addresses, routes, netfilter of the namespace),
+// where an unnamed one needs them in the socket's opener too, the
+// command. So a message to the kernel (port 0, no groups) goes without
+// the name, as the unnamed message it is on a socket not connected
+// elsewhere; one to another socket or to groups, and one naming the
+// kernel on a socket connected elsewhere, fail with EACCES.
+func (c *call) netlinkTo(addr []byte) ([]byte, unix.Errno) {
+	if len(addr) < 2 || binary.NativeEndian.Uint16(addr) != unix.AF_NETLINK {
+		return addr, 0
+	}
+	if dom, err := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_NETLINK {
+		return addr, 0 // the kernel refuses the mismatch itself
+	}
+	if len(addr) < unix.SizeofSockaddrNetlink {
+		return nil, unix.EINVAL
+	}
+	if binary.NativeEndian.Uint32(addr[4:]) != 0 || binary.NativeEndian.Uint32(addr[8:]) != 0 {
+		return nil, unix.EACCES
+	}
+	if peer, err := unix.Getpeername(c.sock); err == nil {
+		if nl, ok := peer.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 || nl.Groups != 0 {
+			return nil, unix.EACCES
+		}
+	}
+	return nil, 0
 }
 
 // remoteIov is an iovec of the caller's memory.
@@ -624,6 +657,9 @@ func (c *call) sendmsg(msgAddr uint64, flags int) (int64, unix.Errno) {
 	if name != 0 && namelen != 0 {
 		// The kernel truncates a longer name rather than refusing it.
 		if addr, e = c.address(name, min(namelen, sizeofSockaddrStorage)); e != 0 {
+			return 0, e
+		}
+		if addr, e = c.netlinkTo(addr); e != 0 {
 			return 0, e
 		}
 	}
