@@ -789,10 +789,35 @@ type callerIDs struct {
 	gids [3]uint32
 }
 
-// ids reads the caller's credentials from /proc (the caller is blocked in
-// the notified call: they are its ids at the call).
+// pidfdGetInfo is PIDFD_GET_INFO (Linux 6.13) for the first version of
+// struct pidfd_info (64 bytes): _IOWR(0xFF, 11, …).
+const (
+	pidfdGetInfo    = 3<<30 | 64<<16 | 0xFF<<8 | 11
+	pidfdInfoPID    = 1 << 0
+	pidfdInfoCreds  = 1 << 1
+	sizeofPidfdInfo = 64
+)
+
+// ids reads the caller's credentials (the caller is blocked in the
+// notified call: they are its ids at the call) from its pidfd, an ioctl,
+// else from /proc (older kernels), which costs tens of microseconds.
 func (c *call) ids() (callerIDs, unix.Errno) {
 	var id callerIDs
+	var info [sizeofPidfdInfo]byte
+	binary.NativeEndian.PutUint64(info[0:], pidfdInfoPID|pidfdInfoCreds)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(c.pidfd), pidfdGetInfo, uintptr(unsafe.Pointer(&info[0]))); e == 0 {
+		if binary.NativeEndian.Uint64(info[0:])&(pidfdInfoPID|pidfdInfoCreds) == pidfdInfoPID|pidfdInfoCreds {
+			u32 := func(off int) uint32 { return binary.NativeEndian.Uint32(info[off:]) }
+			// pid 16, tgid 20, ppid 24, ruid 28, rgid 32, euid 36, egid 40,
+			// suid 44, sgid 48.
+			id.pid = int32(u32(20))
+			id.uids = [3]uint32{u32(28), u32(36), u32(44)}
+			id.gids = [3]uint32{u32(32), u32(40), u32(48)}
+			return id, 0
+		}
+	} else if e == unix.ESRCH {
+		return id, unix.ESRCH
+	}
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(c.tid) + "/status")
 	if err != nil || !c.g.valid(c.n.ID) {
 		return id, unix.ESRCH
