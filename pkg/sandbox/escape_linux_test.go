@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bufio"
 	"context"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -131,6 +133,85 @@ func attack(args []string) int {
 		}
 		res("mem", err)
 		res("seize", unix.PtraceSeize(1))
+	case "netlink": // set lo down (CAP_NET_ADMIN), and dump the links (no capability), by an addressed sendto
+		ask := func(typ, flags uint16, change uint32) error {
+			fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			msg := make([]byte, unix.SizeofNlMsghdr+unix.SizeofIfInfomsg)
+			binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+			binary.NativeEndian.PutUint16(msg[4:], typ)
+			binary.NativeEndian.PutUint16(msg[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK|flags)
+			binary.NativeEndian.PutUint32(msg[8:], 1)
+			ifi := msg[unix.SizeofNlMsghdr:]
+			ifi[0] = unix.AF_UNSPEC
+			if typ == unix.RTM_NEWLINK {
+				binary.NativeEndian.PutUint32(ifi[4:], 1)       // lo
+				binary.NativeEndian.PutUint32(ifi[12:], change) // IFF_UP changes, to off
+			}
+			if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+				return err
+			}
+			buf := make([]byte, 64<<10)
+			for {
+				n, _, err := unix.Recvfrom(fd, buf, 0)
+				if err != nil {
+					return err
+				}
+				msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+				if err != nil {
+					return err
+				}
+				for _, m := range msgs {
+					switch m.Header.Type {
+					case unix.NLMSG_DONE:
+						return nil
+					case unix.NLMSG_ERROR:
+						if e := int32(binary.NativeEndian.Uint32(m.Data)); e != 0 {
+							return syscall.Errno(-e)
+						}
+						return nil
+					}
+				}
+			}
+		}
+		res("netlink-admin", ask(unix.RTM_NEWLINK, 0, unix.IFF_UP))
+		res("netlink-dump", ask(unix.RTM_GETLINK, unix.NLM_F_DUMP, 0))
+	case "passcred": // claim pid 1 and root in SCM_CREDENTIALS; what a plain send carries
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			res("socketpair", err)
+			return 1
+		}
+		_ = unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_PASSCRED, 1)
+		recv := func() string {
+			buf, oob := make([]byte, 16), make([]byte, 128)
+			_, oobn, _, _, err := unix.Recvmsg(fds[1], buf, oob, 0)
+			if err != nil {
+				return err.Error()
+			}
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			for _, m := range msgs {
+				if uc, err := unix.ParseUnixCredentials(&m); err == nil {
+					return fmt.Sprintf("pid=%d uid=%d gid=%d", uc.Pid, uc.Uid, uc.Gid)
+				}
+			}
+			return "none"
+		}
+		forged := unix.UnixCredentials(&unix.Ucred{Pid: 1, Uid: 0, Gid: 0})
+		if err := unix.Sendmsg(fds[0], []byte("x"), forged, nil, 0); err != nil {
+			res("forged", err)
+		} else {
+			fmt.Printf("forged: sent, peer saw %s\n", recv())
+		}
+		if err := unix.Sendmsg(fds[0], []byte("y"), nil, nil, 0); err != nil {
+			res("plain", err)
+		} else {
+			fmt.Printf("plain: peer saw %s\n", recv())
+		}
+		fmt.Printf("self: pid=%d uid=%d gid=%d\n", os.Getpid(), os.Getuid(), os.Getgid())
 	case "endreport": // forge the helper's end report, reach its socket
 		for fd := 3; fd < 64; fd++ {
 			_, _ = unix.Write(fd, []byte("end 0\n"))
@@ -953,5 +1034,194 @@ func TestEscapeControlDirSwapped(t *testing.T) {
 	var re *result.Error
 	if ferr := prep.Failure(); !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") {
 		t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+	}
+}
+
+// TestEscapeHiddenPathSwapped: the race of TestEscapeControlDirSwapped
+// against a hidden path (a --deny-read file or directory, the program's
+// secrets): after Prepare looked at it, a concurrent command renames its
+// parent away, and puts a decoy at its path or nothing. The helper hides
+// the file it was told of or fails the run; without the identity check
+// the cover lands on the decoy (or, the path gone, on nothing) and the
+// command reads the real file under its new name.
+func TestEscapeHiddenPathSwapped(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	for _, c := range []struct{ name, kind, swap string }{
+		{"file/decoy", "file", "decoy"}, {"file/gone", "file", "gone"},
+		{"dir/decoy", "dir", "decoy"}, {"hide/gone", "hide", "gone"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, ws, _ := dirs(t)
+			secretDir := filepath.Join(ws, "a", "conf")
+			must(t, os.MkdirAll(secretDir, 0o700))
+			must(t, os.WriteFile(filepath.Join(secretDir, "key"), []byte("TOPSECRET"), 0o600))
+			p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+			read := "cat a.real/conf/key"
+			switch c.kind {
+			case "file":
+				p.DenyRead = []string{filepath.Join(secretDir, "key")}
+			case "dir":
+				p.DenyRead = []string{secretDir}
+			case "hide":
+				// A file inside a hidden directory, as a session's socket
+				// in the sessions directory: the outer cover holds.
+				p.Hide = []string{filepath.Join(secretDir, "key"), secretDir, filepath.Join(secretDir, "key")}
+			}
+			prep, err := Prepare(p, self(t))
+			if err != nil {
+				t.Fatalf("Prepare: %v", err)
+			}
+			t.Cleanup(prep.Cleanup)
+			must(t, os.Rename(filepath.Join(ws, "a"), filepath.Join(ws, "a.real")))
+			if c.swap == "decoy" {
+				must(t, os.MkdirAll(secretDir, 0o700))
+				must(t, os.WriteFile(filepath.Join(secretDir, "key"), []byte("decoy"), 0o600))
+			}
+			files, started, err := prep.Launch()
+			if err != nil {
+				t.Fatalf("Launch: %v", err)
+			}
+			res, err := run.Run(context.Background(), run.Request{
+				Argv: prep.Argv([]string{"sh", "-c", read}), Dir: ws,
+				Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+				Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+			})
+			started()
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if strings.Contains(out(res), "TOPSECRET") {
+				t.Fatalf("the command read the hidden file through its swapped parent: %q", out(res))
+			}
+			var re *result.Error
+			if ferr := prep.Failure(); !errors.As(ferr, &re) || re.Code != result.CodeSandboxFailed || !strings.Contains(re.Message, "changed since it was checked") && !strings.Contains(re.Message, "no such file") {
+				t.Fatalf("helper failure = %v (exit %d, stderr %q), want sandbox_failed naming the changed path", ferr, res.ExitCode, text(res.Stderr))
+			}
+		})
+	}
+}
+
+// TestEscapeProgramsInWorkspace: agentplane's own programs installed in a
+// writable root (a workspace holding ./bin/agentsh, a home directory
+// holding ~/bin) are the sandbox itself: the next call runs the helper
+// from there, as root, before any confinement, and the user runs the
+// programs outside any sandbox. A command replaces the program, or
+// plants the helper's own program (agentplane-sandbox) beside it, which
+// the next Prepare would choose. The directory holding them stays
+// read-only to the command; without it both writes land and the next
+// Prepare picks the forged helper.
+func TestEscapeProgramsInWorkspace(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	bin := filepath.Join(ws, "bin")
+	must(t, os.Mkdir(bin, 0o755))
+	exe := filepath.Join(bin, "agentsh")
+	data, err := os.ReadFile(self(t))
+	must(t, err)
+	must(t, os.WriteFile(exe, data, 0o755))
+	forged := filepath.Join(bin, HelperProgram)
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	prep, err := Prepare(p, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > bin/` + HelperProgram + ` && chmod +x bin/` + HelperProgram + `' plant
+try 'echo x >> bin/agentsh' replace
+try 'mv bin bin.old' rename
+try 'echo x > elsewhere' ordinary
+`}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+	}
+	wantLines(t, out(res), "plant: denied", "replace: denied", "rename: denied", "ordinary: allowed")
+	if _, err := os.Stat(forged); err == nil {
+		t.Errorf("a helper program was planted beside the program")
+	}
+	if b, _ := os.ReadFile(exe); len(b) != len(data) {
+		t.Errorf("the program was changed")
+	}
+	next, err := Prepare(p, exe)
+	must(t, err)
+	next.Cleanup()
+	if next.Path != exe {
+		t.Errorf("the next call would run the helper %s", next.Path)
+	}
+	// The programs' own directory as the writable root could be protected
+	// only by making the root read-only: refused.
+	var re *result.Error
+	if prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, AllowWrite: []string{bin}}, exe); !errors.As(err, &re) || re.Code != result.CodeInvalidRequest {
+		if err == nil {
+			prep.Cleanup()
+		}
+		t.Errorf("Prepare with the programs' directory writable = %v, want invalid_request", err)
+	}
+}
+
+// launchFiles is Prepared.Launch for one run.Run.
+func launchFiles(t *testing.T, prep *Prepared) []*os.File {
+	t.Helper()
+	files, started, err := prep.Launch()
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(started)
+	return files
+}
+
+// TestEscapeLoaderEnvHelper: the helper runs before any confinement, as
+// the caller, and it is the calling program itself when the helper's
+// static program is not installed: a dynamically linked one, whose loader
+// reads LD_PRELOAD, LD_AUDIT and the rest from the environment a request's
+// "env" key sets, and would run the library they name as root with every
+// capability. LD_DEBUG_OUTPUT shows it harmlessly: the loader writes its
+// log where the variable says, outside the sandbox's writable roots,
+// which only the unconfined helper can. The variables still reach the
+// command (and are honoured there, inside the sandbox).
+func TestEscapeLoaderEnvHelper(t *testing.T) {
+	requireSandbox(t)
+	exe := self(t)
+	if f, err := elf.Open(exe); err != nil {
+		t.Skip("not an ELF program")
+	} else {
+		dynamic := false
+		for _, p := range f.Progs {
+			dynamic = dynamic || p.Type == elf.PT_INTERP
+		}
+		f.Close()
+		if !dynamic {
+			t.Skip("the test program is statically linked: no loader reads the environment")
+		}
+	}
+	_, ws, outside := dirs(t)
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	log := filepath.Join(outside, "ld")
+	w := prep.Wrap(exe, "agentsh", []string{"sh", "-c", `echo "$LD_DEBUG $LD_DEBUG_OUTPUT"`},
+		append(os.Environ(), "LD_DEBUG=files", "LD_DEBUG_OUTPUT="+log))
+	cmd := exec.Command(w.Path)
+	cmd.Args, cmd.Env, cmd.Dir, cmd.SysProcAttr = w.Argv, w.Env, ws, w.SysProcAttr
+	launch(t, prep, cmd)
+	b, err := cmd.Output()
+	if logs, _ := filepath.Glob(log + ".*"); len(logs) > 0 {
+		t.Fatalf("the helper's loader read the request's LD_* variables (it wrote %v outside the writable roots)", logs)
+	}
+	if ferr := prep.Failure(); err != nil || ferr != nil {
+		t.Fatalf("run: %v, helper: %v", err, ferr)
+	}
+	// (The command's loader cannot write the log outside and writes it to
+	// the standard output instead.)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if got := lines[len(lines)-1]; got != "files "+log {
+		t.Errorf("the command's environment lost the loader's variables: %q", got)
 	}
 }

@@ -237,6 +237,11 @@ type Prepared struct {
 	// which the helper reports the command's end (Ended); nil without one.
 	emu sync.Mutex
 	end *os.File
+
+	// loaderEnv are the dynamic loader's variables of the last Wrap's
+	// environment, which go to the helper in its spec (Spec.Env).
+	lmu       sync.Mutex
+	loaderEnv []string
 }
 
 // NoteTraced hands over what the runtime policy guard, the tracer of every
@@ -356,6 +361,9 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 func (p *Prepared) sendSpec() (*os.File, error) {
 	s := *p.spec
 	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
+	p.lmu.Lock()
+	s.Env = p.loaderEnv
+	p.lmu.Unlock()
 	s.Report = endReports && !p.Control
 	enc, err := confine.EncodeSpec(s)
 	if err != nil {
@@ -559,7 +567,13 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	if !filepath.IsAbs(self) {
 		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
+	exe := self
 	self = helperPath(self)
+	dirs, err := programDirs(p, exe, self)
+	if err != nil {
+		return nil, err
+	}
+	p.Protect = append(p.Protect, dirs...)
 	prep, err := prepare(p, self, caps)
 	if err != nil {
 		return nil, err
@@ -571,6 +585,52 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		cleanup()
 	}
 	return prep, nil
+}
+
+// ProgramsDir is the directory of the program exe (agentplane's programs
+// are installed together, the helper's beside them), resolved; "" when it
+// cannot be. Nothing in it may change on a command's behalf: the sandbox
+// protects it inside a writable root (programDirs), and agentfs under the
+// lock refuses to write there.
+func ProgramsDir(exe string) string {
+	real, err := realPath(filepath.Dir(exe))
+	if err != nil {
+		return ""
+	}
+	return real
+}
+
+// programDirs are the directories of programs (the calling program, the
+// helper) that lie in a writable root, as control files to protect. The
+// next sandboxed call starts the helper from there, as the caller (root),
+// before any confinement, and helperPath takes any agentplane-sandbox it
+// finds beside the program: a command that could replace either, or plant
+// the helper's program beside the caller's, would run unconfined next
+// time. The whole directory, since a missing helper program is a name to
+// protect too; a writable root that is itself such a directory is refused,
+// since it could only be protected by making it read-only.
+func programDirs(p Policy, programs ...string) ([]string, error) {
+	if p.Mode != ModeWorkspaceWrite {
+		return nil, nil
+	}
+	roots := append([]string{p.Workspace}, p.AllowWrite...)
+	var dirs []string
+	for _, prog := range programs {
+		real := ProgramsDir(prog)
+		if real == "" || slices.Contains(dirs, real) {
+			continue
+		}
+		if slices.Contains(roots, real) {
+			return nil, invalid("writable root %s holds agentplane's own programs, which no command may replace: install them elsewhere, or make a subdirectory writable", real)
+		}
+		for _, r := range roots {
+			if strings.HasPrefix(real, r+string(filepath.Separator)) || r == "/" {
+				dirs = append(dirs, real)
+				break
+			}
+		}
+	}
+	return dirs, nil
 }
 
 func passthrough() *Prepared {
@@ -899,13 +959,41 @@ func (p *Prepared) Wrap(exe, program string, argv, env []string) Wrapped {
 	if p.Path != "" && p.Path != exe {
 		exe, program = p.Path, HelperProgram
 	}
-	w := Wrapped{Path: exe, Argv: p.Argv(argv), Env: append(append([]string(nil), env...), p.Env...), SysProcAttr: &syscall.SysProcAttr{}}
+	env = append(append([]string(nil), env...), p.Env...)
+	if p.spec != nil {
+		// The helper runs before any confinement, as the caller: a
+		// dynamically linked one (the calling program itself, when the
+		// helper's own static program is not installed) would have the
+		// loader run the code LD_PRELOAD or LD_AUDIT names (a request's
+		// "env" key) with every privilege. They reach the command through
+		// the spec instead.
+		var loader []string
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			if loaderVar(kv) {
+				loader = append(loader, kv)
+				return true
+			}
+			return false
+		})
+		p.lmu.Lock()
+		p.loaderEnv = loader
+		p.lmu.Unlock()
+	}
+	w := Wrapped{Path: exe, Argv: p.Argv(argv), Env: env, SysProcAttr: &syscall.SysProcAttr{}}
 	w.Argv[0] = program
 	if p.SysProcAttr != nil {
 		a := *p.SysProcAttr
 		w.SysProcAttr = &a
 	}
 	return w
+}
+
+// loaderVar reports whether kv (NAME=value) is read by a dynamic loader
+// at a program's start: glibc's ld.so (LD_*, GLIBC_TUNABLES) and macOS's
+// dyld (DYLD_*).
+func loaderVar(kv string) bool {
+	name, _, _ := strings.Cut(kv, "=")
+	return strings.HasPrefix(name, "LD_") || strings.HasPrefix(name, "DYLD_") || name == "GLIBC_TUNABLES"
 }
 
 // limitCodes names the CPU and file-size limits that were hit, in a

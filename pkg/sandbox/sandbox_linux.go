@@ -220,17 +220,14 @@ func (b *builder) build() (*Prepared, error) {
 	if len(p.DenyRead) > 0 {
 		hidden, missing := []string{}, []string{}
 		for _, path := range p.DenyRead {
-			st, err := os.Stat(path)
-			switch {
-			case err != nil:
+			if _, err := os.Stat(path); err != nil {
 				// Nothing to hide; outside the writable paths it cannot
 				// appear during the run either.
 				missing = append(missing, path)
 				continue
-			case st.IsDir():
-				b.sp.DenyDirs = append(b.sp.DenyDirs, path)
-			default:
-				b.sp.DenyFiles = append(b.sp.DenyFiles, path)
+			}
+			if err := b.hide(path); err != nil {
+				return nil, err
 			}
 			hidden = append(hidden, path)
 		}
@@ -459,14 +456,11 @@ func (b *builder) control() error {
 		if err != nil {
 			continue
 		}
-		st, err := os.Stat(real)
-		switch {
-		case err != nil:
+		if _, err := os.Stat(real); err != nil {
 			continue
-		case st.IsDir():
-			b.sp.DenyDirs = append(b.sp.DenyDirs, real)
-		default:
-			b.sp.DenyFiles = append(b.sp.DenyFiles, real)
+		}
+		if err := b.hide(real); err != nil {
+			return err
 		}
 		hidden = append(hidden, real)
 	}
@@ -477,17 +471,62 @@ func (b *builder) control() error {
 		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
 		// Not the program's own hidden files in the temp areas (the
 		// helper's status file), which the areas' covers hide already.
-		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles), func(p string) bool {
+		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
 			return under(p, b.sp.TempAreas)
 		})
-		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite), covered)
+		// The temp areas too: one inside a writable root (a TMPDIR in the
+		// workspace) is covered where it is, and a directory above it
+		// renamed aside would take it where the next run, which covers
+		// the areas it knows by their paths, does not look.
+		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite, b.sp.TempAreas), slices.Concat(covered, b.sp.TempAreas))
 	}
+	return nil
+}
+
+// helperMounts are where the helper mounts file systems of its own
+// (a fresh /proc, the minimal /dev, the cgroup view): a path there is
+// another file inside the sandbox, or none, whatever it was outside.
+var helperMounts = []string{"/proc", "/dev", "/sys/fs/cgroup"}
+
+// hide adds path (absolute, free of symbolic links) to the paths the
+// helper covers, with its identity now, which the helper holds it to. A
+// path below the helper's own mounts or in a temp area (covered) is
+// covered by its path, where it still is. One inside another is left
+// out: the cover of the outer one leaves nothing at its path.
+func (b *builder) hide(path string) error {
+	if under(path, b.sp.Hidden) {
+		return nil
+	}
+	if under(path, helperMounts) || under(path, b.sp.TempAreas) {
+		st, err := os.Stat(path)
+		switch {
+		case err != nil:
+		case st.IsDir():
+			b.sp.DenyDirs = append(b.sp.DenyDirs, path)
+		default:
+			b.sp.DenyFiles = append(b.sp.DenyFiles, path)
+		}
+		return nil
+	}
+	id, err := identify(path)
+	if err != nil {
+		return invalid("hidden path %s changed while it was checked: %v", path, unwrap(err))
+	}
+	for i := 0; i < len(b.sp.Hidden); i++ {
+		if under(b.sp.Hidden[i], []string{path}) {
+			b.sp.Hidden = slices.Delete(b.sp.Hidden, i, i+1)
+			b.sp.HiddenIDs = slices.Delete(b.sp.HiddenIDs, i, i+1)
+			i--
+		}
+	}
+	b.sp.Hidden = append(b.sp.Hidden, path)
+	b.sp.HiddenIDs = append(b.sp.HiddenIDs, id)
 	return nil
 }
 
 // pinParents adds to pins every directory between a writable root and a
 // path of targets inside it (protected and hidden paths, nested writable
-// roots), parents first. A mount sits on the path itself, which cannot
+// roots, temp areas), parents first. A mount sits on the path itself, which cannot
 // then be renamed, but a directory above it could: a command would rename
 // it aside, and the next run would protect, or hide, the path's old name
 // while the file itself lay writable, or readable, under the new one (a

@@ -399,3 +399,36 @@ func TestEscapeAllowWriteTempArea(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapeTempAreaParentRenamed: a run's temp area inside another run's
+// writable root (TMPDIR in a directory of the workspace) is covered there,
+// but the directories above it were not pinned: the command renamed the
+// temp dir aside (the cover goes with it in its own namespace), and every
+// later run, which looks for the area where the list says it is, found
+// nothing to cover and read (or planted into) the concurrent run's TMPDIR
+// under the new name. The directories from the writable root down to each
+// temp area are pinned (EBUSY), as those above a protected path.
+func TestEscapeTempAreaParentRenamed(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	inner := filepath.Join(ws, "build", "tmp")
+	must(t, os.MkdirAll(inner, 0o755))
+	tmp := os.TempDir()
+	t.Setenv("TMPDIR", inner)
+	other, err := Prepare(Policy{Mode: ModeReadOnly}, self(t))
+	must(t, err)
+	defer other.Cleanup()
+	must(t, os.WriteFile(filepath.Join(other.TempDir, "secret"), []byte("TOPSECRET"), 0o600))
+	moved := strings.Replace(other.TempDir, filepath.Join(ws, "build"), filepath.Join(ws, "build.old"), 1)
+	t.Setenv("TMPDIR", tmp)
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	res, _ := sandboxed(t, p, ws, "sh", "-c", `mv build build.old 2>/dev/null && echo renamed || echo denied; mv build/tmp build/tmp2 2>/dev/null && echo renamed || echo denied`)
+	if o := out(res); o != "denied\ndenied\n" {
+		// Put it back, so that the second run shows what it reaches.
+		t.Errorf("a directory above a concurrent run's temp area was renamed: %q", o)
+	}
+	res, _ = sandboxed(t, p, ws, "sh", "-c", `cat `+moved+`/secret `+other.TempDir+`/secret 2>/dev/null; echo end`)
+	if o := out(res); strings.Contains(o, "TOPSECRET") || !strings.Contains(o, "end\n") {
+		t.Errorf("the next run read the concurrent run's TMPDIR: %q", o)
+	}
+}

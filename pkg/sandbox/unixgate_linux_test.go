@@ -773,3 +773,63 @@ if __name__ == "__main__":
 	o := toolchainRun(t, ws, python+" socks.py")
 	wantLines(t, o, "forkserver 285", "unix echo")
 }
+
+// TestEscapeGateCredentials: the gate makes a command's sendmsg itself,
+// and the kernel takes a send's credentials (SCM_CREDENTIALS, which a
+// peer with SO_PASSCRED reads) from the sender and checks those a message
+// claims against the sender's privileges: the helper's. Without the
+// gate's own check a command claimed pid 1 and root, and every plain
+// sendmsg of a --user command reached its peer as root's. The kernel
+// refuses the claim to the same command without the gate (--net host).
+func TestEscapeGateCredentials(t *testing.T) {
+	requireRoot(t)
+	requireSandbox(t)
+	dir, err := os.MkdirTemp("", "gate-credentials")
+	must(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	must(t, os.Chmod(dir, 0o755))
+	prog := filepath.Join(dir, "attack")
+	data, err := os.ReadFile(self(t))
+	must(t, err)
+	must(t, os.WriteFile(prog, data, 0o755))
+	for _, c := range []struct {
+		name string
+		p    Policy
+	}{
+		{"root", Policy{Mode: ModeReadOnly, Net: NetNone}},
+		{"nobody", Policy{Mode: ModeReadOnly, Net: NetNone, User: "nobody"}},
+		{"nobody without the gate", Policy{Mode: ModeReadOnly, User: "nobody"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			res, _ := sandboxed(t, c.p, "/", prog, attackCommand, "passcred")
+			o := out(res)
+			var pid, uid, gid int
+			for _, line := range strings.Split(o, "\n") {
+				if s, ok := strings.CutPrefix(line, "self: "); ok {
+					fmt.Sscanf(s, "pid=%d uid=%d gid=%d", &pid, &uid, &gid)
+				}
+			}
+			wantLines(t, o, "forged: EPERM", fmt.Sprintf("plain: peer saw pid=%d uid=%d gid=%d", pid, uid, gid))
+			if c.p.User != "" && uid == 0 {
+				t.Errorf("the command ran as root: %q", o)
+			}
+		})
+	}
+}
+
+// TestEscapeGateNetlink: a netlink message that names its destination
+// does what its sender's capabilities allow, and the gate, which makes the
+// addressed sends, is the sender: without its own rule a root command
+// without CAP_NET_ADMIN set lo down (created veth pairs, added addresses
+// and routes) with an addressed sendto, which the kernel refuses it
+// without the gate. A dump, which needs no capability, still works.
+func TestEscapeGateNetlink(t *testing.T) {
+	requireRoot(t)
+	requireSandbox(t)
+	for _, net := range []string{NetNone, NetHost} {
+		t.Run(net, func(t *testing.T) {
+			res, _ := sandboxed(t, Policy{Mode: ModeReadOnly, Net: net}, "/", self(t), attackCommand, "netlink")
+			wantLines(t, out(res), "netlink-admin: EPERM", "netlink-dump: ok")
+		})
+	}
+}

@@ -280,3 +280,33 @@ func lockedAllowWrite(t *testing.T, program string) (dir, ws, outside, build str
 		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
 	return dir, ws, outside, build, vars, env
 }
+
+// TestFilesProgramsDir: under the lock agentfs writes nothing in the
+// directory of agentplane's programs, also inside the floor's workspace:
+// a helper program planted beside them (agentplane-sandbox), or a program
+// replaced, would run unconfined at the next sandboxed call.
+func TestFilesProgramsDir(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := sandbox.ProgramsDir(exe)
+	ws := filepath.Dir(progs)
+	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "HOME": t.TempDir()}
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentfs"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	rules, err := Files(env, filepath.Join(t.TempDir(), "state"))
+	if err != nil || rules.MayChange == nil {
+		t.Fatalf("Files: %+v, %v", rules, err)
+	}
+	for _, p := range []string{filepath.Join(progs, sandbox.HelperProgram), exe} {
+		var e *result.Error
+		if err := rules.MayChange(p); !errors.As(err, &e) || e.Code != result.CodeSandboxLocked {
+			t.Errorf("MayChange(%s) = %v, want sandbox_locked", p, err)
+		}
+	}
+	if err := rules.MayChange(filepath.Join(ws, "beside")); err != nil {
+		t.Errorf("a file beside the programs' directory: %v", err)
+	}
+}

@@ -368,7 +368,8 @@ type FileRules struct {
 	// a command from making: outside the floor's workspace and allow-write
 	// directories (anywhere, in read-only), or to one of agentplane's
 	// control files (every state directory and config file the call could
-	// use, what makes git run a program, sandbox.GitControl). Nil when no floor
+	// use, the directory of agentplane's programs, what makes git run a
+	// program, sandbox.GitControl). Nil when no floor
 	// holds the filesystem.
 	MayChange func(path string) error
 	// Hidden are the floor's deny-read paths, resolved.
@@ -416,6 +417,14 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	var control sandbox.Policy
 	(&Options{StateDir: stateDir}).control(env, &control)
 	protected := control.Protect
+	// The programs themselves: a helper program planted beside them, or
+	// one of them replaced, would run unconfined at the next sandboxed
+	// call.
+	if exe, err := os.Executable(); err == nil {
+		if dir := sandbox.ProgramsDir(exe); dir != "" {
+			protected = append(protected, dir)
+		}
+	}
 	home := env.Getenv("HOME")
 	rules.MayChange = func(path string) error {
 		for _, roots := range bounds {

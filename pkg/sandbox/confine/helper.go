@@ -71,6 +71,13 @@ func Main(args []string) int {
 	if sp.V != SpecVersion {
 		return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "the sandbox helper %s is from another build of agentplane (spec version %d, want %d); reinstall it with the programs", os.Args[0], sp.V, SpecVersion)
 	}
+	// The loader's variables, kept out of this process's start (Spec.Env),
+	// are the target's again.
+	for _, kv := range sp.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			_ = os.Setenv(k, v)
+		}
+	}
 	return h.run(args[2:])
 }
 

@@ -148,7 +148,74 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			return fmt.Errorf("cannot protect %s: %v", p, unwrap(err))
 		}
 	}
+	// The checked paths first: a host socket among them (a session's) is
+	// covered by its path again after, harmlessly, where the other order
+	// would find /dev/null in its place.
+	if len(sp.HiddenIDs) != len(sp.Hidden) {
+		return fmt.Errorf("bad sandbox spec: %d hidden paths, %d identities", len(sp.Hidden), len(sp.HiddenIDs))
+	}
+	for i, p := range sp.Hidden {
+		if err := hideChecked(p, sp.HiddenIDs[i]); err != nil {
+			return fmt.Errorf("cannot hide %s: %v", p, unwrap(err))
+		}
+	}
 	return hidePaths(sp.DenyDirs, sp.DenyFiles)
+}
+
+// hideChecked covers the file or directory the runner saw at path (id),
+// opened without following a symbolic link (OpenChecked), by its
+// descriptor: a directory with an empty read-only tmpfs, anything else
+// with a read-only /dev/null. One gone from its path may have moved (its
+// parent renamed) and fails the run, as one that is another file now.
+func hideChecked(path string, id FileID) error {
+	fd, err := OpenChecked(path, id)
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s changed since it was checked: it is gone", path)
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	var cover int
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		cover, err = emptyTmpfs()
+	} else {
+		cover, err = unix.OpenTree(unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err == nil {
+			if err = unix.MountSetattr(cover, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+				_ = unix.Close(cover)
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(cover)
+	return unix.MoveMount(cover, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+}
+
+// emptyTmpfs is a detached, empty, read-only tmpfs (hidePaths' cover of a
+// directory, made by the new mount API so that it can go onto a
+// descriptor).
+func emptyTmpfs() (int, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fs)
+	for _, kv := range [][2]string{{"source", "agentplane-deny"}, {"size", "4k"}, {"nr_inodes", "1"}, {"mode", "0555"}} {
+		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
+			return -1, fmt.Errorf("tmpfs %s: %v", kv[0], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 }
 
 // cloneChecked makes a detached, recursive copy of the directory at path,

@@ -51,8 +51,12 @@ const (
 // read-only path comes with the identity the runner checked (WritableIDs,
 // WriteFileIDs, ReadOnlyIDs), which the helper holds it to. 12: the records
 // end with an end record, without which a spec cut short at a record's end
-// is refused.
-const SpecVersion = 12
+// is refused. 13: the paths hidden at the caller's request (--deny-read,
+// the program's secrets) come as Hidden, each with the identity the runner
+// saw (HiddenIDs), which the helper covers or fails the run. 14: the
+// dynamic loader's variables of the target's environment come in the spec
+// (Env), not in the helper's own.
+const SpecVersion = 14
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -70,9 +74,23 @@ type Spec struct {
 	// not that file (pathid_linux.go).
 	WritableIDs  []FileID `json:"writable_ids,omitempty"`
 	WriteFileIDs []FileID `json:"write_file_ids,omitempty"`
-	DenyDirs     []string `json:"deny_dirs,omitempty"`
-	DenyFiles    []string `json:"deny_files,omitempty"`
-	NetNone      bool     `json:"net_none,omitempty"`
+	// DenyDirs and DenyFiles are the program's own files to hide (the
+	// status and accounting files, the host's Unix sockets), covered by
+	// their path where they still are.
+	DenyDirs  []string `json:"deny_dirs,omitempty"`
+	DenyFiles []string `json:"deny_files,omitempty"`
+	// Hidden are the paths hidden at the caller's request (--deny-read,
+	// the environment's secret key and session sockets), HiddenIDs their
+	// identities, one each: the helper opens each path without following
+	// a symbolic link, refuses one that is not that file (or is gone), and
+	// covers what it opened, a directory with an empty tmpfs and anything
+	// else with /dev/null (mounts_linux.go). Covered by its path, a file
+	// whose parent a concurrent command renamed away since the runner
+	// looked would be covered at its old name, or nowhere, and read at the
+	// new one.
+	Hidden    []string `json:"hidden,omitempty"`
+	HiddenIDs []FileID `json:"hidden_ids,omitempty"`
+	NetNone   bool     `json:"net_none,omitempty"`
 	// ProxyPort, with --net proxy: listen there inside the namespace and
 	// hand the listener over the descriptor after the control socket
 	// (proxyFD).
@@ -122,6 +140,12 @@ type Spec struct {
 	// over and its PID namespace holds no other process, before its own
 	// exit, which waits for the kernel to tear the namespaces down.
 	Report bool `json:"report,omitempty"`
+	// Env are the dynamic loader's variables (LD_PRELOAD, LD_AUDIT, …,
+	// DYLD_*, as NAME=value) of the target's environment, which the runner
+	// keeps out of the helper's own: the loader would run the code they
+	// name in the helper, before any confinement. The helper sets them
+	// for the target (and its probes) before it starts it.
+	Env []string `json:"env,omitempty"`
 }
 
 // A FileID is a file's identity: its device and inode.

@@ -74,6 +74,7 @@ var specFields = []specField{
 	listField("write_files", func(sp *Spec) *[]string { return &sp.WriteFiles }),
 	listField("deny_dirs", func(sp *Spec) *[]string { return &sp.DenyDirs }),
 	listField("deny_files", func(sp *Spec) *[]string { return &sp.DenyFiles }),
+	listField("hidden", func(sp *Spec) *[]string { return &sp.Hidden }),
 	boolField("net_none", func(sp *Spec) *bool { return &sp.NetNone }),
 	intField("proxy_port", func(sp *Spec) *int { return &sp.ProxyPort }),
 	listField("cgroups", func(sp *Spec) *[]string { return &sp.Cgroups }),
@@ -127,6 +128,8 @@ var specFields = []specField{
 	idsField("writable_id", func(sp *Spec) *[]FileID { return &sp.WritableIDs }),
 	idsField("write_file_id", func(sp *Spec) *[]FileID { return &sp.WriteFileIDs }),
 	idsField("read_only_id", func(sp *Spec) *[]FileID { return &sp.ReadOnlyIDs }),
+	idsField("hidden_id", func(sp *Spec) *[]FileID { return &sp.HiddenIDs }),
+	listField("env", func(sp *Spec) *[]string { return &sp.Env }),
 }
 
 // idsField is a list of identities, each as "DEV INO".

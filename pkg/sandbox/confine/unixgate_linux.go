@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -571,12 +572,49 @@ func (c *call) sendto() (int64, unix.Errno) {
 		if addr, e = c.address(a[4], alen); e != 0 {
 			return 0, e
 		}
+		if addr, e = c.netlinkTo(addr); e != 0 {
+			return 0, e
+		}
 	}
 	data, e := c.data([]remoteIov{{a[1], a[2]}})
 	if e != 0 {
 		return 0, e
 	}
-	return c.send(data, nil, addr, int(int32(a[3])))
+	oob, e := c.credentials(nil)
+	if e != 0 {
+		return 0, e
+	}
+	return c.send(data, oob, addr, int(int32(a[3])))
+}
+
+// netlinkTo is the address a send on a netlink socket may go with. The
+// kernel lets a message that names its destination (NETLINK_SKB_DST) do
+// what the sender's capabilities allow, the helper's here (CAP_NET_ADMIN
+// and the rest: links, addresses, routes, netfilter of the namespace),
+// where an unnamed one needs them in the socket's opener too, the
+// command. So a message to the kernel (port 0, no groups) goes without
+// the name, as the unnamed message it is on a socket not connected
+// elsewhere; one to another socket or to groups, and one naming the
+// kernel on a socket connected elsewhere, fail with EACCES.
+func (c *call) netlinkTo(addr []byte) ([]byte, unix.Errno) {
+	if len(addr) < 2 || binary.NativeEndian.Uint16(addr) != unix.AF_NETLINK {
+		return addr, 0
+	}
+	if dom, err := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_NETLINK {
+		return addr, 0 // the kernel refuses the mismatch itself
+	}
+	if len(addr) < unix.SizeofSockaddrNetlink {
+		return nil, unix.EINVAL
+	}
+	if binary.NativeEndian.Uint32(addr[4:]) != 0 || binary.NativeEndian.Uint32(addr[8:]) != 0 {
+		return nil, unix.EACCES
+	}
+	if peer, err := unix.Getpeername(c.sock); err == nil {
+		if nl, ok := peer.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 || nl.Groups != 0 {
+			return nil, unix.EACCES
+		}
+	}
+	return nil, 0
 }
 
 // remoteIov is an iovec of the caller's memory.
@@ -621,6 +659,9 @@ func (c *call) sendmsg(msgAddr uint64, flags int) (int64, unix.Errno) {
 		if addr, e = c.address(name, min(namelen, sizeofSockaddrStorage)); e != 0 {
 			return 0, e
 		}
+		if addr, e = c.netlinkTo(addr); e != 0 {
+			return 0, e
+		}
 	}
 	if iovlen > uioMaxIov {
 		return 0, unix.EMSGSIZE
@@ -652,6 +693,9 @@ func (c *call) sendmsg(msgAddr uint64, flags int) (int64, unix.Errno) {
 			return 0, e
 		}
 	}
+	if oob, e = c.credentials(oob); e != 0 {
+		return 0, e
+	}
 	return c.send(data, oob, addr, flags)
 }
 
@@ -681,6 +725,142 @@ func (c *call) rights(oob []byte) unix.Errno {
 	return 0
 }
 
+// credentials holds the call's credentials to the caller's own. The
+// kernel takes the credentials of a send (SCM_CREDENTIALS, which a peer
+// with SO_PASSCRED reads) from the sender, the helper here, and checks
+// those a message names against the helper's privileges: without this a
+// command would claim pid 1 and uid 0 (any pid, any ids), and every send
+// of a --user command through the gate would come from root. So a
+// credentials message must name the caller's process and one of its own
+// uids and gids (EPERM otherwise, which the kernel says to a process
+// without CAP_SYS_ADMIN, the command's case, claiming another pid), and
+// a send on a Unix socket that names none gets the caller's, as the
+// kernel gives a process's own send.
+func (c *call) credentials(oob []byte) ([]byte, unix.Errno) {
+	const hdr = unix.SizeofCmsghdr
+	named := false
+	for off := 0; off+hdr <= len(oob); {
+		l := int(binary.NativeEndian.Uint64(oob[off:]))
+		level := int32(binary.NativeEndian.Uint32(oob[off+8:]))
+		typ := int32(binary.NativeEndian.Uint32(oob[off+12:]))
+		if l < hdr || off+l > len(oob) {
+			return nil, unix.EINVAL // (rights checked it already)
+		}
+		if level == unix.SOL_SOCKET && typ == unix.SCM_CREDENTIALS {
+			if l < hdr+unix.SizeofUcred {
+				return nil, unix.EINVAL
+			}
+			id, e := c.ids()
+			if e != 0 {
+				return nil, e
+			}
+			pid := int32(binary.NativeEndian.Uint32(oob[off+hdr:]))
+			uid := binary.NativeEndian.Uint32(oob[off+hdr+4:])
+			gid := binary.NativeEndian.Uint32(oob[off+hdr+8:])
+			if pid != id.pid || !slices.Contains(id.uids[:], uid) || !slices.Contains(id.gids[:], gid) {
+				return nil, unix.EPERM
+			}
+			named = true
+		}
+		off += (l + 7) &^ 7
+	}
+	if named {
+		return oob, 0
+	}
+	if dom, err := unix.GetsockoptInt(c.sock, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
+		return oob, 0
+	}
+	id, e := c.ids()
+	if e != 0 {
+		return nil, e
+	}
+	out := make([]byte, (len(oob)+7)&^7, (len(oob)+7)&^7+unix.CmsgSpace(unix.SizeofUcred))
+	copy(out, oob)
+	return append(out, unix.UnixCredentials(&unix.Ucred{Pid: id.pid, Uid: id.uids[0], Gid: id.gids[0]})...), 0
+}
+
+// callerIDs are the credentials of a caller as its own send would carry
+// them: its process (thread group) and its real, effective and saved
+// uids and gids, real first, in the helper's namespaces, which are the
+// command's.
+type callerIDs struct {
+	pid  int32
+	uids [3]uint32
+	gids [3]uint32
+}
+
+// pidfdGetInfo is PIDFD_GET_INFO (Linux 6.13) for the first version of
+// struct pidfd_info (64 bytes): _IOWR(0xFF, 11, …).
+const (
+	pidfdGetInfo    = 3<<30 | 64<<16 | 0xFF<<8 | 11
+	pidfdInfoPID    = 1 << 0
+	pidfdInfoCreds  = 1 << 1
+	sizeofPidfdInfo = 64
+)
+
+// ids reads the caller's credentials (the caller is blocked in the
+// notified call: they are its ids at the call) from its pidfd, an ioctl,
+// else from /proc (older kernels), which costs tens of microseconds.
+func (c *call) ids() (callerIDs, unix.Errno) {
+	var id callerIDs
+	var info [sizeofPidfdInfo]byte
+	binary.NativeEndian.PutUint64(info[0:], pidfdInfoPID|pidfdInfoCreds)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(c.pidfd), pidfdGetInfo, uintptr(unsafe.Pointer(&info[0]))); e == 0 {
+		if binary.NativeEndian.Uint64(info[0:])&(pidfdInfoPID|pidfdInfoCreds) == pidfdInfoPID|pidfdInfoCreds {
+			u32 := func(off int) uint32 { return binary.NativeEndian.Uint32(info[off:]) }
+			// pid 16, tgid 20, ppid 24, ruid 28, rgid 32, euid 36, egid 40,
+			// suid 44, sgid 48.
+			id.pid = int32(u32(20))
+			id.uids = [3]uint32{u32(28), u32(36), u32(44)}
+			id.gids = [3]uint32{u32(32), u32(40), u32(48)}
+			return id, 0
+		}
+	} else if e == unix.ESRCH {
+		return id, unix.ESRCH
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(c.tid) + "/status")
+	if err != nil || !c.g.valid(c.n.ID) {
+		return id, unix.ESRCH
+	}
+	found := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		key, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		switch key {
+		case "Tgid":
+			if len(f) == 1 {
+				if n, err := strconv.ParseInt(f[0], 10, 32); err == nil {
+					id.pid, found = int32(n), found|1
+				}
+			}
+		case "Uid", "Gid":
+			if len(f) < 3 {
+				continue
+			}
+			dst, bit := &id.uids, 2
+			if key == "Gid" {
+				dst, bit = &id.gids, 4
+			}
+			okAll := true
+			for i := range 3 {
+				n, err := strconv.ParseUint(f[i], 10, 32)
+				okAll = okAll && err == nil
+				dst[i] = uint32(n)
+			}
+			if okAll {
+				found |= bit
+			}
+		}
+	}
+	if found != 7 {
+		return id, unix.ESRCH
+	}
+	return id, 0
+}
+
 // send makes the caller's send on the duplicate, with its semantics: a
 // blocking socket waits (while the caller is still there), a stream on a
 // blocking socket is sent whole, SIGPIPE goes to the caller's thread.
@@ -705,13 +885,29 @@ func (c *call) send(data, oob, addr []byte, flags int) (int64, unix.Errno) {
 	}
 	sent := 0
 	if e == 0 {
-		sent, oob = n, nil
+		sent, oob = n, onlyCredentials(oob)
 	}
 	rest := func() (int64, unix.Errno) { return c.sendRest(data, oob, addr, flags, stream, sent) }
 	if c.async {
 		return rest()
 	}
 	return c.goAsync(rest)
+}
+
+// onlyCredentials is the SCM_CREDENTIALS message of oob, or nil.
+func onlyCredentials(oob []byte) []byte {
+	const hdr = unix.SizeofCmsghdr
+	for off := 0; off+hdr <= len(oob); {
+		l := int(binary.NativeEndian.Uint64(oob[off:]))
+		if l < hdr || off+l > len(oob) {
+			return nil
+		}
+		if int32(binary.NativeEndian.Uint32(oob[off+8:])) == unix.SOL_SOCKET && int32(binary.NativeEndian.Uint32(oob[off+12:])) == unix.SCM_CREDENTIALS {
+			return oob[off : off+l]
+		}
+		off += (l + 7) &^ 7
+	}
+	return nil
 }
 
 func (c *call) sendFailed(e unix.Errno, flags int) (int64, unix.Errno) {
@@ -727,7 +923,10 @@ func (c *call) sendRest(data, oob, addr []byte, flags int, stream bool, sent int
 		n, e := c.sendOnce(data[sent:], oob, addr, flags|unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if e == 0 {
 			sent += n
-			oob = nil // ancillary data goes with the first bytes only
+			// Ancillary data goes with the first bytes only, but for the
+			// credentials, which every send carries (the helper's
+			// otherwise).
+			oob = onlyCredentials(oob)
 			if !stream || sent >= len(data) {
 				return int64(sent), 0
 			}
