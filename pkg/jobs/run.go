@@ -495,6 +495,11 @@ func (sv *supervisor) outcome(r *jobRun, res runResult) (runResult, error) {
 		sig = proctree.SignalName(ws.Signal())
 	}
 	if sv.sandbox != nil {
+		// A helper that could not set the sandbox up started nothing: the
+		// run failed to start (its exit status, 125, is the helper's).
+		if err := sv.sandbox.Failure(); err != nil {
+			return runResult{}, err
+		}
 		// The sandbox helper is PID 1 of the job's namespace and reports
 		// a signal death of the job through its status file.
 		code, sig = sv.sandbox.ExitStatus(code, sig)

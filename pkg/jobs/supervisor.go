@@ -426,8 +426,11 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			sv.rec.Status, sv.rec.Final, sv.rec.Ready = StatusFailed, true, false
 			sv.rec.PID, sv.rec.PIDStart = 0, 0
 			var ce *codedError
+			var re *result.Error
 			if errors.As(err, &ce) {
 				sv.rec.Reason = ce.code
+			} else if errors.As(err, &re) {
+				sv.rec.Reason = re.Code
 			} else {
 				sv.rec.Reason = result.CodeStartFailed
 			}

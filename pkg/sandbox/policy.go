@@ -229,6 +229,12 @@ type Prepared struct {
 	net        *netProxy // with --net proxy
 	git        func() (planted []string, complete bool)
 
+	// refresh records again the identities of the protected and hidden
+	// paths for a later start (nil: nothing to record); launched says a
+	// start was prepared already.
+	refresh  func() error
+	launched bool
+
 	// traced are the limit deaths the runtime guard saw (NoteTraced).
 	tmu    sync.Mutex
 	traced confine.Deaths
@@ -320,7 +326,12 @@ func helperDeaths(status string) confine.Deaths {
 // Launch is called before each start of the command (a job's restart is a
 // new start), after KeepFDs and Control are set: the files it returns must
 // be the command's extra files right after the control socket (fd 3 on,
-// or fd 4 on with Control) and before the KeepFDs ones. The first is the
+// or fd 4 on with Control) and before the KeepFDs ones. A later start
+// records again what is at the protected and hidden paths (refresh): the
+// user's own tools replace such files between a job's runs (git config
+// renames a new .git/config into place, an editor saves a --deny-read file
+// by a rename), and the helper holds each path to the identity recorded.
+// The first is the
 // pipe the helper reads its spec from (confine.SpecFD), then, with --net
 // proxy, the proxy's handover socket. started must be called once the
 // start returned, whether it succeeded or not. Without a sandbox it
@@ -329,6 +340,12 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 	if p.spec == nil {
 		return nil, func() {}, nil
 	}
+	if p.launched && p.refresh != nil {
+		if err := p.refresh(); err != nil {
+			return nil, nil, err
+		}
+	}
+	p.launched = true
 	r, err := p.sendSpec()
 	if err != nil {
 		return nil, nil, err

@@ -339,7 +339,49 @@ func (b *builder) build() (*Prepared, error) {
 		},
 	}
 	prep.useHelper(self, sp)
+	prep.refresh = refresher(prep.spec)
 	return prep, nil
+}
+
+// refresher returns what records again, for a later start of the same
+// prepared sandbox (a job's restart, a session's replaced shell), the
+// identities of sp's read-only and hidden paths: what is at each path
+// then is what the helper binds read-only or covers. The paths stay those
+// Prepare chose, whose parents inside the writable roots are pinned, so a
+// run's command cannot have moved them: only a process outside the
+// sandbox replaced them. A protected path that is gone fails the start
+// (the command could create it); a hidden one that is gone has nothing
+// to hide, and is covered again once it is back. The writable roots keep
+// the identities the lock's floor was checked on.
+func refresher(sp *spec) func() error {
+	hidden := slices.Clone(sp.Hidden)
+	if len(sp.ReadOnly) == 0 && len(hidden) == 0 {
+		return nil
+	}
+	return func() error {
+		ro := make([]confine.FileID, len(sp.ReadOnly))
+		for i, path := range sp.ReadOnly {
+			id, err := identify(path)
+			if err != nil {
+				return result.Errorf(result.CodeSandboxFailed, "protected path %s cannot be checked again for this start: %v", path, unwrap(err))
+			}
+			ro[i] = id
+		}
+		var paths []string
+		var ids []confine.FileID
+		for _, path := range hidden {
+			id, err := identify(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return result.Errorf(result.CodeSandboxFailed, "hidden path %s cannot be checked again for this start: %v", path, unwrap(err))
+			}
+			paths, ids = append(paths, path), append(ids, id)
+		}
+		sp.ReadOnlyIDs, sp.Hidden, sp.HiddenIDs = ro, paths, ids
+		return nil
+	}
 }
 
 // network sets up the network policy: under --net none and --net proxy a
