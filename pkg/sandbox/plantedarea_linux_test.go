@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -403,5 +404,31 @@ func TestTempAreaOwnMode(t *testing.T) {
 				t.Errorf("the open area changed: %+v, was %+v", after, before)
 			}
 		})
+	}
+}
+
+// Suffixed areas of the caller's that it cannot use (open to others) do
+// not make every call add one more: the one it made is found again,
+// however many come before it.
+func TestTempAreaSuffixedUnusable(t *testing.T) {
+	uid := strconv.Itoa(os.Geteuid())
+	dir := stickyTmp(t)
+	t.Setenv("TMPDIR", dir)
+	useSystemTmp(t, stickyTmp(t))
+	must(t, os.Symlink("/", filepath.Join(dir, areaPrefix+uid)))
+	for i := 0; i < maxFallbacks+2; i++ {
+		p := filepath.Join(dir, areaPrefix+uid+"."+fmt.Sprintf("%0*x", fallbackHex, i)) // before any random one
+		must(t, os.Mkdir(p, 0o777))
+		must(t, os.Chmod(p, 0o777))
+	}
+	own, _, err := tempAreas("")
+	must(t, err)
+	checkOwnArea(t, own, dir, "")
+	for i := 0; i < 3; i++ {
+		again, _, err := tempAreas("")
+		must(t, err)
+		if again != own {
+			t.Fatalf("call %d: area %s, the first took %s", i, again, own)
+		}
 	}
 }

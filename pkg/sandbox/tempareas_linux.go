@@ -46,8 +46,8 @@ import (
 // by the listing that finds other uids' areas, so it needs no record
 // anywhere; the plant is left as it is. Likewise another uid's area counts
 // (and is covered) only when it is a directory of the uid its name says,
-// and of each uid's suffixed areas only the first maxFallbacks: nobody can
-// make a run cover more directories than there are users (each cover is a
+// and of another uid's suffixed areas only the first maxFallbacks: nobody
+// can make a run cover more directories than there are users (each cover is a
 // mount in the run's namespace, and the kernel refuses a run more than
 // mount-max of them).
 
@@ -278,7 +278,7 @@ func otherAreas(dir, mine, uid string) []string {
 // listAreas lists dir for the areas that are not the caller's own (uid's
 // unsuffixed one): other uids' (each a directory of the uid its name says,
 // at most maxFallbacks suffixed ones of each) and the caller's suffixed
-// ones, in name order. Without a sort or a stat of every entry: a stat of
+// ones (all, in name order). Without a sort or a stat of every entry: a stat of
 // each that is named like an area.
 func listAreas(dir, uid string) (others, suffixed []string) {
 	others = []string{}
@@ -303,11 +303,12 @@ func listAreas(dir, uid string) (others, suffixed []string) {
 	})
 	for id, names := range perUID {
 		slices.Sort(names)
-		names = names[:min(len(names), maxFallbacks)]
 		if id == uid {
+			// Only the caller makes these, and one it cannot use (a mode
+			// open to others) must not hide the next from it.
 			suffixed = names
 		} else {
-			others = append(others, names...)
+			others = append(others, names[:min(len(names), maxFallbacks)]...)
 		}
 	}
 	return others, suffixed
