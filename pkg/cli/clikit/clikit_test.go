@@ -368,7 +368,8 @@ func TestSystemConfigBaseLayer(t *testing.T) {
 		if last := files[len(files)-1]; last.Path != sys || !last.System {
 			t.Errorf("%s: config files %v end without the system file", c.name, files)
 		}
-	}	// A relative HOME names no user file: it would be read below the
+	}
+	// A relative HOME names no user file: it would be read below the
 	// working directory.
 	for _, home := range []string{".", "home", ""} {
 		env := &Env{SystemConfig: sys, LookupEnv: func(k string) (string, bool) {
