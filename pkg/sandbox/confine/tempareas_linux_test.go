@@ -14,12 +14,20 @@ import (
 const coverProbeCommand = "__cover-probe"
 
 // coverProbe, in a mount namespace of its own, covers the areas it is
-// given and says whether each is covered (a mount of its own, not its
-// parent's: of a symlink, what it points at) or left out.
+// given and says whether each is covered (a read-only mount of its own,
+// not its parent's: of a symlink, what it points at) or left out.
+// With "-noproc" first, it covers without /proc (the mount API's way).
 func coverProbe(areas []string) int {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		println("private:", err.Error())
 		return 1
+	}
+	if areas[0] == "-noproc" {
+		areas = areas[1:]
+		if err := unix.Unmount("/proc", unix.MNT_DETACH); err != nil {
+			println("umount /proc:", err.Error())
+			return 1
+		}
 	}
 	if err := coverTempAreas(areas, nil); err != nil {
 		println("cover:", err.Error())
@@ -28,6 +36,10 @@ func coverProbe(areas []string) int {
 	for _, a := range areas {
 		var st, parent unix.Stat_t
 		if unix.Stat(a, &st) == nil && unix.Stat(filepath.Dir(a), &parent) == nil && st.Dev != parent.Dev {
+			if err := unix.Mkdir(filepath.Join(a, "x"), 0o700); err != unix.EROFS {
+				println(a, "covered but not read-only")
+				continue
+			}
 			println(a, "covered")
 		} else {
 			println(a, "left")
@@ -95,13 +107,15 @@ func TestCoverNoSymlink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, coverProbeCommand, link, here)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("cover: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), here+" covered") || !strings.Contains(string(out), link+" left") {
-		t.Fatalf("want %s covered and %s (a symlink) left out:\n%s", here, link, out)
+	for _, args := range [][]string{{link, here}, {"-noproc", link, here}} {
+		cmd := exec.Command(exe, append([]string{coverProbeCommand}, args...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("cover %v: %v\n%s", args, err, out)
+		}
+		if !strings.Contains(string(out), here+" covered") || !strings.Contains(string(out), link+" left") {
+			t.Fatalf("%v: want %s covered and %s (a symlink) left out:\n%s", args, here, link, out)
+		}
 	}
 }
