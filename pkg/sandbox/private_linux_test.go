@@ -276,3 +276,35 @@ func TestHelperEmptiesStatus(t *testing.T) {
 		t.Errorf("the status file was not emptied")
 	}
 }
+
+// BenchmarkTempAreasValid is tempAreas on the common path: the caller's
+// areas in the temp dir and in /tmp (1,500 entries each, their listings
+// cached) already there and valid. (/tmp is one of the benchmark's own:
+// the machine's changes all the time.)
+func BenchmarkTempAreasValid(b *testing.B) {
+	dir, sys := b.TempDir(), b.TempDir()
+	for _, d := range []string{dir, sys} {
+		for i := 0; i < 1500; i++ {
+			if err := os.Mkdir(filepath.Join(d, "entry-"+strconv.Itoa(i)), 0o700); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Setenv("TMPDIR", dir)
+	defer func(old string) { systemTmp = old }(systemTmp)
+	systemTmp = sys
+	if _, _, err := tempAreas(""); err != nil {
+		b.Fatal(err)
+	}
+	past := time.Now().Add(-time.Hour)
+	for _, d := range []string{dir, sys} {
+		if err := os.Chtimes(d, past, past); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if _, _, err := tempAreas(""); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

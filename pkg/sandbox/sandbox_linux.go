@@ -128,7 +128,7 @@ func (b *builder) build() (*Prepared, error) {
 	// system's /tmp (world-traversable, sticky) is used then.
 	parent := ""
 	if p.User != "" {
-		parent = "/tmp"
+		parent = systemTmp
 	}
 	area, areas, err := tempAreas(parent)
 	if err != nil {

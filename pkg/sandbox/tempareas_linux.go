@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"bytes"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -9,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,8 +28,40 @@ import (
 // are the caller's own in its temp dir and in /tmp (where --user runs
 // live), created if missing so that one appearing later is covered too,
 // and every other uid's area present in either when the run starts.
+//
+// An area's name is one anyone can work out, in a directory anyone can
+// write, so another user (or a command of another run that can write
+// /tmp) may put something there first: a directory of its own (0777 or
+// not), a symlink, a file, a FIFO. Such a plant is never the caller's
+// area and never denies it one. The area is the caller's only when it is
+// a directory of the caller's uid, not a symlink, that nobody else could
+// ever write (a mode without write for group and others; one that had it
+// may hold what others put there), and a mode is set (0711) only through
+// a descriptor opened without following a symlink and checked by fstat;
+// in a sticky temp dir nobody else can then rename or remove it. When the
+// name is taken by anything else, the caller's area is
+// "agentplane-sandbox.UID.SUFFIX" beside it, with a random suffix nobody
+// can take first (a taken one is retried): the first such directory of
+// the caller's in name order, made when there is none. It is found again
+// by the listing that finds other uids' areas, so it needs no record
+// anywhere; the plant is left as it is. Likewise another uid's area counts
+// (and is covered) only when it is a directory of the uid its name says,
+// and of another uid's suffixed areas only the first maxFallbacks: nobody
+// can make a run cover more directories than there are users (each cover is a
+// mount in the run's namespace, and the kernel refuses a run more than
+// mount-max of them).
 
-const areaPrefix = "agentplane-sandbox."
+const (
+	areaPrefix = "agentplane-sandbox."
+	// fallbackHex is the length of a suffixed area's random suffix.
+	fallbackHex = 12
+	// maxFallbacks bounds the suffixed areas of each uid a run covers.
+	maxFallbacks = 4
+)
+
+// systemTmp is the system's temp dir, where --user runs live; a variable
+// for the tests, which must not plant areas in the machine's own.
+var systemTmp = "/tmp"
 
 // tempAreas returns the area this run's private directory goes in (below
 // parent, the temp dir when "") and every area to cover.
@@ -36,29 +69,38 @@ func tempAreas(parent string) (string, []string, error) {
 	if parent == "" {
 		parent = os.TempDir()
 	}
-	uid := strconv.Itoa(os.Geteuid())
-	own := filepath.Join(parent, areaPrefix+uid)
+	euid := os.Geteuid()
+	uid := strconv.Itoa(euid)
+	var own, home string
 	var areas []string
-	for _, p := range []string{parent, "/tmp"} {
-		mine := filepath.Join(p, areaPrefix+uid)
-		if slices.Contains(areas, mine) {
+	for _, p := range []string{parent, systemTmp} {
+		if p != parent && filepath.Clean(p) == filepath.Clean(parent) {
 			continue
 		}
-		if err := ownArea(mine); err != nil {
-			if mine == own {
-				return "", nil, err
-			}
-			continue // /tmp not writable: no --user run can live there either
-		}
-		areas = append(areas, mine)
 		// (scanDir follows no symlink: a TMPDIR below one is listed
 		// where it resolves to.)
 		list := p
 		if real, err := filepath.EvalSymlinks(p); err == nil {
 			list = real
 		}
-		for _, name := range otherAreas(list, mine, uid) {
-			areas = append(areas, filepath.Join(p, name))
+		mine, others, err := areaIn(p, list, uid, euid)
+		if err != nil {
+			if p == parent {
+				return "", nil, err
+			}
+			continue // /tmp not writable: no --user run can live there either
+		}
+		if p == parent {
+			own = mine
+		}
+		if filepath.Clean(p) == filepath.Clean(systemTmp) {
+			home = mine
+		}
+		areas = append(areas, mine)
+		for _, name := range others {
+			if a := filepath.Join(p, name); a != mine {
+				areas = append(areas, a)
+			}
 		}
 	}
 	// Resolved (a TMPDIR below a symlink), so that the private directory
@@ -71,11 +113,10 @@ func tempAreas(parent string) (string, []string, error) {
 	if real, err := filepath.EvalSymlinks(own); err == nil {
 		own = real
 	}
-	home := filepath.Join("/tmp", areaPrefix+uid)
-	if real, err := filepath.EvalSymlinks(home); err == nil {
-		home = real
-	}
-	if slices.Contains(areas, home) { // (made unless /tmp is not writable)
+	if home != "" { // (made unless /tmp is not writable)
+		if real, err := filepath.EvalSymlinks(home); err == nil {
+			home = real
+		}
 		for _, a := range elsewhere(home, own, uid) {
 			if !slices.Contains(areas, a) {
 				areas = append(areas, a)
@@ -83,6 +124,47 @@ func tempAreas(parent string) (string, []string, error) {
 		}
 	}
 	return own, areas, nil
+}
+
+// areaIn returns the caller's area in the temp dir p (listed at list) and
+// the names of the areas to cover there besides: its own, or when that
+// name is taken by something not the caller's, its first suffixed one,
+// made if there is none.
+func areaIn(p, list, uid string, euid int) (string, []string, error) {
+	mine := filepath.Join(p, areaPrefix+uid)
+	err := ownArea(mine, euid, true)
+	if err == nil {
+		return mine, otherAreas(list, mine, uid), nil
+	}
+	if !errors.Is(err, errNotOwn) {
+		return "", nil, err
+	}
+	// Planted. The listing is not kept (its cache lives in the area it
+	// finds): a call pays it while the plant stays.
+	others, suffixed := listAreas(list, uid)
+	others = append(others, suffixed...) // (the caller's other runs may be in them)
+	for _, name := range suffixed {
+		if a := filepath.Join(p, name); ownArea(a, euid, false) == nil {
+			return a, others, nil
+		}
+	}
+	for try := 0; ; try++ {
+		b := make([]byte, fallbackHex/2)
+		_, _ = crand.Read(b)
+		name := areaPrefix + uid + "." + hex.EncodeToString(b)
+		a := filepath.Join(p, name)
+		err := unix.Mkdir(a, 0o711)
+		if errors.Is(err, unix.EEXIST) && try < 10 {
+			continue // taken by someone else, or by another run just now
+		}
+		if err == nil {
+			err = ownArea(a, euid, false)
+		}
+		if err != nil {
+			return "", nil, result.Errorf(result.CodeSandboxFailed, "the sandbox's temp area %s is not a directory of uid %s, and no other could be made beside it: %v", mine, uid, unwrap(err))
+		}
+		return a, append(others, name), nil
+	}
 }
 
 // A caller whose runs use more than one temp dir (TMPDIR set differently)
@@ -130,7 +212,7 @@ func elsewhere(home, own, uid string) []string {
 	}
 	var listed, live []string
 	for _, line := range strings.Split(string(data), "\n") {
-		if filepath.IsAbs(line) && filepath.Base(line) == areaPrefix+uid && !slices.Contains(listed, line) {
+		if id, _, ok := parseArea(filepath.Base(line)); ok && id == uid && filepath.IsAbs(line) && !slices.Contains(listed, line) {
 			listed = append(listed, line)
 		}
 	}
@@ -167,6 +249,9 @@ func elsewhere(home, own, uid string) []string {
 const (
 	areaCache       = "areas"
 	areaCacheMargin = 2 * time.Second
+	// areaCacheVersion starts the key: a listing kept under other rules
+	// (before every area's owner was checked) is no answer.
+	areaCacheVersion = "v2"
 )
 
 // otherAreas returns the names of the other uids' areas in dir, whose own
@@ -175,43 +260,76 @@ func otherAreas(dir, mine, uid string) []string {
 	var st unix.Stat_t
 	statErr := unix.Stat(dir, &st)
 	cache := filepath.Join(mine, areaCache)
-	key := fmt.Sprintf("%d %d %d %d", st.Dev, st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
+	key := fmt.Sprintf("%s %d %d %d %d", areaCacheVersion, st.Dev, st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
 	if statErr == nil {
 		if names, ok := readAreaCache(cache, key); ok {
 			return names
 		}
 	}
 	listed := time.Now()
-	names := listAreas(dir, uid)
+	names, suffixed := listAreas(dir, uid)
+	names = append(names, suffixed...)
 	if statErr == nil && listed.Sub(time.Unix(st.Mtim.Unix())) > areaCacheMargin {
 		writeAreaCache(cache, key, names)
 	}
 	return names
 }
 
-// listAreas lists dir for other uids' areas: without a sort or a stat per
-// entry.
-func listAreas(dir, uid string) []string {
-	names := []string{}
+// listAreas lists dir for the areas that are not the caller's own (uid's
+// unsuffixed one): other uids' (each a directory of the uid its name says,
+// at most maxFallbacks suffixed ones of each) and the caller's suffixed
+// ones (all, in name order). Without a sort or a stat of every entry: a stat of
+// each that is named like an area.
+func listAreas(dir, uid string) (others, suffixed []string) {
+	others = []string{}
+	perUID := map[string][]string{}
 	_ = scanDir(dir, func(name []byte, typ byte) {
 		if !bytes.HasPrefix(name, []byte(areaPrefix)) || typ != unix.DT_DIR && typ != unix.DT_UNKNOWN {
 			return
 		}
-		id := string(name[len(areaPrefix):])
-		if id == uid {
+		id, fallback, ok := parseArea(string(name))
+		if !ok || id == uid && !fallback {
 			return
 		}
-		if _, err := strconv.Atoi(id); err != nil {
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(dir, string(name)), &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR || strconv.FormatUint(uint64(st.Uid), 10) != id {
 			return
 		}
-		if typ == unix.DT_UNKNOWN {
-			if st, err := os.Lstat(filepath.Join(dir, string(name))); err != nil || !st.IsDir() {
-				return
-			}
+		if fallback {
+			perUID[id] = append(perUID[id], string(name))
+		} else {
+			others = append(others, string(name))
 		}
-		names = append(names, string(name))
 	})
-	return names
+	for id, names := range perUID {
+		slices.Sort(names)
+		if id == uid {
+			// Only the caller makes these, and one it cannot use (a mode
+			// open to others) must not hide the next from it.
+			suffixed = names
+		} else {
+			others = append(others, names[:min(len(names), maxFallbacks)]...)
+		}
+	}
+	return others, suffixed
+}
+
+// parseArea splits an area's name into its uid and whether it has a
+// suffix (areaPrefix, the uid in decimal, maybe "." and fallbackHex
+// lowercase hex digits); ok is false for any other name.
+func parseArea(name string) (uid string, suffixed, ok bool) {
+	rest, ok := strings.CutPrefix(name, areaPrefix)
+	if !ok {
+		return "", false, false
+	}
+	id, sfx, suffixed := strings.Cut(rest, ".")
+	if id == "" || len(id) > 10 || strings.Trim(id, "0123456789") != "" || len(id) > 1 && id[0] == '0' {
+		return "", false, false
+	}
+	if suffixed && (len(sfx) != fallbackHex || strings.Trim(sfx, "0123456789abcdef") != "") {
+		return "", false, false
+	}
+	return id, suffixed, true
 }
 
 // The cache file is the key line, one name a line, and "end": a file cut
@@ -249,7 +367,7 @@ func readAreaCache(path, key string) ([]string, bool) {
 	}
 	names := lines[1 : len(lines)-2]
 	for _, n := range names {
-		if !strings.HasPrefix(n, areaPrefix) || strings.Contains(n, "/") {
+		if _, _, ok := parseArea(n); !ok {
 			return nil, false
 		}
 	}
@@ -273,26 +391,68 @@ func writeAreaCache(path, key string, names []string) {
 	_ = unix.Ftruncate(fd, int64(len(data)))
 }
 
-// ownArea creates the caller's area at path, or checks that the one there
-// is a directory of the caller's, not a symlink or another user's plant.
-// 0711: a --user target must reach its own TMPDIR below, but not list.
-func ownArea(path string) error {
-	err := os.Mkdir(path, 0o711)
-	if err != nil && !os.IsExist(err) {
-		return result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp area %s: %v", path, unwrap(err))
+// errNotOwn: what is at an area's path is not a directory of the caller's
+// that only the caller could ever write.
+var errNotOwn = errors.New("not a directory of the caller's")
+
+// ownArea checks that path is a directory of uid's (the caller's), and
+// not a symlink, and sets it to 0711 (a --user target must reach its own
+// TMPDIR below, but not list). With create it makes the directory when
+// there is none. Anything else there (a symlink, a file, a FIFO, another
+// uid's directory, one of the caller's that others may write) is
+// errNotOwn, and left alone: a directory that was open to others may hold
+// what they put there, which the area's readers (the listing's cache, the
+// list of areas elsewhere, the spares) would take for the caller's.
+//
+// One lstat when the area is as it should be, which nothing follows (in a
+// sticky temp dir nobody else can move it); a mode is set only through a
+// descriptor opened without following a symlink and checked again.
+func ownArea(path string, uid int, create bool) error {
+	var st unix.Stat_t
+	err := unix.Lstat(path, &st)
+	if err == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR && int(st.Uid) == uid && st.Mode&0o7777 == 0o711 {
+		return nil
 	}
-	st, err := os.Lstat(path)
-	if err != nil {
-		return result.Errorf(result.CodeSandboxFailed, "temp area %s: %v", path, unwrap(err))
+	if errors.Is(err, unix.ENOENT) && create {
+		if err := unix.Mkdir(path, 0o711); err != nil && !errors.Is(err, unix.EEXIST) {
+			return result.Errorf(result.CodeSandboxFailed, "cannot create the sandbox's temp area %s: %v", path, err)
+		}
+	} else if err != nil {
+		return result.Errorf(result.CodeSandboxFailed, "temp area %s: %v", path, err)
 	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	if !st.IsDir() || !ok || int(sys.Uid) != os.Geteuid() {
-		return result.Errorf(result.CodeSandboxFailed, "temp area %s is not a directory of uid %d: remove it", path, os.Geteuid())
+	fd, err := openArea(path)
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return errNotOwn
+	case err != nil:
+		return result.Errorf(result.CodeSandboxFailed, "temp area %s: %v", path, err)
 	}
-	if st.Mode().Perm() != 0o711 {
-		if err := os.Chmod(path, 0o711); err != nil {
-			return result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", path, unwrap(err))
+	defer unix.Close(fd)
+	if err := unix.Fstat(fd, &st); err != nil {
+		return result.Errorf(result.CodeSandboxFailed, "temp area %s: %v", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != uid || st.Mode&0o022 != 0 {
+		return errNotOwn
+	}
+	if st.Mode&0o7777 != 0o711 {
+		// Made under a umask, or closed further by the caller. An O_PATH
+		// descriptor takes no fchmod; its /proc link is the very
+		// directory (a mode without read may let the caller open it no
+		// other way).
+		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), 0o711); err != nil {
+			return result.Errorf(result.CodeSandboxFailed, "chmod %s: %v", path, err)
 		}
 	}
 	return nil
+}
+
+// openArea opens path as an O_PATH descriptor of a directory, refusing a
+// symlink (ELOOP or ENOTDIR) and never opening a FIFO.
+func openArea(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if !errors.Is(err, unix.EINTR) {
+			return fd, err
+		}
+	}
 }

@@ -86,14 +86,17 @@ echo mine > "$TMPDIR/f" && cat "$TMPDIR/f"`, "sh", aTmp, area)
 }
 
 // Other uids' areas are found in a TMPDIR below a symlink too, and only
-// directories with a numeric uid count.
+// directories of the numeric uid they name count.
 func TestTempAreasOtherUIDs(t *testing.T) {
+	requireRoot(t)
 	real := t.TempDir()
 	link := filepath.Join(t.TempDir(), "link")
 	must(t, os.Symlink(real, link))
 	t.Setenv("TMPDIR", link)
 	other := filepath.Join(real, areaPrefix+"4242")
 	must(t, os.Mkdir(other, 0o711))
+	must(t, os.Chown(other, 4242, 4242))
+	must(t, os.Mkdir(filepath.Join(real, areaPrefix+"4343"), 0o711)) // root's
 	must(t, os.Mkdir(filepath.Join(real, areaPrefix+"x"), 0o711))
 	must(t, os.WriteFile(filepath.Join(real, areaPrefix+"77"), nil, 0o600))
 	must(t, os.Symlink(other, filepath.Join(real, areaPrefix+"78")))
@@ -117,6 +120,7 @@ func TestTempAreasOtherUIDs(t *testing.T) {
 // the time as it was). Setting the time back, which only root can, is
 // the only way past it: the test does that to see the cache used.
 func TestTempAreasCache(t *testing.T) {
+	requireRoot(t)
 	real := t.TempDir()
 	t.Setenv("TMPDIR", real)
 	found := func() []string {
@@ -135,6 +139,8 @@ func TestTempAreasCache(t *testing.T) {
 	plant := func(uid string, mtime time.Time) {
 		t.Helper()
 		must(t, os.Mkdir(filepath.Join(real, areaPrefix+uid), 0o711))
+		id, _ := strconv.Atoi(uid)
+		must(t, os.Chown(filepath.Join(real, areaPrefix+uid), id, id))
 		if !mtime.IsZero() {
 			must(t, os.Chtimes(real, mtime, mtime))
 		}
@@ -172,13 +178,15 @@ func TestTempAreasCache(t *testing.T) {
 	if got := found(); !slices.Equal(got, want[1:]) {
 		t.Fatalf("areas after a removal %v, want %v", got, want[1:])
 	}
-	// A cache file cut short or holding a path is no answer.
+	// A cache file cut short, holding a path or kept under the rules
+	// before the owners were checked (no version) is no answer.
 	must(t, os.Chtimes(real, past, past))
 	var ust unix.Stat_t
 	must(t, unix.Stat(real, &ust))
-	key := fmt.Sprintf("%d %d %d %d", ust.Dev, ust.Ino, ust.Mtim.Sec, ust.Mtim.Nsec)
+	key := fmt.Sprintf("%s %d %d %d %d", areaCacheVersion, ust.Dev, ust.Ino, ust.Mtim.Sec, ust.Mtim.Nsec)
 	cache := filepath.Join(real, areaPrefix+strconv.Itoa(os.Geteuid()), areaCache)
-	for _, bad := range []string{"", key + "\n" + areaPrefix + "4202\n", key + "\n" + areaPrefix + "1/../../etc\nend\n", key + "\nend"} {
+	oldKey := strings.TrimPrefix(key, areaCacheVersion+" ")
+	for _, bad := range []string{"", key + "\n" + areaPrefix + "4202\n", key + "\n" + areaPrefix + "1/../../etc\nend\n", key + "\nend", oldKey + "\n" + areaPrefix + "4202\nend\n"} {
 		must(t, os.WriteFile(cache, []byte(bad), 0o600))
 		if got := found(); !slices.Equal(got, want[1:]) {
 			t.Fatalf("cache %q: areas %v", bad, got)

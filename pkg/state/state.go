@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,8 +47,13 @@ type Dir struct {
 
 // DefaultDir returns the state directory CONTRACT §1 prescribes when no flag
 // names one: $AGENTPLANE_STATE_DIR, else $XDG_STATE_HOME/agentplane, else
-// HOME/.local/state/agentplane. getenv and home are passed in so that the
-// caller (the CLI) decides where the environment comes from.
+// ~/.local/state/agentplane. getenv and home are passed in so that the
+// caller (the CLI) decides where the environment comes from. A home that
+// is not an absolute path (HOME unset, as under cron or env -i) is the
+// user's home in the user database instead, and "" when that has none: a
+// relative one would put the environment in whatever directory the call
+// runs in, such as /tmp, where another user can make its parents first
+// and move them about.
 func DefaultDir(getenv func(string) string, home string) string {
 	if d := getenv("AGENTPLANE_STATE_DIR"); d != "" {
 		return d
@@ -55,6 +61,15 @@ func DefaultDir(getenv func(string) string, home string) string {
 	// The XDG spec says relative values are invalid and must be ignored.
 	if x := getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "agentplane")
+	}
+	if !filepath.IsAbs(home) {
+		home = ""
+		if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil && filepath.IsAbs(u.HomeDir) {
+			home = u.HomeDir
+		}
+		if home == "" {
+			return ""
+		}
 	}
 	return filepath.Join(home, ".local", "state", "agentplane")
 }

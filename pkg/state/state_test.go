@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -79,6 +80,18 @@ func TestDefaultDir(t *testing.T) {
 	for _, c := range cases {
 		if got := DefaultDir(env(c.env), "/home/u"); got != c.want {
 			t.Errorf("DefaultDir(%v) = %q, want %q", c.env, got, c.want)
+		}
+	}
+	// Without an absolute HOME (cron, env -i), the user database's home:
+	// before, ".local/state/agentplane" below the working directory, which
+	// in /tmp another user can make first.
+	u, err := user.LookupId(strconv.Itoa(os.Geteuid()))
+	if err != nil || !filepath.IsAbs(u.HomeDir) {
+		t.Skipf("no home in the user database: %v", err)
+	}
+	for _, home := range []string{"", ".", "tmp/home"} {
+		if got, want := DefaultDir(env(nil), home), filepath.Join(u.HomeDir, ".local", "state", "agentplane"); got != want {
+			t.Errorf("DefaultDir with HOME=%q = %q, want %q", home, got, want)
 		}
 	}
 }

@@ -369,4 +369,17 @@ func TestSystemConfigBaseLayer(t *testing.T) {
 			t.Errorf("%s: config files %v end without the system file", c.name, files)
 		}
 	}
+	// A relative HOME names no user file: it would be read below the
+	// working directory.
+	for _, home := range []string{".", "home", ""} {
+		env := &Env{SystemConfig: sys, LookupEnv: func(k string) (string, bool) {
+			if k == "HOME" {
+				return home, true
+			}
+			return "", false
+		}}
+		if files := env.ConfigFiles(); len(files) != 1 || !files[0].System {
+			t.Errorf("HOME=%q: config files %v, want the system file alone", home, files)
+		}
+	}
 }

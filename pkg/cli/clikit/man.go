@@ -115,7 +115,7 @@ func manPage(p *Program, c *cobra.Command) []byte {
 	}
 	writeEnvironment(&b, p, c)
 	b.WriteString(".SH FILES\n.TP\n.B $XDG_CONFIG_HOME/agentplane/config.toml\n" +
-		"The user's configuration (default \\fI~/.config/agentplane/config.toml\\fR); top\\-level keys apply to every program, a [" +
+		"The user's configuration (default \\fI~/.config/agentplane/config.toml\\fR, none when HOME is not an absolute path); top\\-level keys apply to every program, a [" +
 		roff(p.Name) + "] table to this one. Never read from the working directory.\n" +
 		".TP\n.B " + DefaultSystemConfig + "\nThe system\\-wide configuration, the base layer under the user's file (or the one " +
 		"\\fB\\-\\-config\\fR names); no variable moves it, so a sandbox_lock set here holds whatever HOME, XDG_CONFIG_HOME " +
@@ -123,7 +123,7 @@ func manPage(p *Program, c *cobra.Command) []byte {
 	if c.Flags().Lookup("state-dir") != nil {
 		b.WriteString(".TP\n.B $XDG_STATE_HOME/agentplane\nThe state directory (one environment): " +
 			"\\fB\\-\\-state\\-dir\\fR, else \\fB$AGENTPLANE_STATE_DIR\\fR, else \\fI$XDG_STATE_HOME/agentplane\\fR, " +
-			"else \\fI~/.local/state/agentplane\\fR. Created 0700 with a secret key that authenticates handles.\n")
+			"else \\fI~/.local/state/agentplane\\fR (the user database's home when HOME is not an absolute path: never below the working directory). Created 0700 with a secret key that authenticates handles.\n")
 	}
 	if n := c.Annotations[AnnotManNotes]; n != "" {
 		fmt.Fprintf(&b, ".SH NOTES\n%s\n", roff(strings.TrimSpace(n)))

@@ -476,7 +476,9 @@ func (e *Env) ConfigFiles() []ConfigFile {
 	dir := e.Getenv("XDG_CONFIG_HOME")
 	if dir == "" || !filepath.IsAbs(dir) {
 		dir = ""
-		if home := e.Getenv("HOME"); home != "" {
+		// A relative HOME would read a config file below the working
+		// directory (a repository's, /tmp's): none, as without HOME.
+		if home := e.Getenv("HOME"); filepath.IsAbs(home) {
 			dir = filepath.Join(home, ".config")
 		}
 	}

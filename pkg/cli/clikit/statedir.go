@@ -18,11 +18,15 @@ func AddStateDirFlag(cmd *cobra.Command, dir *string) {
 
 // OpenStateDir opens the environment's state directory: the flag's value,
 // else $AGENTPLANE_STATE_DIR, else $XDG_STATE_HOME/agentplane, else
-// ~/.local/state/agentplane.
+// ~/.local/state/agentplane (never one relative to the working directory:
+// state.DefaultDir).
 func (e *Env) OpenStateDir(flagValue string) (*state.Dir, error) {
 	dir := flagValue
 	if dir == "" {
 		dir = state.DefaultDir(e.Getenv, e.Getenv("HOME"))
+	}
+	if dir == "" {
+		return nil, result.Errorf(result.CodeStateDir, "no state directory: HOME is not an absolute path and the user database names no home; name one with --state-dir or AGENTPLANE_STATE_DIR")
 	}
 	d, err := state.Open(dir)
 	if err != nil {
