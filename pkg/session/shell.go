@@ -159,7 +159,8 @@ import (
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
-// call's processes get SIGINT and, after the grace, SIGKILL, and the shell
+// call's processes get SIGINT (and SIGTERM those that ignore it, as bash
+// starts & processes) and, after the grace, SIGKILL, and the shell
 // gets the interrupt signal (interruptSig: SIGRTMAX-2, which commands
 // leave alone, unlike USR1 and USR2, whose traps are the command's own)
 // and SIGCONT. Its trap (the "USR2 trap" below) raises SIGINT in the shell itself,
@@ -1609,6 +1610,15 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
 	had := tree.Signal(syscall.SIGINT) > 0
 	if had {
+		// bash starts a call's & processes with SIGINT ignored (there
+		// is no job control), so the SIGINT cannot stop them, and a
+		// call waiting for one (cmd & wait) would wait out the grace
+		// for SIGKILL where Ctrl-C at a terminal stops the wait at
+		// once: a process that ignores SIGINT gets SIGTERM too, as a
+		// one-shot call's processes do.
+		deaf := tree
+		deaf.Spare = func(p proctree.Stat) bool { return (spare != nil && spare(p)) || !ignores(p.PID, syscall.SIGINT) }
+		deaf.Signal(syscall.SIGTERM)
 		// A call process that is stopped (SIGTSTP, or frozen by the
 		// policy guard at a refused exec) would hold the SIGINT until
 		// the grace ran out: wake it to take it.
