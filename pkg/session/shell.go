@@ -245,8 +245,9 @@ import (
 // replaces the protocol's, and the call's DEBUG trap puts the protocol's
 // back before the next command, keeping the user's action the same way
 // (repairErr). Only where posix mode cannot be switched on (a readonly
-// POSIXLY_CORRECT), or after a DEBUG trap of the command's own, does the
-// user's trap still replace the protocol's in that call.
+// POSIXLY_CORRECT without a value: one with a value keeps posix mode on),
+// or after a DEBUG trap of the command's own, does the user's trap still
+// replace the protocol's in that call.
 // The call's end (callEnd) hands the user's ERR action to the server (the
 // errexit path too, for one set through the function), and from the next
 // call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
@@ -788,7 +789,10 @@ func (p callProto) callPrefix(traps userTraps) string {
 	if p.wrapTrap {
 		// Whether POSIXLY_CORRECT is readonly ("r"), read while nounset
 		// is still off (${X@a} of an unset X is an error under set -u).
-		t += `⟨V⟩ro=${POSIXLY_CORRECT@a}; ⟨V⟩ro=${⟨V⟩ro//[!r]/}; `
+		// "r" when it is also unset: posix mode is then off for good
+		// (bash cannot assign it). A readonly one with a value keeps
+		// posix mode on, which is what the repair needs.
+		t += `⟨V⟩ro=; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in r) ⟨V⟩ro=r;; esac; `
 	}
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
