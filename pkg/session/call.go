@@ -281,6 +281,7 @@ type outcome struct {
 	lost   bool // the shell lost its control channel: see gotLost, lostPrompt
 	unrun  bool // the call's descriptors could not be put in place: see gotUnrun
 	reset  bool // the shell could not be brought back and was replaced
+	stuck  bool // the command left posix mode unreachable: see stuckMark
 	ended  bool // the shell is gone (exit, exec, killed)
 }
 
@@ -361,6 +362,11 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	case out.unrun:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the command did not run: the shell could not open the call's descriptors (the descriptor limit an earlier command set, ulimit -n, is too low even once raised); the shell was restarted in its last cwd")))
+	case out.stuck:
+		// The command ran and its exit_code is its own; what is gone is
+		// the state the next call would have had.
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the command made POSIXLY_CORRECT readonly while unset, which keeps posix mode off for good, so the shell's own commands could be replaced by functions; the command ran (exit_code is its status), and the shell was restarted in its last cwd")))
 	case out.lost:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the shell could not take back its control channel after the command (a descriptor limit too low for its own redirections, a DEBUG trap that skips every command under extdebug, PROMPT_COMMAND replaced whole before an abandoned line); what the command did ran, its status is unknown, and the shell was restarted in its last cwd")))
@@ -773,6 +779,12 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			// The shell itself is stuck: replace it in the last known cwd.
 			s.resetShell(sh, &out)
 		}
+	}
+	if sh.stuck && !out.ended && !out.reset {
+		// The command left posix mode unreachable (stuckMark): no later
+		// call could run the protocol's lines as written.
+		out.stuck = true
+		s.resetShell(sh, &out)
 	}
 	if !out.ended {
 		out.cwd = s.currentShell().cwd()

@@ -408,13 +408,37 @@ func slotVars(gen string, k int) string {
 // slotNames are the variables of a call that runs on a slot's persistent
 // functions: what the call's end and the probe scrub from the next call's
 // slot (scrubNext).
-const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w y z"
+const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w x y z"
 
 // dirtyMark follows the nonce of a call's end or a probe's prompt when
 // the slot the next call runs on could not be scrubbed (a command made
 // one of its variables readonly): that call gets a new generation. A
 // nonce is hex, so the mark cannot be part of it.
 const dirtyMark = "g"
+
+// stuckMark follows the nonce (and dirtyMark) of a call's end or a
+// probe's prompt when posix mode can no longer be switched on: a
+// POSIXLY_CORRECT that is readonly and unset, which bash can neither
+// assign nor unset. The protocol's special builtins (".", exec, unset,
+// eval, trap) are then found after the command's functions, so a
+// function of one of their names would run in their place; the shell
+// is replaced after the call (session_reset).
+const stuckMark = "x"
+
+// posixStuck runs then when posix mode cannot be switched on (see
+// stuckMark). It is syntax and expansions only, so no function of the
+// command's stands in for it, and it reads ${X@a} only where nounset is
+// off.
+func posixStuck(then string) string {
+	return `case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in x*) ;; *r*) ` + then + `;; esac; `
+}
+
+// marks splits the marks off a prompt's tag.
+func marks(tag string) (base string, dirty, stuck bool) {
+	base, stuck = strings.CutSuffix(tag, stuckMark)
+	base, dirty = strings.CutSuffix(base, dirtyMark)
+	return base, dirty, stuck
+}
 
 // callProto is what the protocol text of one call is made of.
 //
@@ -722,7 +746,7 @@ func (p callProto) functions() string {
 		// line.
 		p.trapFuncs() +
 		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
-		p.reopen() + "; " + p.promptHook() + p.scrubNext() + "}; " + p.keepFunctions()
+		p.reopen() + "; " + p.promptHook() + p.scrubNext() + p.expand(posixStuck(`⟨V⟩x=1`)) + "}; " + p.keepFunctions()
 }
 
 // keepFunctions makes a slot's functions readonly, once defined: no
@@ -792,7 +816,7 @@ func (p callProto) callPrefix(traps userTraps) string {
 		// "r" when it is also unset: posix mode is then off for good
 		// (bash cannot assign it). A readonly one with a value keeps
 		// posix mode on, which is what the repair needs.
-		t += `⟨V⟩ro=; case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in r) ⟨V⟩ro=r;; esac; `
+		t += `⟨V⟩ro=; ` + posixStuck("⟨V⟩ro=r")
 	}
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
@@ -1033,7 +1057,7 @@ func callLine(p callProto, nonce string) string {
 		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
 	b.WriteString(p.scrubNext())
-	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩s"$'\n'; `))
+	b.WriteString(p.expand(posixStuck(`⟨V⟩x=1`) + `PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩s"$'\n'; `))
 	b.WriteString(p.expand(p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
@@ -1055,7 +1079,7 @@ func (p callProto) forget() string {
 
 const (
 	forget     = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; ` + forgetVars
-	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩x ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 )
 
 // probeLine asks a shell whose line was abandoned to show it is back at
@@ -1070,7 +1094,7 @@ func probeLine(p callProto, nonce string) string {
 	}
 	// The DEBUG trap goes at the top level: bash puts back the one
 	// from before when a function returns (without functrace).
-	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩r"$'\n'; `
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
@@ -1134,6 +1158,9 @@ type shell struct {
 	slot    int
 	defined bool
 	dirty   bool
+	// stuck says posix mode can no longer be switched on (stuckMark):
+	// the shell is replaced after the call.
+	stuck bool
 }
 
 // proto is the protocol of call n on sh, whose text wraps trap or not
@@ -1527,18 +1554,24 @@ func (sh *shell) evictReaders(bg []int) {
 // nonce, whatever its status field says.
 func doneTag(l, nonce string) bool {
 	f := strings.Fields(l)
-	return len(f) >= 2 && strings.TrimSuffix(f[1], dirtyMark) == tagDone+nonce
+	if len(f) < 2 {
+		return false
+	}
+	base, _, _ := marks(f[1])
+	return base == tagDone+nonce
 }
 
-// undirty is tag without its dirtyMark when it is the prompt of the call
-// with nonce or of one of the probes, and records the mark (the next call
-// gets a new generation); other tags are left as they are.
+// undirty is tag without its marks (dirtyMark, stuckMark) when it is the
+// prompt of the call with nonce or of one of the probes, and records them
+// (the next call gets a new generation, or a new shell); other tags are
+// left as they are.
 func (sh *shell) undirty(tag, nonce string, probes map[string]bool) (string, bool) {
-	t, ok := strings.CutSuffix(tag, dirtyMark)
-	if !ok || (t != tagDone+nonce && !probes[t]) {
+	t, dirty, stuck := marks(tag)
+	if (!dirty && !stuck) || (t != tagDone+nonce && !probes[t]) {
 		return tag, false
 	}
-	sh.dirty = true
+	sh.dirty = sh.dirty || dirty
+	sh.stuck = sh.stuck || stuck
 	return t, true
 }
 
@@ -1612,20 +1645,18 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
-	had := tree.Signal(syscall.SIGINT) > 0
+	// bash starts a call's & processes with SIGINT ignored (there is no
+	// job control), so the SIGINT cannot stop them, and a call waiting
+	// for one (cmd & wait) would wait out the grace for SIGKILL where
+	// Ctrl-C at a terminal stops the wait at once: a process that ignores
+	// SIGINT gets SIGTERM, as a one-shot call's processes do. First: a
+	// & subshell, (cmd; next) &, ignores SIGINT but its cmd does not, and
+	// would go on to next once the SIGINT killed cmd.
+	deaf := tree
+	deaf.Spare = func(p proctree.Stat) bool { return (spare != nil && spare(p)) || !ignores(p.PID, syscall.SIGINT) }
+	had := deaf.Signal(syscall.SIGTERM) > 0
+	had = tree.Signal(syscall.SIGINT) > 0 || had
 	if had {
-		// bash starts a call's & processes with SIGINT ignored (there
-		// is no job control), so the SIGINT cannot stop them, and a
-		// call waiting for one (cmd & wait) would wait out the grace
-		// for SIGKILL where Ctrl-C at a terminal stops the wait at
-		// once: a process that ignores SIGINT gets SIGTERM too, as a
-		// one-shot call's processes do.
-		deaf := tree
-		deaf.Spare = func(p proctree.Stat) bool { return (spare != nil && spare(p)) || !ignores(p.PID, syscall.SIGINT) }
-		deaf.Signal(syscall.SIGTERM)
-		// A call process that is stopped (SIGTSTP, or frozen by the
-		// policy guard at a refused exec) would hold the SIGINT until
-		// the grace ran out: wake it to take it.
 		tree.Signal(syscall.SIGCONT)
 		if !waitQuiet(tree, grace) {
 			tree.Signal(syscall.SIGKILL)
@@ -1743,9 +1774,10 @@ func (sh *shell) awaitProbe(sent []string, t <-chan time.Time, stop <-chan time.
 				return gotEOF, sent
 			}
 			tag, _, ok := marked(l)
-			if t, dirty := strings.CutSuffix(tag, dirtyMark); dirty && (sh.owed[t] || slices.Contains(sent, t)) {
+			if t, dirty, stuck := marks(tag); (dirty || stuck) && (sh.owed[t] || slices.Contains(sent, t)) {
 				tag = t
-				sh.dirty = true
+				sh.dirty = sh.dirty || dirty
+				sh.stuck = sh.stuck || stuck
 			}
 			if ok && sh.owed[tag] {
 				delete(sh.owed, tag)
