@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,7 +262,7 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 		s.mu.Unlock()
 	}
 	s.killShell()
-	if err := s.startShell(last); err != nil {
+	if err := s.startShell(existingDir(last)); err != nil {
 		out.ended = true
 		return
 	}
@@ -272,6 +273,20 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 	// The new shell's identity must be on disk before anyone is told:
 	// stop and the dead-server cleanup go by it.
 	_ = s.writeRecord()
+}
+
+// existingDir is dir, or, when the command removed it, the nearest
+// directory above it that still exists: a replaced shell cannot start in
+// a directory that is gone.
+func existingDir(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return dir
+		}
+	}
 }
 
 // outcome is what became of the session during a call.
