@@ -252,7 +252,10 @@ import (
 // errexit path too, for one set through the function), and from the next
 // call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
 // set -E), then carries errexit out (judged on the options at the trap,
-// kept in varsY before the trap's prefix turns them off). "! cmd" under set -e does not
+// kept in varsY before the trap's prefix turns them off: $- and
+// $SHELLOPTS, errexit read from the latter by its name, since under the
+// command's nocasematch a pattern for e in $- matches errtrace's E too,
+// which is always on in a call). "! cmd" under set -e does not
 // suspend errexit inside cmd (a list or function), since bash does that
 // only when errexit is in force.
 
@@ -736,9 +739,9 @@ func (p callProto) functions() string {
 		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$$" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
-			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
+			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*:errexit:*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:errexit:*) \exit "$⟨V⟩t";; `+
+			`*) ⟨V⟩a=${⟨V⟩y%%:*}; ⟨V⟩a=${⟨V⟩a//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
@@ -997,7 +1000,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 // options kept (xtrace off) with what they trace thrown away, then
 // varsErr, whose call is not traced.
 func (p callProto) errAction() string {
-	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$- ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
+	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$-:$SHELLOPTS: ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
