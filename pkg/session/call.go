@@ -785,6 +785,9 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		switch {
 		case ok:
+			// The interrupt trap handed on an ERR trap the command
+			// set or removed (abandonTraps), if it did.
+			c.takeTraps(sh)
 		case sh.closed || sh.gone():
 			// The shell exited or exec replaced it: what runs in its place
 			// is the call's, and goes with it.

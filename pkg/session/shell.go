@@ -736,7 +736,7 @@ func (p callProto) functions() string {
 	// ignored for good.
 	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) + p.fdsFunc() +
-		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$$" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
 			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*:errexit:*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
@@ -945,9 +945,10 @@ func (p callProto) trapFuncs() string {
 	return p.expand(trapFuncs) + p.repairErr()
 }
 
-// abandonTraps is saveTraps on the path where errexit abandons the line
-// (the call's end does not run), when the command set or removed an ERR
-// trap through the call's trap function: so that the next call has it.
+// abandonTraps is saveTraps on the paths where errexit or an interrupt
+// abandons the line (the call's end does not run), when the command set
+// or removed an ERR trap through the call's trap function (or its repair):
+// so that the next call has it.
 func (p callProto) abandonTraps() string {
 	if !p.wrapTrap || p.trapFIFO == "" {
 		return ""
