@@ -625,6 +625,14 @@ const (
 	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
 	aliasesOff = `\builtin shopt -u expand_aliases; `
+	// bracesOff removes aliases named { and }: bash expands an alias
+	// even for a reserved word, and the call's group, its end and the
+	// ERR trap are parsed with the command's aliases. It runs in posix
+	// mode with the builtins enabled, between calls: an alias the
+	// command defines reaches only the rest of its own call (the ERR
+	// trap's text, parsed when it runs). Its failure (no such alias) is
+	// no errexit (|| \:).
+	bracesOff = `{ \builtin unalias -- '{' '}'; } 2>/dev/null || \:; `
 	// plainPrompts takes away the attributes a command can give the
 	// prompt variables that would change what is assigned (declare -u
 	// PS1 would upcase the marker, -i evaluate it): case, integer,
@@ -748,7 +756,7 @@ func (p callProto) functions() string {
 		// tail's), unless the call file never ran: the one before the
 		// line.
 		p.trapFuncs() +
-		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
+		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; `+bracesOff+`case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
 		p.reopen() + "; " + p.promptHook() + p.scrubNext() + p.expand(posixStuck(`⟨V⟩x=1`)) + "}; " + p.keepFunctions()
 }
 
@@ -1054,7 +1062,7 @@ func callLine(p callProto, nonce string) string {
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
-	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + plainPrompts)
+	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + bracesOff + plainPrompts)
 	b.WriteString(unlessReadonly("PS0", ""))
 	b.WriteString(p.promptHook())
 	if p.prev != "" {
