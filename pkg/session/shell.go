@@ -61,7 +61,7 @@ import (
 // Each call is one line (NONCE is fresh random for every call, V the
 // prefix of the call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; V_n=N; PS1=$'\n'"MARK a${V_n} 0"$'\n'; [V_usr2() {...}; V_err() {...}; V_probe() {...}; \readonly -f ...;] \trap -- '\V_usr2' RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; <the next slot scrubbed>; PS1=$'\n'"MARK c${V_d+NONCE}${V_c:+g} $V_s"$'\n'; <V_ variables forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; V_n=N; PS1=$'\n'"MARK a${V_n} 0"$'\n'; [V_usr2() {...}; V_err() {...}; V_probe() {...}; \readonly -f ...;] \trap -- '{ \V_on; } 2>/dev/null; \V_usr2' RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; <the next slot scrubbed>; PS1=$'\n'"MARK c${V_d+NONCE}${V_c:+g} $V_s"$'\n'; <V_ variables forgotten, posix mode back, aliases off>; } || \:
 //
 // The functions that carry out an interrupt, errexit and a probe (and
 // their helpers) are most of the protocol's text, and parsing, copying
@@ -646,6 +646,11 @@ const (
 	raiseINT = `\builtin kill -INT "$$" 2>/dev/null; `
 )
 
+// usr2Action is the interrupt's trap (see interrupt): varsUsr2, which
+// xtrace does not trace: the options are kept and turned off first, with
+// what they trace thrown away, as the ERR trap does.
+const usr2Action = `{ \⟨V⟩on; } 2>/dev/null; \⟨V⟩usr2`
+
 // inShell sets varsA to $$ in the session's own shell and to anything
 // else in a subshell (the ERR trap exits there, as errexit would). Not by
 // BASHPID, a variable a command can unset or assign (unset BASHPID made
@@ -994,7 +999,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '\⟨V⟩usr2' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '` + usr2Action + `' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -1053,7 +1058,7 @@ func callLine(p callProto, nonce string) string {
 		o.vars, o.next = p.next, p.vars
 		b.WriteString(o.functions())
 	}
-	b.WriteString(p.expand(`\trap -- '\⟨V⟩usr2' ` + interruptSpec + `; `))
+	b.WriteString(p.expand(`\trap -- '` + usr2Action + `' ` + interruptSpec + `; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	// The call runs only once its descriptors are in place (an exec
 	// that fails changes none of them): a descriptor limit the last
