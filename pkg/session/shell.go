@@ -714,10 +714,10 @@ func (p callProto) pending() string {
 // mode, where the command's functions (exec, builtin) are found before
 // the builtins the reopen runs, and under the command's options (set -u,
 // set -x): while the call runs (varsH), the hook first keeps the options
-// and switches posix mode on (varsOn, untraced), as the probe that follows
+// and switches posix mode on (varsOn, untraced: its test too), as the probe that follows
 // does anyway, and puts back.
 func (p callProto) abandonHook() string {
-	return setHook(p.expand(`case ${⟨V⟩h+x} in x) { \⟨V⟩on; } 2>/dev/null;; esac; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
+	return setHook(p.expand(`{ case ${⟨V⟩h+x} in x) \⟨V⟩on;; esac; } 2>/dev/null; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
