@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,7 +262,7 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 		s.mu.Unlock()
 	}
 	s.killShell()
-	if err := s.startShell(last); err != nil {
+	if err := s.startShell(existingDir(last)); err != nil {
 		out.ended = true
 		return
 	}
@@ -274,6 +275,20 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 	_ = s.writeRecord()
 }
 
+// existingDir is dir, or, when the command removed it, the nearest
+// directory above it that still exists: a replaced shell cannot start in
+// a directory that is gone.
+func existingDir(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			return d
+		}
+		if d == filepath.Dir(d) {
+			return dir
+		}
+	}
+}
+
 // outcome is what became of the session during a call.
 type outcome struct {
 	cwd    string
@@ -281,6 +296,7 @@ type outcome struct {
 	lost   bool // the shell lost its control channel: see gotLost, lostPrompt
 	unrun  bool // the call's descriptors could not be put in place: see gotUnrun
 	reset  bool // the shell could not be brought back and was replaced
+	stuck  bool // the command left posix mode unreachable: see stuckMark
 	ended  bool // the shell is gone (exit, exec, killed)
 }
 
@@ -361,6 +377,11 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	case out.unrun:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the command did not run: the shell could not open the call's descriptors (the descriptor limit an earlier command set, ulimit -n, is too low even once raised); the shell was restarted in its last cwd")))
+	case out.stuck:
+		// The command ran and its exit_code is its own; what is gone is
+		// the state the next call would have had.
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"the command made POSIXLY_CORRECT readonly while unset, which keeps posix mode off for good, so the shell's own commands could be replaced by functions; the command ran (exit_code is its status), and the shell was restarted in its last cwd")))
 	case out.lost:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the shell could not take back its control channel after the command (a descriptor limit too low for its own redirections, a DEBUG trap that skips every command under extdebug, PROMPT_COMMAND replaced whole before an abandoned line); what the command did ran, its status is unknown, and the shell was restarted in its last cwd")))
@@ -766,6 +787,9 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 		}
 		switch {
 		case ok:
+			// The interrupt trap handed on an ERR trap the command
+			// set or removed (abandonTraps), if it did.
+			c.takeTraps(sh)
 		case sh.closed || sh.gone():
 			// The shell exited or exec replaced it: what runs in its place
 			// is the call's, and goes with it.
@@ -775,6 +799,12 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			// The shell itself is stuck: replace it in the last known cwd.
 			s.resetShell(sh, &out)
 		}
+	}
+	if sh.stuck && !out.ended && !out.reset {
+		// The command left posix mode unreachable (stuckMark): no later
+		// call could run the protocol's lines as written.
+		out.stuck = true
+		s.resetShell(sh, &out)
 	}
 	if !out.ended {
 		out.cwd = s.currentShell().cwd()

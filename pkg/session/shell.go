@@ -61,7 +61,7 @@ import (
 // Each call is one line (NONCE is fresh random for every call, V the
 // prefix of the call's variables and functions; see callLine):
 //
-//	V_p=...; <posix mode on, builtins enabled, aliases off>; V_n=N; PS1=$'\n'"MARK a${V_n} 0"$'\n'; [V_usr2() {...}; V_err() {...}; V_probe() {...}; \readonly -f ...;] \trap -- '\V_usr2' RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; <the next slot scrubbed>; PS1=$'\n'"MARK c${V_d+NONCE}${V_c:+g} $V_s"$'\n'; <V_ variables forgotten, posix mode back, aliases off>; } || \:
+//	V_p=...; <posix mode on, builtins enabled, aliases off>; V_n=N; PS1=$'\n'"MARK a${V_n} 0"$'\n'; [V_usr2() {...}; V_err() {...}; V_probe() {...}; \readonly -f ...;] \trap -- '{ \V_on; } 2>/dev/null; \V_usr2' RTMAX-2; PROMPT_COMMAND=([999999]='\exec 0<CTLIN 1>CTLOUT 2>&1'); \exec 0<IN 1>OUT 2>ERR 255>&-; { \. CALL; V_s=$?; <options kept>; \exec 0<CTLIN 1>CTLOUT 2>&1; ...; <the next slot scrubbed>; PS1=$'\n'"MARK c${V_d+NONCE}${V_c:+g} $V_s"$'\n'; <V_ variables forgotten, posix mode back, aliases off>; } || \:
 //
 // The functions that carry out an interrupt, errexit and a probe (and
 // their helpers) are most of the protocol's text, and parsing, copying
@@ -159,7 +159,8 @@ import (
 //
 // Interrupting a call (timeout, cancellation): the shell is stopped
 // (SIGSTOP) so that it cannot start the next command of the list, the
-// call's processes get SIGINT and, after the grace, SIGKILL, and the shell
+// call's processes get SIGINT (and SIGTERM those that ignore it, as bash
+// starts & processes) and, after the grace, SIGKILL, and the shell
 // gets the interrupt signal (interruptSig: SIGRTMAX-2, which commands
 // leave alone, unlike USR1 and USR2, whose traps are the command's own)
 // and SIGCONT. Its trap (the "USR2 trap" below) raises SIGINT in the shell itself,
@@ -244,13 +245,17 @@ import (
 // replaces the protocol's, and the call's DEBUG trap puts the protocol's
 // back before the next command, keeping the user's action the same way
 // (repairErr). Only where posix mode cannot be switched on (a readonly
-// POSIXLY_CORRECT), or after a DEBUG trap of the command's own, does the
-// user's trap still replace the protocol's in that call.
+// POSIXLY_CORRECT without a value: one with a value keeps posix mode on),
+// or after a DEBUG trap of the command's own, does the user's trap still
+// replace the protocol's in that call.
 // The call's end (callEnd) hands the user's ERR action to the server (the
 // errexit path too, for one set through the function), and from the next
 // call on the protocol's ERR trap runs it first, with $? the failing status, wherever it runs (so as under
 // set -E), then carries errexit out (judged on the options at the trap,
-// kept in varsY before the trap's prefix turns them off). "! cmd" under set -e does not
+// kept in varsY before the trap's prefix turns them off: $- and
+// $SHELLOPTS, errexit read from the latter by its name, since under the
+// command's nocasematch a pattern for e in $- matches errtrace's E too,
+// which is always on in a call). "! cmd" under set -e does not
 // suspend errexit inside cmd (a list or function), since bash does that
 // only when errexit is in force.
 
@@ -417,13 +422,37 @@ func slotVars(gen string, k int) string {
 // slotNames are the variables of a call that runs on a slot's persistent
 // functions: what the call's end and the probe scrub from the next call's
 // slot (scrubNext).
-const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w y z"
+const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w x y z"
 
 // dirtyMark follows the nonce of a call's end or a probe's prompt when
 // the slot the next call runs on could not be scrubbed (a command made
 // one of its variables readonly): that call gets a new generation. A
 // nonce is hex, so the mark cannot be part of it.
 const dirtyMark = "g"
+
+// stuckMark follows the nonce (and dirtyMark) of a call's end or a
+// probe's prompt when posix mode can no longer be switched on: a
+// POSIXLY_CORRECT that is readonly and unset, which bash can neither
+// assign nor unset. The protocol's special builtins (".", exec, unset,
+// eval, trap) are then found after the command's functions, so a
+// function of one of their names would run in their place; the shell
+// is replaced after the call (session_reset).
+const stuckMark = "x"
+
+// posixStuck runs then when posix mode cannot be switched on (see
+// stuckMark). It is syntax and expansions only, so no function of the
+// command's stands in for it, and it reads ${X@a} only where nounset is
+// off.
+func posixStuck(then string) string {
+	return `case ${POSIXLY_CORRECT+x}${POSIXLY_CORRECT@a} in x*) ;; *r*) ` + then + `;; esac; `
+}
+
+// marks splits the marks off a prompt's tag.
+func marks(tag string) (base string, dirty, stuck bool) {
+	base, stuck = strings.CutSuffix(tag, stuckMark)
+	base, dirty = strings.CutSuffix(base, dirtyMark)
+	return base, dirty, stuck
+}
 
 // callProto is what the protocol text of one call is made of.
 //
@@ -607,6 +636,14 @@ const (
 	posixBack = `\unset ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; `
 	// aliasesOff: no aliases between calls (stashOpts kept the setting).
 	aliasesOff = `\builtin shopt -u expand_aliases; `
+	// bracesOff removes aliases named { and }: bash expands an alias
+	// even for a reserved word, and the call's group, its end and the
+	// ERR trap are parsed with the command's aliases. It runs in posix
+	// mode with the builtins enabled, between calls: an alias the
+	// command defines reaches only the rest of its own call (the ERR
+	// trap's text, parsed when it runs). Its failure (no such alias) is
+	// no errexit (|| \:).
+	bracesOff = `{ \builtin unalias -- '{' '}'; } 2>/dev/null || \:; `
 	// plainPrompts takes away the attributes a command can give the
 	// prompt variables that would change what is assigned (declare -u
 	// PS1 would upcase the marker, -i evaluate it): case, integer,
@@ -619,6 +656,11 @@ const (
 	// is a variable a command can unset or assign).
 	raiseINT = `\builtin kill -INT "$$" 2>/dev/null; `
 )
+
+// usr2Action is the interrupt's trap (see interrupt): varsUsr2, which
+// xtrace does not trace: the options are kept and turned off first, with
+// what they trace thrown away, as the ERR trap does.
+const usr2Action = `{ \⟨V⟩on; } 2>/dev/null; \⟨V⟩usr2`
 
 // inShell sets varsA to $$ in the session's own shell and to anything
 // else in a subshell (the ERR trap exits there, as errexit would). Not by
@@ -683,10 +725,10 @@ func (p callProto) pending() string {
 // mode, where the command's functions (exec, builtin) are found before
 // the builtins the reopen runs, and under the command's options (set -u,
 // set -x): while the call runs (varsH), the hook first keeps the options
-// and switches posix mode on (varsOn, untraced), as the probe that follows
+// and switches posix mode on (varsOn, untraced: its test too), as the probe that follows
 // does anyway, and puts back.
 func (p callProto) abandonHook() string {
-	return setHook(p.expand(`case ${⟨V⟩h+x} in x) { \⟨V⟩on; } 2>/dev/null;; esac; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
+	return setHook(p.expand(`{ case ${⟨V⟩h+x} in x) \⟨V⟩on;; esac; } 2>/dev/null; `) + p.reopen() + p.expand("; case ${⟨V⟩h+x} in x) PS1=") + p.pending() + ";; esac")
 }
 
 // promptsOff takes away, on the paths that abandon a line (the USR2 and
@@ -718,20 +760,20 @@ func (p callProto) functions() string {
 	// ignored for good.
 	back := p.reopen() + "; " + p.promptsOff() + p.expand(posixBack+aliasesOff)
 	return p.expand(`⟨V⟩on() { `+stashOpts+posixOn+enableBuiltins+`}; `) + p.fdsFunc() +
-		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; ⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(`⟨V⟩usr2() { ⟨V⟩on; \trap - DEBUG; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(`\builtin kill -0 "$$" 2>/dev/null || { \trap '' INT; while \:; do \:; done; }; `+raiseINT+`}; `) +
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
-			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*e*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
-		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:*e*) \exit "$⟨V⟩t";; `+
-			`*) ⟨V⟩a=${⟨V⟩y//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
+			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*:errexit:*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
+		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:errexit:*) \exit "$⟨V⟩t";; `+
+			`*) ⟨V⟩a=${⟨V⟩y%%:*}; ⟨V⟩a=${⟨V⟩a//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
 		// tail's), unless the call file never ran: the one before the
 		// line.
 		p.trapFuncs() +
-		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
-		p.reopen() + "; " + p.promptHook() + p.scrubNext() + "}; " + p.keepFunctions()
+		p.expand(`⟨V⟩probe() { ⟨V⟩on; \trap - ERR; `+bracesOff+`case ${⟨V⟩d+d} in "") ⟨V⟩q=${⟨V⟩p-$⟨V⟩q};; esac; `+plainPrompts+`\eval "${⟨V⟩int-}"; `) +
+		p.reopen() + "; " + p.promptHook() + p.scrubNext() + p.expand(posixStuck(`⟨V⟩x=1`)) + "}; " + p.keepFunctions()
 }
 
 // keepFunctions makes a slot's functions readonly, once defined: no
@@ -798,7 +840,10 @@ func (p callProto) callPrefix(traps userTraps) string {
 	if p.wrapTrap {
 		// Whether POSIXLY_CORRECT is readonly ("r"), read while nounset
 		// is still off (${X@a} of an unset X is an error under set -u).
-		t += `⟨V⟩ro=${POSIXLY_CORRECT@a}; ⟨V⟩ro=${⟨V⟩ro//[!r]/}; `
+		// "r" when it is also unset: posix mode is then off for good
+		// (bash cannot assign it). A readonly one with a value keeps
+		// posix mode on, which is what the repair needs.
+		t += `⟨V⟩ro=; ` + posixStuck("⟨V⟩ro=r")
 	}
 	if p.prev != "" {
 		// "set -" alone changes nothing here: -x and -v are off.
@@ -924,9 +969,10 @@ func (p callProto) trapFuncs() string {
 	return p.expand(trapFuncs) + p.repairErr()
 }
 
-// abandonTraps is saveTraps on the path where errexit abandons the line
-// (the call's end does not run), when the command set or removed an ERR
-// trap through the call's trap function: so that the next call has it.
+// abandonTraps is saveTraps on the paths where errexit or an interrupt
+// abandons the line (the call's end does not run), when the command set
+// or removed an ERR trap through the call's trap function (or its repair):
+// so that the next call has it.
 func (p callProto) abandonTraps() string {
 	if !p.wrapTrap || p.trapFIFO == "" {
 		return ""
@@ -964,7 +1010,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '\⟨V⟩usr2' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '` + usr2Action + `' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -979,7 +1025,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 // options kept (xtrace off) with what they trace thrown away, then
 // varsErr, whose call is not traced.
 func (p callProto) errAction() string {
-	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$- ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
+	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$-:$SHELLOPTS: ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -1023,7 +1069,7 @@ func callLine(p callProto, nonce string) string {
 		o.vars, o.next = p.next, p.vars
 		b.WriteString(o.functions())
 	}
-	b.WriteString(p.expand(`\trap -- '\⟨V⟩usr2' ` + interruptSpec + `; `))
+	b.WriteString(p.expand(`\trap -- '` + usr2Action + `' ` + interruptSpec + `; `))
 	b.WriteString(p.expand(`⟨V⟩h=1; `) + p.abandonHook())
 	// The call runs only once its descriptors are in place (an exec
 	// that fails changes none of them): a descriptor limit the last
@@ -1032,14 +1078,14 @@ func callLine(p callProto, nonce string) string {
 	// The options are kept with stderr away: -x would trace it.
 	b.WriteString(`{ \. ` + shellQuote(p.script) + p.expand(`; { ⟨V⟩s=${⟨V⟩g-$?}; ⟨V⟩e=1; `+stashOpts+`} 2>/dev/null; `+posixOn+enableBuiltins))
 	b.WriteString(p.reopen() + "; ")
-	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + plainPrompts)
+	b.WriteString(`\trap - DEBUG; \unset TMOUT; ` + bracesOff + plainPrompts)
 	b.WriteString(unlessReadonly("PS0", ""))
 	b.WriteString(p.promptHook())
 	if p.prev != "" {
 		b.WriteString(p.expand(`\unset ⟨Q⟩o; `))
 	}
 	b.WriteString(p.scrubNext())
-	b.WriteString(p.expand(`PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩s"$'\n'; `))
+	b.WriteString(p.expand(posixStuck(`⟨V⟩x=1`) + `PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩s"$'\n'; `))
 	b.WriteString(p.expand(p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
@@ -1061,7 +1107,7 @@ func (p callProto) forget() string {
 
 const (
 	forget     = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; ` + forgetVars
-	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩x ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 )
 
 // probeLine asks a shell whose line was abandoned to show it is back at
@@ -1076,7 +1122,7 @@ func probeLine(p callProto, nonce string) string {
 	}
 	// The DEBUG trap goes at the top level: bash puts back the one
 	// from before when a function returns (without functrace).
-	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `} $⟨V⟩r"$'\n'; `
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
@@ -1142,6 +1188,9 @@ type shell struct {
 	dirty   bool
 	// recoverBound is Spec.RecoverWait (see recoverWait).
 	recoverBound time.Duration
+	// stuck says posix mode can no longer be switched on (stuckMark):
+	// the shell is replaced after the call.
+	stuck bool
 }
 
 // proto is the protocol of call n on sh, whose text wraps trap or not
@@ -1535,18 +1584,24 @@ func (sh *shell) evictReaders(bg []int) {
 // nonce, whatever its status field says.
 func doneTag(l, nonce string) bool {
 	f := strings.Fields(l)
-	return len(f) >= 2 && strings.TrimSuffix(f[1], dirtyMark) == tagDone+nonce
+	if len(f) < 2 {
+		return false
+	}
+	base, _, _ := marks(f[1])
+	return base == tagDone+nonce
 }
 
-// undirty is tag without its dirtyMark when it is the prompt of the call
-// with nonce or of one of the probes, and records the mark (the next call
-// gets a new generation); other tags are left as they are.
+// undirty is tag without its marks (dirtyMark, stuckMark) when it is the
+// prompt of the call with nonce or of one of the probes, and records them
+// (the next call gets a new generation, or a new shell); other tags are
+// left as they are.
 func (sh *shell) undirty(tag, nonce string, probes map[string]bool) (string, bool) {
-	t, ok := strings.CutSuffix(tag, dirtyMark)
-	if !ok || (t != tagDone+nonce && !probes[t]) {
+	t, dirty, stuck := marks(tag)
+	if (!dirty && !stuck) || (t != tagDone+nonce && !probes[t]) {
 		return tag, false
 	}
-	sh.dirty = true
+	sh.dirty = sh.dirty || dirty
+	sh.stuck = sh.stuck || stuck
 	return t, true
 }
 
@@ -1620,11 +1675,18 @@ func (sh *shell) interrupt(grace time.Duration, spare func(proctree.Stat) bool) 
 	}
 	_ = syscall.Kill(pid, syscall.SIGSTOP)
 	tree := proctree.Tree{Root: os.Getpid(), Spare: spare}
-	had := tree.Signal(syscall.SIGINT) > 0
+	// bash starts a call's & processes with SIGINT ignored (there is no
+	// job control), so the SIGINT cannot stop them, and a call waiting
+	// for one (cmd & wait) would wait out the grace for SIGKILL where
+	// Ctrl-C at a terminal stops the wait at once: a process that ignores
+	// SIGINT gets SIGTERM, as a one-shot call's processes do. First: a
+	// & subshell, (cmd; next) &, ignores SIGINT but its cmd does not, and
+	// would go on to next once the SIGINT killed cmd.
+	deaf := tree
+	deaf.Spare = func(p proctree.Stat) bool { return (spare != nil && spare(p)) || !ignores(p.PID, syscall.SIGINT) }
+	had := deaf.Signal(syscall.SIGTERM) > 0
+	had = tree.Signal(syscall.SIGINT) > 0 || had
 	if had {
-		// A call process that is stopped (SIGTSTP, or frozen by the
-		// policy guard at a refused exec) would hold the SIGINT until
-		// the grace ran out: wake it to take it.
 		tree.Signal(syscall.SIGCONT)
 		if !waitQuiet(tree, grace) {
 			tree.Signal(syscall.SIGKILL)
@@ -1742,9 +1804,10 @@ func (sh *shell) awaitProbe(sent []string, t <-chan time.Time, stop <-chan time.
 				return gotEOF, sent
 			}
 			tag, _, ok := marked(l)
-			if t, dirty := strings.CutSuffix(tag, dirtyMark); dirty && (sh.owed[t] || slices.Contains(sent, t)) {
+			if t, dirty, stuck := marks(tag); (dirty || stuck) && (sh.owed[t] || slices.Contains(sent, t)) {
 				tag = t
-				sh.dirty = true
+				sh.dirty = sh.dirty || dirty
+				sh.stuck = sh.stuck || stuck
 			}
 			if ok && sh.owed[tag] {
 				delete(sh.owed, tag)

@@ -10,12 +10,24 @@ import (
 // catches reports whether process pid has a handler for sig (the SigCgt
 // mask of /proc/PID/status); ok is false when that cannot be read.
 func catches(pid int, sig syscall.Signal) (caught, ok bool) {
+	return inMask(pid, "SigCgt:", sig)
+}
+
+// ignores reports whether process pid ignores sig (the SigIgn mask).
+func ignores(pid int, sig syscall.Signal) bool {
+	ign, _ := inMask(pid, "SigIgn:", sig)
+	return ign
+}
+
+// inMask reports whether sig is in the signal mask field of
+// /proc/PID/status; ok is false when that cannot be read.
+func inMask(pid int, field string, sig syscall.Signal) (in, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return false, false
 	}
 	for _, l := range bytes.Split(b, []byte("\n")) {
-		if v, found := bytes.CutPrefix(l, []byte("SigCgt:")); found {
+		if v, found := bytes.CutPrefix(l, []byte(field)); found {
 			mask, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
 			if err != nil {
 				return false, false

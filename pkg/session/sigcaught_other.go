@@ -7,6 +7,9 @@ import "syscall"
 // catches cannot tell on this system: the interrupt goes by the trap.
 func catches(pid int, sig syscall.Signal) (caught, ok bool) { return false, false }
 
+// ignores cannot tell on this system: such a process waits for SIGKILL.
+func ignores(pid int, sig syscall.Signal) bool { return false }
+
 // exePath is unknown on this system.
 func exePath(pid int) string { return "" }
 
