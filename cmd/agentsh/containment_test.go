@@ -745,6 +745,12 @@ func TestSandboxEndLeavesNothing(t *testing.T) {
 		t.Skip("the sandbox is not enforceable here")
 	}
 	dir, exe := publicDir(t)
+	// The workspace beside the program, not the directory holding it (a
+	// writable root that holds agentplane's programs is refused).
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	tag := fmt.Sprintf("agentsh-end-%d", time.Now().UnixNano())
 	script := `sh -c 'sleep 600; :' ` + tag + ` &
 setsid sh -c 'trap "" TERM HUP; sleep 600; :' ` + tag + ` &
@@ -753,7 +759,7 @@ nohup sh -c 'sleep 600; :' ` + tag + ` >/dev/null 2>&1 &
 exit 3`
 	for _, net := range []string{"none", "host"} {
 		t.Run("net-"+net, func(t *testing.T) {
-			cmd := exec.Command(exe, "--timeout", "10m", "--sandbox", "workspace-write", "--net", net, "--cwd", dir, "--", "sh", "-c", script)
+			cmd := exec.Command(exe, "--timeout", "10m", "--sandbox", "workspace-write", "--net", net, "--cwd", ws, "--", "sh", "-c", script)
 			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
 			out, err := cmd.Output()
 			var ee *exec.ExitError
