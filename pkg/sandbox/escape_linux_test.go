@@ -1225,3 +1225,41 @@ func TestEscapeLoaderEnvHelper(t *testing.T) {
 		t.Errorf("the command's environment lost the loader's variables: %q", got)
 	}
 }
+
+// TestEscapeCacheRootHiddenParent: with the user's own caches writable
+// (user_caches), a --deny-read file two levels below one
+// (~/.cache/huggingface/token) was covered, but the directory above it,
+// inside that writable root, was not pinned: only the workspace's and the
+// --allow-write roots' were. The command renamed it aside (the cover goes
+// with it in its own namespace), and the next run, which hides the path,
+// found nothing there and read the file under the new name. Every
+// writable root's directories above a hidden path are pinned (EBUSY).
+func TestEscapeCacheRootHiddenParent(t *testing.T) {
+	requireSandbox(t)
+	for _, mode := range []string{ModeReadOnly, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			parent, ws, _ := dirs(t)
+			home := filepath.Join(parent, "home")
+			cache := filepath.Join(home, ".cache")
+			secret := filepath.Join(cache, "huggingface", "token")
+			must(t, os.MkdirAll(filepath.Dir(secret), 0o755))
+			must(t, os.WriteFile(secret, []byte("TOPSECRET"), 0o600))
+			t.Setenv("HOME", home)
+			t.Setenv("XDG_CACHE_HOME", "")
+			t.Setenv("GOMODCACHE", filepath.Join(home, "go", "pkg", "mod"))
+			t.Setenv("GOCACHE", "")
+			p := Policy{Mode: mode, Workspace: ws, UserCaches: true, DenyRead: []string{secret}}
+			if mode == ModeReadOnly {
+				p.Workspace = ""
+			}
+			res, _ := sandboxed(t, p, ws, "sh", "-c", `mv `+cache+`/huggingface `+cache+`/hf 2>/dev/null && echo renamed || echo denied; echo end`)
+			if o := out(res); o != "denied\nend\n" {
+				t.Errorf("a directory above a hidden path in a writable cache was renamed: %q", o)
+			}
+			res, _ = sandboxed(t, p, ws, "sh", "-c", `cat `+cache+`/hf/token `+secret+` 2>/dev/null; echo end`)
+			if o := out(res); strings.Contains(o, "TOPSECRET") || !strings.Contains(o, "end\n") {
+				t.Errorf("the next run read the hidden file: %q", o)
+			}
+		})
+	}
+}

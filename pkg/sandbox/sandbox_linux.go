@@ -57,16 +57,17 @@ type builder struct {
 	self string
 	sp   spec
 
-	report    map[string]any
-	area      string    // the caller's temp area
-	git       *gitWatch // what the end checks for planted git metadata
-	base      string    // private directory, removed by cleanup
-	cgroups   []string  // created cgroup directories, removed by cleanup
-	memCgroup string
-	pidCgroup string
-	sweep     bool      // sweep leftovers of killed runners (sweepDue)
-	net       *netProxy // with --net proxy, closed by cleanup
-	netEnv    []string  // the proxy's variables for the command
+	report     map[string]any
+	area       string    // the caller's temp area
+	git        *gitWatch // what the end checks for planted git metadata
+	base       string    // private directory, removed by cleanup
+	cgroups    []string  // created cgroup directories, removed by cleanup
+	memCgroup  string
+	pidCgroup  string
+	sweep      bool      // sweep leftovers of killed runners (sweepDue)
+	cacheRoots []string  // the toolchain caches' writable roots (real paths)
+	net        *netProxy // with --net proxy, closed by cleanup
+	netEnv     []string  // the proxy's variables for the command
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -191,6 +192,7 @@ func (b *builder) build() (*Prepared, error) {
 			return nil, err
 		}
 		writable = append(writable, cacheRoots...)
+		b.cacheRoots = cacheRoots
 		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
 		b.sp.WriteFiles = p.WriteFiles
@@ -509,18 +511,34 @@ func (b *builder) control() error {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
+	var roots, nested []string
 	if b.p.Mode == ModeWorkspaceWrite {
-		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
-		// Not the program's own hidden files in the temp areas (the
-		// helper's status file), which the areas' covers hide already.
-		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
-			return under(p, b.sp.TempAreas)
-		})
-		// The temp areas too: one inside a writable root (a TMPDIR in the
-		// workspace) is covered where it is, and a directory above it
-		// renamed aside would take it where the next run, which covers
-		// the areas it knows by their paths, does not look.
-		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite, b.sp.TempAreas), slices.Concat(covered, b.sp.TempAreas))
+		roots, nested = append([]string{b.p.Workspace}, b.p.AllowWrite...), b.p.AllowWrite
+	}
+	if len(roots) == 0 && len(b.cacheRoots) == 0 {
+		return nil
+	}
+	// Not the program's own hidden files in the temp areas (the
+	// helper's status file), which the areas' covers hide already.
+	covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
+		return under(p, b.sp.TempAreas)
+	})
+	// The temp areas too: one inside a writable root (a TMPDIR in the
+	// workspace) is covered where it is, and a directory above it
+	// renamed aside would take it where the next run, which covers the
+	// areas it knows by their paths, does not look.
+	targets := slices.Concat(covered, nested, b.sp.TempAreas)
+	// The user's own caches (user_caches) are writable roots in both
+	// modes, and may hold a hidden file (~/.cache/huggingface/token):
+	// their directories above one are pinned as well. (Real paths
+	// already; only those that hold a target cost anything.)
+	for _, r := range b.cacheRoots {
+		if slices.ContainsFunc(targets, func(p string) bool { return strings.HasPrefix(p, r+string(filepath.Separator)) }) {
+			roots = append(roots, r)
+		}
+	}
+	if len(roots) > 0 {
+		b.sp.Pinned = pinParents(b.sp.Pinned, roots, targets, slices.Concat(covered, b.sp.TempAreas))
 	}
 	return nil
 }
