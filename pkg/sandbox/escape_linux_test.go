@@ -1263,3 +1263,53 @@ func TestEscapeCacheRootHiddenParent(t *testing.T) {
 		})
 	}
 }
+
+// TestEscapeDenyReadMissingAtPrepare: a --deny-read file missing when a
+// job started (the user makes ~/.aws/credentials later) was never hidden
+// at the job's restarts, which record again only the paths hidden at the
+// start: the restarted command read it, where a new call would have had
+// it covered. A later start hides it once it is there.
+func TestEscapeDenyReadMissingAtPrepare(t *testing.T) {
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	secret := filepath.Join(ws, "conf", "key")
+	secretOut := filepath.Join(outside, "creds", "key")
+	must(t, os.MkdirAll(filepath.Dir(secret), 0o755))
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, DenyRead: []string{secret, filepath.Dir(secretOut)}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(prep.Cleanup)
+	start := func(script string) string {
+		t.Helper()
+		files, started, err := prep.Launch()
+		if err != nil {
+			t.Fatalf("Launch: %v", err)
+		}
+		res, err := run.Run(context.Background(), run.Request{
+			Argv: prep.Argv([]string{"sh", "-c", script}), Dir: ws,
+			Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+			Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+		})
+		started()
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if ferr := prep.Failure(); ferr != nil {
+			t.Fatalf("helper failure: %v (stderr %q)", ferr, text(res.Stderr))
+		}
+		return out(res)
+	}
+	// The first run: the parent of the missing file is pinned.
+	if o := start(`mv conf conf.old 2>/dev/null && echo renamed || echo denied`); o != "denied\n" {
+		t.Errorf("the directory above a missing --deny-read file was renamed: %q", o)
+		must(t, os.Rename(filepath.Join(ws, "conf.old"), filepath.Join(ws, "conf")))
+	}
+	// The user's tools make the files between the runs.
+	must(t, os.WriteFile(secret, []byte("TOPSECRET"), 0o600))
+	must(t, os.MkdirAll(filepath.Dir(secretOut), 0o700))
+	must(t, os.WriteFile(secretOut, []byte("TOPSECRET"), 0o600))
+	if o := start(`cat ` + secret + ` ` + secretOut + ` 2>/dev/null; echo end`); strings.Contains(o, "TOPSECRET") || o != "end\n" {
+		t.Errorf("the restarted command read a --deny-read file made after the start: %q", o)
+	}
+}

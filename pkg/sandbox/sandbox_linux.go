@@ -64,10 +64,13 @@ type builder struct {
 	cgroups    []string  // created cgroup directories, removed by cleanup
 	memCgroup  string
 	pidCgroup  string
-	sweep      bool      // sweep leftovers of killed runners (sweepDue)
-	cacheRoots []string  // the toolchain caches' writable roots (real paths)
-	net        *netProxy // with --net proxy, closed by cleanup
-	netEnv     []string  // the proxy's variables for the command
+	sweep      bool     // sweep leftovers of killed runners (sweepDue)
+	cacheRoots []string // the toolchain caches' writable roots (real paths)
+	// missingDeny are the --deny-read paths missing when the run was
+	// prepared: a later start (refresh) hides those there by then.
+	missingDeny []string
+	net         *netProxy // with --net proxy, closed by cleanup
+	netEnv      []string  // the proxy's variables for the command
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -226,6 +229,7 @@ func (b *builder) build() (*Prepared, error) {
 				// Nothing to hide; outside the writable paths it cannot
 				// appear during the run either.
 				missing = append(missing, path)
+				b.missingDeny = append(b.missingDeny, path)
 				continue
 			}
 			if err := b.hide(path); err != nil {
@@ -341,7 +345,7 @@ func (b *builder) build() (*Prepared, error) {
 		},
 	}
 	prep.useHelper(self, sp)
-	prep.refresh = refresher(prep.spec)
+	prep.refresh = refresher(prep.spec, b.missingDeny)
 	return prep, nil
 }
 
@@ -353,11 +357,18 @@ func (b *builder) build() (*Prepared, error) {
 // run's command cannot have moved them: only a process outside the
 // sandbox replaced them. A protected path that is gone fails the start
 // (the command could create it); a hidden one that is gone has nothing
-// to hide, and is covered again once it is back. The writable roots keep
-// the identities the lock's floor was checked on.
-func refresher(sp *spec) func() error {
+// to hide, and is covered again once it is back; so is a --deny-read path
+// missing when the run was prepared (missing), once it is there (a file
+// the user made since the job started). The writable roots keep the
+// identities the lock's floor was checked on.
+func refresher(sp *spec, missing []string) func() error {
 	hidden := slices.Clone(sp.Hidden)
-	if len(sp.ReadOnly) == 0 && len(hidden) == 0 {
+	missing = slices.DeleteFunc(slices.Clone(missing), func(p string) bool {
+		// Those covered by their path (below the helper's own mounts, in
+		// a temp area) or inside a hidden directory: nothing to add.
+		return under(p, helperMounts) || under(p, sp.TempAreas) || under(p, hidden)
+	})
+	if len(sp.ReadOnly) == 0 && len(hidden) == 0 && len(missing) == 0 {
 		return nil
 	}
 	return func() error {
@@ -378,6 +389,25 @@ func refresher(sp *spec) func() error {
 			}
 			if err != nil {
 				return result.Errorf(result.CodeSandboxFailed, "hidden path %s cannot be checked again for this start: %v", path, unwrap(err))
+			}
+			paths, ids = append(paths, path), append(ids, id)
+		}
+		for _, path := range missing {
+			if under(path, paths) {
+				continue
+			}
+			// (A symlink or anything else that cannot be opened without
+			// following one is not hidden: what it leads to is hidden by
+			// its own path if it is to be.)
+			id, err := identify(path)
+			if err != nil {
+				continue
+			}
+			for i := 0; i < len(paths); i++ {
+				if under(paths[i], []string{path}) {
+					paths, ids = slices.Delete(paths, i, i+1), slices.Delete(ids, i, i+1)
+					i--
+				}
 			}
 			paths, ids = append(paths, path), append(ids, id)
 		}
@@ -527,7 +557,10 @@ func (b *builder) control() error {
 	// workspace) is covered where it is, and a directory above it
 	// renamed aside would take it where the next run, which covers the
 	// areas it knows by their paths, does not look.
-	targets := slices.Concat(covered, nested, b.sp.TempAreas)
+	// A --deny-read path missing now is hidden at a later start once it
+	// is there (refresher): the directories above it that exist are
+	// pinned as well.
+	targets := slices.Concat(covered, nested, b.sp.TempAreas, b.missingDeny)
 	// The user's own caches (user_caches) are writable roots in both
 	// modes, and may hold a hidden file (~/.cache/huggingface/token):
 	// their directories above one are pinned as well. (Real paths
