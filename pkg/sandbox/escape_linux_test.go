@@ -1313,3 +1313,60 @@ func TestEscapeDenyReadMissingAtPrepare(t *testing.T) {
 		t.Errorf("the restarted command read a --deny-read file made after the start: %q", o)
 	}
 }
+
+// TestEscapeProgramsInUserCache: `go tool agentsh` (a tool of the
+// user's module) runs agentsh from the Go build cache
+// (~/.cache/go-build/…-d/agentsh), and user_caches makes that cache
+// writable in both modes; the programs' directory was protected only
+// inside the workspace and --allow-write roots. A command planted the
+// helper's program beside it, which the next call would start as the
+// caller before any confinement.
+func TestEscapeProgramsInUserCache(t *testing.T) {
+	requireSandbox(t)
+	for _, mode := range []string{ModeReadOnly, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			parent, ws, _ := dirs(t)
+			home := filepath.Join(parent, "home")
+			t.Setenv("HOME", home)
+			t.Setenv("XDG_CACHE_HOME", "")
+			t.Setenv("GOMODCACHE", filepath.Join(home, "go", "pkg", "mod"))
+			t.Setenv("GOCACHE", "")
+			bin := filepath.Join(home, ".cache", "go-build", "d0", "d0123-d")
+			must(t, os.MkdirAll(bin, 0o755))
+			exe := filepath.Join(bin, "agentsh")
+			data, err := os.ReadFile(self(t))
+			must(t, err)
+			must(t, os.WriteFile(exe, data, 0o755))
+			p := Policy{Mode: mode, Workspace: ws, UserCaches: true}
+			if mode == ModeReadOnly {
+				p.Workspace = ""
+			}
+			prep, err := Prepare(p, exe)
+			must(t, err)
+			t.Cleanup(prep.Cleanup)
+			res, err := run.Run(context.Background(), run.Request{
+				Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > ` + bin + `/` + HelperProgram + ` && chmod +x ` + bin + `/` + HelperProgram + `' plant
+try 'mv ` + bin + ` ` + bin + `.old' rename
+try 'echo x > ` + home + `/.cache/elsewhere' ordinary
+`}), Dir: ws,
+				Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+				Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+			})
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if err := prep.Failure(); err != nil {
+				t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+			}
+			wantLines(t, out(res), "plant: denied", "rename: denied", "ordinary: allowed")
+			next, err := Prepare(p, exe)
+			must(t, err)
+			next.Cleanup()
+			if next.Path != exe {
+				t.Errorf("the next call would run the helper %s", next.Path)
+			}
+		})
+	}
+}

@@ -626,11 +626,20 @@ func ProgramsDir(exe string) string {
 // time. The whole directory, since a missing helper program is a name to
 // protect too; a writable root that is itself such a directory is refused,
 // since it could only be protected by making it read-only.
+//
+// The user's own caches (user_caches) are writable roots in both modes,
+// and `go tool agentsh` runs the program from the Go build cache: a
+// directory of programs inside one is protected too (one that is a cache
+// itself makes that cache read-only).
 func programDirs(p Policy, programs ...string) ([]string, error) {
-	if p.Mode != ModeWorkspaceWrite {
+	var roots []string
+	if p.Mode == ModeWorkspaceWrite {
+		roots = append([]string{p.Workspace}, p.AllowWrite...)
+	}
+	caches := userCacheRoots(p)
+	if len(roots) == 0 && len(caches) == 0 {
 		return nil, nil
 	}
-	roots := append([]string{p.Workspace}, p.AllowWrite...)
 	var dirs []string
 	for _, prog := range programs {
 		real := ProgramsDir(prog)
@@ -640,7 +649,11 @@ func programDirs(p Policy, programs ...string) ([]string, error) {
 		if slices.Contains(roots, real) {
 			return nil, invalid("writable root %s holds agentplane's own programs, which no command may replace: install them elsewhere, or make a subdirectory writable", real)
 		}
-		for _, r := range roots {
+		if slices.Contains(caches, real) {
+			dirs = append(dirs, real)
+			continue
+		}
+		for _, r := range slices.Concat(roots, caches) {
 			if strings.HasPrefix(real, r+string(filepath.Separator)) || r == "/" {
 				dirs = append(dirs, real)
 				break

@@ -1065,14 +1065,7 @@ func (b *builder) caches() ([]string, []string, error) {
 	p := b.p
 	home, _ := os.UserHomeDir()
 	if p.UserCaches {
-		var roots []string
-		for _, d := range userCacheDirs(home) {
-			if real, err := realPath(d); err == nil {
-				if st, err := os.Stat(real); err == nil && st.IsDir() {
-					roots = append(roots, real)
-				}
-			}
-		}
+		roots := userCacheRoots(p)
 		b.report["caches"] = map[string]any{"kind": "user", "writable": roots}
 		return roots, nil, nil
 	}
@@ -1138,6 +1131,24 @@ func userModCache(home string) string {
 		return filepath.Join(filepath.SplitList(v)[0], "pkg", "mod")
 	}
 	return filepath.Join(home, "go", "pkg", "mod")
+}
+
+// userCacheRoots are the writable roots UserCaches adds in p (resolved,
+// those that are directories), none without a filesystem mode.
+func userCacheRoots(p Policy) []string {
+	if !p.UserCaches || p.Mode == ModeNone {
+		return nil
+	}
+	home, _ := os.UserHomeDir()
+	var roots []string
+	for _, d := range userCacheDirs(home) {
+		if real, err := realPath(d); err == nil {
+			if st, err := os.Stat(real); err == nil && st.IsDir() {
+				roots = append(roots, real)
+			}
+		}
+	}
+	return roots
 }
 
 // userCacheDirs are the caches UserCaches makes writable.
