@@ -61,6 +61,11 @@ type gitWatch struct {
 	roots    map[string]bool     // a writable root -> whether it has a .git
 	cache    string              // gitlinkCache in the caller's area ("": none)
 	memo     map[string][]string // the last check's listings (a session's next call)
+	// known are the gitlink paths the indexes had at the start (or the
+	// last check): the .git at a gitlink added since is reported whatever
+	// its age (the command may have written it in an earlier run, where
+	// the index had no gitlink there).
+	known map[string]bool
 }
 
 // watchedGitDir is a git directory in a writable root as the search found
@@ -138,7 +143,18 @@ func (g *gitGuard) watch(roots []string, since unix.Timespec, cache string) *git
 		}
 	}
 	slices.SortFunc(w.indexes, func(a, b watchedIndex) int { return strings.Compare(a.gitdir, b.gitdir) })
+	// (From the cache, kept in memo for the end's check.)
+	links, _ := w.gitlinks()
+	w.known = knownLinks(links)
 	return w
+}
+
+func knownLinks(links []gitlinkPath) map[string]bool {
+	known := make(map[string]bool, len(links))
+	for _, l := range links {
+		known[l.path] = true
+	}
+	return known
 }
 
 // enclosesAny reports whether a writable root lies below dir.
@@ -218,11 +234,15 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 	}
 	links, complete := w.gitlinks()
 	for _, l := range links {
+		dotgit := filepath.Join(l.path, ".git")
 		if link := newSymlink(l.wt, l.path, since); link != "" {
 			planted = append(planted, link)
-		} else if dotgit := filepath.Join(l.path, ".git"); changedSince(dotgit, since) {
+		} else if changedSince(dotgit, since) || !w.known[l.path] && lexists(dotgit) {
 			planted = append(planted, dotgit)
 		}
+	}
+	if complete {
+		w.known = knownLinks(links)
 	}
 	slices.Sort(planted)
 	return slices.Compact(planted), complete

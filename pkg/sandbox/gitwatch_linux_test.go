@@ -496,3 +496,49 @@ func must1[A, R any](t testing.TB, f func(A) (R, error)) func(A) R {
 		return r
 	}
 }
+
+// TestGitWatchGitlinkAddedLater: the planting split over two runs (a
+// job's restarts, a session's calls): the first writes sub/.git naming a
+// forged git directory where the index has no gitlink (a nested
+// repository of its own, not reported), or a symlink on the way to one;
+// the second adds the gitlink to the index (git update-index --cacheinfo).
+// Each .git was older than the second run, so its change time said
+// nothing, and git status in the superproject then recursed into it. A
+// gitlink the index did not have at the start is reported with the .git
+// at its path, whatever its age.
+func TestGitWatchGitlinkAddedLater(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	parent := t.TempDir()
+	root := filepath.Join(parent, "ws")
+	gitRepo(t, root)
+	hash := gitOut(t, root, "rev-parse", "HEAD")
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",real")
+	must(t, os.MkdirAll(filepath.Join(root, "real"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "real", ".git"), []byte("gitdir: ../.git/modules/real\n"), 0o644))
+	// The first run's part.
+	must(t, os.MkdirAll(filepath.Join(root, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "sub", ".git"), []byte("gitdir: ../forged\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(root, "elsewhere", "in"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "elsewhere", "in", ".git"), []byte("gitdir: ../../forged\n"), 0o644))
+	must(t, os.Symlink("elsewhere", filepath.Join(root, "link")))
+
+	since := coarseNow()
+	since.Sec += 60 // all of that long before the second run
+	cache := filepath.Join(t.TempDir(), gitlinkCache)
+	g := newGitGuard([]string{root}, []string{root}, nil, "")
+	w := g.watch([]string{root}, since, cache)
+	// The second run's part.
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",sub")
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",link/in")
+	planted, ok := w.check()
+	want := []string{filepath.Join(root, "link", "in", ".git"), filepath.Join(root, "sub", ".git")}
+	if !ok || !reflect.DeepEqual(planted, want) {
+		t.Errorf("planted %q (complete %v), want %q", planted, ok, want)
+	}
+	// Reported once: the next check knows them.
+	if planted, _ := w.check(); len(planted) > 0 {
+		t.Errorf("reported again: %q", planted)
+	}
+}
