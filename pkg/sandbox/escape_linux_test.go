@@ -1370,3 +1370,50 @@ try 'echo x > ` + home + `/.cache/elsewhere' ordinary
 		})
 	}
 }
+
+// TestEscapeHelperSymlinkInWorkspace: the helper's program beside the
+// calling program may be a symbolic link (a development build linked into
+// the installed programs' directory, a stow tree) to a file inside a
+// writable root. Only the directory of the link was protected: a command
+// rewrote the file it leads to, which the next call starts as the caller
+// before any confinement. The directory of the helper's resolved program
+// is protected too.
+func TestEscapeHelperSymlinkInWorkspace(t *testing.T) {
+	requireSandbox(t)
+	parent, ws, _ := dirs(t)
+	bin := filepath.Join(parent, "bin")
+	build := filepath.Join(ws, "build")
+	must(t, os.MkdirAll(bin, 0o755))
+	must(t, os.MkdirAll(build, 0o755))
+	data, err := os.ReadFile(self(t))
+	must(t, err)
+	exe := filepath.Join(bin, "agentsh")
+	must(t, os.WriteFile(exe, data, 0o755))
+	real := filepath.Join(build, HelperProgram)
+	must(t, os.WriteFile(real, data, 0o755))
+	must(t, os.Symlink(real, filepath.Join(bin, HelperProgram)))
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	prep, err := Prepare(p, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > build/new && chmod +x build/new && mv -f build/new build/` + HelperProgram + `' replace
+try 'mv build build.old' rename
+try 'echo x > elsewhere' ordinary
+`}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+	}
+	wantLines(t, out(res), "replace: denied", "rename: denied", "ordinary: allowed")
+	if b, _ := os.ReadFile(real); len(b) != len(data) {
+		t.Errorf("the helper's program was changed")
+	}
+}

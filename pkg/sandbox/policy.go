@@ -554,13 +554,23 @@ func (p *Prepared) LimitsHit() []string {
 const HelperProgram = "agentplane-sandbox"
 
 // helperPath returns the helper program beside self when there is one,
-// else self (which must route HelperCommand to HelperMain).
-func helperPath(self string) string {
+// else self (which must route HelperCommand to HelperMain), and, when the
+// helper program is a symbolic link, the file it leads to ("" else): its
+// directory is to be protected as the programs' (a development build
+// linked into the installed programs' directory).
+func helperPath(self string) (string, string) {
 	p := filepath.Join(filepath.Dir(self), HelperProgram)
-	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return p
+	st, err := os.Lstat(p)
+	target := ""
+	if err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if target, err = filepath.EvalSymlinks(p); err == nil {
+			st, err = os.Stat(target)
+		}
 	}
-	return self
+	if err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p, target
+	}
+	return self, ""
 }
 
 // Prepare validates p, checks that this machine can enforce it, and sets up
@@ -585,8 +595,12 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
 	exe := self
-	self = helperPath(self)
-	dirs, err := programDirs(p, exe, self)
+	self, target := helperPath(self)
+	progs := []string{exe, self}
+	if target != "" {
+		progs = append(progs, target)
+	}
+	dirs, err := programDirs(p, progs...)
 	if err != nil {
 		return nil, err
 	}
@@ -615,6 +629,24 @@ func ProgramsDir(exe string) string {
 		return ""
 	}
 	return real
+}
+
+// ProgramDirs are the directories of the program exe and of the helper's
+// program beside it, the file it leads to when that is a symbolic link
+// (ProgramsDir of each, those that can be resolved): what agentfs under
+// the lock may not write in.
+func ProgramDirs(exe string) []string {
+	var dirs []string
+	progs := []string{exe}
+	if _, target := helperPath(exe); target != "" {
+		progs = append(progs, target)
+	}
+	for _, prog := range progs {
+		if d := ProgramsDir(prog); d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // programDirs are the directories of programs (the calling program, the
