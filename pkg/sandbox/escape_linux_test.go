@@ -1417,3 +1417,41 @@ try 'echo x > elsewhere' ordinary
 		t.Errorf("the helper's program was changed")
 	}
 }
+
+// TestEscapeLinkToProtected: a protected or hidden path named through a
+// symbolic link inside a writable root (a home workspace whose ~/.config
+// or ~/.ssh links into a dotfiles directory). The read-only bind and the
+// cover sit on the file the link led to, but the link itself could be
+// replaced: the user's next agentsh read a forged config (its
+// sandbox_lock gone), and the next run hid the forged ~/.ssh/id while
+// the real key, in the dotfiles, lay uncovered. The links on the way are
+// bound onto themselves (EBUSY).
+func TestEscapeLinkToProtected(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	conf := filepath.Join(ws, "dotfiles", "config", "agentplane")
+	ssh := filepath.Join(ws, "dotfiles", "ssh")
+	must(t, os.MkdirAll(conf, 0o755))
+	must(t, os.MkdirAll(ssh, 0o700))
+	must(t, os.WriteFile(filepath.Join(conf, "config.toml"), []byte("sandbox_lock = true\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ssh, "id"), []byte("TOPSECRET"), 0o600))
+	must(t, os.Symlink(filepath.Join("dotfiles", "config"), filepath.Join(ws, ".config")))
+	must(t, os.Symlink(ssh, filepath.Join(ws, ".ssh")))
+	named := filepath.Join(ws, ".config", "agentplane", "config.toml")
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{named}, DenyRead: []string{filepath.Join(ws, ".ssh", "id")}}
+	res, _ := sandboxed(t, p, ws, "sh", "-c", `
+mkdir -p forged/agentplane forged/ssh && echo 'sandbox = "none"' > forged/agentplane/config.toml && echo decoy > forged/ssh/id
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'rm .config && ln -s forged .config' config
+try 'ln -s forged/ssh .ssh.new && mv -fT .ssh.new .ssh' ssh
+try 'echo x > dotfiles/other' ordinary
+`)
+	wantLines(t, out(res), "config: denied", "ssh: denied", "ordinary: allowed")
+	if b, _ := os.ReadFile(named); !strings.Contains(string(b), "sandbox_lock") {
+		t.Errorf("the protected config at %s is now %q", named, b)
+	}
+	res, _ = sandboxed(t, p, ws, "sh", "-c", `cat dotfiles/ssh/id .ssh/id 2>/dev/null; echo end`)
+	if o := out(res); strings.Contains(o, "TOPSECRET") {
+		t.Errorf("the next run read the hidden key: %q", o)
+	}
+}

@@ -109,7 +109,10 @@ type Policy struct {
 	Workspace  string   // writable in workspace-write mode
 	AllowWrite []string // more writable directories (workspace-write)
 	DenyRead   []string // files and directories hidden from the command
-	Net        string   // host (or ""), none, proxy
+	// denyLinks are the symbolic links the DenyRead paths, as given, went
+	// through (normalize): pinned where a command could replace them.
+	denyLinks []string
+	Net       string // host (or ""), none, proxy
 	// AllowHosts are the allowlist's patterns (netproxy.ParseRule) for
 	// --net proxy; given with Net "" or host, they imply proxy.
 	AllowHosts []string `json:",omitempty"`
@@ -827,10 +830,14 @@ func normalize(p Policy) (Policy, error) {
 	}
 	p.AllowWrite = aw
 	dr := make([]string, 0, len(p.DenyRead))
+	p.denyLinks = nil
 	for _, d := range p.DenyRead {
 		real, err := realPath(d)
 		if err != nil {
 			return p, invalid("deny-read path %s: %v", d, err)
+		}
+		if abs, _ := filepath.Abs(d); abs != real {
+			p.denyLinks = append(p.denyLinks, linksOnWay(abs)...)
 		}
 		if real == "/" {
 			return p, invalid("deny-read cannot hide /")
@@ -859,6 +866,45 @@ func realPath(path string) (string, error) {
 		return abs, nil
 	}
 	return real, err
+}
+
+// linksOnWay returns the symbolic links that resolving abs (an absolute
+// path) goes through, in order, as far as it exists.
+func linksOnWay(abs string) []string {
+	var links []string
+	rest := strings.Split(abs, "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0 && hops < 40; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return links
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		hops++
+		links = append(links, next)
+		target, err := os.Readlink(next)
+		if err != nil {
+			return links
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return links
 }
 
 func unwrap(err error) error {

@@ -499,12 +499,23 @@ func (b *builder) control() error {
 		}
 	}
 	protect = append(protect, b.p.Protect...)
+	// The symbolic links on the way to a protected or hidden path as
+	// named (a home workspace whose ~/.config links into a dotfiles
+	// directory): one a command replaced would lead the user's next
+	// program, or the next run's cover, elsewhere. Pinned below.
+	links := slices.Clone(b.p.denyLinks)
+	onWay := func(path, real string) {
+		if abs, err := filepath.Abs(path); err == nil && abs != real {
+			links = append(links, linksOnWay(abs)...)
+		}
+	}
 	var ro []string
 	for _, path := range protect {
 		real, err := realPath(path)
 		if err != nil {
 			continue
 		}
+		onWay(path, real)
 		if _, err := os.Stat(real); errors.Is(err, fs.ErrNotExist) && under(real, b.sp.Writable) {
 			// The command could create it (a config file, a state
 			// directory with a forged key); an empty directory in its
@@ -530,6 +541,7 @@ func (b *builder) control() error {
 		if err != nil {
 			continue
 		}
+		onWay(path, real)
 		if _, err := os.Stat(real); err != nil {
 			continue
 		}
@@ -572,6 +584,14 @@ func (b *builder) control() error {
 	}
 	if len(roots) > 0 {
 		b.sp.Pinned = pinParents(b.sp.Pinned, roots, targets, slices.Concat(covered, b.sp.TempAreas))
+	}
+	for _, l := range links {
+		// Inside a writable root (not in a covered path, where nothing
+		// can change it): bound onto itself, unfollowed.
+		in := slices.ContainsFunc(b.sp.Writable, func(r string) bool { return strings.HasPrefix(l, r+string(filepath.Separator)) })
+		if pin := confine.PinLink + l; in && !under(l, covered) && !slices.Contains(b.sp.Pinned, pin) {
+			b.sp.Pinned = append(b.sp.Pinned, pin)
+		}
 	}
 	return nil
 }
