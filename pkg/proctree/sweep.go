@@ -15,8 +15,9 @@ import (
 // records that it ran: a stamp file named stamp plus the uid in dir (the
 // temp dir when "") holds the time of the last one. It is due when this
 // user's stamp is missing, older than every, dated in the future, or not
-// a regular file of this user (one planted by someone else never
-// suppresses a sweep).
+// a regular file of this user with one name (one planted by someone else
+// never suppresses a sweep, and a hard link to another file of the user's,
+// whose times would be set, is no stamp either).
 func SweepDue(dir, stamp string, every time.Duration) bool {
 	if dir == "" {
 		dir = os.TempDir()
@@ -27,12 +28,18 @@ func SweepDue(dir, stamp string, every time.Duration) bool {
 	if err == nil {
 		sys, ok := st.Sys().(*syscall.Stat_t)
 		age := now.Sub(st.ModTime())
-		if st.Mode().IsRegular() && ok && int(sys.Uid) == os.Getuid() && age >= 0 && age < every {
+		stamp := st.Mode().IsRegular() && ok && int(sys.Uid) == os.Getuid() && sys.Nlink == 1
+		if stamp && age >= 0 && age < every {
 			return false
 		}
-		// Dated now, without following a planted symlink; when that fails
-		// (someone else's file) every call sweeps, as without a stamp.
-		_ = unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, unix.AT_SYMLINK_NOFOLLOW)
+		// Dated now, only when it is the user's own stamp: anything else
+		// (a symlink, another user's file, a second name of another file
+		// of the user's, which the times would be set on) is left as it
+		// is, and every call sweeps, as without a stamp. (In a sticky temp
+		// dir nobody else can put another file at the name meanwhile.)
+		if stamp {
+			_ = unix.UtimesNanoAt(unix.AT_FDCWD, path, nil, unix.AT_SYMLINK_NOFOLLOW)
+		}
 		return true
 	}
 	if f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600); err == nil {

@@ -1225,3 +1225,233 @@ func TestEscapeLoaderEnvHelper(t *testing.T) {
 		t.Errorf("the command's environment lost the loader's variables: %q", got)
 	}
 }
+
+// TestEscapeCacheRootHiddenParent: with the user's own caches writable
+// (user_caches), a --deny-read file two levels below one
+// (~/.cache/huggingface/token) was covered, but the directory above it,
+// inside that writable root, was not pinned: only the workspace's and the
+// --allow-write roots' were. The command renamed it aside (the cover goes
+// with it in its own namespace), and the next run, which hides the path,
+// found nothing there and read the file under the new name. Every
+// writable root's directories above a hidden path are pinned (EBUSY).
+func TestEscapeCacheRootHiddenParent(t *testing.T) {
+	requireSandbox(t)
+	for _, mode := range []string{ModeReadOnly, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			parent, ws, _ := dirs(t)
+			home := filepath.Join(parent, "home")
+			cache := filepath.Join(home, ".cache")
+			secret := filepath.Join(cache, "huggingface", "token")
+			must(t, os.MkdirAll(filepath.Dir(secret), 0o755))
+			must(t, os.WriteFile(secret, []byte("TOPSECRET"), 0o600))
+			t.Setenv("HOME", home)
+			t.Setenv("XDG_CACHE_HOME", "")
+			t.Setenv("GOMODCACHE", filepath.Join(home, "go", "pkg", "mod"))
+			t.Setenv("GOCACHE", "")
+			p := Policy{Mode: mode, Workspace: ws, UserCaches: true, DenyRead: []string{secret}}
+			if mode == ModeReadOnly {
+				p.Workspace = ""
+			}
+			res, _ := sandboxed(t, p, ws, "sh", "-c", `mv `+cache+`/huggingface `+cache+`/hf 2>/dev/null && echo renamed || echo denied; echo end`)
+			if o := out(res); o != "denied\nend\n" {
+				t.Errorf("a directory above a hidden path in a writable cache was renamed: %q", o)
+			}
+			res, _ = sandboxed(t, p, ws, "sh", "-c", `cat `+cache+`/hf/token `+secret+` 2>/dev/null; echo end`)
+			if o := out(res); strings.Contains(o, "TOPSECRET") || !strings.Contains(o, "end\n") {
+				t.Errorf("the next run read the hidden file: %q", o)
+			}
+		})
+	}
+}
+
+// TestEscapeDenyReadMissingAtPrepare: a --deny-read file missing when a
+// job started (the user makes ~/.aws/credentials later) was never hidden
+// at the job's restarts, which record again only the paths hidden at the
+// start: the restarted command read it, where a new call would have had
+// it covered. A later start hides it once it is there.
+func TestEscapeDenyReadMissingAtPrepare(t *testing.T) {
+	requireSandbox(t)
+	_, ws, outside := dirs(t)
+	secret := filepath.Join(ws, "conf", "key")
+	secretOut := filepath.Join(outside, "creds", "key")
+	must(t, os.MkdirAll(filepath.Dir(secret), 0o755))
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, DenyRead: []string{secret, filepath.Dir(secretOut)}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(prep.Cleanup)
+	start := func(script string) string {
+		t.Helper()
+		files, started, err := prep.Launch()
+		if err != nil {
+			t.Fatalf("Launch: %v", err)
+		}
+		res, err := run.Run(context.Background(), run.Request{
+			Argv: prep.Argv([]string{"sh", "-c", script}), Dir: ws,
+			Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+			Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: files,
+		})
+		started()
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if ferr := prep.Failure(); ferr != nil {
+			t.Fatalf("helper failure: %v (stderr %q)", ferr, text(res.Stderr))
+		}
+		return out(res)
+	}
+	// The first run: the parent of the missing file is pinned.
+	if o := start(`mv conf conf.old 2>/dev/null && echo renamed || echo denied`); o != "denied\n" {
+		t.Errorf("the directory above a missing --deny-read file was renamed: %q", o)
+		must(t, os.Rename(filepath.Join(ws, "conf.old"), filepath.Join(ws, "conf")))
+	}
+	// The user's tools make the files between the runs.
+	must(t, os.WriteFile(secret, []byte("TOPSECRET"), 0o600))
+	must(t, os.MkdirAll(filepath.Dir(secretOut), 0o700))
+	must(t, os.WriteFile(secretOut, []byte("TOPSECRET"), 0o600))
+	if o := start(`cat ` + secret + ` ` + secretOut + ` 2>/dev/null; echo end`); strings.Contains(o, "TOPSECRET") || o != "end\n" {
+		t.Errorf("the restarted command read a --deny-read file made after the start: %q", o)
+	}
+}
+
+// TestEscapeProgramsInUserCache: `go tool agentsh` (a tool of the
+// user's module) runs agentsh from the Go build cache
+// (~/.cache/go-build/…-d/agentsh), and user_caches makes that cache
+// writable in both modes; the programs' directory was protected only
+// inside the workspace and --allow-write roots. A command planted the
+// helper's program beside it, which the next call would start as the
+// caller before any confinement.
+func TestEscapeProgramsInUserCache(t *testing.T) {
+	requireSandbox(t)
+	for _, mode := range []string{ModeReadOnly, ModeWorkspaceWrite} {
+		t.Run(mode, func(t *testing.T) {
+			parent, ws, _ := dirs(t)
+			home := filepath.Join(parent, "home")
+			t.Setenv("HOME", home)
+			t.Setenv("XDG_CACHE_HOME", "")
+			t.Setenv("GOMODCACHE", filepath.Join(home, "go", "pkg", "mod"))
+			t.Setenv("GOCACHE", "")
+			bin := filepath.Join(home, ".cache", "go-build", "d0", "d0123-d")
+			must(t, os.MkdirAll(bin, 0o755))
+			exe := filepath.Join(bin, "agentsh")
+			data, err := os.ReadFile(self(t))
+			must(t, err)
+			must(t, os.WriteFile(exe, data, 0o755))
+			p := Policy{Mode: mode, Workspace: ws, UserCaches: true}
+			if mode == ModeReadOnly {
+				p.Workspace = ""
+			}
+			prep, err := Prepare(p, exe)
+			must(t, err)
+			t.Cleanup(prep.Cleanup)
+			res, err := run.Run(context.Background(), run.Request{
+				Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > ` + bin + `/` + HelperProgram + ` && chmod +x ` + bin + `/` + HelperProgram + `' plant
+try 'mv ` + bin + ` ` + bin + `.old' rename
+try 'echo x > ` + home + `/.cache/elsewhere' ordinary
+`}), Dir: ws,
+				Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+				Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+			})
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if err := prep.Failure(); err != nil {
+				t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+			}
+			wantLines(t, out(res), "plant: denied", "rename: denied", "ordinary: allowed")
+			next, err := Prepare(p, exe)
+			must(t, err)
+			next.Cleanup()
+			if next.Path != exe {
+				t.Errorf("the next call would run the helper %s", next.Path)
+			}
+		})
+	}
+}
+
+// TestEscapeHelperSymlinkInWorkspace: the helper's program beside the
+// calling program may be a symbolic link (a development build linked into
+// the installed programs' directory, a stow tree) to a file inside a
+// writable root. Only the directory of the link was protected: a command
+// rewrote the file it leads to, which the next call starts as the caller
+// before any confinement. The directory of the helper's resolved program
+// is protected too.
+func TestEscapeHelperSymlinkInWorkspace(t *testing.T) {
+	requireSandbox(t)
+	parent, ws, _ := dirs(t)
+	bin := filepath.Join(parent, "bin")
+	build := filepath.Join(ws, "build")
+	must(t, os.MkdirAll(bin, 0o755))
+	must(t, os.MkdirAll(build, 0o755))
+	data, err := os.ReadFile(self(t))
+	must(t, err)
+	exe := filepath.Join(bin, "agentsh")
+	must(t, os.WriteFile(exe, data, 0o755))
+	real := filepath.Join(build, HelperProgram)
+	must(t, os.WriteFile(real, data, 0o755))
+	must(t, os.Symlink(real, filepath.Join(bin, HelperProgram)))
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
+	prep, err := Prepare(p, exe)
+	must(t, err)
+	t.Cleanup(prep.Cleanup)
+	res, err := run.Run(context.Background(), run.Request{
+		Argv: prep.Argv([]string{"sh", "-c", `
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'printf "#!/bin/sh\necho forged\n" > build/new && chmod +x build/new && mv -f build/new build/` + HelperProgram + `' replace
+try 'mv build build.old' rename
+try 'echo x > elsewhere' ordinary
+`}), Dir: ws,
+		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
+		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if err := prep.Failure(); err != nil {
+		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
+	}
+	wantLines(t, out(res), "replace: denied", "rename: denied", "ordinary: allowed")
+	if b, _ := os.ReadFile(real); len(b) != len(data) {
+		t.Errorf("the helper's program was changed")
+	}
+}
+
+// TestEscapeLinkToProtected: a protected or hidden path named through a
+// symbolic link inside a writable root (a home workspace whose ~/.config
+// or ~/.ssh links into a dotfiles directory). The read-only bind and the
+// cover sit on the file the link led to, but the link itself could be
+// replaced: the user's next agentsh read a forged config (its
+// sandbox_lock gone), and the next run hid the forged ~/.ssh/id while
+// the real key, in the dotfiles, lay uncovered. The links on the way are
+// bound onto themselves (EBUSY).
+func TestEscapeLinkToProtected(t *testing.T) {
+	requireSandbox(t)
+	_, ws, _ := dirs(t)
+	conf := filepath.Join(ws, "dotfiles", "config", "agentplane")
+	ssh := filepath.Join(ws, "dotfiles", "ssh")
+	must(t, os.MkdirAll(conf, 0o755))
+	must(t, os.MkdirAll(ssh, 0o700))
+	must(t, os.WriteFile(filepath.Join(conf, "config.toml"), []byte("sandbox_lock = true\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ssh, "id"), []byte("TOPSECRET"), 0o600))
+	must(t, os.Symlink(filepath.Join("dotfiles", "config"), filepath.Join(ws, ".config")))
+	must(t, os.Symlink(ssh, filepath.Join(ws, ".ssh")))
+	named := filepath.Join(ws, ".config", "agentplane", "config.toml")
+	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{named}, DenyRead: []string{filepath.Join(ws, ".ssh", "id")}}
+	res, _ := sandboxed(t, p, ws, "sh", "-c", `
+mkdir -p forged/agentplane forged/ssh && echo 'sandbox = "none"' > forged/agentplane/config.toml && echo decoy > forged/ssh/id
+try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
+try 'rm .config && ln -s forged .config' config
+try 'ln -s forged/ssh .ssh.new && mv -fT .ssh.new .ssh' ssh
+try 'echo x > dotfiles/other' ordinary
+`)
+	wantLines(t, out(res), "config: denied", "ssh: denied", "ordinary: allowed")
+	if b, _ := os.ReadFile(named); !strings.Contains(string(b), "sandbox_lock") {
+		t.Errorf("the protected config at %s is now %q", named, b)
+	}
+	res, _ = sandboxed(t, p, ws, "sh", "-c", `cat dotfiles/ssh/id .ssh/id 2>/dev/null; echo end`)
+	if o := out(res); strings.Contains(o, "TOPSECRET") {
+		t.Errorf("the next run read the hidden key: %q", o)
+	}
+}

@@ -61,6 +61,11 @@ type gitWatch struct {
 	roots    map[string]bool     // a writable root -> whether it has a .git
 	cache    string              // gitlinkCache in the caller's area ("": none)
 	memo     map[string][]string // the last check's listings (a session's next call)
+	// known are the gitlink paths the indexes had at the start (or the
+	// last check): the .git at a gitlink added since is reported whatever
+	// its age (the command may have written it in an earlier run, where
+	// the index had no gitlink there).
+	known map[string]bool
 }
 
 // watchedGitDir is a git directory in a writable root as the search found
@@ -138,7 +143,18 @@ func (g *gitGuard) watch(roots []string, since unix.Timespec, cache string) *git
 		}
 	}
 	slices.SortFunc(w.indexes, func(a, b watchedIndex) int { return strings.Compare(a.gitdir, b.gitdir) })
+	// (From the cache, kept in memo for the end's check.)
+	links, _ := w.gitlinks()
+	w.known = knownLinks(links)
 	return w
+}
+
+func knownLinks(links []gitlinkPath) map[string]bool {
+	known := make(map[string]bool, len(links))
+	for _, l := range links {
+		known[l.path] = true
+	}
+	return known
 }
 
 // enclosesAny reports whether a writable root lies below dir.
@@ -218,11 +234,15 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 	}
 	links, complete := w.gitlinks()
 	for _, l := range links {
+		dotgit := filepath.Join(l.path, ".git")
 		if link := newSymlink(l.wt, l.path, since); link != "" {
 			planted = append(planted, link)
-		} else if dotgit := filepath.Join(l.path, ".git"); changedSince(dotgit, since) {
+		} else if changedSince(dotgit, since) || !w.known[l.path] && lexists(dotgit) {
 			planted = append(planted, dotgit)
 		}
+	}
+	if complete {
+		w.known = knownLinks(links)
 	}
 	slices.Sort(planted)
 	return slices.Compact(planted), complete
@@ -321,6 +341,12 @@ func (w *gitWatch) gitlinks() ([]gitlinkPath, bool) {
 			}
 			links, hit = cached[key]
 		}
+		if hit && len(links) > 0 && strings.HasPrefix(links[0], sharedMark) {
+			// A split index: the listing holds while its shared index's
+			// key does too (a rewrite in place leaves the index as it was).
+			_, ok := sharedIndexKey(links[0])
+			hit = ok
+		}
 		if !hit {
 			started := time.Now()
 			var err error
@@ -328,11 +354,19 @@ func (w *gitWatch) gitlinks() ([]gitlinkPath, bool) {
 				ok = false
 				continue
 			}
-			if started.Sub(time.Unix(st.Ctim.Unix())) > areaCacheMargin {
+			settled := started.Sub(time.Unix(st.Ctim.Unix())) > areaCacheMargin
+			if settled && len(links) > 0 && strings.HasPrefix(links[0], sharedMark) {
+				ctim, ok := sharedIndexKey(links[0])
+				settled = ok && started.Sub(time.Unix(ctim.Unix())) > areaCacheMargin
+			}
+			if settled {
 				fresh[key] = links
 			}
 		}
 		memo[key] = links
+		if len(links) > 0 && strings.HasPrefix(links[0], sharedMark) {
+			links = links[1:]
+		}
 		for _, l := range links {
 			if p := filepath.Join(ix.wt, l); under(p, w.writable) {
 				out = append(out, gitlinkPath{ix.wt, p})
@@ -353,8 +387,36 @@ func indexKey(path string, st *unix.Stat_t) string {
 	return fmt.Sprintf("%d %d %d %d.%d %d.%d %s", st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec, strconv.Quote(path))
 }
 
+// gitlinkCacheHeader starts the cache; a cache of other rules (a split
+// index's listing kept without its shared index's key) is no answer.
+const gitlinkCacheHeader = "gitlinks 2"
+
+// sharedMark starts the first element of a split index's listing: the
+// key of its shared index (indexKey), which no gitlink path holds (a
+// path in an index ends at its first NUL).
+const sharedMark = "\x00shared "
+
+// sharedIndexKey reports whether the shared index a listing's first
+// element (sharedMark and its key) names still has that key, and its
+// change time.
+func sharedIndexKey(mark string) (unix.Timespec, bool) {
+	key := strings.TrimPrefix(mark, sharedMark)
+	q := strings.IndexByte(key, '"')
+	if q < 0 {
+		return unix.Timespec{}, false
+	}
+	path, err := strconv.Unquote(key[q:])
+	var st unix.Stat_t
+	if err != nil || unix.Stat(path, &st) != nil || indexKey(path, &st) != key {
+		return unix.Timespec{}, false
+	}
+	return st.Ctim, true
+}
+
 // readGitlinks reads the gitlink paths of the index at path (of the git
-// directory gitdir), with those of its shared index under split-index.
+// directory gitdir), with those of its shared index under split-index;
+// then the first element is sharedMark and the shared index's key, which
+// the listing holds only as long as.
 func readGitlinks(gitdir, path string, st *unix.Stat_t) ([]string, error) {
 	hashLen := gitHashLen(gitdir)
 	links, shared, err := readIndexFile(path, st.Size, hashLen)
@@ -374,7 +436,7 @@ func readGitlinks(gitdir, path string, st *unix.Stat_t) ([]string, error) {
 	// many is only looked at.
 	links = append(links, more...)
 	slices.Sort(links)
-	return slices.Compact(links), nil
+	return append([]string{sharedMark + indexKey(sp, &sst)}, slices.Compact(links)...), nil
 }
 
 // gitHashLen is the length of the object ids of the repository whose git
@@ -430,7 +492,7 @@ func parseIndex(data []byte, hashLen int) (links []string, shared string, err er
 	}
 	body := data[:len(data)-hashLen]
 	fixed := 40 + hashLen + 2 // stat data, mode, ids, size, object id, flags
-	least := fixed + 8        // a name of at least a byte, padding
+	least := (fixed + 8) &^ 7 // the shortest entry, padded (a one-byte name: 64 bytes)
 	if version == 4 {
 		least = fixed + 2
 	}
@@ -550,7 +612,7 @@ const (
 )
 
 // readGitlinkCache reads the cache: index key -> gitlink paths. The file
-// is "gitlinks 1", then per index a line "I key" and a line "G path" (Go
+// is gitlinkCacheHeader, then per index a line "I key" and a line "G path" (Go
 // quoted) per gitlink, and "end": a file cut short is no answer.
 func readGitlinkCache(path string) map[string][]string {
 	if path == "" {
@@ -563,7 +625,7 @@ func readGitlinkCache(path string) map[string][]string {
 func parseGitlinkCache(data []byte) map[string][]string {
 	out := map[string][]string{}
 	lines := strings.Split(string(data), "\n")
-	if len(lines) < 3 || lines[0] != "gitlinks 1" || lines[len(lines)-1] != "" || lines[len(lines)-2] != "end" {
+	if len(lines) < 3 || lines[0] != gitlinkCacheHeader || lines[len(lines)-1] != "" || lines[len(lines)-2] != "end" {
 		return out
 	}
 	got := map[string][]string{}
@@ -602,7 +664,7 @@ func writeGitlinkCache(path string, fresh map[string][]string) {
 	}
 	old := parseGitlinkCache(preadAll(fd, maxGitlinkCacheSz))
 	var b strings.Builder
-	b.WriteString("gitlinks 1\n")
+	b.WriteString(gitlinkCacheHeader + "\n")
 	write := func(key string, links []string) {
 		b.WriteString("I " + key + "\n")
 		for _, l := range links {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -414,5 +415,130 @@ func TestGitlinkCache(t *testing.T) {
 	must(t, os.WriteFile(cache, b[:len(b)-4], 0o600))
 	if got := links(); !reflect.DeepEqual(got, []string{"real"}) {
 		t.Errorf("with a cache cut short: %v", got)
+	}
+}
+
+// TestGitlinkCacheSharedIndex: under split-index the gitlinks of an index
+// are those of its shared index too (sharedindex.ID, named by the index),
+// and the cache was keyed by the index file alone. A command rewrote the
+// shared index in place (its name kept, the trailing id patched back,
+// which git does not verify on a read) with a gitlink added, and planted
+// that gitlink's .git: the index was unchanged, its listing came from the
+// cache without the new gitlink, and git status, which reads it, recursed
+// into a .git the report never named. A listing of a split index holds
+// only while the shared index's key does.
+func TestGitlinkCacheSharedIndex(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	parent := t.TempDir()
+	root := filepath.Join(parent, "ws")
+	gitRepo(t, root)
+	hash := gitOut(t, root, "rev-parse", "HEAD")
+	gitCmd(t, root, "update-index", "--split-index")
+	index := filepath.Join(root, ".git", "index")
+	shared, _ := filepath.Glob(filepath.Join(root, ".git", "sharedindex.*"))
+	if len(shared) != 1 {
+		t.Fatalf("shared indexes %v", shared)
+	}
+	// What an earlier call's check cached (the index long unchanged).
+	cache := filepath.Join(t.TempDir(), gitlinkCache)
+	var st unix.Stat_t
+	must(t, unix.Stat(index, &st))
+	links, err := readGitlinks(filepath.Join(root, ".git"), index, &st)
+	must(t, err)
+	writeGitlinkCache(cache, map[string][]string{indexKey(index, &st): links})
+
+	// The forged shared index: the same entries and a gitlink, from a
+	// copy of the repository, under the old one's name and id.
+	forged := filepath.Join(parent, "forged")
+	if out, err := exec.Command("cp", "-a", root, forged).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	gitCmd(t, forged, "-c", "splitIndex.maxPercentChange=0", "update-index", "--add", "--cacheinfo", "160000,"+hash+",sub")
+	id := strings.TrimPrefix(filepath.Base(shared[0]), "sharedindex.")
+	var newShared string
+	for _, s := range must1(t, filepath.Glob)(filepath.Join(forged, ".git", "sharedindex.*")) {
+		if !strings.HasSuffix(s, id) {
+			newShared = s
+		}
+	}
+	data, err := os.ReadFile(newShared)
+	must(t, err)
+	raw, err := hex.DecodeString(id)
+	must(t, err)
+	copy(data[len(data)-len(raw):], raw)
+
+	since := coarseNow()
+	g := newGitGuard([]string{root}, []string{root}, nil, "")
+	w := g.watch([]string{root}, since, cache)
+	// The command's part: the shared index rewritten in place, the
+	// gitlink's .git planted.
+	must(t, os.Chmod(shared[0], 0o644))
+	must(t, os.WriteFile(shared[0], data, 0o644))
+	must(t, os.MkdirAll(filepath.Join(root, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "sub", ".git"), []byte("gitdir: ../forged/.git\n"), 0o644))
+	if out := gitOut(t, root, "ls-files", "-s", "sub"); !strings.HasPrefix(out, "160000 ") {
+		t.Fatalf("git does not take the forged shared index's gitlink: %q", out)
+	}
+	planted, ok := w.check()
+	if !ok || !slices.Contains(planted, filepath.Join(root, "sub", ".git")) {
+		t.Errorf("planted %q (complete %v): the gitlink of the rewritten shared index is not reported", planted, ok)
+	}
+}
+
+// must1 wraps a function of one argument that may fail.
+func must1[A, R any](t testing.TB, f func(A) (R, error)) func(A) R {
+	return func(a A) R {
+		t.Helper()
+		r, err := f(a)
+		must(t, err)
+		return r
+	}
+}
+
+// TestGitWatchGitlinkAddedLater: the planting split over two runs (a
+// job's restarts, a session's calls): the first writes sub/.git naming a
+// forged git directory where the index has no gitlink (a nested
+// repository of its own, not reported), or a symlink on the way to one;
+// the second adds the gitlink to the index (git update-index --cacheinfo).
+// Each .git was older than the second run, so its change time said
+// nothing, and git status in the superproject then recursed into it. A
+// gitlink the index did not have at the start is reported with the .git
+// at its path, whatever its age.
+func TestGitWatchGitlinkAddedLater(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git")
+	}
+	parent := t.TempDir()
+	root := filepath.Join(parent, "ws")
+	gitRepo(t, root)
+	hash := gitOut(t, root, "rev-parse", "HEAD")
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",real")
+	must(t, os.MkdirAll(filepath.Join(root, "real"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "real", ".git"), []byte("gitdir: ../.git/modules/real\n"), 0o644))
+	// The first run's part.
+	must(t, os.MkdirAll(filepath.Join(root, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "sub", ".git"), []byte("gitdir: ../forged\n"), 0o644))
+	must(t, os.MkdirAll(filepath.Join(root, "elsewhere", "in"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "elsewhere", "in", ".git"), []byte("gitdir: ../../forged\n"), 0o644))
+	must(t, os.Symlink("elsewhere", filepath.Join(root, "link")))
+
+	since := coarseNow()
+	since.Sec += 60 // all of that long before the second run
+	cache := filepath.Join(t.TempDir(), gitlinkCache)
+	g := newGitGuard([]string{root}, []string{root}, nil, "")
+	w := g.watch([]string{root}, since, cache)
+	// The second run's part.
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",sub")
+	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",link/in")
+	planted, ok := w.check()
+	want := []string{filepath.Join(root, "link", "in", ".git"), filepath.Join(root, "sub", ".git")}
+	if !ok || !reflect.DeepEqual(planted, want) {
+		t.Errorf("planted %q (complete %v), want %q", planted, ok, want)
+	}
+	// Reported once: the next check knows them.
+	if planted, _ := w.check(); len(planted) > 0 {
+		t.Errorf("reported again: %q", planted)
 	}
 }

@@ -432,3 +432,32 @@ func TestTempAreaSuffixedUnusable(t *testing.T) {
 		}
 	}
 }
+
+// Two first calls after a plant at the caller's area name in /tmp may
+// each make a suffixed area there, and each lists its areas in other temp
+// dirs in its own: later calls took the first in name order as theirs and
+// read only its list, so a concurrent run's area listed in the other
+// (its TMPDIR elsewhere) was covered by no later run. Every suffixed
+// area's list counts.
+func TestTempAreaElsewhereSuffixedHomes(t *testing.T) {
+	uid := strconv.Itoa(os.Geteuid())
+	sys := stickyTmp(t)
+	useSystemTmp(t, sys)
+	t.Setenv("TMPDIR", stickyTmp(t))
+	must(t, os.Symlink("/", filepath.Join(sys, areaPrefix+uid)))
+	name := func(c string) string { return filepath.Join(sys, areaPrefix+uid+"."+strings.Repeat(c, fallbackHex)) }
+	for _, c := range []string{"0", "1"} {
+		must(t, os.Mkdir(name(c), 0o711))
+		must(t, os.Chmod(name(c), 0o711))
+	}
+	// The concurrent run's area, in a third temp dir, listed in the
+	// second suffixed area only.
+	other := filepath.Join(stickyTmp(t), areaPrefix+uid)
+	must(t, os.Mkdir(other, 0o711))
+	must(t, os.WriteFile(filepath.Join(name("1"), areaElsewhere), []byte(other+"\n"), 0o600))
+	_, areas, err := tempAreas("")
+	must(t, err)
+	if !slices.Contains(areas, other) {
+		t.Errorf("the area %s listed in %s is not covered: %v", other, name("1"), areas)
+	}
+}

@@ -109,7 +109,10 @@ type Policy struct {
 	Workspace  string   // writable in workspace-write mode
 	AllowWrite []string // more writable directories (workspace-write)
 	DenyRead   []string // files and directories hidden from the command
-	Net        string   // host (or ""), none, proxy
+	// denyLinks are the symbolic links the DenyRead paths, as given, went
+	// through (normalize): pinned where a command could replace them.
+	denyLinks []string
+	Net       string // host (or ""), none, proxy
 	// AllowHosts are the allowlist's patterns (netproxy.ParseRule) for
 	// --net proxy; given with Net "" or host, they imply proxy.
 	AllowHosts []string `json:",omitempty"`
@@ -554,13 +557,23 @@ func (p *Prepared) LimitsHit() []string {
 const HelperProgram = "agentplane-sandbox"
 
 // helperPath returns the helper program beside self when there is one,
-// else self (which must route HelperCommand to HelperMain).
-func helperPath(self string) string {
+// else self (which must route HelperCommand to HelperMain), and, when the
+// helper program is a symbolic link, the file it leads to ("" else): its
+// directory is to be protected as the programs' (a development build
+// linked into the installed programs' directory).
+func helperPath(self string) (string, string) {
 	p := filepath.Join(filepath.Dir(self), HelperProgram)
-	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return p
+	st, err := os.Lstat(p)
+	target := ""
+	if err == nil && st.Mode()&os.ModeSymlink != 0 {
+		if target, err = filepath.EvalSymlinks(p); err == nil {
+			st, err = os.Stat(target)
+		}
 	}
-	return self
+	if err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return p, target
+	}
+	return self, ""
 }
 
 // Prepare validates p, checks that this machine can enforce it, and sets up
@@ -585,8 +598,12 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 		return nil, result.Errorf(result.CodeInternal, "sandbox helper path %q is not absolute", self)
 	}
 	exe := self
-	self = helperPath(self)
-	dirs, err := programDirs(p, exe, self)
+	self, target := helperPath(self)
+	progs := []string{exe, self}
+	if target != "" {
+		progs = append(progs, target)
+	}
+	dirs, err := programDirs(p, progs...)
 	if err != nil {
 		return nil, err
 	}
@@ -617,6 +634,24 @@ func ProgramsDir(exe string) string {
 	return real
 }
 
+// ProgramDirs are the directories of the program exe and of the helper's
+// program beside it, the file it leads to when that is a symbolic link
+// (ProgramsDir of each, those that can be resolved): what agentfs under
+// the lock may not write in.
+func ProgramDirs(exe string) []string {
+	var dirs []string
+	progs := []string{exe}
+	if _, target := helperPath(exe); target != "" {
+		progs = append(progs, target)
+	}
+	for _, prog := range progs {
+		if d := ProgramsDir(prog); d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
 // programDirs are the directories of programs (the calling program, the
 // helper) that lie in a writable root, as control files to protect. The
 // next sandboxed call starts the helper from there, as the caller (root),
@@ -626,11 +661,20 @@ func ProgramsDir(exe string) string {
 // time. The whole directory, since a missing helper program is a name to
 // protect too; a writable root that is itself such a directory is refused,
 // since it could only be protected by making it read-only.
+//
+// The user's own caches (user_caches) are writable roots in both modes,
+// and `go tool agentsh` runs the program from the Go build cache: a
+// directory of programs inside one is protected too (one that is a cache
+// itself makes that cache read-only).
 func programDirs(p Policy, programs ...string) ([]string, error) {
-	if p.Mode != ModeWorkspaceWrite {
+	var roots []string
+	if p.Mode == ModeWorkspaceWrite {
+		roots = append([]string{p.Workspace}, p.AllowWrite...)
+	}
+	caches := userCacheRoots(p)
+	if len(roots) == 0 && len(caches) == 0 {
 		return nil, nil
 	}
-	roots := append([]string{p.Workspace}, p.AllowWrite...)
 	var dirs []string
 	for _, prog := range programs {
 		real := ProgramsDir(prog)
@@ -640,7 +684,11 @@ func programDirs(p Policy, programs ...string) ([]string, error) {
 		if slices.Contains(roots, real) {
 			return nil, invalid("writable root %s holds agentplane's own programs, which no command may replace: install them elsewhere, or make a subdirectory writable", real)
 		}
-		for _, r := range roots {
+		if slices.Contains(caches, real) {
+			dirs = append(dirs, real)
+			continue
+		}
+		for _, r := range slices.Concat(roots, caches) {
 			if strings.HasPrefix(real, r+string(filepath.Separator)) || r == "/" {
 				dirs = append(dirs, real)
 				break
@@ -782,10 +830,14 @@ func normalize(p Policy) (Policy, error) {
 	}
 	p.AllowWrite = aw
 	dr := make([]string, 0, len(p.DenyRead))
+	p.denyLinks = nil
 	for _, d := range p.DenyRead {
 		real, err := realPath(d)
 		if err != nil {
 			return p, invalid("deny-read path %s: %v", d, err)
+		}
+		if abs, _ := filepath.Abs(d); abs != real {
+			p.denyLinks = append(p.denyLinks, linksOnWay(abs)...)
 		}
 		if real == "/" {
 			return p, invalid("deny-read cannot hide /")
@@ -814,6 +866,45 @@ func realPath(path string) (string, error) {
 		return abs, nil
 	}
 	return real, err
+}
+
+// linksOnWay returns the symbolic links that resolving abs (an absolute
+// path) goes through, in order, as far as it exists.
+func linksOnWay(abs string) []string {
+	var links []string
+	rest := strings.Split(abs, "/")
+	cur := "/"
+	for hops := 0; len(rest) > 0 && hops < 40; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		st, err := os.Lstat(next)
+		if err != nil {
+			return links
+		}
+		if st.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		hops++
+		links = append(links, next)
+		target, err := os.Readlink(next)
+		if err != nil {
+			return links
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return links
 }
 
 func unwrap(err error) error {

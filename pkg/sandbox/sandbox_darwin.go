@@ -39,3 +39,6 @@ func checkDarwin(p Policy, c Capabilities) error {
 // identify has nothing to record on macOS: the Seatbelt profile names the
 // paths, which sandbox-exec resolves itself.
 func identify(string) (confine.FileID, error) { return confine.FileID{}, nil }
+
+// userCacheRoots: UserCaches adds no writable root here.
+func userCacheRoots(Policy) []string { return nil }

@@ -57,16 +57,20 @@ type builder struct {
 	self string
 	sp   spec
 
-	report    map[string]any
-	area      string    // the caller's temp area
-	git       *gitWatch // what the end checks for planted git metadata
-	base      string    // private directory, removed by cleanup
-	cgroups   []string  // created cgroup directories, removed by cleanup
-	memCgroup string
-	pidCgroup string
-	sweep     bool      // sweep leftovers of killed runners (sweepDue)
-	net       *netProxy // with --net proxy, closed by cleanup
-	netEnv    []string  // the proxy's variables for the command
+	report     map[string]any
+	area       string    // the caller's temp area
+	git        *gitWatch // what the end checks for planted git metadata
+	base       string    // private directory, removed by cleanup
+	cgroups    []string  // created cgroup directories, removed by cleanup
+	memCgroup  string
+	pidCgroup  string
+	sweep      bool     // sweep leftovers of killed runners (sweepDue)
+	cacheRoots []string // the toolchain caches' writable roots (real paths)
+	// missingDeny are the --deny-read paths missing when the run was
+	// prepared: a later start (refresh) hides those there by then.
+	missingDeny []string
+	net         *netProxy // with --net proxy, closed by cleanup
+	netEnv      []string  // the proxy's variables for the command
 }
 
 // check refuses what this machine cannot enforce, naming what is missing.
@@ -191,6 +195,7 @@ func (b *builder) build() (*Prepared, error) {
 			return nil, err
 		}
 		writable = append(writable, cacheRoots...)
+		b.cacheRoots = cacheRoots
 		env = append(env, cacheEnv...)
 		b.sp.Writable = writable
 		b.sp.WriteFiles = p.WriteFiles
@@ -224,6 +229,7 @@ func (b *builder) build() (*Prepared, error) {
 				// Nothing to hide; outside the writable paths it cannot
 				// appear during the run either.
 				missing = append(missing, path)
+				b.missingDeny = append(b.missingDeny, path)
 				continue
 			}
 			if err := b.hide(path); err != nil {
@@ -339,7 +345,7 @@ func (b *builder) build() (*Prepared, error) {
 		},
 	}
 	prep.useHelper(self, sp)
-	prep.refresh = refresher(prep.spec)
+	prep.refresh = refresher(prep.spec, b.missingDeny)
 	return prep, nil
 }
 
@@ -351,11 +357,18 @@ func (b *builder) build() (*Prepared, error) {
 // run's command cannot have moved them: only a process outside the
 // sandbox replaced them. A protected path that is gone fails the start
 // (the command could create it); a hidden one that is gone has nothing
-// to hide, and is covered again once it is back. The writable roots keep
-// the identities the lock's floor was checked on.
-func refresher(sp *spec) func() error {
+// to hide, and is covered again once it is back; so is a --deny-read path
+// missing when the run was prepared (missing), once it is there (a file
+// the user made since the job started). The writable roots keep the
+// identities the lock's floor was checked on.
+func refresher(sp *spec, missing []string) func() error {
 	hidden := slices.Clone(sp.Hidden)
-	if len(sp.ReadOnly) == 0 && len(hidden) == 0 {
+	missing = slices.DeleteFunc(slices.Clone(missing), func(p string) bool {
+		// Those covered by their path (below the helper's own mounts, in
+		// a temp area) or inside a hidden directory: nothing to add.
+		return under(p, helperMounts) || under(p, sp.TempAreas) || under(p, hidden)
+	})
+	if len(sp.ReadOnly) == 0 && len(hidden) == 0 && len(missing) == 0 {
 		return nil
 	}
 	return func() error {
@@ -376,6 +389,25 @@ func refresher(sp *spec) func() error {
 			}
 			if err != nil {
 				return result.Errorf(result.CodeSandboxFailed, "hidden path %s cannot be checked again for this start: %v", path, unwrap(err))
+			}
+			paths, ids = append(paths, path), append(ids, id)
+		}
+		for _, path := range missing {
+			if under(path, paths) {
+				continue
+			}
+			// (A symlink or anything else that cannot be opened without
+			// following one is not hidden: what it leads to is hidden by
+			// its own path if it is to be.)
+			id, err := identify(path)
+			if err != nil {
+				continue
+			}
+			for i := 0; i < len(paths); i++ {
+				if under(paths[i], []string{path}) {
+					paths, ids = slices.Delete(paths, i, i+1), slices.Delete(ids, i, i+1)
+					i--
+				}
 			}
 			paths, ids = append(paths, path), append(ids, id)
 		}
@@ -467,12 +499,23 @@ func (b *builder) control() error {
 		}
 	}
 	protect = append(protect, b.p.Protect...)
+	// The symbolic links on the way to a protected or hidden path as
+	// named (a home workspace whose ~/.config links into a dotfiles
+	// directory): one a command replaced would lead the user's next
+	// program, or the next run's cover, elsewhere. Pinned below.
+	links := slices.Clone(b.p.denyLinks)
+	onWay := func(path, real string) {
+		if abs, err := filepath.Abs(path); err == nil && abs != real {
+			links = append(links, linksOnWay(abs)...)
+		}
+	}
 	var ro []string
 	for _, path := range protect {
 		real, err := realPath(path)
 		if err != nil {
 			continue
 		}
+		onWay(path, real)
 		if _, err := os.Stat(real); errors.Is(err, fs.ErrNotExist) && under(real, b.sp.Writable) {
 			// The command could create it (a config file, a state
 			// directory with a forged key); an empty directory in its
@@ -498,6 +541,7 @@ func (b *builder) control() error {
 		if err != nil {
 			continue
 		}
+		onWay(path, real)
 		if _, err := os.Stat(real); err != nil {
 			continue
 		}
@@ -509,18 +553,45 @@ func (b *builder) control() error {
 	if len(hidden) > 0 {
 		b.report["hidden"] = hidden
 	}
+	var roots, nested []string
 	if b.p.Mode == ModeWorkspaceWrite {
-		roots := append([]string{b.p.Workspace}, b.p.AllowWrite...)
-		// Not the program's own hidden files in the temp areas (the
-		// helper's status file), which the areas' covers hide already.
-		covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
-			return under(p, b.sp.TempAreas)
-		})
-		// The temp areas too: one inside a writable root (a TMPDIR in the
-		// workspace) is covered where it is, and a directory above it
-		// renamed aside would take it where the next run, which covers
-		// the areas it knows by their paths, does not look.
-		b.sp.Pinned = pinParents(b.sp.Pinned, roots, slices.Concat(covered, b.p.AllowWrite, b.sp.TempAreas), slices.Concat(covered, b.sp.TempAreas))
+		roots, nested = append([]string{b.p.Workspace}, b.p.AllowWrite...), b.p.AllowWrite
+	}
+	if len(roots) == 0 && len(b.cacheRoots) == 0 {
+		return nil
+	}
+	// Not the program's own hidden files in the temp areas (the
+	// helper's status file), which the areas' covers hide already.
+	covered := slices.DeleteFunc(slices.Concat(b.sp.ReadOnly, b.sp.DenyDirs, b.sp.DenyFiles, b.sp.Hidden), func(p string) bool {
+		return under(p, b.sp.TempAreas)
+	})
+	// The temp areas too: one inside a writable root (a TMPDIR in the
+	// workspace) is covered where it is, and a directory above it
+	// renamed aside would take it where the next run, which covers the
+	// areas it knows by their paths, does not look.
+	// A --deny-read path missing now is hidden at a later start once it
+	// is there (refresher): the directories above it that exist are
+	// pinned as well.
+	targets := slices.Concat(covered, nested, b.sp.TempAreas, b.missingDeny)
+	// The user's own caches (user_caches) are writable roots in both
+	// modes, and may hold a hidden file (~/.cache/huggingface/token):
+	// their directories above one are pinned as well. (Real paths
+	// already; only those that hold a target cost anything.)
+	for _, r := range b.cacheRoots {
+		if slices.ContainsFunc(targets, func(p string) bool { return strings.HasPrefix(p, r+string(filepath.Separator)) }) {
+			roots = append(roots, r)
+		}
+	}
+	if len(roots) > 0 {
+		b.sp.Pinned = pinParents(b.sp.Pinned, roots, targets, slices.Concat(covered, b.sp.TempAreas))
+	}
+	for _, l := range links {
+		// Inside a writable root (not in a covered path, where nothing
+		// can change it): bound onto itself, unfollowed.
+		in := slices.ContainsFunc(b.sp.Writable, func(r string) bool { return strings.HasPrefix(l, r+string(filepath.Separator)) })
+		if pin := confine.PinLink + l; in && !under(l, covered) && !slices.Contains(b.sp.Pinned, pin) {
+			b.sp.Pinned = append(b.sp.Pinned, pin)
+		}
 	}
 	return nil
 }
@@ -1014,14 +1085,7 @@ func (b *builder) caches() ([]string, []string, error) {
 	p := b.p
 	home, _ := os.UserHomeDir()
 	if p.UserCaches {
-		var roots []string
-		for _, d := range userCacheDirs(home) {
-			if real, err := realPath(d); err == nil {
-				if st, err := os.Stat(real); err == nil && st.IsDir() {
-					roots = append(roots, real)
-				}
-			}
-		}
+		roots := userCacheRoots(p)
 		b.report["caches"] = map[string]any{"kind": "user", "writable": roots}
 		return roots, nil, nil
 	}
@@ -1087,6 +1151,24 @@ func userModCache(home string) string {
 		return filepath.Join(filepath.SplitList(v)[0], "pkg", "mod")
 	}
 	return filepath.Join(home, "go", "pkg", "mod")
+}
+
+// userCacheRoots are the writable roots UserCaches adds in p (resolved,
+// those that are directories), none without a filesystem mode.
+func userCacheRoots(p Policy) []string {
+	if !p.UserCaches || p.Mode == ModeNone {
+		return nil
+	}
+	home, _ := os.UserHomeDir()
+	var roots []string
+	for _, d := range userCacheDirs(home) {
+		if real, err := realPath(d); err == nil {
+			if st, err := os.Stat(real); err == nil && st.IsDir() {
+				roots = append(roots, real)
+			}
+		}
+	}
+	return roots
 }
 
 // userCacheDirs are the caches UserCaches makes writable.

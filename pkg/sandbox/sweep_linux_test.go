@@ -45,8 +45,9 @@ func TestSweepDue(t *testing.T) {
 	}
 }
 
-// A symlink planted as the stamp neither suppresses the sweep nor gets its
-// target's times changed; a stamp of another user never suppresses it.
+// A symlink or a hard link planted as the stamp neither suppresses the
+// sweep nor gets its target's times changed; a stamp of another user never
+// suppresses it.
 func TestSweepDuePlanted(t *testing.T) {
 	dir := t.TempDir()
 	stamp := filepath.Join(dir, sweepStamp+strconv.Itoa(os.Getuid()))
@@ -62,6 +63,24 @@ func TestSweepDuePlanted(t *testing.T) {
 	}
 	if st, err := os.Stat(target); err != nil || !st.ModTime().Equal(old) {
 		t.Fatalf("the symlink's target was touched: %v %v", st.ModTime(), err)
+	}
+	// A second name of another file of the user's (a hard link): its
+	// times are not set through the stamp, and it never suppresses a
+	// sweep, old or fresh.
+	must(t, os.Remove(stamp))
+	must(t, os.Link(target, stamp))
+	for i := 0; i < 3; i++ {
+		if !sweepDue(dir) {
+			t.Fatalf("call %d: a hard-linked stamp suppressed the sweep", i)
+		}
+	}
+	if st, err := os.Stat(target); err != nil || !st.ModTime().Equal(old) {
+		t.Fatalf("the hard link's other name was touched: %v %v", st.ModTime(), err)
+	}
+	now := time.Now()
+	must(t, os.Chtimes(target, now, now))
+	if !sweepDue(dir) {
+		t.Fatal("a hard link to a file changed just now suppressed the sweep")
 	}
 	if os.Getuid() != 0 {
 		return

@@ -117,8 +117,20 @@ func tempAreas(parent string) (string, []string, error) {
 		if real, err := filepath.EvalSymlinks(home); err == nil {
 			home = real
 		}
-		for _, a := range elsewhere(home, own, uid) {
-			if !slices.Contains(areas, a) {
+		listed := elsewhere(home, own, uid)
+		if _, suffixed, _ := parseArea(filepath.Base(home)); suffixed {
+			// Two first calls after a plant may each have made an area
+			// in /tmp, and listed their areas elsewhere in their own: the
+			// lists of every suffixed area of the caller's there count
+			// (read, not added to).
+			for _, a := range slices.Clone(areas) {
+				if id, sfx, _ := parseArea(filepath.Base(a)); sfx && id == uid && a != home && filepath.Dir(a) == filepath.Dir(home) {
+					listed = append(listed, elsewhere(a, a, uid)...)
+				}
+			}
+		}
+		for _, a := range listed {
+			if a != own && !slices.Contains(areas, a) {
 				areas = append(areas, a)
 			}
 		}

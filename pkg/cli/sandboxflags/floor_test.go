@@ -310,3 +310,45 @@ func TestFilesProgramsDir(t *testing.T) {
 		t.Errorf("a file beside the programs' directory: %v", err)
 	}
 }
+
+// TestFilesHelperSymlinkTarget: the helper's program beside the programs
+// may be a symbolic link into the workspace (a development build): agentfs
+// under the lock wrote the file it leads to, which the next sandboxed call
+// starts unconfined. Its directory is the programs' too.
+func TestFilesHelperSymlinkTarget(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs := sandbox.ProgramsDir(exe)
+	ws := filepath.Dir(progs)
+	build, err := os.MkdirTemp(ws, "build-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(build) })
+	target := filepath.Join(build, sandbox.HelperProgram)
+	if err := os.WriteFile(target, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(progs, sandbox.HelperProgram)
+	if err := os.Symlink(target, link); err != nil {
+		t.Skipf("cannot link a helper beside the test's program: %v", err)
+	}
+	t.Cleanup(func() { os.Remove(link) })
+	vars := map[string]string{"AGENTPLANE_SANDBOX_LOCK": "1", "AGENTPLANE_SANDBOX": "workspace-write",
+		"AGENTPLANE_WORKSPACE": ws, "HOME": t.TempDir()}
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentfs"}, SystemConfig: filepath.Join(t.TempDir(), "etc", "config.toml"),
+		LookupEnv: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }}
+	rules, err := Files(env, filepath.Join(t.TempDir(), "state"))
+	if err != nil || rules.MayChange == nil {
+		t.Fatalf("Files: %+v, %v", rules, err)
+	}
+	var e *result.Error
+	if err := rules.MayChange(target); !errors.As(err, &e) || e.Code != result.CodeSandboxLocked {
+		t.Errorf("MayChange(%s) = %v, want sandbox_locked", target, err)
+	}
+	if err := rules.MayChange(filepath.Join(ws, "beside")); err != nil {
+		t.Errorf("a file beside the programs' directory: %v", err)
+	}
+}

@@ -418,12 +418,10 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	(&Options{StateDir: stateDir}).control(env, &control)
 	protected := control.Protect
 	// The programs themselves: a helper program planted beside them, or
-	// one of them replaced, would run unconfined at the next sandboxed
-	// call.
+	// one of them replaced (the helper's through a symbolic link beside
+	// them too), would run unconfined at the next sandboxed call.
 	if exe, err := os.Executable(); err == nil {
-		if dir := sandbox.ProgramsDir(exe); dir != "" {
-			protected = append(protected, dir)
-		}
+		protected = append(protected, sandbox.ProgramDirs(exe)...)
 	}
 	home := env.Getenv("HOME")
 	rules.MayChange = func(path string) error {

@@ -56,7 +56,7 @@ const (
 // saw (HiddenIDs), which the helper covers or fails the run. 14: the
 // dynamic loader's variables of the target's environment come in the spec
 // (Env), not in the helper's own.
-const SpecVersion = 14
+const SpecVersion = 15
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -132,7 +132,9 @@ type Spec struct {
 	TempAreas []string `json:"temp_areas,omitempty"`
 	TempDir   string   `json:"temp_dir,omitempty"`
 	// Pinned directories are bound onto themselves so that they cannot be
-	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds.
+	// renamed or removed (gitcontrol_linux.go), before the ReadOnly binds;
+	// an entry PinLink and a path is a symbolic link, bound onto itself
+	// unfollowed, so that it cannot be replaced.
 	Pinned []string `json:"pinned,omitempty"`
 	// Report: the spec's descriptor is one end of a socket pair, which
 	// the runner shuts for writing after the spec; the helper keeps it
