@@ -279,9 +279,13 @@ func (st *Store) noRecord(id string) (Status, error) {
 	// its identity there); one that held it and is gone, or a job that a
 	// stop found without a supervisor (the lost marker), will never run.
 	sv, held := st.runLock(id)
-	if sv.PID > 0 && (!held || proctree.Alive(sv.PID, sv.StartTime)) {
+	if sv.PID > 0 && (!held || proctree.Present(sv.PID, sv.StartTime)) {
 		// (A holder that is not the process named is a stop holding
 		// the lock for a moment, or a supervisor yet to write its own.)
+		// A supervisor SIGKILLed a moment ago may show a zombie while its
+		// other threads still die holding the lock: it is named too, so
+		// that a wait (and a stop's) wakes when it is gone and the lock
+		// free, rather than at its own end.
 		s.svPID, s.svStart, s.svLocal = sv.PID, sv.StartTime, true
 	}
 	switch {

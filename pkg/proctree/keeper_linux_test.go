@@ -12,8 +12,12 @@ import (
 	"time"
 )
 
-// TestMain lets this test binary serve as the keeper (KeeperCommand).
+// TestMain lets this test binary serve as the keeper (KeeperCommand), or
+// as a process whose main thread ended alone (loneThreadArg).
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == loneThreadArg {
+		runLoneThread()
+	}
 	if len(os.Args) > 1 && os.Args[1] == KeeperCommand {
 		os.Exit(RunKeeper(os.Args[2:], func(s Stat) bool {
 			argv, _ := Argv(s.PID)

@@ -82,6 +82,18 @@ func Alive(pid int, startTime uint64) bool {
 	return s.StartTime == startTime && !s.Dead()
 }
 
+// Present reports whether pid is the process that started at startTime
+// and has not been reaped: alive, or exited (a zombie). A process whose
+// main thread is a zombie while other threads of it still run is present
+// and not Alive.
+func Present(pid int, startTime uint64) bool {
+	if pid <= 0 {
+		return false
+	}
+	s, err := ReadStat(pid)
+	return err == nil && s.StartTime == startTime
+}
+
 // Descendants returns every process below root in the snapshot, children
 // before grandchildren. root itself is not included.
 func Descendants(snap []Stat, root int) []Stat {

@@ -14,6 +14,12 @@ import (
 // exits, and the start time is checked after the pidfd is open, so the
 // pidfd cannot belong to a recycled pid. It works for any process, not
 // only children of the caller.
+//
+// A process has exited when all its threads have: a main thread that
+// ended first shows the process a zombie while the others still run (a
+// SIGKILLed one's threads die one by one), and they hold its descriptors
+// and the locks on them. The pidfd answers for the whole process, and so
+// Wait does.
 func Wait(ctx context.Context, id ID) error {
 	if id.PID <= 0 {
 		return nil
@@ -23,7 +29,7 @@ func Wait(ctx context.Context, id ID) error {
 		return nil // no such process: already gone
 	}
 	defer unix.Close(fd)
-	if !id.Alive() {
+	if !Present(id.PID, id.Start) {
 		return nil
 	}
 	if ctx.Done() == nil {
