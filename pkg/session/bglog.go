@@ -112,7 +112,7 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 	l := &bgLog{path: filepath.Join(sdir, "bg.log")}
 	unlock, err := state.Lock(l.lockPath())
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot lock the session log: %v", err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot lock the session log: %v", err)
 	}
 	defer unlock()
 	base := readBase(l.basePath())
@@ -136,7 +136,7 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 		data = data[cur-base:]
 		out.Offset = cur
 		if err := state.WriteFileAtomic(cursorPath, []byte(strconv.FormatInt(total, 10)), 0o600); err != nil {
-			return nil, result.Errorf(result.CodeInternal, "cannot save the log cursor: %v", err)
+			return nil, result.Errorf(result.CodeStateDir, "cannot save the log cursor: %v", err)
 		}
 	case req.Tail > 0:
 		i := len(data)

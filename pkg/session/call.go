@@ -621,7 +621,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	// Made ahead while the session was idle, when they could be (stock).
 	files, err := d.files(n, names)
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot make the call's files: %v", err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot make the call's files: %v", err)
 	}
 	c.script = files.script
 	for _, f := range files.fifos {
