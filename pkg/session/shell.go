@@ -673,8 +673,8 @@ const (
 	funcnestOff = `⟨V⟩na=${FUNCNEST:+${FUNCNEST@a}}; ⟨V⟩na=${⟨V⟩na//[!r]/}${FUNCNEST:+${FUNCNEST//[0-9]/}}; ⟨V⟩nb=${FUNCNEST:-u}; ⟨V⟩nb=${⟨V⟩nb/#0/}; ⟨V⟩nd=${FUNCNEST:+${FUNCNEST//[!0-9]/}}; ` +
 		`⟨V⟩nb=$(( ${⟨V⟩nk:-0} && !${#⟨V⟩nb} )); ⟨V⟩nf=$(( ⟨V⟩nb ? 10#0${⟨V⟩nf-} : 10#0${⟨V⟩nd} )); ⟨V⟩nk=$(( ⟨V⟩nb || (${FUNCNEST:+1}0 && !${#⟨V⟩na}) )); ⟨V⟩na=$(( ⟨V⟩nk ?(FUNCNEST=0):0 )); `
 	// funcnestBack puts the command's FUNCNEST back where the ERR trap
-	// returns to the command, and in forget (the line's tail, the
-	// probe): only where FUNCNEST is still the 0 funcnestOff set, not
+	// returns to the command, at the line's tail (when a trap lifted it)
+	// and at the probe's end: only where FUNCNEST is still the 0 funcnestOff set, not
 	// readonly (the user's ERR action may have made it so), so that a
 	// function's local FUNCNEST, gone with the abandoned line, does not
 	// become the global one.
@@ -1110,7 +1110,7 @@ func callLine(p callProto, nonce string) string {
 	}
 	b.WriteString(p.scrubNext())
 	b.WriteString(p.expand(posixStuck(`⟨V⟩x=1`) + `PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩s"$'\n'; `))
-	b.WriteString(p.expand(p.forget() + `} || \:`))
+	b.WriteString(p.expand(`case ${⟨V⟩nk+x} in x) ` + funcnestBack + `;; esac; ` + p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
 }
@@ -1131,7 +1131,7 @@ func (p callProto) forget() string {
 
 const (
 	forget     = `\unset -f ⟨V⟩on ⟨V⟩fds ⟨V⟩usr2 ⟨V⟩err ⟨V⟩probe; ` + forgetVars
-	forgetVars = funcnestBack + `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩x ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
+	forgetVars = `\unset ⟨V⟩s ⟨V⟩h ⟨V⟩p ⟨V⟩d ⟨V⟩e ⟨V⟩t ⟨V⟩f ⟨V⟩r ⟨V⟩g ⟨V⟩n ⟨V⟩c ⟨V⟩x ⟨V⟩l ⟨V⟩y ⟨V⟩w ⟨V⟩z ⟨V⟩uerr ⟨V⟩uset ⟨V⟩rt ⟨V⟩int ${⟨V⟩q+"${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}"}; \unset ⟨V⟩q ⟨V⟩a; ` + aliasesOff
 )
 
 // probeLine asks a shell whose line was abandoned to show it is back at
@@ -1150,7 +1150,7 @@ func probeLine(p callProto, nonce string) string {
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
-	return p.expand(t+p.forget()) + "\n"
+	return p.expand(t+funcnestBack+p.forget()) + "\n"
 }
 
 // shell is one running shell process and its control channel.
