@@ -20,17 +20,74 @@ import (
 // earlier calls write after their call returned. It is one file, bg.log,
 // bounded by limit: past it the oldest half is dropped, and bg.base
 // records how many bytes were dropped so far, so that offsets stay
-// absolute. Rotation and reads take bg.lock.
+// absolute. Bytes the file could not take (a full disk) are dropped too:
+// bg.lost lists each such loss, "OFFSET COUNT", the offset being that of
+// the first byte kept after it, as soon as that file can be written (at
+// the latest with the next write that the disk takes).
+// Rotation, the loss records and reads take bg.lock.
 type bgLog struct {
 	path  string
 	limit int64
 	mu    sync.Mutex
 	f     *os.File
 	size  int64
+	// lost bytes not yet recorded in bg.lost, lost at offset lostAt.
+	lost, lostAt int64
 }
 
 func (l *bgLog) lockPath() string { return l.path + ".lock" }
 func (l *bgLog) basePath() string { return strings.TrimSuffix(l.path, ".log") + ".base" }
+func (l *bgLog) lostPath() string { return strings.TrimSuffix(l.path, ".log") + ".lost" }
+
+// recordLost appends the pending loss to bg.lost; it stays pending when
+// that fails (the disk is still full).
+func (l *bgLog) recordLost() {
+	unlock, err := state.Lock(l.lockPath())
+	if err != nil {
+		return
+	}
+	defer unlock()
+	f, err := os.OpenFile(l.lostPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return
+	}
+	_, err = f.WriteString(strconv.FormatInt(l.lostAt, 10) + " " + strconv.FormatInt(l.lost, 10) + "\n")
+	if f.Close() == nil && err == nil {
+		l.lost = 0
+	}
+}
+
+// losses reads bg.lost: the offset and count of each loss.
+func losses(p string) [][2]int64 {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil
+	}
+	var out [][2]int64
+	for _, ln := range strings.Split(string(b), "\n") {
+		f := strings.Fields(ln)
+		if len(f) != 2 {
+			continue
+		}
+		at, err1 := strconv.ParseInt(f[0], 10, 64)
+		n, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 == nil && err2 == nil && n > 0 {
+			out = append(out, [2]int64{at, n})
+		}
+	}
+	return out
+}
+
+// lostIn is the sum of the losses at offsets in [from, to).
+func lostIn(ls [][2]int64, from, to int64) int64 {
+	var n int64
+	for _, x := range ls {
+		if x[0] >= from && x[0] < to {
+			n += x[1]
+		}
+	}
+	return n
+}
 
 func (l *bgLog) write(b []byte) {
 	l.mu.Lock()
@@ -43,8 +100,18 @@ func (l *bgLog) write(b []byte) {
 		st, _ := f.Stat()
 		l.f, l.size = f, st.Size()
 	}
+	if l.lost > 0 {
+		l.recordLost() // a loss the full disk kept from its record
+	}
 	n, _ := l.f.Write(b)
 	l.size += int64(n)
+	if n < len(b) {
+		if l.lost == 0 {
+			l.lostAt = readBase(l.basePath()) + l.size
+		}
+		l.lost += int64(len(b) - n)
+		l.recordLost()
+	}
 	if l.size > l.limit {
 		l.rotate()
 	}
@@ -112,7 +179,7 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 	l := &bgLog{path: filepath.Join(sdir, "bg.log")}
 	unlock, err := state.Lock(l.lockPath())
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot lock the session log: %v", err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot lock the session log: %v", err)
 	}
 	defer unlock()
 	base := readBase(l.basePath())
@@ -122,21 +189,24 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 	}
 	total := base + int64(len(data))
 	out := &LogsResult{Offset: base, NextOffset: total}
+	lost := losses(l.lostPath())
 	cursorPath := filepath.Join(sdir, "bg.cursor")
 	switch {
 	case req.SinceLast:
 		cur := readBase(cursorPath)
-		if cur < base {
-			out.DroppedBytes = base - cur
-			cur = base
-		}
 		if cur > total {
 			cur = total
+		}
+		// Lost bytes that lie at or after the last read's end.
+		out.DroppedBytes = lostIn(lost, cur, total)
+		if cur < base {
+			out.DroppedBytes += base - cur
+			cur = base
 		}
 		data = data[cur-base:]
 		out.Offset = cur
 		if err := state.WriteFileAtomic(cursorPath, []byte(strconv.FormatInt(total, 10)), 0o600); err != nil {
-			return nil, result.Errorf(result.CodeInternal, "cannot save the log cursor: %v", err)
+			return nil, result.Errorf(result.CodeStateDir, "cannot save the log cursor: %v", err)
 		}
 	case req.Tail > 0:
 		i := len(data)
@@ -158,13 +228,17 @@ func readLog(sdir string, req LogsRequest) (*LogsResult, error) {
 		}
 		// Fewer lines are left than were asked for: the rest were dropped.
 		if i == 0 && lines < req.Tail {
-			out.DroppedBytes = base
+			out.DroppedBytes = base + lostIn(lost, 0, total+1)
+		} else {
+			// Lost bytes between the lines returned.
+			out.DroppedBytes = lostIn(lost, base+int64(i)+1, total)
 		}
 		out.Offset = base + int64(i)
 		data = data[i:]
 	default:
-		// The whole log was asked for: its oldest bytes are gone.
-		out.DroppedBytes = base
+		// The whole log was asked for: its oldest bytes are gone, and
+		// what the disk could not take.
+		out.DroppedBytes = base + lostIn(lost, 0, total+1)
 	}
 	if !req.Raw {
 		data = capture.Clean(data)

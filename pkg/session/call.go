@@ -263,7 +263,10 @@ func (s *server) resetShell(sh *shell, out *outcome) {
 	}
 	s.killShell()
 	if err := s.startShell(existingDir(last)); err != nil {
-		out.ended = true
+		out.ended, out.restartErr = true, err
+		s.mu.Lock()
+		s.restartErr = err
+		s.mu.Unlock()
 		return
 	}
 	out.reset = true
@@ -298,6 +301,9 @@ type outcome struct {
 	reset  bool // the shell could not be brought back and was replaced
 	stuck  bool // the command left posix mode unreachable: see stuckMark
 	ended  bool // the shell is gone (exit, exec, killed)
+	// restartErr: the shell had to be replaced and its replacement did
+	// not start; the session ends (EndedRestartFailed).
+	restartErr error
 }
 
 // callReady runs a call once the busy token is held and the shell is up.
@@ -385,6 +391,12 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	case out.lost:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the shell could not take back its control channel after the command (a descriptor limit too low for its own redirections, a DEBUG trap that skips every command under extdebug, PROMPT_COMMAND replaced whole before an abandoned line); what the command did ran, its status is unknown, and the shell was restarted in its last cwd")))
+	}
+	if out.restartErr != nil {
+		// Whatever the reason for the replacement was, no shell runs now:
+		// the call must not say it was restarted.
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionEnded,
+			"the shell had to be replaced after this command, but could not be restarted (%v); the session has ended", out.restartErr).With("ended_reason", EndedRestartFailed)))
 	}
 	if out.ended {
 		obj.Set("session_ended", true)
@@ -609,7 +621,7 @@ func (s *server) prepareCall(n int, req CallRequest, enc *lineWriter) (*pendingC
 	// Made ahead while the session was idle, when they could be (stock).
 	files, err := d.files(n, names)
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "cannot make the call's files: %v", err)
+		return nil, result.Errorf(result.CodeStateDir, "cannot make the call's files: %v", err)
 	}
 	c.script = files.script
 	for _, f := range files.fifos {
@@ -818,7 +830,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			sig = syscall.SIGINT
 		}
 		res.ExitCode = 128 + int(sig)
-	case out.ended:
+	case out.ended && out.restartErr == nil:
 		if st := sh.status; st != nil {
 			if ws, ok := st.Sys().(syscall.WaitStatus); ok {
 				if ws.Signaled() {

@@ -224,6 +224,9 @@ func (m *Manager) info(id string) (*Info, error) {
 		info.EndedReason = ""
 		info.Status = StateRunning
 		if reason := deadReason(rec); reason != "" {
+			if err := unrecorded(sdir, reason); err != nil {
+				return nil, err
+			}
 			info.Status, info.EndedReason = StateEnded, reason
 		}
 	}
@@ -269,6 +272,23 @@ func liveRecord(sdir string) (Record, bool) {
 	return rec, true
 }
 
+// unrecorded is the error of a session whose record says running and whose
+// server is gone (reason server_died) when its directory cannot be
+// written: the server could record nothing since (its calls, its end: a
+// stop, an exit, an idle end), and the session's end is not known, only
+// that it ended. Nil otherwise.
+func unrecorded(sdir, reason string) error {
+	if reason != EndedServerDied {
+		return nil
+	}
+	err := dirWritable(sdir)
+	if err == nil {
+		return nil
+	}
+	return result.Errorf(result.CodeStateDir, "the session's server is gone, and its directory %s cannot be written (%v): how the session ended, and what it did since the directory became unwritable, was never recorded", sdir, err).
+		With("hint", "make the state directory writable again; the session has ended")
+}
+
 // deadReason returns why a session whose record says running is in fact
 // over, or "" if its server lives.
 func deadReason(rec Record) string {
@@ -296,7 +316,12 @@ func (m *Manager) List() ([]*Info, error) {
 	sort.Slice(ids, func(i, j int) bool { return ids[i] > ids[j] })
 	out := []*Info{}
 	for _, n := range ids {
-		if info, err := m.info(strconv.FormatUint(n, 10)); err == nil {
+		info, err := m.info(strconv.FormatUint(n, 10))
+		if e := result.AsError(err); e != nil && e.Code == result.CodeStateDir {
+			// Not a session to leave out: one whose end is unknown.
+			return nil, err
+		}
+		if err == nil {
 			out = append(out, info)
 		}
 	}
@@ -322,7 +347,22 @@ func (m *Manager) Stop(ctx context.Context, handle string) (*Info, error) {
 		if json.Unmarshal(line, &msg) == nil && msg.Type == "error" && msg.Error != nil {
 			return nil, msg.Error.err()
 		}
-		return m.info(id)
+		// The server records its end before it answers; one that could
+		// not (an unwritable directory) is still exiting: it is waited
+		// for, so that the verdict below is on a server that is gone.
+		var rec Record
+		if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded && len(line) > 0 {
+			wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_ = proctree.Wait(wctx, proctree.ID{PID: rec.ServerPID, Start: rec.ServerStart})
+			cancel()
+		}
+		info, err := m.info(id)
+		if e := result.AsError(err); e != nil && e.Code == result.CodeStateDir && len(line) > 0 {
+			// The server answered the stop: it stopped, but could not
+			// record it.
+			return nil, result.Errorf(result.CodeStateDir, "the session was stopped, but its end could not be recorded: %s", e.Message).With("hint", e.Details["hint"])
+		}
+		return info, err
 	}
 	var rec Record
 	if state.ReadJSON(filepath.Join(sdir, "status.json"), &rec) == nil && rec.State != StateEnded && deadReason(rec) == "" {
@@ -485,6 +525,9 @@ func (d *Dialed) Call(ctx context.Context, req CallRequest, onEvent func(stream,
 		}
 		m.reapDead(id, "")
 		info, ierr := m.info(id)
+		if e := result.AsError(ierr); e != nil && e.Code == result.CodeStateDir {
+			return ierr
+		}
 		reason := EndedServerDied
 		if ierr == nil && info.EndedReason != "" {
 			reason = info.EndedReason

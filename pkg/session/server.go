@@ -39,6 +39,9 @@ type server struct {
 	mu  sync.Mutex // guards rec, sh and the fields below it
 	rec Record
 	sh  *shell
+	// restartErr is why the replacement of a shell failed (resetShell):
+	// the session ends with EndedRestartFailed, not EndedExit.
+	restartErr error
 
 	busy     chan struct{} // a token: held while a call runs
 	lastUsed time.Time
@@ -392,6 +395,11 @@ func (s *server) stop(reason string) {
 		// Record the reason first: a client that finds the socket gone
 		// while the shell is being killed can already say why.
 		s.mu.Lock()
+		if reason == EndedExit && s.restartErr != nil {
+			// The shell did not exit: it was killed to be replaced, and
+			// its replacement did not start.
+			reason = EndedRestartFailed
+		}
 		s.rec.EndedReason = reason
 		s.mu.Unlock()
 		_ = s.writeRecord()

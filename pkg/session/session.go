@@ -48,6 +48,7 @@ const (
 	EndedIdle          = "idle_timeout"   // no call for the idle timeout
 	EndedStopped       = "stopped"        // session stop
 	EndedServerDied    = "server_died"    // the server vanished without recording an end
+	EndedRestartFailed = "restart_failed" // a shell that had to be replaced could not be started again
 	EndedHostRestarted = "host_restarted" // the machine rebooted
 )
 

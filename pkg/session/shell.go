@@ -422,7 +422,7 @@ func slotVars(gen string, k int) string {
 // slotNames are the variables of a call that runs on a slot's persistent
 // functions: what the call's end and the probe scrub from the next call's
 // slot (scrubNext).
-const slotNames = "a c d e f g h int l n o p q r rt s t uerr uset w x y z"
+const slotNames = "a c d e f g h int l n na nb nd nf nk o p q r rt s t uerr uset w x y z"
 
 // dirtyMark follows the nonce of a call's end or a probe's prompt when
 // the slot the next call runs on could not be scrubbed (a command made
@@ -655,12 +655,36 @@ const (
 	// It runs only in the session's own shell, whose pid is $$ (BASHPID
 	// is a variable a command can unset or assign).
 	raiseINT = `\builtin kill -INT "$$" 2>/dev/null; `
+	// funcnestOff lifts the command's FUNCNEST (0: no limit) while the
+	// protocol runs its functions, which errexit, an interrupt and the
+	// probe call one or two levels below the command's own: bash
+	// abandons the line at a call beyond the limit (FUNCNEST=1 made
+	// every errexit and timeout a reset). varsNk says it did, varsNf
+	// keeps the value; a stash from before (the trap's, for the probe
+	// after it) is kept while FUNCNEST is still its 0 (not when the
+	// abandoned line took a function's local FUNCNEST away). It is text
+	// a trap and the probe line run, parsed with the command's aliases
+	// and under its nounset: assignments only, the choices made by
+	// arithmetic, whose unevaluated branch assigns nothing. Only a value
+	// of digits is lifted (another is no limit, or not one arithmetic
+	// could put back), and not a readonly one: bash abandons the line at
+	// an assignment to it (that stays a reset). The assignment keeps the
+	// variable's attributes (export).
+	funcnestOff = `⟨V⟩na=${FUNCNEST:+${FUNCNEST@a}}; ⟨V⟩na=${⟨V⟩na//[!r]/}${FUNCNEST:+${FUNCNEST//[0-9]/}}; ⟨V⟩nb=${FUNCNEST:-u}; ⟨V⟩nb=${⟨V⟩nb/#0/}; ⟨V⟩nd=${FUNCNEST:+${FUNCNEST//[!0-9]/}}; ` +
+		`⟨V⟩nb=$(( ${⟨V⟩nk:-0} && !${#⟨V⟩nb} )); ⟨V⟩nf=$(( ⟨V⟩nb ? 10#0${⟨V⟩nf-} : 10#0${⟨V⟩nd} )); ⟨V⟩nk=$(( ⟨V⟩nb || (${FUNCNEST:+1}0 && !${#⟨V⟩na}) )); ⟨V⟩na=$(( ⟨V⟩nk ?(FUNCNEST=0):0 )); `
+	// funcnestBack puts the command's FUNCNEST back where the ERR trap
+	// returns to the command, at the line's tail (when a trap lifted it)
+	// and at the probe's end: only where FUNCNEST is still the 0 funcnestOff set, not
+	// readonly (the user's ERR action may have made it so), so that a
+	// function's local FUNCNEST, gone with the abandoned line, does not
+	// become the global one.
+	funcnestBack = `⟨V⟩na=${FUNCNEST:+${FUNCNEST@a}}; ⟨V⟩na=${⟨V⟩na//[!r]/}${FUNCNEST:-u}; ⟨V⟩na=${⟨V⟩na/#0/}; ⟨V⟩na=$(( ${⟨V⟩nk:-0} && !${#⟨V⟩na} ?(FUNCNEST=10#0${⟨V⟩nf-}):0 )); \unset ⟨V⟩na ⟨V⟩nb ⟨V⟩nd ⟨V⟩nk ⟨V⟩nf; `
 )
 
 // usr2Action is the interrupt's trap (see interrupt): varsUsr2, which
 // xtrace does not trace: the options are kept and turned off first, with
 // what they trace thrown away, as the ERR trap does.
-const usr2Action = `{ \⟨V⟩on; } 2>/dev/null; \⟨V⟩usr2`
+const usr2Action = `{ ` + funcnestOff + `\⟨V⟩on; } 2>/dev/null; \⟨V⟩usr2`
 
 // inShell sets varsA to $$ in the session's own shell and to anything
 // else in a subshell (the ERR trap exits there, as errexit would). Not by
@@ -765,7 +789,7 @@ func (p callProto) functions() string {
 		p.expand(`⟨V⟩err() { case ${⟨V⟩uerr:+x} in x) \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" 2>/dev/null; (\exit "$⟨V⟩t"); \eval "$⟨V⟩uerr"; case $⟨V⟩q${POSIXLY_CORRECT@a} in "") POSIXLY_CORRECT=y \:;; esac;; esac; `+
 			inShell+`case $⟨V⟩a:$⟨V⟩y in "$$":*:errexit:*) ⟨V⟩f=$⟨V⟩t; `) + p.abandonTraps() + p.expand(`⟨V⟩int=$(\trap -p INT); \trap - INT; `) + back +
 		p.expand(raiseINT+`\exit "$⟨V⟩t";; *:errexit:*) \exit "$⟨V⟩t";; `+
-			`*) ⟨V⟩a=${⟨V⟩y%%:*}; ⟨V⟩a=${⟨V⟩a//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
+			`*) `+funcnestBack+`⟨V⟩a=${⟨V⟩y%%:*}; ⟨V⟩a=${⟨V⟩a//[!uvx]/}; { \set "-$⟨V⟩a"; \unset "${⟨V⟩q:+⟨V⟩a}${⟨V⟩q:-POSIXLY_CORRECT}" "${⟨V⟩w:+⟨V⟩a}${⟨V⟩w:-⟨V⟩o}" "${⟨V⟩z:+⟨V⟩a}${⟨V⟩z:-⟨V⟩q}" ⟨V⟩a ⟨V⟩y ⟨V⟩w ⟨V⟩z; } 2>/dev/null;; esac; }; `) +
 		// A call's ERR trap lasts for its call: bash puts back the one
 		// from before only when the source returns. The posix mode to
 		// put back is the one varsOn kept (the call's own, or the
@@ -1004,13 +1028,13 @@ const returnAgain = `case ${⟨V⟩rt+x} in x) ⟨V⟩tr=$(\builtin trap -p RETU
 // set before runs for the function's commands (bash runs it for a traced
 // function's), the one difference from the builtin a command can see,
 // besides type trap. Not in posix mode (callPrefix).
-const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk ⟨V⟩tr ⟨V⟩tp= ⟨V⟩te= ⟨V⟩tm= ⟨V⟩tl; ⟨V⟩tl=(); \builtin set +vx; } 2>/dev/null; ` +
+var trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk ⟨V⟩tr ⟨V⟩tp= ⟨V⟩te= ⟨V⟩tm= ⟨V⟩tl; ⟨V⟩tl=(); \builtin set +vx; } 2>/dev/null; ` +
 	`case ${1-} in -p) \builtin shift; ⟨V⟩tp=1;; --) \builtin shift;; -?*) \builtin trap "$@" || ⟨V⟩tx=$?; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Listing: the builtin's, with the user's ERR trap (or none) in
 	// place of the protocol's.
 	`case $#:$⟨V⟩tp in 0:*|*:1) ⟨V⟩tk=$(\builtin trap -p "$@") || ⟨V⟩tx=$?; ⟨V⟩tr=$(\builtin trap -p ERR); ` +
 	`case ${⟨V⟩uerr+x} in x) ⟨V⟩te="trap -- ${⟨V⟩uerr@Q} ERR";; esac; ` +
-	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/"trap -- '` + usr2Action + `' ` + interruptName + `"/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
+	`case $⟨V⟩tr in ?*) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩tr"/"$⟨V⟩te"};; esac; ⟨V⟩tk=${⟨V⟩tk/` + shellQuote("trap -- '"+usr2Action+"' "+interruptName) + `/}; case ${⟨V⟩dl+x} in x) ⟨V⟩tk=${⟨V⟩tk/"$⟨V⟩dl"/};; esac; ⟨V⟩tk=${⟨V⟩tk//$'\n\n'/$'\n'}; ⟨V⟩tk=${⟨V⟩tk#$'\n'}; ⟨V⟩tk=${⟨V⟩tk%$'\n'}; ` +
 	`case $⟨V⟩tk in ?*) \builtin printf '%s\n' "$⟨V⟩tk";; esac; ` + returnAgain + `\builtin return "$⟨V⟩tx";; esac; ` +
 	// Setting: one argument is a signal to reset; a first argument that
 	// is a number is a signal too (the builtin's rules).
@@ -1025,7 +1049,7 @@ const trapFunc = `trap() { { \builtin local - ⟨V⟩tx=0 ⟨V⟩ta=- ⟨V⟩tk 
 // options kept (xtrace off) with what they trace thrown away, then
 // varsErr, whose call is not traced.
 func (p callProto) errAction() string {
-	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$-:$SHELLOPTS: ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; \⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
+	return p.expand(`{ ⟨V⟩t=$? ⟨V⟩y=$-:$SHELLOPTS: ⟨V⟩w=${⟨V⟩o+x} ⟨V⟩z=${⟨V⟩q+x}; ` + funcnestOff + `\⟨V⟩on; } 2>/dev/null; \⟨V⟩err`)
 }
 
 // callLine is the line that runs call n; the prompt after it is tagged
@@ -1086,7 +1110,7 @@ func callLine(p callProto, nonce string) string {
 	}
 	b.WriteString(p.scrubNext())
 	b.WriteString(p.expand(posixStuck(`⟨V⟩x=1`) + `PS1=$'\n'"⟨M⟩ ` + tagDone + `${⟨V⟩d+` + nonce + `}${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩s"$'\n'; `))
-	b.WriteString(p.expand(p.forget() + `} || \:`))
+	b.WriteString(p.expand(`case ${⟨V⟩nk+x} in x) ` + funcnestBack + `;; esac; ` + p.forget() + `} || \:`))
 	b.WriteString("\n")
 	return b.String()
 }
@@ -1122,11 +1146,11 @@ func probeLine(p callProto, nonce string) string {
 	}
 	// The DEBUG trap goes at the top level: bash puts back the one
 	// from before when a function returns (without functrace).
-	t := `⟨V⟩r=${⟨V⟩f:-$?}; \⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩r"$'\n'; `
+	t := `⟨V⟩r=${⟨V⟩f:-$?}; ` + funcnestOff + `\⟨V⟩probe; \trap - DEBUG; PS1=$'\n'"⟨M⟩ ` + tagProbe + nonce + `${⟨V⟩c:+` + dirtyMark + `}${⟨V⟩x:+` + stuckMark + `} $⟨V⟩r"$'\n'; `
 	if p.prev != "" {
 		t += `\unset ⟨Q⟩o; ` // the call file has read it, if it ever will
 	}
-	return p.expand(t+p.forget()) + "\n"
+	return p.expand(t+funcnestBack+p.forget()) + "\n"
 }
 
 // shell is one running shell process and its control channel.

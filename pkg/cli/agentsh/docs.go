@@ -26,7 +26,7 @@ background: the processes calls left running (empty at start)`,
 	"session status": {
 		Example: `  agentsh session status "$h" -q status`,
 		Result: `session, name, status: running or ended
-ended_reason: exit, idle_timeout, stopped, server_died or host_restarted, once ended
+ended_reason: exit, idle_timeout, stopped, restart_failed (a shell that had to be replaced could not be started again), server_died or host_restarted, once ended
 pid, cwd, shell, started_at, last_used_at, ended_at, calls, resets: the shell and its use
 sandbox: what the session's sandbox enforces
 background: processes calls left running (cmd &): pid, command, status running or exited,
