@@ -345,7 +345,26 @@ func ResolveRoots(roots []string) ([]string, error) {
 // link whose directory planted reports, returning it. A missing component
 // ends the walk: the rest is kept as it is.
 func resolveRoot(path string, planted func(dir string) bool) (real, link string, err error) {
-	pending := strings.Split(filepath.Clean(path), string(filepath.Separator))
+	real, err = walkPath(filepath.Clean(path), func(dir, at string) bool {
+		if planted(dir) {
+			link = at
+			return true
+		}
+		return false
+	})
+	if link != "" {
+		return "", link, nil
+	}
+	return real, "", err
+}
+
+// walkPath resolves path (absolute) from / one component at a time, as the
+// kernel does, and calls onLink with each symbolic link it meets (the
+// directory the link lies in, and the link's path) before it follows it;
+// onLink returning true ends the walk there. It returns the path resolved:
+// from a missing component on, the rest as it is.
+func walkPath(path string, onLink func(dir, at string) (stop bool)) (string, error) {
+	pending := strings.Split(path, string(filepath.Separator))
 	cur := "/"
 	for n := 0; len(pending) > 0; {
 		c := pending[0]
@@ -360,28 +379,28 @@ func resolveRoot(path string, planted func(dir string) bool) (real, link string,
 		next := filepath.Join(cur, c)
 		fi, err := os.Lstat(next)
 		if err != nil {
-			return filepath.Join(append([]string{next}, pending...)...), "", nil
+			return filepath.Join(append([]string{next}, pending...)...), nil
 		}
 		if fi.Mode()&os.ModeSymlink == 0 {
 			cur = next
 			continue
 		}
-		if planted(cur) {
-			return "", next, nil
+		if onLink(cur, next) {
+			return "", nil
 		}
 		if n++; n > 40 {
-			return "", "", &os.PathError{Op: "resolve", Path: path, Err: errTooManyLinks}
+			return "", &os.PathError{Op: "resolve", Path: path, Err: errTooManyLinks}
 		}
 		dest, err := os.Readlink(next)
 		if err != nil {
-			return "", "", err
+			return "", err
 		}
 		if filepath.IsAbs(dest) {
 			cur = "/"
 		}
 		pending = append(strings.Split(dest, string(filepath.Separator)), pending...)
 	}
-	return cur, "", nil
+	return cur, nil
 }
 
 var errTooManyLinks = errors.New("too many levels of symbolic links")

@@ -872,38 +872,10 @@ func realPath(path string) (string, error) {
 // path) goes through, in order, as far as it exists.
 func linksOnWay(abs string) []string {
 	var links []string
-	rest := strings.Split(abs, "/")
-	cur := "/"
-	for hops := 0; len(rest) > 0 && hops < 40; {
-		c := rest[0]
-		rest = rest[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
-			cur = filepath.Dir(cur)
-			continue
-		}
-		next := filepath.Join(cur, c)
-		st, err := os.Lstat(next)
-		if err != nil {
-			return links
-		}
-		if st.Mode()&os.ModeSymlink == 0 {
-			cur = next
-			continue
-		}
-		hops++
-		links = append(links, next)
-		target, err := os.Readlink(next)
-		if err != nil {
-			return links
-		}
-		if filepath.IsAbs(target) {
-			cur = "/"
-		}
-		rest = append(strings.Split(target, "/"), rest...)
-	}
+	_, _ = walkPath(abs, func(_, at string) bool {
+		links = append(links, at)
+		return false
+	})
 	return links
 }
 
