@@ -1122,26 +1122,13 @@ func TestEscapeProgramsInWorkspace(t *testing.T) {
 	must(t, os.WriteFile(exe, data, 0o755))
 	forged := filepath.Join(bin, HelperProgram)
 	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
-	prep, err := Prepare(p, exe)
-	must(t, err)
-	t.Cleanup(prep.Cleanup)
-	res, err := run.Run(context.Background(), run.Request{
-		Argv: prep.Argv([]string{"sh", "-c", `
+	res, _ := sandboxedAs(t, exe, p, ws, "sh", "-c", `
 try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
-try 'printf "#!/bin/sh\necho forged\n" > bin/` + HelperProgram + ` && chmod +x bin/` + HelperProgram + `' plant
+try 'printf "#!/bin/sh\necho forged\n" > bin/`+HelperProgram+` && chmod +x bin/`+HelperProgram+`' plant
 try 'echo x >> bin/agentsh' replace
 try 'mv bin bin.old' rename
 try 'echo x > elsewhere' ordinary
-`}), Dir: ws,
-		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
-		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
-	})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if err := prep.Failure(); err != nil {
-		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
-	}
+`)
 	wantLines(t, out(res), "plant: denied", "replace: denied", "rename: denied", "ordinary: allowed")
 	if _, err := os.Stat(forged); err == nil {
 		t.Errorf("a helper program was planted beside the program")
@@ -1341,25 +1328,12 @@ func TestEscapeProgramsInUserCache(t *testing.T) {
 			if mode == ModeReadOnly {
 				p.Workspace = ""
 			}
-			prep, err := Prepare(p, exe)
-			must(t, err)
-			t.Cleanup(prep.Cleanup)
-			res, err := run.Run(context.Background(), run.Request{
-				Argv: prep.Argv([]string{"sh", "-c", `
+			res, _ := sandboxedAs(t, exe, p, ws, "sh", "-c", `
 try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
-try 'printf "#!/bin/sh\necho forged\n" > ` + bin + `/` + HelperProgram + ` && chmod +x ` + bin + `/` + HelperProgram + `' plant
-try 'mv ` + bin + ` ` + bin + `.old' rename
-try 'echo x > ` + home + `/.cache/elsewhere' ordinary
-`}), Dir: ws,
-				Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
-				Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
-			})
-			if err != nil {
-				t.Fatalf("run: %v", err)
-			}
-			if err := prep.Failure(); err != nil {
-				t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
-			}
+try 'printf "#!/bin/sh\necho forged\n" > `+bin+`/`+HelperProgram+` && chmod +x `+bin+`/`+HelperProgram+`' plant
+try 'mv `+bin+` `+bin+`.old' rename
+try 'echo x > `+home+`/.cache/elsewhere' ordinary
+`)
 			wantLines(t, out(res), "plant: denied", "rename: denied", "ordinary: allowed")
 			next, err := Prepare(p, exe)
 			must(t, err)
@@ -1393,25 +1367,12 @@ func TestEscapeHelperSymlinkInWorkspace(t *testing.T) {
 	must(t, os.WriteFile(real, data, 0o755))
 	must(t, os.Symlink(real, filepath.Join(bin, HelperProgram)))
 	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
-	prep, err := Prepare(p, exe)
-	must(t, err)
-	t.Cleanup(prep.Cleanup)
-	res, err := run.Run(context.Background(), run.Request{
-		Argv: prep.Argv([]string{"sh", "-c", `
+	res, _ := sandboxedAs(t, exe, p, ws, "sh", "-c", `
 try() { if (eval "$1") 2>/dev/null; then echo "$2: allowed"; else echo "$2: denied"; fi; }
-try 'printf "#!/bin/sh\necho forged\n" > build/new && chmod +x build/new && mv -f build/new build/` + HelperProgram + `' replace
+try 'printf "#!/bin/sh\necho forged\n" > build/new && chmod +x build/new && mv -f build/new build/`+HelperProgram+`' replace
 try 'mv build build.old' rename
 try 'echo x > elsewhere' ordinary
-`}), Dir: ws,
-		Env: append(os.Environ(), prep.Env...), Timeout: time.Minute, KillAfter: time.Second,
-		Drain: 200 * time.Millisecond, MaxOutput: 64 << 10, SysProcAttr: prep.SysProcAttr, ExtraFiles: launchFiles(t, prep),
-	})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if err := prep.Failure(); err != nil {
-		t.Fatalf("helper: %v (stderr %q)", err, text(res.Stderr))
-	}
+`)
 	wantLines(t, out(res), "replace: denied", "rename: denied", "ordinary: allowed")
 	if b, _ := os.ReadFile(real); len(b) != len(data) {
 		t.Errorf("the helper's program was changed")

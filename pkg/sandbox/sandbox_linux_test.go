@@ -121,7 +121,14 @@ func launch(t *testing.T, prep *Prepared, cmd *exec.Cmd) {
 // sandboxed prepares p and runs argv with pkg/run in dir.
 func sandboxed(t *testing.T, p Policy, dir string, argv ...string) (*run.Result, *Prepared) {
 	t.Helper()
-	prep, err := Prepare(p, self(t))
+	return sandboxedAs(t, self(t), p, dir, argv...)
+}
+
+// sandboxedAs is sandboxed with exe as the calling program (a copy of the
+// test binary placed where an attack needs agentplane's programs to be).
+func sandboxedAs(t *testing.T, exe string, p Policy, dir string, argv ...string) (*run.Result, *Prepared) {
+	t.Helper()
+	prep, err := Prepare(p, exe)
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
