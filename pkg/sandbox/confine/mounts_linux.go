@@ -202,12 +202,19 @@ func hideChecked(path string, id FileID) error {
 // directory, made by the new mount API so that it can go onto a
 // descriptor).
 func emptyTmpfs() (int, error) {
+	return detachedTmpfs("agentplane-deny", "1", "0555", unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+}
+
+// detachedTmpfs is a detached tmpfs of 4 KiB named source, with at most
+// inodes inodes, its root of mode mode, mounted with attr (MOUNT_ATTR_*),
+// by the new mount API: a descriptor the caller moves where it goes.
+func detachedTmpfs(source, inodes, mode string, attr uint64) (int, error) {
 	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(fs)
-	for _, kv := range [][2]string{{"source", "agentplane-deny"}, {"size", "4k"}, {"nr_inodes", "1"}, {"mode", "0555"}} {
+	for _, kv := range [][2]string{{"source", source}, {"size", "4k"}, {"nr_inodes", inodes}, {"mode", mode}} {
 		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
 			return -1, fmt.Errorf("tmpfs %s: %v", kv[0], err)
 		}
@@ -215,7 +222,7 @@ func emptyTmpfs() (int, error) {
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return -1, err
 	}
-	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, int(attr))
 }
 
 // cloneChecked makes a detached, recursive copy of the directory at path,

@@ -156,24 +156,11 @@ func coverArea(path string, readOnly bool) (int, error) {
 			return -1, err
 		}
 	}
-	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(fs)
-	for _, kv := range [][2]string{{"source", "agentplane-area"}, {"size", "4k"}, {"nr_inodes", "64"}, {"mode", "0711"}} {
-		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
-			return -1, fmt.Errorf("tmpfs %s: %v", kv[0], err)
-		}
-	}
-	if err := unix.FsconfigCreate(fs); err != nil {
-		return -1, err
-	}
-	attr := coverAttr
+	attr := uint64(coverAttr)
 	if readOnly {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	mfd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, attr)
+	mfd, err := detachedTmpfs("agentplane-area", "64", "0711", attr)
 	if err != nil {
 		return -1, err
 	}
