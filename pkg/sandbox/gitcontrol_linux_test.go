@@ -28,9 +28,7 @@ func gitCmd(t testing.TB, dir string, args ...string) {
 // own; git commit keeps working everywhere.
 func TestEscapeNestedGit(t *testing.T) {
 	requireSandbox(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	parent, ws, _ := dirs(t)
 	wt := filepath.Join(parent, "wt")
 	gitCmd(t, ws, "init", "-q", ".")

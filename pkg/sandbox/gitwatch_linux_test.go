@@ -67,9 +67,7 @@ const gitID = "-c user.email=t@e -c user.name=t"
 // in the superproject runs the forged git directory's core.fsmonitor.
 func TestGitPlanted(t *testing.T) {
 	requireSandbox(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	cases := []struct {
 		name, script string
 		want         []string
@@ -166,9 +164,7 @@ touch -d 2001-01-01 deep/sub/.git
 // so, it does not refuse).
 func TestGitPlantedOrdinary(t *testing.T) {
 	requireSandbox(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	parent, ws, _ := dirs(t)
 	gitRepo(t, ws)
 	src := filepath.Join(parent, "src")
@@ -195,9 +191,7 @@ func TestGitPlantedOrdinary(t *testing.T) {
 // was planted since the previous one.
 func TestGitPlantedEachCall(t *testing.T) {
 	requireSandbox(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	_, ws, _ := dirs(t)
 	gitRepo(t, ws)
 	p := Policy{Mode: ModeWorkspaceWrite, Workspace: ws}
@@ -227,9 +221,7 @@ func TestGitPlantedEachCall(t *testing.T) {
 // corrupt one never panics the parser.
 func TestGitPlantedBadIndex(t *testing.T) {
 	requireSandbox(t)
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	_, ws, _ := dirs(t)
 	gitRepo(t, ws)
 	planted, complete, o := plantedBy(t, ws, `printf 'DIRC\0\0\0\2\177\377\377\377' > .git/index && head -c 100 /dev/zero >> .git/index`)
@@ -251,9 +243,7 @@ func TestGitPlantedBadIndex(t *testing.T) {
 // prefix-compressed), extended flags, and a split index's link; cut or
 // forged ones are errors, never panics.
 func TestParseIndex(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	dir := t.TempDir()
 	gitRepo(t, dir)
 	hash := gitOut(t, dir, "rev-parse", "HEAD")
@@ -301,9 +291,7 @@ func TestParseIndex(t *testing.T) {
 // record at the start (watch) and the check at the end, the indexes'
 // gitlinks from the cache.
 func BenchmarkGitWatch(b *testing.B) {
-	if _, err := exec.LookPath("git"); err != nil {
-		b.Skip("needs git")
-	}
+	requireGit(b)
 	t := b
 	parent := b.TempDir()
 	root := filepath.Join(parent, "ws")
@@ -366,9 +354,7 @@ func BenchmarkGitWatch(b *testing.B) {
 // index written within the margin is not kept; a cache cut short is no
 // answer.
 func TestGitlinkCache(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	root := filepath.Join(t.TempDir(), "ws")
 	gitRepo(t, root)
 	hash := gitOut(t, root, "rev-parse", "HEAD")
@@ -428,9 +414,7 @@ func TestGitlinkCache(t *testing.T) {
 // into a .git the report never named. A listing of a split index holds
 // only while the shared index's key does.
 func TestGitlinkCacheSharedIndex(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	parent := t.TempDir()
 	root := filepath.Join(parent, "ws")
 	gitRepo(t, root)
@@ -507,9 +491,7 @@ func must1[A, R any](t testing.TB, f func(A) (R, error)) func(A) R {
 // gitlink the index did not have at the start is reported with the .git
 // at its path, whatever its age.
 func TestGitWatchGitlinkAddedLater(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("needs git")
-	}
+	requireGit(t)
 	parent := t.TempDir()
 	root := filepath.Join(parent, "ws")
 	gitRepo(t, root)
@@ -540,5 +522,13 @@ func TestGitWatchGitlinkAddedLater(t *testing.T) {
 	// Reported once: the next check knows them.
 	if planted, _ := w.check(); len(planted) > 0 {
 		t.Errorf("reported again: %q", planted)
+	}
+}
+
+// requireGit skips a test (or benchmark) on a machine without git.
+func requireGit(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		tb.Skip("needs git")
 	}
 }
