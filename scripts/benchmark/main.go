@@ -306,7 +306,18 @@ func allCases() []benchCase {
 			"program (the allowlist proxy's package init and a dynamically linked program: 2.4 ms more).\n" +
 			"What is left is mostly fixed (a second Go program's start, a network namespace, the mount\n" +
 			"recipe and the filters): two thirds of the plain call's CPU, which a loaded machine shows as\n" +
-			"about that much more wall time.", benchSandbox},
+			"about that much more wall time.\n\n" +
+			"The same call's timeline in wall time (timestamps from the harness's fork, medians of 300\n" +
+			"calls each way, quiet machine; plain in parentheses): main at 3.64 ms (3.21); the policy's\n" +
+			"preparation 0.76 ms (none); the helper's clone with its namespaces and exec 1.25 ms (the\n" +
+			"command's 0.41); the helper's Go runtime until its main 1.24; its setup until the target's\n" +
+			"fork 1.29 (the spec 0.18, the loopback 0.11, the mounts 0.53, Landlock 0.07, seccomp 0.11, the\n" +
+			"gate 0.08, the PATH search 0.07); the target's fork and exec 0.40; `true` and the empty-namespace\n" +
+			"check 0.65; the report to the result 0.17; the result, the audit record and Release 0.35\n" +
+			"(0.25); main's return to the harness's wait 1.32 (0.87). The next structural step would be to\n" +
+			"start the helper before the preparation, so that its runtime's start (1.24 ms) overlaps the\n" +
+			"preparation (0.76): it needs the helper to take its argv from the spec, and its namespaces\n" +
+			"from the policy before the preparation has checked it; not done.", benchSandbox},
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed (a private GOCACHE too),\n" +
 			"each cache warmed by one run first. Target: within 1.1x.", benchSandboxBuild},
@@ -349,10 +360,12 @@ func benchStartup(b *bench) error {
 		"\nWhere agentsh's time goes beyond libfloor (CLOCK_MONOTONIC timestamps from the harness's fork\n"+
 		"to points in the call, `perf record` of 200 calls, scheduler tracepoints for the exit; builds\n"+
 		"with one part changed, run interleaved with the real one):\n\n"+
-		"- **Before main, about 1.5 ms more**: package init (about 0.4 ms in packages libfloor does not\n"+
-		"  link: starlark, the command policy, the shell parser, the sandbox's spec; the rest is the same\n"+
-		"  packages' init touching more of a 20 MB binary) and the runtime's own start (764 itabs against\n"+
-		"  172, module data).\n"+
+		"- **Before main, about 0.3 ms more for the program itself.** Measured with builds that exit at\n"+
+		"  the start of main (200 shuffled rounds): libfloor 3.29 ms, agentsh run under another name (so\n"+
+		"  that the guard does not start) 3.57, libfloor with every agentsh package linked in 3.59. The\n"+
+		"  larger binary and its packages' init (starlark, the shell parser, the sandbox's spec, the\n"+
+		"  runtime's 764 itabs against 172) are that 0.3 ms; earlier readings of 1.5 ms counted the\n"+
+		"  guard, which runs beside the init on the second core.\n"+
 		"- **The guard, up to about 1 ms on the path.** Its work (the token, from the runtime's generator:\n"+
 		"  the process's first getrandom took 0.14 ms; the cgroup: two /proc reads at\n"+
 		"  about 50 us each on this kernel and a mkdir of about 70 us; two pipes; the watchdog's vfork\n"+
@@ -398,10 +411,20 @@ func benchStartup(b *bench) error {
 		"the call, not by this ratio. The last round of such changes (the token, the order of the\n"+
 		"signals and the watchdog, the revision read only for --version, no regexp compiled at start)\n"+
 		"moved those timestamps but not the whole call: 1.50x before and 1.51x after against libfloor,\n"+
-		"500 shuffled runs each on a quiet machine. What remains is spread thin (no item above 0.3 ms); the largest\n"+
-		"single step left is the size of the one binary: net/http and crypto/tls initialised for the\n"+
-		"allowlist proxy (about 0.2 ms of init), starlark and the shell parser for the policy (about\n"+
-		"0.15 ms), and the pages a larger program touches.\n")
+		"500 shuffled runs each on a quiet machine.\n"+
+		"\nThe call's timeline (CLOCK_MONOTONIC from the harness's fork, which itself takes about 0.7 ms\n"+
+		"of it; medians of 300 calls of a build with timestamps, quiet machine): the guard starts at\n"+
+		"2.62 ms, in package init; main at 3.21; the runner has its pipes at 3.79 and waits for the\n"+
+		"guard until 4.23 (the guard: its cgroup 0.49 ms, the watchdog's fork and exec 0.56, the\n"+
+		"first signal.Notify 0.31); the command's clone3 into the cgroup and exec 0.41; `true` itself\n"+
+		"0.52; the reap, the audit record and Release 0.25; main returns at 5.49 and the harness's wait\n"+
+		"at 6.36. Tried and not kept: the watchdog started with syscall.ForkExec, sparing\n"+
+		"the guard the os package's one-time pidfd probe (the probe then runs in the command's fork:\n"+
+		"1.01x of the kept build), and signal.Notify on a goroutine of its own beside the guard's\n"+
+		"(1.05x, slower, as before). What is left is spread over the guard on the path (about 0.45 ms),\n"+
+		"the cobra tree, the config and the request's checks (0.5), the cgroup's clone3 and the\n"+
+		"command's own pipes, and the exit of a process with more threads: no single step reaches\n"+
+		"the target, and the guard is the price of item 9.\n")
 	return nil
 }
 
