@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -19,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/account"
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -869,34 +869,23 @@ func under(path string, roots []string) bool {
 // user resolves --user to ids and hands the private temp dir to that user.
 func (b *builder) user(tmp string) error {
 	name := b.p.User
-	u, err := user.Lookup(name)
+	u, err := account.Lookup(name)
 	if err != nil {
-		if _, nerr := strconv.Atoi(name); nerr != nil {
+		if errors.Is(err, account.ErrUnknown) {
+			if _, nerr := strconv.Atoi(name); nerr == nil {
+				return invalid("unknown user id %s", name)
+			}
 			return invalid("unknown user %q", name)
 		}
-		if u, err = user.LookupId(name); err != nil {
-			return invalid("unknown user id %s", name)
-		}
+		return invalid("%v", err)
 	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil {
-		return invalid("user %q has non-numeric ids", name)
-	}
-	var groups []int
-	if ids, err := u.GroupIds(); err == nil {
-		for _, s := range ids {
-			if g, err := strconv.Atoi(s); err == nil {
-				groups = append(groups, g)
-			}
-		}
-	}
+	uid, gid, groups := u.UID, u.GID, append([]int(nil), u.Groups...)
 	sort.Ints(groups)
 	b.sp.UID, b.sp.GID, b.sp.Groups = uid, gid, groups
 	if err := os.Chown(tmp, uid, gid); err != nil {
 		return result.Errorf(result.CodeSandboxFailed, "chown %s: %v", tmp, unwrap(err))
 	}
-	b.report["user"] = map[string]any{"name": u.Username, "uid": uid, "gid": gid}
+	b.report["user"] = map[string]any{"name": u.Name, "uid": uid, "gid": gid}
 	return nil
 }
 

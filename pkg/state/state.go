@@ -21,13 +21,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/internal/account"
 )
 
 // keySize is the length in bytes of the environment's secret key.
@@ -64,8 +65,8 @@ func DefaultDir(getenv func(string) string, home string) string {
 	}
 	if !filepath.IsAbs(home) {
 		home = ""
-		if u, err := user.LookupId(strconv.Itoa(os.Geteuid())); err == nil && filepath.IsAbs(u.HomeDir) {
-			home = u.HomeDir
+		if u, err := account.LookupID(os.Geteuid()); err == nil && filepath.IsAbs(u.Home) {
+			home = u.Home
 		}
 		if home == "" {
 			return ""
