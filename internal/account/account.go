@@ -57,7 +57,15 @@ func Lookup(name string) (User, error) {
 			return fromOS(u)
 		}
 	}
-	return lookupNSS(name)
+	u, err := lookupNSS(name)
+	if err != nil {
+		return User{}, err
+	}
+	// The entry must be the one asked for, by name or by number.
+	if u.Name != name && strconv.Itoa(u.UID) != name {
+		return User{}, ErrUnknown
+	}
+	return u, nil
 }
 
 // LookupID finds the user with uid id.

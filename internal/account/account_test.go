@@ -95,6 +95,11 @@ func TestLookupIDMismatch(t *testing.T) {
 	if u, err := LookupID(4100123); !errors.Is(err, ErrUnknown) {
 		t.Errorf("LookupID = %+v, %v", u, err)
 	}
+	for _, key := range []string{"someone", "4100123"} {
+		if u, err := Lookup(key); !errors.Is(err, ErrUnknown) {
+			t.Errorf("Lookup(%q) = %+v, %v", key, u, err)
+		}
+	}
 }
 
 func TestParsePasswd(t *testing.T) {
