@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/state"
@@ -77,11 +79,81 @@ func (st *Store) takeRunLock(id string) (sv proctree.Stat, unlock func(), ok boo
 	if err != nil {
 		return sv, func() {}, true
 	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		f.Close()
-		return sv, nil, false
+	// A status reader probes the lock with a shared lock for a moment
+	// (runLock): while only readers hold it, the exclusive lock is tried
+	// again, so that a reader is not taken for a supervisor. A writer is
+	// a supervisor (or another stop): not ok, at once.
+	deadline := time.Now().Add(readerWait)
+	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if !onlyReaders(f) || time.Now().After(deadline) {
+			f.Close()
+			return sv, nil, false
+		}
+		if runLockRetried != nil {
+			runLockRetried()
+		}
+		time.Sleep(50 * time.Microsecond)
 	}
 	return readLockIdentity(f), func() { f.Close() }, true
+}
+
+// readerWait bounds how long takeRunLock waits out status readers' shared
+// locks, which are held for the few system calls of a probe.
+const readerWait = time.Second
+
+// runLockRetried is called before each new try of takeRunLock (tests).
+var runLockRetried func()
+
+// onlyReaders reports that every flock(2) held on f's file is shared, by
+// /proc/locks, which names the kind of each lock on each inode (false
+// where it cannot be read: the holder is then taken for a supervisor, as
+// without it).
+func onlyReaders(f *os.File) bool {
+	var st unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &st) != nil {
+		return false
+	}
+	locks, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	return flockReadersOnly(locks, uint64(unix.Major(uint64(st.Dev))), uint64(unix.Minor(uint64(st.Dev))), uint64(st.Ino))
+}
+
+// flockReadersOnly reads /proc/locks: lines such as
+// "3: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF", and "3: -> FLOCK ..."
+// for a waiter, which holds nothing. It reports that at least one FLOCK is
+// held on major:minor:ino and none of them is a WRITE.
+func flockReadersOnly(locks []byte, major, minor, ino uint64) bool {
+	want := fmt.Sprintf("%02x:%02x:%d", major, minor, ino)
+	readers := false
+	for _, line := range strings.Split(string(locks), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] == "->" || f[1] != "FLOCK" {
+			continue
+		}
+		if !sameDevIno(f[5], want, major, minor, ino) {
+			continue
+		}
+		if f[3] != "READ" {
+			return false
+		}
+		readers = true
+	}
+	return readers
+}
+
+// sameDevIno compares the device and inode field of /proc/locks, whose
+// major and minor are hex of at least two digits.
+func sameDevIno(field, want string, major, minor, ino uint64) bool {
+	if field == want {
+		return true
+	}
+	var ma, mi, in uint64
+	if _, err := fmt.Sscanf(field, "%x:%x:%d", &ma, &mi, &in); err != nil {
+		return false
+	}
+	return ma == major && mi == minor && in == ino
 }
 
 // corruptStatus is what List shows for job id whose status.json does not
