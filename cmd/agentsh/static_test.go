@@ -71,6 +71,12 @@ func TestStaticBuild(t *testing.T) {
 	if out := agentsh("--user", "no-such-user-agentplane", "--", "true"); gjson.Get(out, "error.code").String() != "invalid_request" {
 		t.Errorf("unknown user: %s", out)
 	}
+	// Not a canonical uid: a cgo LookupId would cut 2^32 to 0, root.
+	for _, u := range []string{"4294967296", "+0", "007"} {
+		if out := agentsh("--user", u, "--", "true"); gjson.Get(out, "error.code").String() != "invalid_request" {
+			t.Errorf("--user %s: %s", u, out)
+		}
+	}
 	if os.Geteuid() != 0 {
 		return
 	}

@@ -36,12 +36,16 @@ type User struct {
 // ErrUnknown is returned for a user neither os/user nor NSS knows.
 var ErrUnknown = errors.New("account: unknown user")
 
+// ErrNoAnswer is returned when getent (NSS: an LDAP server, say) did not
+// answer within getentTimeout.
+var ErrNoAnswer = errors.New("account: the user databases (NSS, through getent) did not answer in time")
+
 // getentPaths are where getent is looked for: fixed paths, never the
 // caller's PATH, since the answer decides which ids a command runs as.
 var getentPaths = []string{"/usr/bin/getent", "/bin/getent"}
 
 // getentTimeout bounds an NSS query (an LDAP server that does not answer).
-const getentTimeout = 5 * time.Second
+var getentTimeout = 5 * time.Second
 
 // Lookup finds the user named name, or, when name is a number that names
 // no user, the user with that uid.
@@ -50,59 +54,102 @@ func Lookup(name string) (User, error) {
 		return User{}, ErrUnknown
 	}
 	if u, err := user.Lookup(name); err == nil {
-		return fromOS(u)
+		return fromOS(u, true)
 	}
-	if _, err := strconv.Atoi(name); err == nil {
-		if u, err := user.LookupId(name); err == nil {
-			return fromOS(u)
-		}
+	if id, ok := parseID(name); ok {
+		return LookupID(id)
 	}
-	u, err := lookupNSS(name)
+	if isNumber(name) {
+		// "007", "+0", 4294967296: a cgo LookupId would cut the last to
+		// 32 bits, uid 0. Only the canonical decimal names a uid.
+		return User{}, ErrUnknown
+	}
+	u, err := lookupNSS(name, true)
 	if err != nil {
 		return User{}, err
 	}
-	// The entry must be the one asked for, by name or by number.
-	if u.Name != name && strconv.Itoa(u.UID) != name {
+	// The entry must be the one asked for.
+	if u.Name != name {
 		return User{}, ErrUnknown
 	}
 	return u, nil
 }
 
+// maxID is the largest id a user can have: (uid_t)-1 is "no change" to
+// setresuid(2), and larger values do not fit in 32 bits.
+const maxID = 1<<32 - 2
+
+// parseID reads a uid in canonical decimal (no sign, no leading zero) in
+// 0..maxID.
+func parseID(s string) (int, bool) {
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > maxID || strconv.FormatUint(n, 10) != s {
+		return 0, false
+	}
+	return int(n), true
+}
+
+func isNumber(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+func validID(n int) bool { return n >= 0 && n <= maxID }
+
 // LookupID finds the user with uid id.
-func LookupID(id int) (User, error) {
-	if id < 0 {
+func LookupID(id int) (User, error) { return lookupID(id, true) }
+
+// Describe finds the name and home of the user with uid id, without its
+// groups: for a user the files hold it starts no process (the audit
+// record and the state directory ask it on every call).
+func Describe(id int) (User, error) { return lookupID(id, false) }
+
+func lookupID(id int, groups bool) (User, error) {
+	if !validID(id) {
 		return User{}, ErrUnknown
 	}
 	if u, err := user.LookupId(strconv.Itoa(id)); err == nil {
-		return fromOS(u)
+		out, err := fromOS(u, groups)
+		if err == nil && out.UID != id {
+			return User{}, ErrUnknown
+		}
+		return out, err
 	}
-	u, err := lookupNSS(strconv.Itoa(id))
+	u, err := lookupNSS(strconv.Itoa(id), groups)
 	if err == nil && u.UID != id {
 		return User{}, ErrUnknown
 	}
 	return u, err
 }
 
-func fromOS(u *user.User) (User, error) {
+func fromOS(u *user.User, groups bool) (User, error) {
 	uid, err1 := strconv.Atoi(u.Uid)
 	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil {
-		return User{}, errors.New("account: user " + strconv.Quote(u.Username) + " has non-numeric ids")
+	if err1 != nil || err2 != nil || !validID(uid) || !validID(gid) {
+		return User{}, errors.New("account: user " + strconv.Quote(u.Username) + " has invalid ids " + u.Uid + ":" + u.Gid)
 	}
 	out := User{Name: u.Username, UID: uid, GID: gid, Home: u.HomeDir}
+	if !groups {
+		return out, nil
+	}
 	if ids, err := u.GroupIds(); err == nil {
 		out.Groups = numbers(ids)
 	}
-	if len(out.Groups) == 0 {
-		// A static build reads the groups from /etc/group only.
-		out.Groups = nssGroups(out.Name, gid)
+	if !nssInProcess || len(out.Groups) == 0 {
+		// Without cgo, os/user read the groups from /etc/group only:
+		// NSS adds those of LDAP, sssd and the like to a local account.
+		groups, err := nssGroups(out.Name, gid)
+		if err != nil {
+			return User{}, err
+		}
+		out.Groups = dedupe(append(out.Groups, groups...))
 	}
 	return out, nil
 }
 
 // lookupNSS asks getent for the passwd entry of key (a name or a uid),
 // and for the user's groups.
-func lookupNSS(key string) (User, error) {
+func lookupNSS(key string, groups bool) (User, error) {
 	out, err := getent("passwd", key)
 	if err != nil {
 		return User{}, err
@@ -111,7 +158,12 @@ func lookupNSS(key string) (User, error) {
 	if err != nil {
 		return User{}, err
 	}
-	u.Groups = nssGroups(u.Name, u.GID)
+	if !groups {
+		return u, nil
+	}
+	if u.Groups, err = nssGroups(u.Name, u.GID); err != nil {
+		return User{}, err
+	}
 	return u, nil
 }
 
@@ -125,7 +177,7 @@ func parsePasswd(out []byte) (User, error) {
 	}
 	uid, err1 := strconv.Atoi(f[2])
 	gid, err2 := strconv.Atoi(f[3])
-	if err1 != nil || err2 != nil || uid < 0 || gid < 0 {
+	if err1 != nil || err2 != nil || !validID(uid) || !validID(gid) {
 		return User{}, ErrUnknown
 	}
 	return User{Name: f[0], UID: uid, GID: gid, Home: f[5]}, nil
@@ -133,14 +185,19 @@ func parsePasswd(out []byte) (User, error) {
 
 // nssGroups is the user's groups from getent initgroups (glibc's
 // getgrouplist through NSS), the primary group always among them.
-func nssGroups(name string, gid int) []int {
+// A user NSS does not answer for has its primary group only; an NSS that
+// does not answer in time is an error, not fewer groups.
+func nssGroups(name string, gid int) ([]int, error) {
 	groups := []int{gid}
 	out, err := getent("initgroups", name)
+	if errors.Is(err, ErrNoAnswer) {
+		return nil, err
+	}
 	if err != nil {
-		return groups
+		return groups, nil
 	}
 	groups = append(groups, parseInitgroups(out, name)...)
-	return dedupe(groups)
+	return dedupe(groups), nil
 }
 
 // parseInitgroups reads "name gid gid ...", the line getent initgroups
@@ -167,10 +224,16 @@ func getent(db, key string) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), getentTimeout)
 		cmd := exec.CommandContext(ctx, p, db, key)
 		cmd.Env = []string{"LC_ALL=C"}
+		// A child of an NSS module that keeps stdout open must not hold
+		// the lookup past the timeout.
+		cmd.WaitDelay = 100 * time.Millisecond
 		out, err := cmd.Output()
+		timedOut := ctx.Err() != nil
 		cancel()
 		var ee *exec.ExitError
 		switch {
+		case timedOut:
+			return nil, ErrNoAnswer
 		case err == nil:
 			return out, nil
 		case errors.As(err, &ee):

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 )
 
 // fakeGetent makes getent a script that knows one user os/user does not
@@ -117,5 +118,80 @@ func TestParsePasswd(t *testing.T) {
 	}
 	if g := dedupe([]int{3, 1, 3, 2, 1}); !slices.Equal(g, []int{3, 1, 2}) {
 		t.Errorf("dedupe %v", g)
+	}
+}
+
+// Numbers that are not a uid's canonical decimal, or out of range, name
+// nobody: a cgo LookupId would cut 4294967296 to uid 0.
+func TestLookupNonCanonicalIDs(t *testing.T) {
+	fakeGetent(t, "echo 'root:x:0:0:root:/root:/bin/sh'\n") // an NSS that answers anything with root
+	for _, key := range []string{"4294967296", "18446744073709551616", "+0", "007", "-1", "00", "4294967295"} {
+		if u, err := Lookup(key); !errors.Is(err, ErrUnknown) {
+			t.Errorf("Lookup(%q) = %+v, %v", key, u, err)
+		}
+	}
+	for _, id := range []int{-1, 1 << 32, 1<<32 - 1} {
+		if u, err := LookupID(id); !errors.Is(err, ErrUnknown) {
+			t.Errorf("LookupID(%d) = %+v, %v", id, u, err)
+		}
+	}
+}
+
+// An entry with ids out of range (setresuid would take -1 as "no change"
+// and cut 2^32 to 0) is refused, from NSS and from the files alike.
+func TestLookupInvalidIDs(t *testing.T) {
+	fakeGetent(t, `case "$2" in
+negu) echo 'negu:x:-1:-1::/tmp:/bin/sh' ;;
+bigu) echo 'bigu:x:4294967296:4294967296::/tmp:/bin/sh' ;;
+maxu) echo 'maxu:x:4294967295:1::/tmp:/bin/sh' ;;
+*) exit 2 ;;
+esac
+`)
+	for _, key := range []string{"negu", "bigu", "maxu"} {
+		if u, err := Lookup(key); err == nil {
+			t.Errorf("Lookup(%q) = %+v", key, u)
+		}
+	}
+	if _, err := fromOS(&user.User{Username: "negu", Uid: "-1", Gid: "-1"}, false); err == nil {
+		t.Error("a files entry with uid -1 was taken")
+	}
+	if _, err := fromOS(&user.User{Username: "bigu", Uid: "4294967296", Gid: "0"}, false); err == nil {
+		t.Error("a files entry with uid 2^32 was taken")
+	}
+}
+
+// An NSS that does not answer is an error of its own, within about the
+// timeout, even when a child of it keeps getent's stdout open.
+func TestLookupNSSNoAnswer(t *testing.T) {
+	fakeGetent(t, "sleep 3 &\nsleep 3\n")
+	old := getentTimeout
+	getentTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { getentTimeout = old })
+	start := time.Now()
+	if _, err := Lookup("slowuser"); !errors.Is(err, ErrNoAnswer) {
+		t.Errorf("err %v, want ErrNoAnswer", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the lookup took %v", d)
+	}
+}
+
+// Without cgo, the groups NSS adds to a user of the files are kept.
+func TestGroupsFromNSSForFilesUser(t *testing.T) {
+	if nssInProcess {
+		t.Skip("a cgo build asks NSS in the process")
+	}
+	fakeGetent(t, `[ "$1" = initgroups ] && [ "$2" = root ] && echo 'root 0 4242' && exit 0
+exit 2
+`)
+	u, err := Lookup("root")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(u.Groups, 4242) || !slices.Contains(u.Groups, 0) {
+		t.Errorf("groups %v, want 0 and 4242", u.Groups)
+	}
+	if d, err := Describe(0); err != nil || d.Name != "root" || d.Groups != nil {
+		t.Errorf("Describe(0) = %+v, %v", d, err)
 	}
 }

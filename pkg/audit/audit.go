@@ -281,7 +281,7 @@ func (l *Log) rotate() error {
 // /etc/passwd, and runs getent only for a user the file does not hold
 // (internal/account).
 var currentUser = sync.OnceValue(func() string {
-	if u, err := account.LookupID(os.Getuid()); err == nil && u.Name != "" {
+	if u, err := account.Describe(os.Getuid()); err == nil && u.Name != "" {
 		return u.Name
 	}
 	return strconv.Itoa(os.Getuid())

@@ -196,8 +196,8 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest
 		return err
 	}
 	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		err = &codedError{result.CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
+	if !lockExclusive(lock) {
+		err := &codedError{result.CodeJobRunning, fmt.Errorf("job %s already has a running supervisor", sv.d.Mint("job", id))}
 		sv.answer(err)
 		return err
 	}

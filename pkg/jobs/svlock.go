@@ -79,22 +79,31 @@ func (st *Store) takeRunLock(id string) (sv proctree.Stat, unlock func(), ok boo
 	if err != nil {
 		return sv, func() {}, true
 	}
-	// A status reader probes the lock with a shared lock for a moment
-	// (runLock): while only readers hold it, the exclusive lock is tried
-	// again, so that a reader is not taken for a supervisor. A writer is
-	// a supervisor (or another stop): not ok, at once.
+	if !lockExclusive(f) {
+		f.Close()
+		return sv, nil, false
+	}
+	return readLockIdentity(f), func() { f.Close() }, true
+}
+
+// lockExclusive takes the run lock f exclusively without waiting for a
+// holder of it, for a supervisor (which runs the job only with it) and for
+// a stop (takeRunLock). A status reader probes the lock with a shared lock
+// for a moment (runLock): while only readers hold it, the exclusive lock
+// is tried again, so that a reader is not taken for a supervisor. A writer
+// is a supervisor or a stop: false, at once.
+func lockExclusive(f *os.File) bool {
 	deadline := time.Now().Add(readerWait)
 	for unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 		if !onlyReaders(f) || time.Now().After(deadline) {
-			f.Close()
-			return sv, nil, false
+			return false
 		}
 		if runLockRetried != nil {
 			runLockRetried()
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	return readLockIdentity(f), func() { f.Close() }, true
+	return true
 }
 
 // readerWait bounds how long takeRunLock waits out status readers' shared

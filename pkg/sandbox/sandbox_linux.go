@@ -877,7 +877,7 @@ func (b *builder) user(tmp string) error {
 			}
 			return invalid("unknown user %q", name)
 		}
-		return invalid("%v", err)
+		return result.Errorf(result.CodeSandboxFailed, "--user %s: %v", name, err)
 	}
 	uid, gid, groups := u.UID, u.GID, append([]int(nil), u.Groups...)
 	sort.Ints(groups)

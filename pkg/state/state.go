@@ -65,7 +65,7 @@ func DefaultDir(getenv func(string) string, home string) string {
 	}
 	if !filepath.IsAbs(home) {
 		home = ""
-		if u, err := account.LookupID(os.Geteuid()); err == nil && filepath.IsAbs(u.Home) {
+		if u, err := account.Describe(os.Geteuid()); err == nil && filepath.IsAbs(u.Home) {
 			home = u.Home
 		}
 		if home == "" {
