@@ -370,6 +370,33 @@ func waitMarked(t *testing.T, m string, n int) {
 	}
 }
 
+// waitMarkedCmds waits until, for each of cmdlines, a live process marked
+// m runs with exactly that /proc/PID/cmdline.
+func waitMarkedCmds(t *testing.T, m string, cmdlines ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		seen := map[string]bool{}
+		for _, p := range markedLive(m) {
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
+			seen[string(b)] = true
+		}
+		missing := 0
+		for _, c := range cmdlines {
+			if !seen[c] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %q did not come up", missing, cmdlines)
+		}
+		time.Sleep(20 * time.Millisecond) // processes starting have no event to wait on
+	}
+}
+
 // TestStopSupervisorFrozen: a supervisor frozen with SIGSTOP never acts on
 // the stop; Stop kills it and the job and never answers running.
 func TestStopSupervisorFrozen(t *testing.T) {
@@ -763,7 +790,9 @@ func TestStopLostJobKillsItsSetsidDaemon(t *testing.T) {
 	m := marker(t)
 	spec := Spec{Shell: "setsid sh -c 'sleep 300 &'; exec sleep 301", Env: append(os.Environ(), markEnv+"="+m)}
 	s := start(t, st, spec)
-	waitMarked(t, m, 2)
+	// Both sleeps, not any two processes: the shells on the way count as
+	// two as well, and the daemon may not have been forked yet then.
+	waitMarkedCmds(t, m, "sleep\x00300\x00", "sleep\x00301\x00")
 	killSupervisor(t, st, s)
 	got, _ := st.Status(s.Handle)
 	if got.Status != StatusLost {
