@@ -134,15 +134,11 @@ func onlyReaders(f *os.File) bool {
 // for a waiter, which holds nothing. It reports that at least one FLOCK is
 // held on major:minor:ino and none of them is a WRITE.
 func flockReadersOnly(locks []byte, major, minor, ino uint64) bool {
-	want := fmt.Sprintf("%02x:%02x:%d", major, minor, ino)
 	readers := false
 	for _, line := range strings.Split(string(locks), "\n") {
 		f := strings.Fields(line)
-		if len(f) < 6 || f[1] == "->" || f[1] != "FLOCK" {
-			continue
-		}
-		if !sameDevIno(f[5], want, major, minor, ino) {
-			continue
+		if len(f) < 6 || f[1] != "FLOCK" || !sameDevIno(f[5], major, minor, ino) {
+			continue // a waiter ("->") holds nothing
 		}
 		if f[3] != "READ" {
 			return false
@@ -152,12 +148,9 @@ func flockReadersOnly(locks []byte, major, minor, ino uint64) bool {
 	return readers
 }
 
-// sameDevIno compares the device and inode field of /proc/locks, whose
-// major and minor are hex of at least two digits.
-func sameDevIno(field, want string, major, minor, ino uint64) bool {
-	if field == want {
-		return true
-	}
+// sameDevIno compares the device and inode field of /proc/locks
+// ("fd:01:5678": major and minor in hex, the inode in decimal).
+func sameDevIno(field string, major, minor, ino uint64) bool {
 	var ma, mi, in uint64
 	if _, err := fmt.Sscanf(field, "%x:%x:%d", &ma, &mi, &in); err != nil {
 		return false

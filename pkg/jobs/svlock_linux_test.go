@@ -24,6 +24,15 @@ func openLock(t *testing.T, st *Store, id string) *os.File {
 	return f
 }
 
+// countRetries counts lockExclusive's retries, calling each with the
+// count so far, for the length of the test.
+func countRetries(t *testing.T, each func(n int)) *int {
+	n := new(int)
+	runLockRetried = func() { *n++; each(*n) }
+	t.Cleanup(func() { runLockRetried = nil })
+	return n
+}
+
 // A status reader's shared probe of the run lock, held when a stop tries
 // to take it, is not a supervisor: the stop takes the lock once the reader
 // lets go. The reader here lets go at the stop's first retry, so that the
@@ -34,19 +43,17 @@ func TestTakeRunLockWaitsOutReaders(t *testing.T) {
 	if err := unix.Flock(int(reader.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	retries := 0
-	runLockRetried = func() {
-		if retries++; retries == 1 {
+	retries := countRetries(t, func(n int) {
+		if n == 1 {
 			_ = unix.Flock(int(reader.Fd()), unix.LOCK_UN)
 		}
-	}
-	t.Cleanup(func() { runLockRetried = nil })
+	})
 	_, unlock, ok := st.takeRunLock("j1")
 	if !ok {
 		t.Fatal("a reader's shared lock was taken for a supervisor")
 	}
 	unlock()
-	if retries == 0 {
+	if *retries == 0 {
 		t.Fatal("the lock was free at the first try: the reader was never met")
 	}
 }
@@ -58,14 +65,12 @@ func TestTakeRunLockSupervisor(t *testing.T) {
 	if err := unix.Flock(int(sv.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		t.Fatal(err)
 	}
-	retries := 0
-	runLockRetried = func() { retries++ }
-	t.Cleanup(func() { runLockRetried = nil })
+	retries := countRetries(t, func(int) {})
 	if _, _, ok := st.takeRunLock("j2"); ok {
 		t.Fatal("took a lock a supervisor holds")
 	}
-	if retries != 0 {
-		t.Errorf("%d retries against a supervisor's lock", retries)
+	if *retries != 0 {
+		t.Errorf("%d retries against a supervisor's lock", *retries)
 	}
 }
 
