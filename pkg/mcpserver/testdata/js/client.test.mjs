@@ -2,6 +2,7 @@
 // Usage: node client.test.mjs BIN_DIR WORK_DIR STATE_DIR
 // (PYTHON names the real python3 interpreter for the dev server job.)
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
@@ -80,10 +81,26 @@ await test("list tools", async () => {
 });
 
 await test("run a command, with progress", async () => {
+  // The SDK dispatches a notification in a microtask but retires the
+  // call's progress handler as soon as its response is read, so a progress
+  // notification that arrives in the same read as the response is dropped
+  // (typescript-sdk#2580). The command therefore waits, on a FIFO, until the
+  // client has handled its first progress: the response cannot race it.
+  const gate = path.join(work, "progress-gate");
+  fs.rmSync(gate, { force: true });
+  const mkfifo = spawnSync("mkfifo", [gate]);
+  assert.equal(mkfifo.status, 0, String(mkfifo.stderr));
   const progress = [];
-  const res = await client.callTool({ name: "agentsh_run", arguments: { command: "echo hello" } }, undefined, {
-    onprogress: (p) => progress.push(p),
-  });
+  const res = await client.callTool(
+    { name: "agentsh_run", arguments: { command: `echo hello; read _ < ${gate}` } },
+    undefined,
+    {
+      onprogress: (p) => {
+        progress.push(p);
+        if (progress.length === 1) fs.writeFile(gate, "go\n", () => {});
+      },
+    },
+  );
   assert.equal(res.isError ?? false, false);
   assert.equal(res.structuredContent.stdout, "hello\n");
   assert.equal(res.structuredContent.exit_code, 0);
