@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -253,7 +254,7 @@ func findWatchdog(t *testing.T, pid int) int {
 		if s.PPID != pid {
 			continue
 		}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID)); err == nil && strings.Contains(string(b), "watchdog") {
+		if argv, err := proctree.Argv(s.PID); err == nil && strings.Contains(strings.Join(argv, " "), "watchdog") {
 			return s.PID
 		}
 	}
@@ -369,8 +370,10 @@ func sleepers(marker string) []int {
 		if s.Dead() {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
-		if err == nil && string(b) == "sleep\x00"+marker+"\x00" {
+		// proctree.Argv, not the file: a sleep in the middle of its exec
+		// reads empty there.
+		argv, err := proctree.Argv(s.PID)
+		if err == nil && slices.Equal(argv, []string{"sleep", marker}) {
 			out = append(out, s.PID)
 		}
 	}
@@ -773,18 +776,18 @@ exit 3`
 			}
 			var helpers []int
 			for _, s := range snap {
-				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", s.PID))
-				if !strings.Contains(string(b), tag) {
+				argv, _ := proctree.Argv(s.PID)
+				if !strings.Contains(strings.Join(argv, "\x00"), tag) {
 					continue
 				}
 				// The sandbox helper (its argv holds the command) reports
 				// the command's end before its own exit is done: it may
 				// still be exiting, but must be gone soon.
-				if argv := strings.Split(string(b), "\x00"); len(argv) > 1 && (argv[1] == "__sandbox-exec" || filepath.Base(argv[0]) == "agentplane-sandbox") {
+				if len(argv) > 1 && (argv[1] == "__sandbox-exec" || filepath.Base(argv[0]) == "agentplane-sandbox") {
 					helpers = append(helpers, s.PID)
 					continue
 				}
-				t.Errorf("process %d (%s, state %c) of the command outlived the result", s.PID, strings.ReplaceAll(string(b), "\x00", " "), s.State)
+				t.Errorf("process %d (%s, state %c) of the command outlived the result", s.PID, strings.Join(argv, " "), s.State)
 				_ = syscall.Kill(s.PID, syscall.SIGKILL)
 			}
 			for _, pid := range helpers {

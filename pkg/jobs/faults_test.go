@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,9 +40,12 @@ func markedLive(m string) []proctree.Stat {
 		if p.Dead() {
 			continue
 		}
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/cmdline")
-		e, _ := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/environ")
-		if strings.Contains(string(b), m) || strings.Contains(string(e), markEnv+"="+m) {
+		// proctree's readers, not /proc's files: a process caught in the
+		// middle of an exec (the gate's shell executing the job) reads
+		// empty there for a moment.
+		argv, _ := proctree.Argv(p.PID)
+		env, _ := proctree.Environ(p.PID)
+		if strings.Contains(strings.Join(argv, "\x00"), m) || slices.Contains(env, markEnv+"="+m) {
 			out = append(out, p)
 		}
 	}

@@ -35,12 +35,15 @@ import (
 	"time"
 )
 
-// Errors of Environ.
+// Errors of Environ and Argv.
 var (
 	// ErrEnvironUnknown says a process's environment stayed unreadable
 	// because it was in the middle of an exec all the while: it proves
 	// neither that the process carries an entry nor that it does not.
 	ErrEnvironUnknown = errors.New("proctree: environment unknown: the process is in the middle of an exec")
+	// ErrArgvUnknown says a process's command line stayed unreadable
+	// the same way.
+	ErrArgvUnknown = errors.New("proctree: command line unknown: the process is in the middle of an exec")
 	// ErrProcessExited says the process exited while it was read.
 	ErrProcessExited = errors.New("proctree: the process exited")
 )

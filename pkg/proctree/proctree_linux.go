@@ -247,12 +247,82 @@ func hasChildren() bool {
 func signalSession(int, syscall.Signal) {}
 
 // Argv returns the command line of pid (/proc/PID/cmdline).
+//
+// Like Environ's, an empty read is not an answer while the process is in
+// the middle of an exec: the kernel shows the arguments only once it has
+// copied them into the new image, and a process caught in between (its
+// comm already the new program's) would read as one with no command line.
+// Argv reads again until the image is whole (end_code set, see imageEnv),
+// for up to settleWait, and then gives what the image holds. A zombie
+// gives ErrProcessExited, a kernel thread an empty argv.
 func Argv(pid int) ([]string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if err != nil {
-		return nil, err
+	path := "/proc/" + strconv.Itoa(pid) + "/cmdline"
+	deadline := time.Now().Add(settleWait)
+	for try := 0; ; try++ {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > 0 {
+			return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+		}
+		st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return nil, err
+		}
+		switch imageArgs(st) {
+		case envGone:
+			return nil, ErrProcessExited
+		case envEmpty:
+			return []string{}, nil
+		case imageWhole:
+			// Laid out: what it holds now is the answer (the read above
+			// may have come before the layout).
+			if b, err = os.ReadFile(path); err != nil {
+				return nil, err
+			}
+			if len(b) == 0 {
+				return []string{}, nil
+			}
+			return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w (pid %d)", ErrArgvUnknown, pid)
+		}
+		if try < 10 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(time.Millisecond) // polling the kernel's progress through an exec
+		}
 	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
+}
+
+// imageWhole is imageArgs' answer for an image whose exec is complete.
+const imageWhole = envGone + 1
+
+// imageArgs reads a /proc/PID/stat line for Argv: gone (a zombie), empty
+// (a kernel thread: no memory of its own), whole (end_code, field 27, is
+// set only after the kernel copied the arguments and the environment into
+// the new image) or not laid out yet.
+func imageArgs(b []byte) int {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return envUnsettled
+	}
+	f := strings.Fields(string(b[i+2:])) // field N is f[N-3]
+	if len(f) < 25 {
+		return envUnsettled
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return envGone
+	}
+	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfKthread != 0 {
+		return envEmpty
+	}
+	if f[24] != "0" {
+		return imageWhole
+	}
+	return envUnsettled
 }
 
 // Executable returns the file pid runs (/proc/PID/exe, which names the

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStatCommWithParens(t *testing.T) {
@@ -140,6 +142,85 @@ func TestEnvironRacesExec(t *testing.T) {
 		t.Fatalf("the process exec'd only %d times while it was read", execs)
 	}
 	t.Logf("%d image changes seen", execs)
+}
+
+// TestArgvRacesExec: the same for the command line, which an exec shows
+// only once its arguments are copied into the new image (a read in
+// between is empty): every read names the script.
+func TestArgvRacesExec(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "reexec")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec /usr/bin/env \"$0\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(script)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	exe, _ := Executable(pid)
+	execs := 0
+	for i, deadline := 0, time.Now().Add(2*time.Minute); execs < 20 && time.Now().Before(deadline); i++ {
+		argv, err := Argv(pid)
+		if err != nil || !slices.Contains(argv, script) {
+			t.Fatalf("read %d (after %d execs seen): Argv = %q, %v", i, execs, argv, err)
+		}
+		if e, err := Executable(pid); err == nil && (exe == nil || !os.SameFile(e, exe)) {
+			execs, exe = execs+1, e
+		}
+	}
+	if execs < 20 {
+		t.Fatalf("the process exec'd only %d times while it was read", execs)
+	}
+}
+
+// TestArgvEnds: a zombie has no command line to give, a kernel thread an
+// empty one.
+func TestArgvEnds(t *testing.T) {
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if argv, err := Argv(cmd.Process.Pid); !errors.Is(err, ErrProcessExited) {
+		t.Errorf("Argv of a zombie = %q, %v; want ErrProcessExited", argv, err)
+	}
+	_ = cmd.Wait()
+	if argv, err := Argv(2); err != nil || len(argv) != 0 { // kthreadd
+		t.Errorf("Argv of kthreadd = %q, %v; want empty", argv, err)
+	}
+}
+
+func TestImageArgs(t *testing.T) {
+	line := func(state string, flags, endCode uint64) string {
+		f := make([]string, 50)
+		for i := range f {
+			f[i] = "0"
+		}
+		f[0], f[6], f[24] = state, strconv.FormatUint(flags, 10), strconv.FormatUint(endCode, 10)
+		return "42 (a) b) " + strings.Join(f, " ") + "\n"
+	}
+	for _, c := range []struct {
+		name string
+		stat string
+		want int
+	}{
+		{"laid out", line("S", 0, 8192), imageWhole},
+		{"mid-exec", line("R", 0, 0), envUnsettled},
+		{"exiting", line("D", 0, 0), envUnsettled},
+		{"zombie", line("Z", 0, 0), envGone},
+		{"kernel thread", line("I", pfKthread, 0), envEmpty},
+		{"short", "42 (a) S 1 2 3\n", envUnsettled},
+		{"malformed", "42 (a", envUnsettled},
+	} {
+		if got := imageArgs([]byte(c.stat)); got != c.want {
+			t.Errorf("%s: imageArgs = %d, want %d", c.name, got, c.want)
+		}
+	}
 }
 
 // TestEnvironEmpty: a process started with no environment at all has an
