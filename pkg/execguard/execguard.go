@@ -37,8 +37,9 @@
 // What the guard does not see: anything a process does without executing a
 // program (shell builtins, a library's own network calls, a program that
 // implements a git alias in-process), and memory another process writes
-// through /proc/PID/mem or process_vm_writev between the decision and the
-// moment the program reads its argv; a process that is already traced (by
+// through /proc/PID/mem between the decision and the moment the program
+// reads its argv (a sandbox's read-only /proc refuses that write; the
+// guard's seccomp filter refuses process_vm_writev to the whole tree); a process that is already traced (by
 // strace or gdb) cannot be traced again, which is reported as
 // policy_unavailable. Those are the sandbox's job.
 package execguard

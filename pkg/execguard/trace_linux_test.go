@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +27,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 2 && (os.Args[1] == untracedCommand || os.Args[1] == untraced3Command) {
 		os.Exit(untracedChild(os.Args[1], os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == vmWriteCommand {
+		os.Exit(vmWrite())
 	}
 	os.Exit(m.Run())
 }
@@ -465,5 +469,53 @@ func TestModifiedCopyOfAForbiddenProgram(t *testing.T) {
 		`cp "$(command -v touch)" harmless && printf '\0' >> harmless && ./harmless MARK`)
 	if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil || rep.Killed == nil {
 		t.Fatalf("the modified copy ran (exit %d): %s", code, out)
+	}
+}
+
+// vmWriteCommand is the test binary's mode that writes its own memory
+// with process_vm_writev, the call by which a process of the tree could
+// rewrite another's argv between the guard's decision and the moment the
+// program reads it (an exec of `git xush` decided, then its "x" made a
+// "p"): it prints the errno, or "wrote".
+const vmWriteCommand = "__vmwrite"
+
+// vmTarget is what vmWrite overwrites (in static memory: a heap or stack
+// address may be refused with EFAULT).
+var vmTarget = [4]byte{'x', 'u', 's', 'h'}
+
+func vmWrite() int {
+	src, dst := []byte("push"), vmTarget[:]
+	local := []unix.Iovec{{Base: &src[0]}}
+	local[0].SetLen(len(src))
+	remote := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&vmTarget[0])), Len: len(vmTarget)}}
+	_, err := unix.ProcessVMWritev(os.Getpid(), local, remote, 0)
+	var en syscall.Errno
+	switch {
+	case err == nil:
+		os.Stdout.WriteString(vmWriteCommand + ": wrote " + string(dst) + "\n")
+	case errors.As(err, &en):
+		os.Stdout.WriteString(vmWriteCommand + ": " + unix.ErrnoName(en) + "\n")
+	default:
+		os.Stdout.WriteString(vmWriteCommand + ": " + err.Error() + "\n")
+	}
+	return 0
+}
+
+// TestNoMemoryRewriteOfATracee: no process of the traced tree can write
+// another's memory with process_vm_writev (the guard decides an image on
+// the argv in its memory, which another process could otherwise change
+// after the decision); the control shows the call works without the guard.
+func TestNoMemoryRewriteOfATracee(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, out := guarded(t, loadRules(t, rules), false, t.TempDir(), self, vmWriteCommand)
+	if !strings.Contains(out, vmWriteCommand+": EPERM") {
+		t.Fatalf("process_vm_writev under the guard: %q, want EPERM", out)
+	}
+	b, err := exec.Command(self, vmWriteCommand).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), vmWriteCommand+": wrote push") {
+		t.Fatalf("control: %v %s", err, b)
 	}
 }
