@@ -76,8 +76,13 @@ func (x *extractor) declaration(c *syntax.DeclClause, u *unit) {
 	for _, a := range c.Args {
 		if a.Name == nil && a.Value != nil {
 			// declare "$x": a name, value or subscript computed at run time.
-			if t := u.word(a.Value); t.wild || strings.ContainsAny(t.text, "[") {
+			t := u.word(a.Value)
+			if t.wild || strings.ContainsAny(t.text, "[") {
 				x.couldMatch(u, "declare:"+t.text, u.source(c), "a name given to "+c.Variant.Value+" at run time can hold a subscript, which runs commands")
+			}
+			// export 'GIT_SSH_COMMAND=...': a quoted assignment.
+			if name, value, ok := strings.Cut(t.text, "="); ok && isIdent(name) {
+				x.envValue(name, &token{text: value, dynamic: t.dynamic}, u, u.source(c))
 			}
 			continue
 		}
@@ -89,16 +94,67 @@ func (x *extractor) assignment(a *syntax.Assign, u *unit, text string) {
 	if a.Name == nil {
 		return
 	}
-	name := a.Name.Value
-	why, ok := codeVars[name]
-	if !ok || why == "" {
-		return
+	var value *token
+	if a.Value != nil {
+		t := u.word(a.Value)
+		value = &t
 	}
-	if a.Value != nil && name != "SHELLOPTS" {
-		// The value is code: parse it as the shell will run it.
-		x.nested(u.word(a.Value), u, text, name)
+	x.envValue(a.Name.Value, value, u, text)
+}
+
+// commandVars are environment variables whose value programs run as a
+// command line or as the program to execute: git's ssh, proxy, askpass,
+// editor, pager and external diff, the editors, pagers and browsers other
+// programs start, and the shell that script, vim and friends run (FCEDIT
+// is the editor of bash's fc). Setting one in the string (X=v cmd, export,
+// declare, env X=v, sudo X=v) is deciding its value as a script.
+var commandVars = map[string]bool{
+	"GIT_SSH_COMMAND": true, "GIT_SSH": true, "GIT_PROXY_COMMAND": true, "GIT_ASKPASS": true,
+	"SSH_ASKPASS": true, "SUDO_ASKPASS": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true,
+	"GIT_PAGER": true, "GIT_EXTERNAL_DIFF": true, "EDITOR": true, "VISUAL": true, "FCEDIT": true,
+	"PAGER": true, "MANPAGER": true, "SYSTEMD_PAGER": true, "BROWSER": true, "SHELL": true,
+	"RUSTC_WRAPPER": true, "LESSOPEN": true, "LESSCLOSE": true,
+}
+
+// optionVars are environment variables whose value makes a program run
+// code the string does not show as a command: git configuration (which
+// names programs), an interpreter's startup options, make's flags (--eval),
+// tar's options (--to-command), a preloaded library, git's exec path.
+var optionVars = map[string]bool{
+	"GIT_CONFIG_PARAMETERS": true, "GIT_CONFIG_COUNT": true, "GIT_CONFIG": true, "GIT_CONFIG_GLOBAL": true,
+	"GIT_CONFIG_SYSTEM": true, "GIT_EXEC_PATH": true, "PERL5OPT": true, "NODE_OPTIONS": true,
+	"RUBYOPT": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
+	"MAKEFLAGS": true, "GNUMAKEFLAGS": true, "MFLAGS": true, "TAR_OPTIONS": true,
+	"LD_PRELOAD": true, "LD_AUDIT": true,
+}
+
+// envValue examines one variable the string sets (value nil: no value
+// given) for bash or another program running its value as code.
+func (x *extractor) envValue(name string, value *token, u *unit, text string) {
+	switch {
+	case codeVars[name] != "":
+		if value != nil && name != "SHELLOPTS" {
+			// The value is code: parse it as the shell will run it.
+			x.nested(*value, u, text, name)
+		}
+		x.couldMatch(u, "var:"+name, text, name+" "+codeVars[name])
+	case strings.HasPrefix(name, "BASH_FUNC_"):
+		// bash imports the value as the body of a function, which can
+		// be called by any name the script runs.
+		if value != nil {
+			x.nested(token{text: "f" + value.text, dynamic: value.dynamic}, u, text, name)
+		}
+		x.couldMatch(u, "var:"+name, text, name+" defines a shell function every bash started later has")
+	case commandVars[name]:
+		if value != nil {
+			// LESSOPEN and LESSCLOSE start with | (or ||) for a pipe.
+			v := *value
+			v.text = strings.TrimLeft(v.text, "|")
+			x.nested(v, u, text, name)
+		}
+	case optionVars[name] || strings.HasPrefix(name, "GIT_CONFIG_KEY_") || strings.HasPrefix(name, "GIT_CONFIG_VALUE_"):
+		x.couldMatch(u, "var:"+name, text, name+" can make programs run code the policy does not see")
 	}
-	x.couldMatch(u, "var:"+name, text, name+" "+why)
 }
 
 // couldMatch records a could-match item once per key and script.

@@ -117,6 +117,27 @@ func TestBypassClasses(t *testing.T) {
 		{"printf -v subscript", `printf -v 'a[$(git push)]' x`, Prompt},
 		{"mapfile -C", `mapfile -C 'git push' -c 1 < f`, Prompt},
 
+		// The environment the string sets, which a program runs as code.
+		{"env BASH_FUNC_", `env 'BASH_FUNC_ls%%=() { git push; }' bash -c ls`, Forbidden},
+		{"env BASH_ENV", `env BASH_ENV=/dev/stdin bash -c true <<< 'git push'`, Prompt},
+		{"env -S BASH_ENV", `env -S 'BASH_ENV=/dev/stdin bash -c true' <<< 'git push'`, Prompt},
+		{"env PROMPT_COMMAND", `env PROMPT_COMMAND='git push' bash -i`, Forbidden},
+		{"sudo BASH_ENV", `sudo BASH_ENV=/dev/stdin bash -c true <<< 'git push'`, Prompt},
+		{"GIT_SSH_COMMAND", `GIT_SSH_COMMAND='git push' git fetch`, Forbidden},
+		{"export GIT_SSH_COMMAND", `export GIT_SSH_COMMAND='git push'; git fetch`, Forbidden},
+		{"export quoted assignment", `export 'GIT_SSH_COMMAND=git push'; git fetch`, Forbidden},
+		{"env GIT_SSH_COMMAND", `env GIT_SSH_COMMAND='git push' git fetch`, Forbidden},
+		{"GIT_EDITOR", `GIT_EDITOR='git push;' git commit`, Forbidden},
+		{"EDITOR", `EDITOR='git push;' git commit`, Forbidden},
+		{"PAGER", `PAGER='git push;' man ls`, Forbidden},
+		{"LESSOPEN", `LESSOPEN='|git push %s' less f`, Forbidden},
+		{"SHELL", `SHELL=/usr/bin/curl script -qc x /dev/null`, Prompt},
+		{"GIT_CONFIG_COUNT", `GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.sshCommand GIT_CONFIG_VALUE_0='git push' git fetch`, Prompt},
+		{"GIT_CONFIG_PARAMETERS", `GIT_CONFIG_PARAMETERS="'core.sshcommand'='git push'" git fetch`, Prompt},
+		{"NODE_OPTIONS", `NODE_OPTIONS='--require ./x.js' node -e 1`, Prompt},
+		{"LD_PRELOAD", `LD_PRELOAD=./x.so true`, Prompt},
+		{"command variable from a substitution", `GIT_SSH_COMMAND=$(cat f) git fetch`, Prompt},
+
 		// Limits: refused, never demoted to prompt.
 		{"too many commands", strings.Repeat("true;", 5000) + "git push", Forbidden},
 		{"too deep -c", deepC("git push", maxDepth+2), Forbidden},
@@ -186,6 +207,10 @@ func TestOrdinaryCommandsAllowed(t *testing.T) {
 		`env GOFLAGS=-mod=mod go build`,
 		`ssh-keygen -lf ~/.ssh/id_ed25519.pub`,
 		`curl_config=1 true`,
+		`EDITOR=vim git commit`,
+		`GIT_SSH_COMMAND='ssh -i ~/.ssh/deploy -o IdentitiesOnly=yes' git fetch`,
+		`PAGER=cat git log -n 3`,
+		`export EDITOR=nano VISUAL=nano`,
 	} {
 		if d := p.Check(s); d.Decision != Allow {
 			t.Errorf("%q decided %s: %+v %+v", s, d.Decision, d.Commands, d.Unresolved)

@@ -53,7 +53,13 @@
 // . /dev/stdin); the call's stdin when the caller gives it (ExtractStdin);
 // the arguments of eval, the action of trap, the values given to alias, and
 // the values of PS0-PS4, PROMPT_COMMAND, BASH_ENV and ENV, which bash
-// expands as code.
+// expands as code, and of the variables whose value other programs run as
+// a command (GIT_SSH_COMMAND, GIT_EDITOR, EDITOR, PAGER, LESSOPEN, SHELL,
+// …), wherever the string sets them: X=v cmd, export and declare, env X=v
+// and sudo X=v. A BASH_FUNC_* value given to env is parsed as the function
+// bash imports; variables that carry git configuration, interpreter or make
+// options or a preloaded library (GIT_CONFIG_*, NODE_OPTIONS, PERL5OPT,
+// MAKEFLAGS, LD_PRELOAD, …) are could_match.
 //
 // Bash turning data into code is reported could_match: PS4 and friends,
 // ${X@P}, arithmetic ($((x)), (( )), let, [[ -eq ]], subscripts, slices)

@@ -506,9 +506,13 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		if x.runner(base, toks, redirs, u, text, wraps) {
 			return
 		}
-		inner, stdinShell, problem := unwrap(base, toks)
+		inner, stdinShell, problem, assigns := unwrap(base, toks)
 		if problem != "" {
 			x.unresolved(text, problem)
+		}
+		for _, a := range assigns {
+			name, value, _ := strings.Cut(a.text, "=")
+			x.envValue(name, &token{text: value, dynamic: a.dynamic}, u, text)
 		}
 		if inner != nil {
 			x.argv(inner, redirs, u, text, wraps+1, false)
