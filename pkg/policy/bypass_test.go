@@ -116,6 +116,22 @@ func TestBypassClasses(t *testing.T) {
 		{"unset subscript", `unset 'a[$(git push)]'`, Prompt},
 		{"printf -v subscript", `printf -v 'a[$(git push)]' x`, Prompt},
 		{"mapfile -C", `mapfile -C 'git push' -c 1 < f`, Prompt},
+		{"declare -a from a string", `declare -a x='($(git push))'`, Forbidden},
+		{"declare -a quoted whole", `declare -a 'x=($(git push))'`, Forbidden},
+		{"declare -A from a string", `declare -A x='([k]=$(git push))'`, Forbidden},
+		{"declare -a subscript from a string", `declare -a x='([$(git push)]=1)'`, Forbidden},
+		{"declare of an array from a string", `x=(); declare x='($(git push))'`, Forbidden},
+		{"local -a from a string", `f() { local -a x='(` + "`git push`" + `)'; }; f`, Forbidden},
+		{"declare -a with an expansion", `declare -a x="(\$(git push) $y)"`, Forbidden},
+		{"declare -a from a variable", `v='($(git push))'; declare -a x=$v`, Prompt},
+		{"nameref subscript", `declare -n r='a[$(git push)]'; r=1`, Prompt},
+		{"indirect expansion", `r='a[$(git push)]'; echo ${!r}`, Prompt},
+		{"integer attribute", `declare -i x; x='a[$(git push)]'`, Prompt},
+		{"integer attribute value", `x='a[$(git push)]'; declare -i y=x`, Prompt},
+		{"fc -s", `history -s 'git push'; fc -s`, Prompt},
+		{"fc -e", `history -s x; fc -e 'git push;' -1`, Forbidden},
+		{"compgen -C", `compgen -C 'git push' x`, Forbidden},
+		{"compgen -F", `f() { :; }; compgen -F f x`, Prompt},
 
 		// The environment the string sets, which a program runs as code.
 		{"env BASH_FUNC_", `env 'BASH_FUNC_ls%%=() { git push; }' bash -c ls`, Forbidden},
@@ -211,6 +227,12 @@ func TestOrdinaryCommandsAllowed(t *testing.T) {
 		`GIT_SSH_COMMAND='ssh -i ~/.ssh/deploy -o IdentitiesOnly=yes' git fetch`,
 		`PAGER=cat git log -n 3`,
 		`export EDITOR=nano VISUAL=nano`,
+		`declare -a files=(a b c); echo "${files[@]}"`,
+		`declare -i n=0; n=n+1; echo $n`,
+		`local_var=1; declare -r RO=2`,
+		`for v in HOME PATH; do echo "${!v}"; done`,
+		`echo "${!prefix@}" "${!arr[@]}"`,
+		`fc -l`,
 	} {
 		if d := p.Check(s); d.Decision != Allow {
 			t.Errorf("%q decided %s: %+v %+v", s, d.Decision, d.Commands, d.Unresolved)

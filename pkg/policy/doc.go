@@ -65,7 +65,14 @@
 // ${X@P}, arithmetic ($((x)), (( )), let, [[ -eq ]], subscripts, slices)
 // that evaluates a variable the script does not only set to numbers (its
 // value could hold a[$(cmd)]), subscripts evaluated by unset, printf -v,
-// declare or mapfile, and mapfile -C. hash -p and enable -f are unresolved.
+// declare or mapfile, mapfile -C, a nameref (declare -n) to a subscript,
+// an indirect expansion ${!v} of a variable not only set to names or
+// numbers, a value computed at run time given to declare -a/-A, and what
+// is assigned to an integer variable (declare -i) unless it is a plain
+// number expression. A quoted '(...)' given to declare, local, typeset,
+// readonly or export (declare -a x='($(cmd))') is parsed as the compound
+// assignment bash makes of it. hash -p, enable -f, fc (but fc -l) and
+// compgen -F are unresolved; compgen -C's command is parsed.
 //
 // A heredoc that bash would end earlier than the parser (a body line bash
 // takes for the delimiter after joining backslash-newlines, or a delimiter

@@ -172,6 +172,12 @@ type unit struct {
 	// safeVars are the variables the script only ever sets to numbers,
 	// whose value arithmetic can evaluate without running code.
 	safeVars map[string]bool
+	// intVars are the variables the script gives the integer attribute
+	// (declare -i): what is assigned to them is evaluated as arithmetic.
+	intVars map[string]bool
+	// nameVars are the variables the script only sets to numbers or
+	// literal names, safe to expand indirectly (${!v}).
+	nameVars map[string]bool
 	// flagged records the data-to-code reports already made, once each.
 	flagged map[string]bool
 	// pipedIn: the shell running this script reads a pipe as stdin;
@@ -259,6 +265,8 @@ func (x *extractor) file(f *syntax.File, src string, depth int) {
 		return true
 	})
 	u.safeVars = numericVars(f)
+	u.intVars = integerVars(f)
+	u.nameVars = nameVars(f)
 	x.walk(f, u)
 }
 

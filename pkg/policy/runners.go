@@ -261,6 +261,31 @@ func (x *extractor) runner(base string, toks []token, redirs []*syntax.Redirect,
 			}
 		}
 		return false
+	case "fc":
+		// fc runs commands from the history: again (fc -s), or as an
+		// editor (-e NAME, else FCEDIT or EDITOR) leaves them. Only fc -l
+		// lists them.
+		for i, a := range args {
+			if t := a.text; len(t) > 1 && t[0] == '-' && t[1] != '-' && strings.Contains(t, "l") {
+				return false
+			}
+			if a.text == "-e" && i+1 < len(args) {
+				x.nested(args[i+1], u, text, "fc -e")
+			}
+		}
+		x.unresolved(text, "fc runs commands from the history")
+		return false
+	case "compgen":
+		// compgen -C COMMAND runs a command, -F FUNCTION calls one.
+		for i, a := range args {
+			switch {
+			case a.text == "-C" && i+1 < len(args):
+				x.nested(args[i+1], u, text, "compgen -C")
+			case a.text == "-F":
+				x.unresolved(text, "compgen -F calls a shell function")
+			}
+		}
+		return false
 	case "hash":
 		for _, a := range args {
 			if strings.HasPrefix(a.text, "-") && strings.Contains(a.text, "p") {
