@@ -392,14 +392,20 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	for _, n := range names {
 		alts = append(alts, append([]string{n}, argv[1:]...))
 	}
-	if policy.IsLoader(exe) || t.identify(pid) == loaderName {
-		// ld.so PROGRAM runs PROGRAM without an exec: decide it here,
-		// under its name and as the rules' program its file is.
-		if prog := policy.LoaderProgram(argv); prog != nil {
-			alts = append(alts, prog)
-			if name := t.identifyPath(pid, prog[0]); name != "" && name != loaderName {
-				alts = append(alts, append([]string{name}, prog[1:]...))
-			}
+	// ld.so PROGRAM, and valgrind's tool, run PROGRAM without an exec:
+	// decide it here, under its name and as the rules' program its file
+	// is.
+	var prog []string
+	switch {
+	case policy.IsLoader(exe) || t.identify(pid) == loaderName:
+		prog = policy.LoaderProgram(argv)
+	case policy.IsValgrind(exe):
+		prog = policy.ValgrindProgram(argv)
+	}
+	if prog != nil {
+		alts = append(alts, prog)
+		if name := t.identifyPath(pid, prog[0]); name != "" && name != loaderName {
+			alts = append(alts, append([]string{name}, prog[1:]...))
 		}
 	}
 	for _, alt := range alts {

@@ -131,6 +131,11 @@ func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
 			break
 		}
 	}
+	// So does valgrind's tool, executed with valgrind's argv.
+	if _, err := exec.LookPath("valgrind"); err == nil {
+		cases["valgrind"] = `valgrind -q touch MARK`
+		cases["valgrind options"] = `valgrind --tool=none -q --trace-children=no touch MARK`
+	}
 	for name, script := range cases {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -101,6 +101,9 @@ func TestBypassClasses(t *testing.T) {
 		{"make --eval", `make --eval 'x: ; git push' x`, Prompt},
 		{"make -f -", `echo 'x: ; git push' | make -f - x`, Prompt},
 		{"strace", `strace -f -o /dev/null git push`, Forbidden},
+		{"ld.so", `/lib64/ld-linux-x86-64.so.2 /usr/bin/git push`, Forbidden},
+		{"ld.so options", `/lib/ld-linux-aarch64.so.1 --argv0 ls --library-path /lib git push`, Forbidden},
+		{"valgrind", `valgrind -q --tool=none git push`, Forbidden},
 		{"parallel", `parallel ::: 'git push'`, Prompt},
 		{"vim -c", `vim -c '!git push' -c q`, Prompt},
 

@@ -37,7 +37,9 @@
 // ${NAME} known only at run time), sudo, doas, nice, ionice, timeout, nohup,
 // stdbuf, time (keyword and program), command (not with -v/-V), exec,
 // builtin, setsid, chroot, busybox, taskset, chrt, strace, prlimit, sshpass,
-// flock, watch, su/runuser -c, sg and script -c. Their long options are read
+// flock, watch, su/runuser -c, sg and script -c; so do the dynamic loader
+// run as a program (ld.so PROGRAM) and valgrind, which run their program
+// without an exec. Their long options are read
 // as getopt_long reads them, abbreviations included (timeout --sig KILL);
 // an option that resolves to none or several is reported. find -exec (and
 // -execdir, -ok, -okdir), tar --to-command and --checkpoint-action=exec,

@@ -469,6 +469,11 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		return
 	}
 	x.addTokens(toks, text, appended)
+	// ld.so PROGRAM and valgrind PROGRAM run PROGRAM without an exec.
+	if prog := MappedProgram(tokenTexts(toks)); prog != nil {
+		x.argv(toks[len(toks)-len(prog):], redirs, u, text, wraps+1, false)
+		return
+	}
 
 	switch base := baseName(name.text); base {
 	case "bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "rbash":
