@@ -81,6 +81,7 @@ func Main(args []string) int {
 		tracees: map[int]bool{},
 
 		refusedPIDs: map[int]bool{},
+		argvs:       map[int][]string{},
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -163,6 +164,11 @@ type tracer struct {
 	// refusedPIDs are the images the guard killed, whose deaths are no
 	// limit's.
 	refusedPIDs map[int]bool
+	// argvs are the argv each traced process was decided on (a forked
+	// child's is its parent's): a report's parent chain is made of
+	// these, not of /proc/PID/cmdline, which a running process can
+	// rewrite (perl's $0 = "make test").
+	argvs map[int][]string
 }
 
 type program struct {
@@ -279,6 +285,7 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		}
 		if ws.Exited() || ws.Signaled() {
 			delete(t.tracees, pid)
+			delete(t.argvs, pid)
 			// The tracer learns how every process of the tree died,
 			// whoever its parent: a limit a child hit is reported
 			// from here without process accounting.
@@ -328,6 +335,9 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			if event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE {
 				if child, err := unix.PtraceGetEventMsg(pid); err == nil {
 					t.tracees[int(child)] = true
+					if a, ok := t.argvs[pid]; ok {
+						t.argvs[int(child)] = a
+					}
 				}
 			}
 			_ = unix.PtraceCont(pid, 0)
@@ -380,6 +390,7 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	if len(argv) == 0 {
 		argv = []string{exe}
 	}
+	t.argvs[pid] = argv
 	d := pol.DecideExec(argv)
 	names := []string{}
 	if exe != "" && filepath.Base(exe) != filepath.Base(argv[0]) {
@@ -448,7 +459,7 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 
 // chain returns the argv of pid's parents up to the guard, or up to the
 // command when the first image is the sandbox helper (TrustFirst), which
-// is not the command's.
+// is not the command's: each as it was decided at its exec.
 func (t *tracer) chain(pid int) [][]string {
 	out := [][]string{}
 	for i := 0; i < 32; i++ {
@@ -456,7 +467,11 @@ func (t *tracer) chain(pid int) [][]string {
 		if ppid <= 1 || ppid == t.self || (t.sp.TrustFirst && ppid == t.main) {
 			break
 		}
-		out = append(out, cmdline(ppid))
+		a, ok := t.argvs[ppid]
+		if !ok {
+			a = cmdline(ppid)
+		}
+		out = append(out, a)
 		pid = ppid
 	}
 	return out

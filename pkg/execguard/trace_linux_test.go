@@ -524,3 +524,19 @@ func TestNoMemoryRewriteOfATracee(t *testing.T) {
 		t.Fatalf("control: %v %s", err, b)
 	}
 }
+
+// TestChainIsWhatWasExecuted: the parent chain of a refused exec is the
+// argv each parent was decided on, not what it later wrote over its own
+// command line (perl's $0), so the report cannot be made to blame an
+// innocent command.
+func TestChainIsWhatWasExecuted(t *testing.T) {
+	need(t, "perl", "touch")
+	dir := t.TempDir()
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, "perl", "-e", `$0 = "make test"; system("touch", "MARK")`)
+	if rep.Killed == nil {
+		t.Fatalf("nothing was killed (exit %d): %s", code, out)
+	}
+	if len(rep.Killed.Chain) == 0 || rep.Killed.Chain[0][0] != "perl" {
+		t.Fatalf("chain %q, want the perl command that ran", rep.Killed.Chain)
+	}
+}
