@@ -177,6 +177,28 @@ func TestBypassClasses(t *testing.T) {
 	}
 }
 
+// TestBypassClassesArgv: an argv run without a shell is looked into as a
+// string is, the environment its wrappers set included.
+func TestBypassClassesArgv(t *testing.T) {
+	p, err := LoadSource("red.star", []byte(redTeamRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		argv    []string
+		atLeast string
+	}{
+		{[]string{"env", "BASH_FUNC_ls%%=() { git push; }", "bash", "-c", "ls"}, Forbidden},
+		{[]string{"env", "GIT_CONFIG_COUNT=1", "git", "fetch"}, Prompt},
+		{[]string{"/lib64/ld-linux-x86-64.so.2", "/usr/bin/git", "push"}, Forbidden},
+		{[]string{"printf", "-v", "a[$(git push)]", "x"}, Prompt},
+	} {
+		if d := p.CheckArgv(tc.argv); rank(d.Decision) < rank(tc.atLeast) {
+			t.Errorf("%q decided %s, want at least %s", tc.argv, d.Decision, tc.atLeast)
+		}
+	}
+}
+
 func deepC(s string, n int) string {
 	for range n {
 		s = "sh -c " + shellQuote(s)

@@ -131,7 +131,7 @@ func ExtractArgvStdin(argv []string, stdin string) ([]Command, []Unresolved) {
 
 func extractArgv(argv []string, stdin *string) ([]Command, []Unresolved) {
 	x := &extractor{placeholders: maxPlaceholderBytes, stdin: stdin}
-	u := &unit{x: x, src: strings.Join(argv, " ")}
+	u := &unit{x: x, src: strings.Join(argv, " "), funcs: map[string]bool{}, flagged: map[string]bool{}}
 	x.argv(literalTokens(argv), nil, u, u.src, 0, false)
 	return x.cmds, x.unres
 }
