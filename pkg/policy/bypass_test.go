@@ -106,6 +106,13 @@ func TestBypassClasses(t *testing.T) {
 		{"valgrind", `valgrind -q --tool=none git push`, Forbidden},
 		{"parallel", `parallel ::: 'git push'`, Prompt},
 		{"vim -c", `vim -c '!git push' -c q`, Prompt},
+		{"start-stop-daemon", `start-stop-daemon --start --exec /usr/bin/git -- push`, Prompt},
+		{"pkexec", `pkexec git push`, Prompt},
+		{"unbuffer", `unbuffer git push`, Prompt},
+		{"socat EXEC", `socat - EXEC:'git push'`, Prompt},
+		{"nc -e", `nc -l -p 1234 -e /usr/bin/git`, Prompt},
+		{"toybox", `toybox git push`, Forbidden},
+		{"chronic", `chronic git push`, Prompt},
 
 		// bash turning data into code.
 		{"PS4 with set -x", `PS4='$(git push)'; set -x; true`, Forbidden},
@@ -258,6 +265,7 @@ func TestOrdinaryCommandsAllowed(t *testing.T) {
 		`for v in HOME PATH; do echo "${!v}"; done`,
 		`echo "${!prefix@}" "${!arr[@]}"`,
 		`fc -l`,
+		`nc -z localhost 8080`,
 	} {
 		if d := p.Check(s); d.Decision != Allow {
 			t.Errorf("%q decided %s: %+v %+v", s, d.Decision, d.Commands, d.Unresolved)

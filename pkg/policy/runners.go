@@ -169,9 +169,22 @@ func (x *extractor) runner(base string, toks []token, redirs []*syntax.Redirect,
 		}
 		return true
 	case "unshare", "nsenter", "numactl", "systemd-run", "firejail", "bwrap", "cgexec", "runcon",
-		"parallel", "at", "batch", "tmux", "screen", "expect", "fakeroot", "proot", "ssh-agent", "nohup.sh":
+		"parallel", "at", "batch", "tmux", "screen", "expect", "fakeroot", "proot", "ssh-agent", "nohup.sh",
+		"start-stop-daemon", "pkexec", "unbuffer", "fakechroot", "dbus-launch", "daemonize", "socat", "run-parts",
+		"chpst", "setpriv", "capsh", "schroot", "systemd-nspawn", "machinectl", "xterm", "entr", "watchexec",
+		"nodemon", "cpulimit", "trickle", "torsocks", "proxychains", "proxychains4", "rlwrap", "chronic", "ifne",
+		"hyperfine", "perf", "uftrace", "heaptrack", "box64", "qemu-x86_64", "qemu-aarch64", "qemu-i386", "qemu-arm":
 		could(base + " runs commands in a way the policy does not follow before the call")
 		return true
+	case "nc", "ncat", "netcat":
+		// -e PROGRAM and -c COMMAND run a program for each connection.
+		for _, a := range args {
+			if t := a.text; len(t) > 1 && t[0] == '-' && t[1] != '-' && strings.ContainsAny(t, "ec") || strings.HasPrefix(t, "--exec") || strings.HasPrefix(t, "--sh-exec") || strings.HasPrefix(t, "--lua-exec") {
+				could(base + " " + t + " runs a program for a connection")
+				break
+			}
+		}
+		return false
 	case "sed", "gsed":
 		if sedRuns(args) {
 			could("sed runs commands (the e command or flag, or a script from a file)")

@@ -55,7 +55,7 @@ func wrapperSpec(base string) (optSpec, bool) {
 		return optSpec{operands: 1, long: []string{"userspec", "groups"}, flags: []string{"skip-chdir", "help", "version"}, noRunL: []string{"help", "version"}}, true
 	case "setsid":
 		return optSpec{flags: []string{"ctty", "fork", "wait", "help", "version"}, noRunL: []string{"help", "version"}}, true
-	case "nohup", "builtin", "busybox", "nocache", "eatmydata", "catchsegv", "dbus-run-session", "xvfb-run":
+	case "nohup", "builtin", "busybox", "toybox", "nocache", "eatmydata", "catchsegv", "dbus-run-session", "xvfb-run":
 		return optSpec{flags: []string{"help", "version"}, noRunL: []string{"help", "version"}}, true
 	case "taskset":
 		return optSpec{operands: 1, noRun: "p", flags: []string{"all-tasks", "pid", "cpu-list", "help", "version"}, noRunL: []string{"pid", "help", "version"}}, true
