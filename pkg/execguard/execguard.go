@@ -27,7 +27,10 @@
 // PTRACE_EVENT_EXEC stop the new image has not run: the argv in
 // /proc/PID/cmdline is the one the kernel copied onto the new stack, and
 // after an exec the process has one thread, stopped, so nothing in the
-// process can change it before the decision. A refused image gets SIGKILL
+// process can change it before the decision. For a #! script the kernel
+// runs the interpreter with the script's path in place of argv[0]; the
+// script with its arguments is decided too (a script named git run as git
+// push is git push). A refused image gets SIGKILL
 // while still stopped, the guard records why, and exits: EXITKILL then kills
 // every process left in the tree, so nothing after a refusal runs.
 //

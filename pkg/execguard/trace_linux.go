@@ -403,6 +403,13 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	for _, n := range names {
 		alts = append(alts, append([]string{n}, argv[1:]...))
 	}
+	// An exec of a #! script runs its interpreter with the script's path
+	// in place of argv[0] (after the #! line's optional argument): the
+	// program the caller asked for is the script, with what follows.
+	// (env in a #! line, #!/usr/bin/env node, puts it one further.)
+	if s := t.scriptIn(pid, argv); s > 0 {
+		alts = append(alts, argv[s:])
+	}
 	// ld.so PROGRAM, and valgrind's tool, run PROGRAM without an exec:
 	// decide it here, under its name and as the rules' program its file
 	// is.
@@ -455,6 +462,50 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	x.Action = ActionKilled
 	rep.Killed = &x
 	return false
+}
+
+// maxScriptArg bounds where a #! script's path can be in its interpreter's
+// argv: after the interpreter, its optional argument and, through env,
+// the program env runs and that one's argument.
+const maxScriptArg = 4
+
+// scriptIn returns the index in argv (of the image pid executes) of the
+// #! script it runs, or 0: the first argument, among the first few, that
+// names a file starting with "#!" (as pid opens it).
+func (t *tracer) scriptIn(pid int, argv []string) int {
+	for i := 1; i < len(argv) && i <= maxScriptArg; i++ {
+		a := argv[i]
+		if a == "" || strings.HasPrefix(a, "-") {
+			continue
+		}
+		// As pid sees it: from its working directory, under its root
+		// (a sandbox's mount namespace has its own /tmp).
+		path := filepath.Join("/proc", strconv.Itoa(pid), "root", a)
+		if !filepath.IsAbs(a) {
+			path = filepath.Join("/proc", strconv.Itoa(pid), "cwd", a)
+		}
+		if hasShebang(path) {
+			return i
+		}
+	}
+	return 0
+}
+
+// hasShebang reports whether path is a regular file that starts with
+// "#!". It never blocks: a FIFO opens non-blocking and is not read.
+func hasShebang(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	var b [2]byte
+	n, _ := unix.Pread(fd, b[:], 0)
+	return n == 2 && b[0] == '#' && b[1] == '!'
 }
 
 // chain returns the argv of pid's parents up to the guard, or up to the

@@ -540,3 +540,47 @@ func TestChainIsWhatWasExecuted(t *testing.T) {
 		t.Fatalf("chain %q, want the perl command that ran", rep.Killed.Chain)
 	}
 }
+
+// TestScriptIsDecidedAsItself: an exec of a #! script runs its
+// interpreter with the script's path where argv[0] was, so the program the
+// caller executed (a script named git, run as git push) is decided as that
+// script with its arguments, also through #!/usr/bin/env and from a
+// program that executes it by PATH.
+func TestScriptIsDecidedAsItself(t *testing.T) {
+	py := realPython(t)
+	need(t, "env")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, shebang := range map[string]string{"git": "#!/bin/sh", "curl": "#!/usr/bin/env sh"} {
+		script := shebang + "\n: > \"$(dirname \"$0\")/../RAN-" + name + "\"\n"
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := loadRules(t, rules)
+	for _, tc := range []struct{ name, code, code2 string }{
+		{"git", `os.execv("bin/git", ["git", "push"])`, policy.Forbidden},
+		{"curl", `os.execv("bin/curl", ["curl", "x"])`, policy.Prompt},
+	} {
+		rep, code, out := guarded(t, p, false, dir, py, "-c", "import os; "+tc.code)
+		if _, err := os.Stat(filepath.Join(dir, "RAN-"+tc.name)); err == nil {
+			t.Fatalf("%s: the script ran (exit %d): %s %+v", tc.name, code, out, rep)
+		}
+		if rep.Killed == nil || rep.Killed.Decision != tc.code2 {
+			t.Fatalf("%s: killed %+v, want a %s exec", tc.name, rep.Killed, tc.code2)
+		}
+	}
+	// A script nobody's rule names runs.
+	if err := os.WriteFile(filepath.Join(bin, "ok"), []byte("#!/bin/sh\n: > \"$(dirname \"$0\")/../RAN-ok\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep, code, out := guarded(t, p, false, dir, py, "-c", `import os; os.execv("bin/ok", ["ok", "push"])`); code != 0 || rep.Killed != nil {
+		t.Fatalf("an ordinary script was refused (exit %d): %s %+v", code, out, rep.Killed)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "RAN-ok")); err != nil {
+		t.Fatal(err)
+	}
+}
