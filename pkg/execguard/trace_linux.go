@@ -407,8 +407,12 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	// in place of argv[0] (after the #! line's optional argument): the
 	// program the caller asked for is the script, with what follows.
 	// (env in a #! line, #!/usr/bin/env node, puts it one further.)
+	// A renamed copy of a script the rules name is that script.
 	if s := t.scriptIn(pid, argv); s > 0 {
 		alts = append(alts, argv[s:])
+		if name := t.identifyPath(pid, argv[s]); name != "" && name != filepath.Base(argv[s]) {
+			alts = append(alts, append([]string{name}, argv[s+1:]...))
+		}
 	}
 	// ld.so PROGRAM, and valgrind's tool, run PROGRAM without an exec:
 	// decide it here, under its name and as the rules' program its file

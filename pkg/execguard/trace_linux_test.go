@@ -573,6 +573,20 @@ func TestScriptIsDecidedAsItself(t *testing.T) {
 			t.Fatalf("%s: killed %+v, want a %s exec", tc.name, rep.Killed, tc.code2)
 		}
 	}
+	// A renamed copy of a script a rule names (found on PATH) is that
+	// script.
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	b, err := os.ReadFile(filepath.Join(bin, "git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "harmless"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, py, "-c", `import os; os.execv("bin/harmless", ["harmless", "push"])`)
+	if _, err := os.Stat(filepath.Join(dir, "RAN-git")); err == nil || rep.Killed == nil || rep.Killed.Decision != policy.Forbidden {
+		t.Fatalf("a renamed copy of the git script ran (exit %d): %s %+v", code, out, rep.Killed)
+	}
 	// A script nobody's rule names runs.
 	if err := os.WriteFile(filepath.Join(bin, "ok"), []byte("#!/bin/sh\n: > \"$(dirname \"$0\")/../RAN-ok\"\n"), 0o755); err != nil {
 		t.Fatal(err)
