@@ -27,7 +27,10 @@
 // PTRACE_EVENT_EXEC stop the new image has not run: the argv in
 // /proc/PID/cmdline is the one the kernel copied onto the new stack, and
 // after an exec the process has one thread, stopped, so nothing in the
-// process can change it before the decision. A refused image gets SIGKILL
+// process can change it before the decision. For a #! script the kernel
+// runs the interpreter with the script's path in place of argv[0]; the
+// script with its arguments is decided too (a script named git run as git
+// push is git push). A refused image gets SIGKILL
 // while still stopped, the guard records why, and exits: EXITKILL then kills
 // every process left in the tree, so nothing after a refusal runs.
 //
@@ -37,8 +40,9 @@
 // What the guard does not see: anything a process does without executing a
 // program (shell builtins, a library's own network calls, a program that
 // implements a git alias in-process), and memory another process writes
-// through /proc/PID/mem or process_vm_writev between the decision and the
-// moment the program reads its argv; a process that is already traced (by
+// through /proc/PID/mem between the decision and the moment the program
+// reads its argv (a sandbox's read-only /proc refuses that write; the
+// guard's seccomp filter refuses process_vm_writev to the whole tree); a process that is already traced (by
 // strace or gdb) cannot be traced again, which is reported as
 // policy_unavailable. Those are the sandbox's job.
 package execguard

@@ -81,6 +81,7 @@ func Main(args []string) int {
 		tracees: map[int]bool{},
 
 		refusedPIDs: map[int]bool{},
+		argvs:       map[int][]string{},
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -163,6 +164,11 @@ type tracer struct {
 	// refusedPIDs are the images the guard killed, whose deaths are no
 	// limit's.
 	refusedPIDs map[int]bool
+	// argvs are the argv each traced process was decided on (a forked
+	// child's is its parent's): a report's parent chain is made of
+	// these, not of /proc/PID/cmdline, which a running process can
+	// rewrite (perl's $0 = "make test").
+	argvs map[int][]string
 }
 
 type program struct {
@@ -279,6 +285,7 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		}
 		if ws.Exited() || ws.Signaled() {
 			delete(t.tracees, pid)
+			delete(t.argvs, pid)
 			// The tracer learns how every process of the tree died,
 			// whoever its parent: a limit a child hit is reported
 			// from here without process accounting.
@@ -328,6 +335,9 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			if event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE {
 				if child, err := unix.PtraceGetEventMsg(pid); err == nil {
 					t.tracees[int(child)] = true
+					if a, ok := t.argvs[pid]; ok {
+						t.argvs[int(child)] = a
+					}
 				}
 			}
 			_ = unix.PtraceCont(pid, 0)
@@ -380,6 +390,7 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	if len(argv) == 0 {
 		argv = []string{exe}
 	}
+	t.argvs[pid] = argv
 	d := pol.DecideExec(argv)
 	names := []string{}
 	if exe != "" && filepath.Base(exe) != filepath.Base(argv[0]) {
@@ -392,14 +403,31 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	for _, n := range names {
 		alts = append(alts, append([]string{n}, argv[1:]...))
 	}
-	if policy.IsLoader(exe) || t.identify(pid) == loaderName {
-		// ld.so PROGRAM runs PROGRAM without an exec: decide it here,
-		// under its name and as the rules' program its file is.
-		if prog := policy.LoaderProgram(argv); prog != nil {
-			alts = append(alts, prog)
-			if name := t.identifyPath(pid, prog[0]); name != "" && name != loaderName {
-				alts = append(alts, append([]string{name}, prog[1:]...))
-			}
+	// An exec of a #! script runs its interpreter with the script's path
+	// in place of argv[0] (after the #! line's optional argument): the
+	// program the caller asked for is the script, with what follows.
+	// (env in a #! line, #!/usr/bin/env node, puts it one further.)
+	// A renamed copy of a script the rules name is that script.
+	if s := t.scriptIn(pid, argv); s > 0 {
+		alts = append(alts, argv[s:])
+		if name := t.identifyPath(pid, argv[s]); name != "" && name != filepath.Base(argv[s]) {
+			alts = append(alts, append([]string{name}, argv[s+1:]...))
+		}
+	}
+	// ld.so PROGRAM, and valgrind's tool, run PROGRAM without an exec:
+	// decide it here, under its name and as the rules' program its file
+	// is.
+	var prog []string
+	switch {
+	case policy.IsLoader(exe) || t.identify(pid) == loaderName:
+		prog = policy.LoaderProgram(argv)
+	case policy.IsValgrind(exe):
+		prog = policy.ValgrindProgram(argv)
+	}
+	if prog != nil {
+		alts = append(alts, prog)
+		if name := t.identifyPath(pid, prog[0]); name != "" && name != loaderName {
+			alts = append(alts, append([]string{name}, prog[1:]...))
 		}
 	}
 	for _, alt := range alts {
@@ -440,9 +468,53 @@ func (t *tracer) decideWith(pid int, pol *policy.Policy, approved bool, rep *Rep
 	return false
 }
 
+// maxScriptArg bounds where a #! script's path can be in its interpreter's
+// argv: after the interpreter, its optional argument and, through env,
+// the program env runs and that one's argument.
+const maxScriptArg = 4
+
+// scriptIn returns the index in argv (of the image pid executes) of the
+// #! script it runs, or 0: the first argument, among the first few, that
+// names a file starting with "#!" (as pid opens it).
+func (t *tracer) scriptIn(pid int, argv []string) int {
+	for i := 1; i < len(argv) && i <= maxScriptArg; i++ {
+		a := argv[i]
+		if a == "" || strings.HasPrefix(a, "-") {
+			continue
+		}
+		// As pid sees it: from its working directory, under its root
+		// (a sandbox's mount namespace has its own /tmp).
+		path := filepath.Join("/proc", strconv.Itoa(pid), "root", a)
+		if !filepath.IsAbs(a) {
+			path = filepath.Join("/proc", strconv.Itoa(pid), "cwd", a)
+		}
+		if hasShebang(path) {
+			return i
+		}
+	}
+	return 0
+}
+
+// hasShebang reports whether path is a regular file that starts with
+// "#!". It never blocks: a FIFO opens non-blocking and is not read.
+func hasShebang(path string) bool {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return false
+	}
+	var b [2]byte
+	n, _ := unix.Pread(fd, b[:], 0)
+	return n == 2 && b[0] == '#' && b[1] == '!'
+}
+
 // chain returns the argv of pid's parents up to the guard, or up to the
 // command when the first image is the sandbox helper (TrustFirst), which
-// is not the command's.
+// is not the command's: each as it was decided at its exec.
 func (t *tracer) chain(pid int) [][]string {
 	out := [][]string{}
 	for i := 0; i < 32; i++ {
@@ -450,7 +522,11 @@ func (t *tracer) chain(pid int) [][]string {
 		if ppid <= 1 || ppid == t.self || (t.sp.TrustFirst && ppid == t.main) {
 			break
 		}
-		out = append(out, cmdline(ppid))
+		a, ok := t.argvs[ppid]
+		if !ok {
+			a = cmdline(ppid)
+		}
+		out = append(out, a)
 		pid = ppid
 	}
 	return out

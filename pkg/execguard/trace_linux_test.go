@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -26,6 +27,9 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 2 && (os.Args[1] == untracedCommand || os.Args[1] == untraced3Command) {
 		os.Exit(untracedChild(os.Args[1], os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == vmWriteCommand {
+		os.Exit(vmWrite())
 	}
 	os.Exit(m.Run())
 }
@@ -126,6 +130,11 @@ func TestForbiddenDeepInTheTreeNeverActs(t *testing.T) {
 			cases["ld.so relative"] = `cp "$(command -v touch)" ./t && ` + l + ` ./t MARK`
 			break
 		}
+	}
+	// So does valgrind's tool, executed with valgrind's argv.
+	if _, err := exec.LookPath("valgrind"); err == nil {
+		cases["valgrind"] = `valgrind -q touch MARK`
+		cases["valgrind options"] = `valgrind --tool=none -q --trace-children=no touch MARK`
 	}
 	for name, script := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -465,5 +474,127 @@ func TestModifiedCopyOfAForbiddenProgram(t *testing.T) {
 		`cp "$(command -v touch)" harmless && printf '\0' >> harmless && ./harmless MARK`)
 	if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil || rep.Killed == nil {
 		t.Fatalf("the modified copy ran (exit %d): %s", code, out)
+	}
+}
+
+// vmWriteCommand is the test binary's mode that writes its own memory
+// with process_vm_writev, the call by which a process of the tree could
+// rewrite another's argv between the guard's decision and the moment the
+// program reads it (an exec of `git xush` decided, then its "x" made a
+// "p"): it prints the errno, or "wrote".
+const vmWriteCommand = "__vmwrite"
+
+// vmTarget is what vmWrite overwrites (in static memory: a heap or stack
+// address may be refused with EFAULT).
+var vmTarget = [4]byte{'x', 'u', 's', 'h'}
+
+func vmWrite() int {
+	src, dst := []byte("push"), vmTarget[:]
+	local := []unix.Iovec{{Base: &src[0]}}
+	local[0].SetLen(len(src))
+	remote := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&vmTarget[0])), Len: len(vmTarget)}}
+	_, err := unix.ProcessVMWritev(os.Getpid(), local, remote, 0)
+	var en syscall.Errno
+	switch {
+	case err == nil:
+		os.Stdout.WriteString(vmWriteCommand + ": wrote " + string(dst) + "\n")
+	case errors.As(err, &en):
+		os.Stdout.WriteString(vmWriteCommand + ": " + unix.ErrnoName(en) + "\n")
+	default:
+		os.Stdout.WriteString(vmWriteCommand + ": " + err.Error() + "\n")
+	}
+	return 0
+}
+
+// TestNoMemoryRewriteOfATracee: no process of the traced tree can write
+// another's memory with process_vm_writev (the guard decides an image on
+// the argv in its memory, which another process could otherwise change
+// after the decision); the control shows the call works without the guard.
+func TestNoMemoryRewriteOfATracee(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, out := guarded(t, loadRules(t, rules), false, t.TempDir(), self, vmWriteCommand)
+	if !strings.Contains(out, vmWriteCommand+": EPERM") {
+		t.Fatalf("process_vm_writev under the guard: %q, want EPERM", out)
+	}
+	b, err := exec.Command(self, vmWriteCommand).CombinedOutput()
+	if err != nil || !strings.Contains(string(b), vmWriteCommand+": wrote push") {
+		t.Fatalf("control: %v %s", err, b)
+	}
+}
+
+// TestChainIsWhatWasExecuted: the parent chain of a refused exec is the
+// argv each parent was decided on, not what it later wrote over its own
+// command line (perl's $0), so the report cannot be made to blame an
+// innocent command.
+func TestChainIsWhatWasExecuted(t *testing.T) {
+	need(t, "perl", "touch")
+	dir := t.TempDir()
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, "perl", "-e", `$0 = "make test"; system("touch", "MARK")`)
+	if rep.Killed == nil {
+		t.Fatalf("nothing was killed (exit %d): %s", code, out)
+	}
+	if len(rep.Killed.Chain) == 0 || rep.Killed.Chain[0][0] != "perl" {
+		t.Fatalf("chain %q, want the perl command that ran", rep.Killed.Chain)
+	}
+}
+
+// TestScriptIsDecidedAsItself: an exec of a #! script runs its
+// interpreter with the script's path where argv[0] was, so the program the
+// caller executed (a script named git, run as git push) is decided as that
+// script with its arguments, also through #!/usr/bin/env and from a
+// program that executes it by PATH.
+func TestScriptIsDecidedAsItself(t *testing.T) {
+	py := realPython(t)
+	need(t, "env")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, shebang := range map[string]string{"git": "#!/bin/sh", "curl": "#!/usr/bin/env sh"} {
+		script := shebang + "\n: > \"$(dirname \"$0\")/../RAN-" + name + "\"\n"
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := loadRules(t, rules)
+	for _, tc := range []struct{ name, code, code2 string }{
+		{"git", `os.execv("bin/git", ["git", "push"])`, policy.Forbidden},
+		{"curl", `os.execv("bin/curl", ["curl", "x"])`, policy.Prompt},
+	} {
+		rep, code, out := guarded(t, p, false, dir, py, "-c", "import os; "+tc.code)
+		if _, err := os.Stat(filepath.Join(dir, "RAN-"+tc.name)); err == nil {
+			t.Fatalf("%s: the script ran (exit %d): %s %+v", tc.name, code, out, rep)
+		}
+		if rep.Killed == nil || rep.Killed.Decision != tc.code2 {
+			t.Fatalf("%s: killed %+v, want a %s exec", tc.name, rep.Killed, tc.code2)
+		}
+	}
+	// A renamed copy of a script a rule names (found on PATH) is that
+	// script.
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	b, err := os.ReadFile(filepath.Join(bin, "git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "harmless"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, py, "-c", `import os; os.execv("bin/harmless", ["harmless", "push"])`)
+	if _, err := os.Stat(filepath.Join(dir, "RAN-git")); err == nil || rep.Killed == nil || rep.Killed.Decision != policy.Forbidden {
+		t.Fatalf("a renamed copy of the git script ran (exit %d): %s %+v", code, out, rep.Killed)
+	}
+	// A script nobody's rule names runs.
+	if err := os.WriteFile(filepath.Join(bin, "ok"), []byte("#!/bin/sh\n: > \"$(dirname \"$0\")/../RAN-ok\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if rep, code, out := guarded(t, p, false, dir, py, "-c", `import os; os.execv("bin/ok", ["ok", "push"])`); code != 0 || rep.Killed != nil {
+		t.Fatalf("an ordinary script was refused (exit %d): %s %+v", code, out, rep.Killed)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "RAN-ok")); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -617,19 +617,33 @@ func (sv *supervisor) probe(ctx context.Context, ready func()) {
 			}
 			cmd := exec.CommandContext(ctx, shell, "-c", p.Cmd)
 			cmd.Dir, cmd.Env = sv.spec.Cwd, proctree.WithoutTokens(sv.spec.Env)
-			// The readiness command is held to the job's policy.
+			// The readiness command is held to the job's policy: it
+			// runs under its own guard, and a probe whose guard refused
+			// an exec (or could not police it) is not a pass.
 			g, err := sv.guard(cmd, false)
 			if err != nil {
 				return false
 			}
 			if g != nil {
 				defer g.Cleanup()
+				cmd.Path, cmd.Args, cmd.ExtraFiles = g.Wrap(cmd.Path, cmd.Args, cmd.ExtraFiles)
 			}
-			if sv.startKnown(cmd) != nil {
+			err = sv.startKnown(cmd)
+			if g != nil {
+				g.Launched()
+			}
+			if err != nil {
 				return false
 			}
 			err = cmd.Wait()
 			sv.forget(cmd.Process.Pid)
+			if g != nil {
+				rep := g.Report()
+				sv.auditRuntime(rep)
+				if rep.Err() != nil {
+					return false
+				}
+			}
 			return err == nil
 		}
 		return false

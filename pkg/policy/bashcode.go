@@ -73,32 +73,204 @@ func (x *extractor) assignments(c *syntax.CallExpr, u *unit) {
 
 // declaration examines declare, export, local, readonly and typeset.
 func (x *extractor) declaration(c *syntax.DeclClause, u *unit) {
+	flags := declFlags(c, u)
+	text := u.source(c)
 	for _, a := range c.Args {
 		if a.Name == nil && a.Value != nil {
+			t := u.word(a.Value)
+			if strings.HasPrefix(t.text, "-") || strings.HasPrefix(t.text, "+") {
+				continue // an option
+			}
 			// declare "$x": a name, value or subscript computed at run time.
-			if t := u.word(a.Value); t.wild || strings.ContainsAny(t.text, "[") {
-				x.couldMatch(u, "declare:"+t.text, u.source(c), "a name given to "+c.Variant.Value+" at run time can hold a subscript, which runs commands")
+			if t.wild || strings.ContainsAny(t.text, "[") {
+				x.couldMatch(u, "declare:"+t.text, text, "a name given to "+c.Variant.Value+" at run time can hold a subscript, which runs commands")
+			}
+			// export 'GIT_SSH_COMMAND=...', declare -a 'x=(...)': an
+			// assignment in one quoted word.
+			if name, value, ok := strings.Cut(t.text, "="); ok && isIdent(name) {
+				v := token{text: value, dynamic: t.dynamic, wild: t.wild}
+				x.envValue(name, &v, u, text)
+				x.declValue(c, flags, name, &v, u, text)
 			}
 			continue
 		}
-		x.assignment(a, u, u.source(c))
+		x.assignment(a, u, text)
+		if a.Name != nil && a.Value != nil {
+			v := u.word(a.Value)
+			x.declValue(c, flags, a.Name.Value, &v, u, text)
+		}
 	}
+}
+
+// declFlags returns the option letters given to a declaration (-a, -A,
+// -i, -n, ...).
+func declFlags(c *syntax.DeclClause, u *unit) string {
+	var b strings.Builder
+	for _, a := range c.Args {
+		if a.Name == nil && a.Value != nil {
+			if t := u.word(a.Value).text; len(t) > 1 && (t[0] == '-' || t[0] == '+') {
+				b.WriteString(t[1:])
+			}
+		}
+	}
+	return b.String()
+}
+
+// declValue examines the value a declaration gives name, for what bash
+// makes of it beyond a string: a quoted '(...)' given to an array
+// (declare -a x='(...)', or an array declared before) is a compound
+// assignment whose words are expanded, $(...) included; a nameref's value
+// (declare -n) is a name whose subscript is evaluated at each use; an
+// integer's value (declare -i) is evaluated as arithmetic.
+func (x *extractor) declValue(c *syntax.DeclClause, flags, name string, v *token, u *unit, text string) {
+	compound := strings.HasPrefix(v.text, "(") && strings.HasSuffix(v.text, ")")
+	switch {
+	case compound:
+		x.nested(token{text: name + "=" + v.text, dynamic: v.dynamic}, u, text, c.Variant.Value+" array value")
+	case v.wild && strings.ContainsAny(flags, "aA"):
+		x.couldMatch(u, "declare-array:"+name, text, "a value computed at run time given to the array "+name+" can be a compound assignment, which runs commands")
+	}
+	if strings.Contains(flags, "n") && (v.wild || strings.Contains(v.text, "[")) {
+		x.couldMatch(u, "nameref:"+name, text, "the nameref "+name+" names a subscript, evaluated at each use, which can run commands")
+	}
+	if strings.Contains(flags, "i") && !u.safeArithmetic(*v) {
+		x.couldMatch(u, "integer:"+name, text, "the value given to the integer variable "+name+" is evaluated as arithmetic, which can run commands")
+	}
+}
+
+// safeArithmetic reports whether bash can evaluate t as arithmetic without
+// running code: a literal with no subscript, expansion or substitution,
+// whose variables hold numbers (integer variables, or variables the
+// script only sets to numbers).
+func (u *unit) safeArithmetic(t token) bool {
+	if t.wild || t.dynamic != "" || strings.ContainsAny(t.text, "[$`") {
+		return false
+	}
+	s := t.text
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case '0' <= c && c <= '9':
+			for i < len(s) && (isIdentByte(s[i])) {
+				i++
+			}
+		case c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
+			j := i
+			for j < len(s) && isIdentByte(s[j]) {
+				j++
+			}
+			if name := s[i:j]; !u.intVars[name] && !u.safeVars[name] && !specialNumeric[name] {
+				return false
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return true
+}
+
+func isIdentByte(c byte) bool {
+	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// integerVars returns the variables that some declaration in f gives the
+// integer attribute.
+func integerVars(f *syntax.File) map[string]bool {
+	out := map[string]bool{}
+	inspect(f, func(n syntax.Node) bool {
+		c, ok := n.(*syntax.DeclClause)
+		if !ok {
+			return true
+		}
+		integer := false
+		for _, a := range c.Args {
+			if a.Name == nil && a.Value != nil {
+				if t := a.Value.Lit(); len(t) > 1 && t[0] == '-' && strings.Contains(t, "i") {
+					integer = true
+				}
+			}
+		}
+		if integer {
+			for _, a := range c.Args {
+				if a.Name != nil {
+					out[a.Name.Value] = true
+				}
+			}
+		}
+		return true
+	})
+	return out
 }
 
 func (x *extractor) assignment(a *syntax.Assign, u *unit, text string) {
 	if a.Name == nil {
 		return
 	}
-	name := a.Name.Value
-	why, ok := codeVars[name]
-	if !ok || why == "" {
-		return
+	var value *token
+	if a.Value != nil {
+		t := u.word(a.Value)
+		value = &t
+		if u.intVars[a.Name.Value] && !u.safeArithmetic(t) {
+			x.couldMatch(u, "integer:"+a.Name.Value, text, "the value given to the integer variable "+a.Name.Value+" is evaluated as arithmetic, which can run commands")
+		}
 	}
-	if a.Value != nil && name != "SHELLOPTS" {
-		// The value is code: parse it as the shell will run it.
-		x.nested(u.word(a.Value), u, text, name)
+	x.envValue(a.Name.Value, value, u, text)
+}
+
+// commandVars are environment variables whose value programs run as a
+// command line or as the program to execute: git's ssh, proxy, askpass,
+// editor, pager and external diff, the editors, pagers and browsers other
+// programs start, and the shell that script, vim and friends run (FCEDIT
+// is the editor of bash's fc). Setting one in the string (X=v cmd, export,
+// declare, env X=v, sudo X=v) is deciding its value as a script.
+var commandVars = map[string]bool{
+	"GIT_SSH_COMMAND": true, "GIT_SSH": true, "GIT_PROXY_COMMAND": true, "GIT_ASKPASS": true,
+	"SSH_ASKPASS": true, "SUDO_ASKPASS": true, "GIT_EDITOR": true, "GIT_SEQUENCE_EDITOR": true,
+	"GIT_PAGER": true, "GIT_EXTERNAL_DIFF": true, "EDITOR": true, "VISUAL": true, "FCEDIT": true,
+	"PAGER": true, "MANPAGER": true, "SYSTEMD_PAGER": true, "BROWSER": true, "SHELL": true,
+	"RUSTC_WRAPPER": true, "LESSOPEN": true, "LESSCLOSE": true,
+}
+
+// optionVars are environment variables whose value makes a program run
+// code the string does not show as a command: git configuration (which
+// names programs), an interpreter's startup options, make's flags (--eval),
+// tar's options (--to-command), a preloaded library, git's exec path.
+var optionVars = map[string]bool{
+	"GIT_CONFIG_PARAMETERS": true, "GIT_CONFIG_COUNT": true, "GIT_CONFIG": true, "GIT_CONFIG_GLOBAL": true,
+	"GIT_CONFIG_SYSTEM": true, "GIT_EXEC_PATH": true, "PERL5OPT": true, "NODE_OPTIONS": true,
+	"RUBYOPT": true, "JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true,
+	"MAKEFLAGS": true, "GNUMAKEFLAGS": true, "MFLAGS": true, "TAR_OPTIONS": true,
+	"LD_PRELOAD": true, "LD_AUDIT": true,
+}
+
+// envValue examines one variable the string sets (value nil: no value
+// given) for bash or another program running its value as code.
+func (x *extractor) envValue(name string, value *token, u *unit, text string) {
+	switch {
+	case codeVars[name] != "":
+		if value != nil && name != "SHELLOPTS" {
+			// The value is code: parse it as the shell will run it.
+			x.nested(*value, u, text, name)
+		}
+		x.couldMatch(u, "var:"+name, text, name+" "+codeVars[name])
+	case strings.HasPrefix(name, "BASH_FUNC_"):
+		// bash imports the value as the body of a function, which can
+		// be called by any name the script runs.
+		if value != nil {
+			x.nested(token{text: "f" + value.text, dynamic: value.dynamic}, u, text, name)
+		}
+		x.couldMatch(u, "var:"+name, text, name+" defines a shell function every bash started later has")
+	case commandVars[name]:
+		if value != nil {
+			// LESSOPEN and LESSCLOSE start with | (or ||) for a pipe.
+			v := *value
+			v.text = strings.TrimLeft(v.text, "|")
+			x.nested(v, u, text, name)
+		}
+	case optionVars[name] || strings.HasPrefix(name, "GIT_CONFIG_KEY_") || strings.HasPrefix(name, "GIT_CONFIG_VALUE_"):
+		x.couldMatch(u, "var:"+name, text, name+" can make programs run code the policy does not see")
 	}
-	x.couldMatch(u, "var:"+name, text, name+" "+why)
 }
 
 // couldMatch records a could-match item once per key and script.
@@ -114,6 +286,9 @@ func (x *extractor) couldMatch(u *unit, key, text, reason string) {
 func (x *extractor) dataToCode(n syntax.Node, u *unit) {
 	switch n := n.(type) {
 	case *syntax.ParamExp:
+		if n.Excl && n.Names == 0 && n.Index == nil && n.Param != nil && !u.nameVars[n.Param.Value] && !specialNumeric[n.Param.Value] {
+			x.couldMatch(u, "indirect:"+n.Param.Value, u.source(n), "${!"+n.Param.Value+"} expands the variable "+n.Param.Value+" names, whose subscript is evaluated, which can run commands")
+		}
 		if n.Exp != nil && n.Exp.Op == syntax.OtherParamOps && n.Exp.Word != nil && strings.Contains(n.Exp.Word.Lit(), "P") {
 			x.couldMatch(u, "prompt:"+u.source(n), u.source(n), "${X@P} expands a value as a prompt, which runs the commands in it")
 		}
@@ -231,7 +406,14 @@ func isNumber(s string) bool {
 
 // numericVars returns the variables a script only ever sets to numbers
 // (literal numbers, arithmetic results, arithmetic assignments).
-func numericVars(f *syntax.File) map[string]bool {
+func numericVars(f *syntax.File) map[string]bool { return varsSetTo(f, false) }
+
+// nameVars returns the variables a script only ever sets to numbers or to
+// literal variable names (for v in HOME PATH), whose indirect expansion
+// ${!v} evaluates no subscript.
+func nameVars(f *syntax.File) map[string]bool { return varsSetTo(f, true) }
+
+func varsSetTo(f *syntax.File, names bool) map[string]bool {
 	state := map[string]int{} // 1 numeric so far, -1 not numeric
 	mark := func(name string, numeric bool) {
 		if !numeric {
@@ -247,7 +429,7 @@ func numericVars(f *syntax.File) map[string]bool {
 		if len(w.Parts) == 1 {
 			switch p := w.Parts[0].(type) {
 			case *syntax.Lit:
-				return isNumber(p.Value)
+				return isNumber(p.Value) || names && isIdent(p.Value)
 			case *syntax.ArithmExp:
 				return true
 			}

@@ -101,8 +101,18 @@ func TestBypassClasses(t *testing.T) {
 		{"make --eval", `make --eval 'x: ; git push' x`, Prompt},
 		{"make -f -", `echo 'x: ; git push' | make -f - x`, Prompt},
 		{"strace", `strace -f -o /dev/null git push`, Forbidden},
+		{"ld.so", `/lib64/ld-linux-x86-64.so.2 /usr/bin/git push`, Forbidden},
+		{"ld.so options", `/lib/ld-linux-aarch64.so.1 --argv0 ls --library-path /lib git push`, Forbidden},
+		{"valgrind", `valgrind -q --tool=none git push`, Forbidden},
 		{"parallel", `parallel ::: 'git push'`, Prompt},
 		{"vim -c", `vim -c '!git push' -c q`, Prompt},
+		{"start-stop-daemon", `start-stop-daemon --start --exec /usr/bin/git -- push`, Prompt},
+		{"pkexec", `pkexec git push`, Prompt},
+		{"unbuffer", `unbuffer git push`, Prompt},
+		{"socat EXEC", `socat - EXEC:'git push'`, Prompt},
+		{"nc -e", `nc -l -p 1234 -e /usr/bin/git`, Prompt},
+		{"toybox", `toybox git push`, Forbidden},
+		{"chronic", `chronic git push`, Prompt},
 
 		// bash turning data into code.
 		{"PS4 with set -x", `PS4='$(git push)'; set -x; true`, Forbidden},
@@ -116,6 +126,43 @@ func TestBypassClasses(t *testing.T) {
 		{"unset subscript", `unset 'a[$(git push)]'`, Prompt},
 		{"printf -v subscript", `printf -v 'a[$(git push)]' x`, Prompt},
 		{"mapfile -C", `mapfile -C 'git push' -c 1 < f`, Prompt},
+		{"declare -a from a string", `declare -a x='($(git push))'`, Forbidden},
+		{"declare -a quoted whole", `declare -a 'x=($(git push))'`, Forbidden},
+		{"declare -A from a string", `declare -A x='([k]=$(git push))'`, Forbidden},
+		{"declare -a subscript from a string", `declare -a x='([$(git push)]=1)'`, Forbidden},
+		{"declare of an array from a string", `x=(); declare x='($(git push))'`, Forbidden},
+		{"local -a from a string", `f() { local -a x='(` + "`git push`" + `)'; }; f`, Forbidden},
+		{"declare -a with an expansion", `declare -a x="(\$(git push) $y)"`, Forbidden},
+		{"declare -a from a variable", `v='($(git push))'; declare -a x=$v`, Prompt},
+		{"nameref subscript", `declare -n r='a[$(git push)]'; r=1`, Prompt},
+		{"indirect expansion", `r='a[$(git push)]'; echo ${!r}`, Prompt},
+		{"integer attribute", `declare -i x; x='a[$(git push)]'`, Prompt},
+		{"integer attribute value", `x='a[$(git push)]'; declare -i y=x`, Prompt},
+		{"fc -s", `history -s 'git push'; fc -s`, Prompt},
+		{"fc -e", `history -s x; fc -e 'git push;' -1`, Forbidden},
+		{"compgen -C", `compgen -C 'git push' x`, Forbidden},
+		{"compgen -F", `f() { :; }; compgen -F f x`, Prompt},
+
+		// The environment the string sets, which a program runs as code.
+		{"env BASH_FUNC_", `env 'BASH_FUNC_ls%%=() { git push; }' bash -c ls`, Forbidden},
+		{"env BASH_ENV", `env BASH_ENV=/dev/stdin bash -c true <<< 'git push'`, Prompt},
+		{"env -S BASH_ENV", `env -S 'BASH_ENV=/dev/stdin bash -c true' <<< 'git push'`, Prompt},
+		{"env PROMPT_COMMAND", `env PROMPT_COMMAND='git push' bash -i`, Forbidden},
+		{"sudo BASH_ENV", `sudo BASH_ENV=/dev/stdin bash -c true <<< 'git push'`, Prompt},
+		{"GIT_SSH_COMMAND", `GIT_SSH_COMMAND='git push' git fetch`, Forbidden},
+		{"export GIT_SSH_COMMAND", `export GIT_SSH_COMMAND='git push'; git fetch`, Forbidden},
+		{"export quoted assignment", `export 'GIT_SSH_COMMAND=git push'; git fetch`, Forbidden},
+		{"env GIT_SSH_COMMAND", `env GIT_SSH_COMMAND='git push' git fetch`, Forbidden},
+		{"GIT_EDITOR", `GIT_EDITOR='git push;' git commit`, Forbidden},
+		{"EDITOR", `EDITOR='git push;' git commit`, Forbidden},
+		{"PAGER", `PAGER='git push;' man ls`, Forbidden},
+		{"LESSOPEN", `LESSOPEN='|git push %s' less f`, Forbidden},
+		{"SHELL", `SHELL=/usr/bin/curl script -qc x /dev/null`, Prompt},
+		{"GIT_CONFIG_COUNT", `GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.sshCommand GIT_CONFIG_VALUE_0='git push' git fetch`, Prompt},
+		{"GIT_CONFIG_PARAMETERS", `GIT_CONFIG_PARAMETERS="'core.sshcommand'='git push'" git fetch`, Prompt},
+		{"NODE_OPTIONS", `NODE_OPTIONS='--require ./x.js' node -e 1`, Prompt},
+		{"LD_PRELOAD", `LD_PRELOAD=./x.so true`, Prompt},
+		{"command variable from a substitution", `GIT_SSH_COMMAND=$(cat f) git fetch`, Prompt},
 
 		// Limits: refused, never demoted to prompt.
 		{"too many commands", strings.Repeat("true;", 5000) + "git push", Forbidden},
@@ -133,6 +180,28 @@ func TestBypassClasses(t *testing.T) {
 				short = short[:80] + "…"
 			}
 			t.Errorf("%s: %q decided %s, want at least %s (%+v)", tc.class, short, d.Decision, tc.atLeast, d.Unresolved)
+		}
+	}
+}
+
+// TestBypassClassesArgv: an argv run without a shell is looked into as a
+// string is, the environment its wrappers set included.
+func TestBypassClassesArgv(t *testing.T) {
+	p, err := LoadSource("red.star", []byte(redTeamRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		argv    []string
+		atLeast string
+	}{
+		{[]string{"env", "BASH_FUNC_ls%%=() { git push; }", "bash", "-c", "ls"}, Forbidden},
+		{[]string{"env", "GIT_CONFIG_COUNT=1", "git", "fetch"}, Prompt},
+		{[]string{"/lib64/ld-linux-x86-64.so.2", "/usr/bin/git", "push"}, Forbidden},
+		{[]string{"printf", "-v", "a[$(git push)]", "x"}, Prompt},
+	} {
+		if d := p.CheckArgv(tc.argv); rank(d.Decision) < rank(tc.atLeast) {
+			t.Errorf("%q decided %s, want at least %s", tc.argv, d.Decision, tc.atLeast)
 		}
 	}
 }
@@ -186,6 +255,17 @@ func TestOrdinaryCommandsAllowed(t *testing.T) {
 		`env GOFLAGS=-mod=mod go build`,
 		`ssh-keygen -lf ~/.ssh/id_ed25519.pub`,
 		`curl_config=1 true`,
+		`EDITOR=vim git commit`,
+		`GIT_SSH_COMMAND='ssh -i ~/.ssh/deploy -o IdentitiesOnly=yes' git fetch`,
+		`PAGER=cat git log -n 3`,
+		`export EDITOR=nano VISUAL=nano`,
+		`declare -a files=(a b c); echo "${files[@]}"`,
+		`declare -i n=0; n=n+1; echo $n`,
+		`local_var=1; declare -r RO=2`,
+		`for v in HOME PATH; do echo "${!v}"; done`,
+		`echo "${!prefix@}" "${!arr[@]}"`,
+		`fc -l`,
+		`nc -z localhost 8080`,
 	} {
 		if d := p.Check(s); d.Decision != Allow {
 			t.Errorf("%q decided %s: %+v %+v", s, d.Decision, d.Commands, d.Unresolved)

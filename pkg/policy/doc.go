@@ -37,7 +37,9 @@
 // ${NAME} known only at run time), sudo, doas, nice, ionice, timeout, nohup,
 // stdbuf, time (keyword and program), command (not with -v/-V), exec,
 // builtin, setsid, chroot, busybox, taskset, chrt, strace, prlimit, sshpass,
-// flock, watch, su/runuser -c, sg and script -c. Their long options are read
+// flock, watch, su/runuser -c, sg and script -c; so do the dynamic loader
+// run as a program (ld.so PROGRAM) and valgrind, which run their program
+// without an exec. Their long options are read
 // as getopt_long reads them, abbreviations included (timeout --sig KILL);
 // an option that resolves to none or several is reported. find -exec (and
 // -execdir, -ok, -okdir), tar --to-command and --checkpoint-action=exec,
@@ -53,13 +55,26 @@
 // . /dev/stdin); the call's stdin when the caller gives it (ExtractStdin);
 // the arguments of eval, the action of trap, the values given to alias, and
 // the values of PS0-PS4, PROMPT_COMMAND, BASH_ENV and ENV, which bash
-// expands as code.
+// expands as code, and of the variables whose value other programs run as
+// a command (GIT_SSH_COMMAND, GIT_EDITOR, EDITOR, PAGER, LESSOPEN, SHELL,
+// …), wherever the string sets them: X=v cmd, export and declare, env X=v
+// and sudo X=v. A BASH_FUNC_* value given to env is parsed as the function
+// bash imports; variables that carry git configuration, interpreter or make
+// options or a preloaded library (GIT_CONFIG_*, NODE_OPTIONS, PERL5OPT,
+// MAKEFLAGS, LD_PRELOAD, …) are could_match.
 //
 // Bash turning data into code is reported could_match: PS4 and friends,
 // ${X@P}, arithmetic ($((x)), (( )), let, [[ -eq ]], subscripts, slices)
 // that evaluates a variable the script does not only set to numbers (its
 // value could hold a[$(cmd)]), subscripts evaluated by unset, printf -v,
-// declare or mapfile, and mapfile -C. hash -p and enable -f are unresolved.
+// declare or mapfile, mapfile -C, a nameref (declare -n) to a subscript,
+// an indirect expansion ${!v} of a variable not only set to names or
+// numbers, a value computed at run time given to declare -a/-A, and what
+// is assigned to an integer variable (declare -i) unless it is a plain
+// number expression. A quoted '(...)' given to declare, local, typeset,
+// readonly or export (declare -a x='($(cmd))') is parsed as the compound
+// assignment bash makes of it. hash -p, enable -f, fc (but fc -l) and
+// compgen -F are unresolved; compgen -C's command is parsed.
 //
 // A heredoc that bash would end earlier than the parser (a body line bash
 // takes for the delimiter after joining backslash-newlines, or a delimiter

@@ -131,7 +131,7 @@ func ExtractArgvStdin(argv []string, stdin string) ([]Command, []Unresolved) {
 
 func extractArgv(argv []string, stdin *string) ([]Command, []Unresolved) {
 	x := &extractor{placeholders: maxPlaceholderBytes, stdin: stdin}
-	u := &unit{x: x, src: strings.Join(argv, " ")}
+	u := &unit{x: x, src: strings.Join(argv, " "), funcs: map[string]bool{}, flagged: map[string]bool{}}
 	x.argv(literalTokens(argv), nil, u, u.src, 0, false)
 	return x.cmds, x.unres
 }
@@ -172,6 +172,12 @@ type unit struct {
 	// safeVars are the variables the script only ever sets to numbers,
 	// whose value arithmetic can evaluate without running code.
 	safeVars map[string]bool
+	// intVars are the variables the script gives the integer attribute
+	// (declare -i): what is assigned to them is evaluated as arithmetic.
+	intVars map[string]bool
+	// nameVars are the variables the script only sets to numbers or
+	// literal names, safe to expand indirectly (${!v}).
+	nameVars map[string]bool
 	// flagged records the data-to-code reports already made, once each.
 	flagged map[string]bool
 	// pipedIn: the shell running this script reads a pipe as stdin;
@@ -259,6 +265,8 @@ func (x *extractor) file(f *syntax.File, src string, depth int) {
 		return true
 	})
 	u.safeVars = numericVars(f)
+	u.intVars = integerVars(f)
+	u.nameVars = nameVars(f)
 	x.walk(f, u)
 }
 
@@ -461,6 +469,11 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		return
 	}
 	x.addTokens(toks, text, appended)
+	// ld.so PROGRAM and valgrind PROGRAM run PROGRAM without an exec.
+	if prog := MappedProgram(tokenTexts(toks)); prog != nil {
+		x.argv(toks[len(toks)-len(prog):], redirs, u, text, wraps+1, false)
+		return
+	}
 
 	switch base := baseName(name.text); base {
 	case "bash", "sh", "zsh", "dash", "ksh", "mksh", "ash", "rbash":
@@ -506,9 +519,13 @@ func (x *extractor) argv(toks []token, redirs []*syntax.Redirect, u *unit, text 
 		if x.runner(base, toks, redirs, u, text, wraps) {
 			return
 		}
-		inner, stdinShell, problem := unwrap(base, toks)
+		inner, stdinShell, problem, assigns := unwrap(base, toks)
 		if problem != "" {
 			x.unresolved(text, problem)
+		}
+		for _, a := range assigns {
+			name, value, _ := strings.Cut(a.text, "=")
+			x.envValue(name, &token{text: value, dynamic: a.dynamic}, u, text)
 		}
 		if inner != nil {
 			x.argv(inner, redirs, u, text, wraps+1, false)

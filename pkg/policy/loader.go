@@ -38,3 +38,43 @@ func LoaderProgram(argv []string) []string {
 	}
 	return nil
 }
+
+// Valgrind runs its program on a synthetic CPU: its tool
+// (/usr/libexec/valgrind/memcheck-amd64-linux, executed with valgrind's
+// argv) maps the program itself, without an exec, like the loader.
+
+// IsValgrind reports whether path names valgrind: its launcher script, its
+// binary (valgrind.bin) or one of its tools.
+func IsValgrind(path string) bool {
+	base := filepath.Base(path)
+	return base == "valgrind" || base == "valgrind.bin" ||
+		strings.Contains(path, "/valgrind/") && strings.HasSuffix(base, "-linux")
+}
+
+// ValgrindProgram returns the argv of the program valgrind's argv runs: the
+// first argument that is not an option (valgrind's options carry their
+// values after "="), or nil.
+func ValgrindProgram(argv []string) []string {
+	for i := 1; i < len(argv); i++ {
+		if !strings.HasPrefix(argv[i], "-") {
+			return argv[i:]
+		}
+	}
+	return nil
+}
+
+// MappedProgram returns the argv of the program that argv, run as a
+// program, maps and runs without an exec (the loader's, valgrind's), or
+// nil.
+func MappedProgram(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	switch {
+	case IsLoader(argv[0]):
+		return LoaderProgram(argv)
+	case IsValgrind(argv[0]):
+		return ValgrindProgram(argv)
+	}
+	return nil
+}

@@ -169,9 +169,22 @@ func (x *extractor) runner(base string, toks []token, redirs []*syntax.Redirect,
 		}
 		return true
 	case "unshare", "nsenter", "numactl", "systemd-run", "firejail", "bwrap", "cgexec", "runcon",
-		"parallel", "at", "batch", "tmux", "screen", "expect", "fakeroot", "proot", "ssh-agent", "nohup.sh":
+		"parallel", "at", "batch", "tmux", "screen", "expect", "fakeroot", "proot", "ssh-agent", "nohup.sh",
+		"start-stop-daemon", "pkexec", "unbuffer", "fakechroot", "dbus-launch", "daemonize", "socat", "run-parts",
+		"chpst", "setpriv", "capsh", "schroot", "systemd-nspawn", "machinectl", "xterm", "entr", "watchexec",
+		"nodemon", "cpulimit", "trickle", "torsocks", "proxychains", "proxychains4", "rlwrap", "chronic", "ifne",
+		"hyperfine", "perf", "uftrace", "heaptrack", "box64", "qemu-x86_64", "qemu-aarch64", "qemu-i386", "qemu-arm":
 		could(base + " runs commands in a way the policy does not follow before the call")
 		return true
+	case "nc", "ncat", "netcat":
+		// -e PROGRAM and -c COMMAND run a program for each connection.
+		for _, a := range args {
+			if t := a.text; len(t) > 1 && t[0] == '-' && t[1] != '-' && strings.ContainsAny(t, "ec") || strings.HasPrefix(t, "--exec") || strings.HasPrefix(t, "--sh-exec") || strings.HasPrefix(t, "--lua-exec") {
+				could(base + " " + t + " runs a program for a connection")
+				break
+			}
+		}
+		return false
 	case "sed", "gsed":
 		if sedRuns(args) {
 			could("sed runs commands (the e command or flag, or a script from a file)")
@@ -258,6 +271,31 @@ func (x *extractor) runner(base string, toks []token, redirs []*syntax.Redirect,
 			}
 			if (t == "-c" || t == "-C" || t == "--git-dir" || t == "--work-tree" || t == "--namespace") && i+1 < len(args) {
 				i++
+			}
+		}
+		return false
+	case "fc":
+		// fc runs commands from the history: again (fc -s), or as an
+		// editor (-e NAME, else FCEDIT or EDITOR) leaves them. Only fc -l
+		// lists them.
+		for i, a := range args {
+			if t := a.text; len(t) > 1 && t[0] == '-' && t[1] != '-' && strings.Contains(t, "l") {
+				return false
+			}
+			if a.text == "-e" && i+1 < len(args) {
+				x.nested(args[i+1], u, text, "fc -e")
+			}
+		}
+		x.unresolved(text, "fc runs commands from the history")
+		return false
+	case "compgen":
+		// compgen -C COMMAND runs a command, -F FUNCTION calls one.
+		for i, a := range args {
+			switch {
+			case a.text == "-C" && i+1 < len(args):
+				x.nested(args[i+1], u, text, "compgen -C")
+			case a.text == "-F":
+				x.unresolved(text, "compgen -F calls a shell function")
 			}
 		}
 		return false

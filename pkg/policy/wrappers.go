@@ -55,7 +55,7 @@ func wrapperSpec(base string) (optSpec, bool) {
 		return optSpec{operands: 1, long: []string{"userspec", "groups"}, flags: []string{"skip-chdir", "help", "version"}, noRunL: []string{"help", "version"}}, true
 	case "setsid":
 		return optSpec{flags: []string{"ctty", "fork", "wait", "help", "version"}, noRunL: []string{"help", "version"}}, true
-	case "nohup", "builtin", "busybox", "nocache", "eatmydata", "catchsegv", "dbus-run-session", "xvfb-run":
+	case "nohup", "builtin", "busybox", "toybox", "nocache", "eatmydata", "catchsegv", "dbus-run-session", "xvfb-run":
 		return optSpec{flags: []string{"help", "version"}, noRunL: []string{"help", "version"}}, true
 	case "taskset":
 		return optSpec{operands: 1, noRun: "p", flags: []string{"all-tasks", "pid", "cpu-list", "help", "version"}, noRunL: []string{"pid", "help", "version"}}, true
@@ -106,27 +106,30 @@ func contains(set []string, s string) bool {
 
 // unwrap returns the command a wrapper runs, or nil. stdinShell reports a
 // wrapper that starts a shell reading standard input (sudo -s, doas -s).
-// problem is set when an option could not be read with certainty.
-func unwrap(base string, toks []token) (inner []token, stdinShell bool, problem string) {
+// problem is set when an option could not be read with certainty. assigns
+// are the NAME=VALUE arguments it puts in the environment of what it runs
+// (env, sudo).
+func unwrap(base string, toks []token) (inner []token, stdinShell bool, problem string, assigns []token) {
 	if base == "env" {
 		return unwrapEnv(toks)
 	}
 	spec, ok := wrapperSpec(base)
 	if !ok {
-		return nil, false, ""
+		return nil, false, "", nil
 	}
 	i, flags, longs, problem := scanOptions(toks, spec)
+	if spec.assigns {
+		for i < len(toks) && isAssignment(toks[i].text) {
+			assigns = append(assigns, toks[i])
+			i++
+		}
+	}
 	if strings.ContainsAny(flags, spec.noRun) && spec.noRun != "" {
-		return nil, false, problem
+		return nil, false, problem, assigns
 	}
 	for _, l := range longs {
 		if contains(spec.noRunL, l) {
-			return nil, false, problem
-		}
-	}
-	if spec.assigns {
-		for i < len(toks) && isAssignment(toks[i].text) {
-			i++
+			return nil, false, problem, assigns
 		}
 	}
 	i += spec.operands
@@ -135,9 +138,9 @@ func unwrap(base string, toks []token) (inner []token, stdinShell bool, problem 
 		for _, l := range longs {
 			shell = shell || contains(spec.shellL, l)
 		}
-		return nil, shell, problem
+		return nil, shell, problem, assigns
 	}
-	return toks[i:], false, problem
+	return toks[i:], false, problem, assigns
 }
 
 // scanOptions skips a wrapper's options and returns the index of its first
@@ -199,7 +202,7 @@ var envSpec = optSpec{
 // unwrapEnv finds the command of env [-i] [-u NAME] [-C DIR] [-S STRING]
 // [NAME=VALUE]... COMMAND. The -S string is split into arguments as env
 // itself splits it, because `env -S 'rm -rf /'` runs rm.
-func unwrapEnv(toks []token) ([]token, bool, string) {
+func unwrapEnv(toks []token) ([]token, bool, string, []token) {
 	toks = append([]token(nil), toks...)
 	splits := 0
 	problem := ""
@@ -223,7 +226,7 @@ options:
 				}
 				i++
 			case full == "help" || full == "version":
-				return nil, false, problem
+				return nil, false, problem, nil
 			case full == "split-string" && hasValue:
 				toks = splitInto(toks, i, 1, token{text: value, dynamic: toks[i].dynamic}, &splits, &problem)
 			case full == "split-string" && i+1 < len(toks):
@@ -253,13 +256,15 @@ options:
 			break options
 		}
 	}
+	var assigns []token
 	for i < len(toks) && isAssignment(toks[i].text) {
+		assigns = append(assigns, toks[i])
 		i++
 	}
 	if i >= len(toks) {
-		return nil, false, problem
+		return nil, false, problem, assigns
 	}
-	return toks[i:], false, problem
+	return toks[i:], false, problem, assigns
 }
 
 // splitInto replaces n arguments at i with the words of s. After a few

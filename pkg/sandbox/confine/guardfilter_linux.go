@@ -12,6 +12,14 @@ import (
 // to exec anything. clone3 takes its flags in memory a filter cannot
 // read, so it is refused as a whole (ENOSYS: glibc and most runtimes then
 // fall back to clone, whose flags are a register).
+//
+// A decision is made on the argv the kernel copied onto the new image's
+// stack, which the program reads later, as it starts. process_vm_writev
+// would let another process of the tree rewrite it in between (git
+// status decided, git push run), so it is refused too (EPERM). The same
+// write through /proc/PID/mem is an open and a write, which no filter can
+// tell from others; a sandbox's read-only /proc refuses it.
+
 // cloneFlagsArg is the argument of clone that holds the flags on the
 // architectures with a filter (amd64, arm64).
 const cloneFlagsArg = 0
@@ -20,6 +28,7 @@ func guardRules() []syscallRule {
 	return []syscallRule{
 		{name: "clone(CLONE_UNTRACED)", nr: unix.SYS_CLONE, errno: unix.EPERM, argIndex: cloneFlagsArg, argMask: unix.CLONE_UNTRACED},
 		{name: "clone3", nr: unix.SYS_CLONE3, errno: unix.ENOSYS},
+		{name: "process_vm_writev", nr: unix.SYS_PROCESS_VM_WRITEV, errno: unix.EPERM},
 	}
 }
 
