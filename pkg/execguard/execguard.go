@@ -130,6 +130,10 @@ type Report struct {
 	Killed *Exec `json:"killed,omitempty"`
 	// Error is set when the guard could not start the command at all.
 	Error *Failure `json:"error,omitempty"`
+	// Interrupted says the guard ended before its last report (it was
+	// killed, with the call's tree, which dies with it): Execs and
+	// Approved are what it had reported until then.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Deaths are the traced processes that died of a signal a resource
 	// limit sends (SIGXCPU, SIGXFSZ, SIGKILL), for the sandbox to tell
 	// which limit a child hit (Prepared.NoteTraced).

@@ -32,12 +32,19 @@ import (
 // must not lose (an exec refused, a prompt-level exec run on approval),
 // before it acts further, and a last one when the run ends: a guard that
 // is killed with the call (a timeout's SIGKILL) still leaves what it
-// decided until then.
+// decided until then. Outside a session each allowed image is also
+// counted on a short line of its own, so that the count of a guard killed
+// before its last line is still every image it let run; the last line is
+// marked as the end, and a report without one says that it was
+// interrupted (Report.Interrupted).
 
-// reportLine is one line on the report pipe.
+// reportLine is one line on the report pipe: a call's report, or (Report
+// nil) the count of images decided in it so far.
 type reportLine struct {
 	Call   int     `json:"call"`
-	Report *Report `json:"report"`
+	Report *Report `json:"report,omitempty"`
+	Execs  int     `json:"execs,omitempty"`
+	End    bool    `json:"end,omitempty"`
 }
 
 // maxReportLine bounds a line the runner accepts; a longer one (argv
@@ -57,11 +64,19 @@ type reportWriter struct {
 
 // send writes call's report as it stands. A runner that is gone (EPIPE) is
 // not the guard's concern: the run ends with it.
-func (w *reportWriter) send(call int, r *Report) {
+func (w *reportWriter) send(call int, r *Report) { w.write(reportLine{Call: call, Report: r}) }
+
+// sendEnd writes the run's last report: the guard's final word.
+func (w *reportWriter) sendEnd(r *Report) { w.write(reportLine{Report: r, End: true}) }
+
+// sendCount writes the count of images decided so far (outside a session).
+func (w *reportWriter) sendCount(execs int) { w.write(reportLine{Execs: execs}) }
+
+func (w *reportWriter) write(l reportLine) {
 	if w == nil || w.f == nil {
 		return
 	}
-	b, err := json.Marshal(reportLine{Call: call, Report: r})
+	b, err := json.Marshal(l)
 	if err != nil {
 		return
 	}
@@ -78,6 +93,8 @@ type reportReader struct {
 	mu      sync.Mutex
 	last    map[int]*Report
 	refused map[int]chan struct{} // closed once call N had an exec refused
+	execs   int                   // the last count line's (call 0)
+	ended   bool                  // the end line came
 }
 
 func newReportReader(r *os.File) *reportReader {
@@ -105,8 +122,16 @@ func (rd *reportReader) read(f *os.File, max int) {
 // takeLine takes one line that parses as a report; others are ignored.
 func (rd *reportReader) takeLine(line []byte) {
 	var l reportLine
-	if json.Unmarshal(line, &l) == nil && l.Report != nil {
+	if json.Unmarshal(line, &l) != nil {
+		return
+	}
+	switch {
+	case l.Report != nil:
 		rd.take(l)
+	case l.Execs > 0:
+		rd.mu.Lock()
+		rd.execs = max(rd.execs, l.Execs)
+		rd.mu.Unlock()
 	}
 }
 
@@ -144,6 +169,9 @@ func (rd *reportReader) take(l reportLine) {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	rd.last[l.Call] = l.Report
+	if l.End {
+		rd.ended = true
+	}
 	if l.Report.Killed != nil {
 		c := rd.refusedLocked(l.Call)
 		select {
@@ -188,7 +216,9 @@ func (rd *reportReader) refusal(call int) <-chan struct{} {
 }
 
 // final waits, for at most d, for the pipe's end, and returns call's last
-// report, normalized (enforcement on, Approved never null).
+// report, normalized (enforcement on, Approved never null). Outside a
+// session (call 0) a pipe that ended without the guard's end line is an
+// interrupted report, whose count is the last one the guard sent.
 func (rd *reportReader) final(call int, d time.Duration) *Report {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -201,6 +231,10 @@ func (rd *reportReader) final(call int, d time.Duration) *Report {
 	var r Report
 	if got := rd.last[call]; got != nil {
 		r = *got
+	}
+	if call == 0 {
+		r.Execs = max(r.Execs, rd.execs)
+		r.Interrupted = !rd.ended
 	}
 	return normalized(&r)
 }

@@ -37,6 +37,9 @@ func TestReportReader(t *testing.T) {
 		{"unfinished last line", line(0, 4, false) + `{"call":0,"report":{"execs":9`, maxReportLine, 4, false, false},
 		{"another call's report", line(1, 9, true) + line(0, 2, false), maxReportLine, 2, false, false},
 		{"nothing", "", maxReportLine, 0, false, false},
+		// Count lines: a guard killed after them counted what it let run.
+		{"counts after the last report", line(0, 1, false) + `{"call":0,"execs":4}` + "\n", maxReportLine, 4, false, false},
+		{"a count never lowers a report", `{"call":0,"execs":2}` + "\n" + line(0, 6, false), maxReportLine, 6, false, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,7 +53,7 @@ func TestReportReader(t *testing.T) {
 			_, _ = io.WriteString(w, tc.input)
 			w.Close()
 			rep := rd.final(0, 10*time.Second)
-			if rep.Execs != tc.execs || (rep.Killed != nil) != tc.killed || rep.Approved == nil || rep.Enforced != EnforceRuntime {
+			if rep.Execs != tc.execs || (rep.Killed != nil) != tc.killed || rep.Approved == nil || rep.Enforced != EnforceRuntime || !rep.Interrupted {
 				t.Fatalf("report %+v, want execs %d killed %v", rep, tc.execs, tc.killed)
 			}
 			select {
@@ -64,5 +67,32 @@ func TestReportReader(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReportEnd: the guard's last line marks the end, and a report without
+// it says it was interrupted; the writer's lines are what the reader takes.
+func TestReportEnd(t *testing.T) {
+	for _, ended := range []bool{true, false} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd := newReportReader(r)
+		out := &reportWriter{f: w}
+		out.sendCount(1)
+		out.sendCount(2)
+		if ended {
+			out.sendEnd(&Report{Execs: 3, Approved: []Exec{}})
+		}
+		w.Close()
+		rep := rd.final(0, 10*time.Second)
+		want := 2
+		if ended {
+			want = 3
+		}
+		if rep.Interrupted == ended || rep.Execs != want {
+			t.Errorf("ended %v: report %+v, want execs %d, interrupted %v", ended, rep, want, !ended)
+		}
 	}
 }

@@ -59,7 +59,7 @@ func Main(args []string) int {
 	rep := &Report{Enforced: EnforceRuntime, Approved: []Exec{}}
 	fail := func(code, format string, a ...any) int {
 		rep.Error = &Failure{Code: code, Message: fmt.Sprintf(format, a...)}
-		out.send(0, rep)
+		out.sendEnd(rep)
 		return exitRefused
 	}
 	sp, err := readSpec(dir)
@@ -113,7 +113,7 @@ func Main(args []string) int {
 		}
 	}()
 	ws, code := t.run(path, argv)
-	out.send(0, rep)
+	out.sendEnd(rep)
 	if code >= 0 {
 		return code
 	}
@@ -356,8 +356,11 @@ func (t *tracer) decide(pid int) bool {
 	if t.session == nil {
 		n := len(t.rep.Approved)
 		ok := t.decideWith(pid, t.pol, t.sp.Approved, t.rep)
-		if len(t.rep.Approved) != n {
+		switch {
+		case len(t.rep.Approved) != n:
 			t.out.send(0, t.rep)
+		case ok:
+			t.out.sendCount(t.rep.Execs)
 		}
 		return ok
 	}

@@ -252,9 +252,10 @@ func signalSession(int, syscall.Signal) {}
 // the middle of an exec: the kernel shows the arguments only once it has
 // copied them into the new image, and a process caught in between (its
 // comm already the new program's) would read as one with no command line.
-// Argv reads again until the image is whole (end_code set, see imageEnv),
-// for up to settleWait, and then gives what the image holds. A zombie
-// gives ErrProcessExited, a kernel thread an empty argv.
+// Argv tells that from a truly empty command line by /proc/PID/stat (see
+// imageArgs) and reads again until the image is whole, for up to
+// settleWait. A zombie gives ErrProcessExited, a kernel thread an empty
+// argv.
 func Argv(pid int) ([]string, error) {
 	path := "/proc/" + strconv.Itoa(pid) + "/cmdline"
 	deadline := time.Now().Add(settleWait)
@@ -275,17 +276,9 @@ func Argv(pid int) ([]string, error) {
 			return nil, ErrProcessExited
 		case envEmpty:
 			return []string{}, nil
-		case imageWhole:
-			// Laid out: what it holds now is the answer (the read above
-			// may have come before the layout).
-			if b, err = os.ReadFile(path); err != nil {
-				return nil, err
-			}
-			if len(b) == 0 {
-				return []string{}, nil
-			}
-			return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
 		}
+		// Not laid out yet, or laid out (not empty) since the read; or
+		// the process went on to another exec since.
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w (pid %d)", ErrArgvUnknown, pid)
 		}
@@ -297,20 +290,18 @@ func Argv(pid int) ([]string, error) {
 	}
 }
 
-// imageWhole is imageArgs' answer for an image whose exec is complete.
-const imageWhole = envGone + 1
-
-// imageArgs reads a /proc/PID/stat line for Argv: gone (a zombie), empty
-// (a kernel thread: no memory of its own), whole (end_code, field 27, is
-// set only after the kernel copied the arguments and the environment into
-// the new image) or not laid out yet.
+// imageArgs reads a /proc/PID/stat line as imageEnv does, for the
+// arguments: arg_start and arg_end (fields 48, 49) equal in a laid-out
+// image (end_code set, after the kernel copied the arguments and the
+// environment) are an empty command line; a zombie has none, a kernel
+// thread an empty one.
 func imageArgs(b []byte) int {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 || i+2 >= len(b) {
 		return envUnsettled
 	}
 	f := strings.Fields(string(b[i+2:])) // field N is f[N-3]
-	if len(f) < 25 {
+	if len(f) < 47 {
 		return envUnsettled
 	}
 	if f[0] == "Z" || f[0] == "X" {
@@ -319,8 +310,8 @@ func imageArgs(b []byte) int {
 	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfKthread != 0 {
 		return envEmpty
 	}
-	if f[24] != "0" {
-		return imageWhole
+	if f[24] != "0" && f[45] != "0" && f[45] == f[46] {
+		return envEmpty
 	}
 	return envUnsettled
 }

@@ -196,12 +196,14 @@ func TestArgvEnds(t *testing.T) {
 }
 
 func TestImageArgs(t *testing.T) {
-	line := func(state string, flags, endCode uint64) string {
+	// Fields 48 and 49 (arg_start, arg_end), 27 (end_code) and 9 (flags).
+	line := func(state string, flags, endCode, argStart, argEnd uint64) string {
 		f := make([]string, 50)
 		for i := range f {
 			f[i] = "0"
 		}
 		f[0], f[6], f[24] = state, strconv.FormatUint(flags, 10), strconv.FormatUint(endCode, 10)
+		f[45], f[46] = strconv.FormatUint(argStart, 10), strconv.FormatUint(argEnd, 10)
 		return "42 (a) b) " + strings.Join(f, " ") + "\n"
 	}
 	for _, c := range []struct {
@@ -209,11 +211,14 @@ func TestImageArgs(t *testing.T) {
 		stat string
 		want int
 	}{
-		{"laid out", line("S", 0, 8192), imageWhole},
-		{"mid-exec", line("R", 0, 0), envUnsettled},
-		{"exiting", line("D", 0, 0), envUnsettled},
-		{"zombie", line("Z", 0, 0), envGone},
-		{"kernel thread", line("I", pfKthread, 0), envEmpty},
+		{"laid out, empty", line("S", 0, 8192, 4096, 4096), envEmpty},
+		// Not empty: the read came before the layout, or during a later exec.
+		{"laid out, not empty", line("S", 0, 8192, 4096, 4110), envUnsettled},
+		{"mid-exec", line("R", 0, 0, 0, 0), envUnsettled},
+		{"mid-layout", line("R", 0, 0, 4096, 4096), envUnsettled},
+		{"exiting", line("D", 0, 0, 0, 0), envUnsettled},
+		{"zombie", line("Z", 0, 0, 0, 0), envGone},
+		{"kernel thread", line("I", pfKthread, 0, 0, 0), envEmpty},
 		{"short", "42 (a) S 1 2 3\n", envUnsettled},
 		{"malformed", "42 (a", envUnsettled},
 	} {
