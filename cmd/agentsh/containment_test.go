@@ -16,6 +16,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -464,6 +465,60 @@ func TestContainmentKeeperKilledNobody(t *testing.T) {
 	<-exited
 	if got := gjson.Get(out.String(), "signal").String(); got != "SIGKILL" {
 		t.Errorf("agentsh reported %s, want the command killed", out.String())
+	}
+}
+
+// keeperOf returns the pid of agentsh's child that is its keeper (0: none).
+func keeperOf(t *testing.T, agentsh int) int {
+	t.Helper()
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && s.PPID == agentsh && len(argv) > 1 && argv[1] == proctree.KeeperCommand {
+			return s.PID
+		}
+	}
+	return 0
+}
+
+// TestContainmentKeeperLostBeforeStartNobody: as nobody, the keeper dies
+// after it forked the command and before it reported the start (the
+// command kills its parent at once, or anyone kills the keeper then).
+// agentsh cannot report the command, but what the command started is
+// killed all the same: nothing else would kill it once agentsh exits.
+// The keeper is held at that step by a fault point (it stops itself
+// there) while the command gets its tree ready, then killed.
+func TestContainmentKeeperLostBeforeStartNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir,
+		faultpoint.Env+"=keeper.forked=stop")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out strings.Builder
+	cmd.Stdout = &out
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	keeper := keeperOf(t, cmd.Process.Pid)
+	if keeper == 0 {
+		t.Fatal("no keeper among agentsh's children")
+	}
+	killed := time.Now()
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+	if got := gjson.Get(out.String(), "status").String(); got != "error" {
+		t.Errorf("agentsh reported %s, want a start failure", out.String())
 	}
 }
 
