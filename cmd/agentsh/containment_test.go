@@ -488,8 +488,8 @@ func keeperOf(t *testing.T, agentsh int) int {
 // command kills its parent at once, or anyone kills the keeper then).
 // agentsh cannot report the command, but what the command started is
 // killed all the same: nothing else would kill it once agentsh exits.
-// The keeper is held at that step by a fault point (it stops itself
-// there) while the command gets its tree ready, then killed.
+// The keeper is held at that step by a fault point (it hangs there)
+// while the command gets its tree ready, then killed.
 func TestContainmentKeeperLostBeforeStartNobody(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to drop to nobody")
@@ -500,7 +500,7 @@ func TestContainmentKeeperLostBeforeStartNobody(t *testing.T) {
 	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
 	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl)
 	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir,
-		faultpoint.Env+"=keeper.forked=stop")
+		faultpoint.Env+"=keeper.forked=hang")
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out strings.Builder
@@ -519,6 +519,67 @@ func TestContainmentKeeperLostBeforeStartNobody(t *testing.T) {
 	awaitGone(t, ids, killed)
 	if got := gjson.Get(out.String(), "status").String(); got != "error" {
 		t.Errorf("agentsh reported %s, want a start failure", out.String())
+	}
+}
+
+// TestContainmentKeeperStoppedNobody: as nobody, the command stops its
+// keeper (its $PPID: the same user may signal it), leaves a descendant
+// that cleared its environment and left the session, and ends, or runs
+// into its --timeout. A stopped keeper reports nothing: agentsh waited
+// for it for ever, past any timeout, and a SIGKILL of agentsh meanwhile
+// left the tree to a keeper that could not act. agentsh continues its
+// stopped helpers: the call ends as it would have, and nothing is left.
+func TestContainmentKeeperStoppedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	for _, tc := range []struct {
+		name, tail, status string
+	}{
+		{"exits", "", "completed"},
+		{"timeout", "; exec sleep 7302", "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, exe := publicDir(t)
+			pidfile := filepath.Join(dir, "pids")
+			script := `p=$1
+env -i /bin/sh -c 'setsid sleep 7301 & echo $! >> "$1"' sh "$p"
+kill -STOP $PPID
+echo ready >> $p` + tc.tail
+			cmd := exec.Command(exe, "--timeout", "2s", "--kill-after", "1s", "--", "sh", "-c", script, "sh", pidfile)
+			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			cmd.Dir = dir
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			var out strings.Builder
+			cmd.Stdout = &out
+			exited, alive := startWatched(t, cmd)
+			t.Cleanup(func() {
+				if k := keeperOf(t, cmd.Process.Pid); k != 0 {
+					_ = syscall.Kill(k, syscall.SIGKILL)
+				}
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			ids := awaitReady(t, pidfile, alive)
+			t.Cleanup(func() {
+				for _, id := range ids {
+					if id.Alive() {
+						_ = syscall.Kill(id.PID, syscall.SIGKILL)
+					}
+				}
+			})
+			// The call's own bound is 2 s; this one only keeps a failing
+			// test from waiting for ever.
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				t.Fatal("agentsh still waits for its stopped keeper, a minute past the call's timeout")
+			}
+			awaitGone(t, ids, time.Now())
+			if got := gjson.Get(out.String(), "status").String(); got != tc.status {
+				t.Errorf("agentsh reported %s, want status %s", out.String(), tc.status)
+			}
+		})
 	}
 }
 
@@ -701,17 +762,30 @@ func TestContainmentBothKilledSwept(t *testing.T) {
 		awaitGone(t, ids, time.Now())
 		t.Skip("no guard cgroup here (environ mode)")
 	}
+	// agentsh is frozen first (it would continue a stopped watchdog,
+	// and kill the tree on the watchdog's death), waited for until the
+	// whole of it has stopped, then the watchdog and agentsh are killed.
 	wd := findWatchdog(t, cmd.Process.Pid)
-	if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+		if err != syscall.EINTR {
+			if err != nil || !ws.Stopped() {
+				t.Fatalf("agentsh did not stop: %v %v", ws, err)
+			}
+			break
+		}
+	}
+	if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-exited
-	if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := os.Stat(cg); err != nil {
 		t.Fatalf("the guard's cgroup went before the sweep: %v", err)
 	}

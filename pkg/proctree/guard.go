@@ -142,6 +142,7 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
 	g.w, g.wd = w, wd
+	ResumeStops(wd.Pid)
 	go g.watchWatchdog(lr)
 	return g, nil
 }

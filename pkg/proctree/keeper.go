@@ -118,6 +118,7 @@ func plainAttr(attr *syscall.SysProcAttr) bool {
 // (the exec's error, as os/exec would give it: a *fs.PathError).
 func (k *Keeper) Started() (ID, error) {
 	k.theirs.Close()
+	ResumeStops(k.cmd.Process.Pid)
 	go func() {
 		_ = k.cmd.Wait()
 		close(k.exited)

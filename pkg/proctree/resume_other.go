@@ -1,0 +1,6 @@
+//go:build !linux
+
+package proctree
+
+// ResumeStops does nothing where there is no pidfd to wait on.
+func ResumeStops(int) {}
