@@ -1,6 +1,13 @@
 package proctree
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
 
 // ResumeStops keeps a helper of the guarded process (its child: the
 // watchdog, a keeper) from being held stopped: each time it stops, by a
@@ -8,30 +15,62 @@ import "golang.org/x/sys/unix"
 // signal its keeper, its $PPID, or the watchdog) or anyone, it is
 // continued at once. A stopped keeper reports nothing, so the call waited
 // for it past its timeout, for ever; a stopped watchdog or keeper kills
-// nothing when the guarded process is SIGKILLed. It returns once the
-// child has exited; pid must be a child of the caller not yet reaped (it
-// is named by a pidfd opened now, so a recycled pid is never signalled).
+// nothing when the guarded process is SIGKILLed. pid must be a child of
+// the caller not yet reaped: it is named by a pidfd opened now, so a
+// recycled pid is never signalled, and it is forgotten once it has exited.
+//
+// A child's stop raises SIGCHLD in its parent; the helpers are looked at
+// then, without a thread held in a wait for each (a process with a tight
+// RLIMIT_NPROC has few threads to spare).
 func ResumeStops(pid int) {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return
 	}
-	go func() {
-		defer unix.Close(fd)
-		for {
-			// Only stops are asked for, so the exit is left to the
-			// child's own Wait: once it has exited (a zombie, or
-			// reaped), there is no stop left to wait for, and the
-			// call fails (ECHILD).
-			var info unix.Siginfo
-			err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WSTOPPED, nil)
-			if err == unix.EINTR {
-				continue
+	resumer.mu.Lock()
+	if resumer.fds == nil {
+		resumer.fds = map[int]bool{}
+	}
+	resumer.fds[fd] = true
+	resumer.mu.Unlock()
+	resumer.once.Do(func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGCHLD)
+		go func() {
+			for range c {
+				resumeStopped()
 			}
-			if err != nil {
-				return
-			}
+		}()
+	})
+	resumeStopped() // a stop before the notification was in place
+}
+
+var resumer struct {
+	mu   sync.Mutex
+	fds  map[int]bool // pidfds of the helpers to keep running
+	once sync.Once
+}
+
+// resumeStopped continues every helper that is stopped, and forgets those
+// that have exited.
+func resumeStopped() {
+	resumer.mu.Lock()
+	defer resumer.mu.Unlock()
+	for fd := range resumer.fds {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+		for err == unix.EINTR {
+			err = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+		}
+		switch {
+		case err != nil:
+			// Exited (a zombie, or reaped): only stops were asked for,
+			// so the exit is left to the child's own Wait, and there is
+			// no stop left to wait for.
+			unix.Close(fd)
+			delete(resumer.fds, fd)
+		case info.Signo == int32(unix.SIGCHLD):
 			_ = unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
 		}
-	}()
+	}
 }
