@@ -262,6 +262,37 @@ func findWatchdog(t *testing.T, pid int) int {
 	return 0
 }
 
+// TestContainmentWatchdogPipeHeld: whoever may look into the watchdog
+// (the command, unsandboxed, as root or as the same user) opens its end of
+// the guard's stream again through /proc/PID/fd/0, for writing, and holds
+// it, as a detached descendant would: `exec 9>/proc/$WD/fd/0`. A pipe so
+// held never reached end of file, so a SIGKILL of agentsh left the tree
+// running under a watchdog that waited for ever. The stream cannot be
+// opened so; agentsh's death still reaches the watchdog.
+func TestContainmentWatchdogPipeHeld(t *testing.T) {
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir, "TMPDIR="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	wd := findWatchdog(t, cmd.Process.Pid)
+	for _, fd := range []int{0, 1} {
+		if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", wd, fd), os.O_WRONLY, 0); err == nil {
+			t.Errorf("the watchdog's descriptor %d opens again through /proc for writing", fd)
+			defer f.Close() // held, as the attack holds it, until the end
+		}
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
 // TestContainmentSession: SIGKILL of a session server kills its shell and
 // everything the shell started in the background.
 func TestContainmentSession(t *testing.T) {

@@ -103,7 +103,12 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.evFD = openEvents(dir)
 		g.startSweep()
 	}
-	r, w, err := os.Pipe()
+	// Sockets, not pipes: a pipe can be opened again through
+	// /proc/PID/fd/N by whoever may look into the watchdog (the command,
+	// unsandboxed, as root or as the same user), and a write end held so
+	// keeps the end of file from coming when the guarded process dies; a
+	// socket cannot be opened so.
+	r, w, err := guardPipe()
 	if err != nil {
 		g.dropCgroup()
 		return nil, err
@@ -112,7 +117,7 @@ func StartGuard(argv []string) (*Guard, error) {
 	// holds (its stdout; it writes nothing there): end-of-file on the read
 	// end tells the guarded process that the watchdog is gone, in the
 	// poller, where a wait(2) would hold a thread for the whole run.
-	lr, lw, err := os.Pipe()
+	lr, lw, err := guardPipe()
 	if err != nil {
 		r.Close()
 		w.Close()
@@ -145,6 +150,24 @@ func StartGuard(argv []string) (*Guard, error) {
 	ResumeStops(wd.Pid)
 	go g.watchWatchdog(lr)
 	return g, nil
+}
+
+// guardPipe returns the two ends of a Unix stream socket, both
+// close-on-exec, for a one-way stream between the guarded process and
+// its watchdog whose end of file comes when every holder of the write end
+// is gone.
+func guardPipe() (r, w *os.File, err error) {
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "guard"), os.NewFile(uintptr(fds[1]), "guard"), nil
 }
 
 // watchWatchdog waits for the watchdog: for end-of-file on lifeline, the
