@@ -293,6 +293,64 @@ func TestContainmentWatchdogPipeHeld(t *testing.T) {
 	awaitGone(t, ids, killed)
 }
 
+// grabScript (python3) takes a copy of every descriptor of agentsh, the
+// first ancestor that is agentsh but not its keeper, through pidfd_getfd
+// (which a process of the same user may use on a dumpable one), and holds
+// them in a detached sleep whose pid it appends to the file argv[1]: the
+// copies of agentsh's ends of the watchdog's and the keeper's streams
+// keep their end of file, the news of agentsh's death, from coming.
+const grabScript = `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def parent(p):
+    s = open("/proc/%d/stat" % p).read()
+    return int(s[s.rindex(")") + 2:].split()[1])
+p = os.getppid()
+while p > 1:
+    a = open("/proc/%d/cmdline" % p, "rb").read().split(b"\0")
+    if os.path.basename(a[0]) == b"agentsh" and a[1:2] != [b"__keeper"]:
+        break
+    p = parent(p)
+pfd = os.pidfd_open(p)
+got = [fd for fd in (libc.syscall(438, pfd, n, 0) for n in range(256)) if fd >= 0]
+if os.fork() == 0:
+    os.setsid()
+    for fd in got:
+        os.set_inheritable(fd, True)
+    with open(sys.argv[1], "a") as f:
+        f.write("%d\n" % os.getpid())
+    os.execve("/bin/sleep", ["sleep", "7311"], {})
+`
+
+// TestContainmentDescriptorsGrabbedNobody: as nobody, the command takes
+// copies of agentsh's descriptors (pidfd_getfd) into a detached process,
+// and agentsh is SIGKILLed: neither the watchdog nor the keeper learnt of
+// its death, and the tree ran on. agentsh is undumpable (proctree.Seal):
+// only root may take them.
+func TestContainmentDescriptorsGrabbedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	if py == "" {
+		t.Skip("no python3")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	script := `p=$1; "$2" -c "$3" "$p" || exit 1; echo $$ >> $p; echo ready >> $p; exec sleep 7312`
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile, py, grabScript)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
 // TestContainmentSession: SIGKILL of a session server kills its shell and
 // everything the shell started in the background.
 func TestContainmentSession(t *testing.T) {

@@ -74,3 +74,12 @@ func resumeStopped() {
 		}
 	}
 }
+
+// Seal makes the calling process undumpable: a process of the same user
+// (an unsandboxed command) can then no longer take its descriptors
+// (pidfd_getfd), trace it or open its /proc files, as it could, and so
+// hold a copy of the guarded process's end of the watchdog's or the
+// keeper's stream: their end of file, the news of its death, never came
+// and a SIGKILL of it left the tree running. Only root (CAP_SYS_PTRACE)
+// still may. It lasts until the process execs.
+func Seal() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
