@@ -21,9 +21,11 @@ import (
 // started it, even when that process is SIGKILLed and so cannot clean up:
 // the guarded process (agentsh, a session server) starts a small watchdog
 // in a process group of its own (a killpg of the caller's group misses it) that
-// holds the read end of a pipe. The write end stays in the guarded process
-// only (close-on-exec), so the watchdog reads end-of-file exactly when the
-// guarded process is gone. Unless it was told "done" first, it then kills
+// holds the read end of a stream (a socket pair, which unlike a pipe cannot
+// be opened again through /proc). The write end stays in the guarded
+// process only (close-on-exec; a one-shot agentsh is undumpable, Seal, so
+// no other process of its user can take a copy), so the watchdog reads
+// end-of-file exactly when the guarded process is gone. Unless it was told "done" first, it then kills
 // the tree:
 //
 //   - cgroup mode: the command runs in a cgroup v2 child created for it
