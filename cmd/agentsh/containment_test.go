@@ -17,6 +17,7 @@ import (
 
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -262,6 +263,95 @@ func findWatchdog(t *testing.T, pid int) int {
 	return 0
 }
 
+// TestContainmentWatchdogPipeHeld: whoever may look into the watchdog
+// (the command, unsandboxed, as root or as the same user) opens its end of
+// the guard's stream again through /proc/PID/fd/0, for writing, and holds
+// it, as a detached descendant would: `exec 9>/proc/$WD/fd/0`. A pipe so
+// held never reached end of file, so a SIGKILL of agentsh left the tree
+// running under a watchdog that waited for ever. The stream cannot be
+// opened so; agentsh's death still reaches the watchdog.
+func TestContainmentWatchdogPipeHeld(t *testing.T) {
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir, "TMPDIR="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	wd := findWatchdog(t, cmd.Process.Pid)
+	for _, fd := range []int{0, 1} {
+		if f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/%d", wd, fd), os.O_WRONLY, 0); err == nil {
+			t.Errorf("the watchdog's descriptor %d opens again through /proc for writing", fd)
+			defer f.Close() // held, as the attack holds it, until the end
+		}
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
+// grabScript (python3) takes a copy of every descriptor of agentsh, the
+// first ancestor that is agentsh but not its keeper, through pidfd_getfd
+// (which a process of the same user may use on a dumpable one), and holds
+// them in a detached sleep whose pid it appends to the file argv[1]: the
+// copies of agentsh's ends of the watchdog's and the keeper's streams
+// keep their end of file, the news of agentsh's death, from coming.
+const grabScript = `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def parent(p):
+    s = open("/proc/%d/stat" % p).read()
+    return int(s[s.rindex(")") + 2:].split()[1])
+p = os.getppid()
+while p > 1:
+    a = open("/proc/%d/cmdline" % p, "rb").read().split(b"\0")
+    if os.path.basename(a[0]) == b"agentsh" and a[1:2] != [b"__keeper"]:
+        break
+    p = parent(p)
+pfd = os.pidfd_open(p)
+got = [fd for fd in (libc.syscall(438, pfd, n, 0) for n in range(256)) if fd >= 0]
+if os.fork() == 0:
+    os.setsid()
+    for fd in got:
+        os.set_inheritable(fd, True)
+    with open(sys.argv[1], "a") as f:
+        f.write("%d\n" % os.getpid())
+    os.execve("/bin/sleep", ["sleep", "7311"], {})
+`
+
+// TestContainmentDescriptorsGrabbedNobody: as nobody, the command takes
+// copies of agentsh's descriptors (pidfd_getfd) into a detached process,
+// and agentsh is SIGKILLed: neither the watchdog nor the keeper learnt of
+// its death, and the tree ran on. agentsh is undumpable (proctree.Seal):
+// only root may take them.
+func TestContainmentDescriptorsGrabbedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	if py == "" {
+		t.Skip("no python3")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	script := `p=$1; "$2" -c "$3" "$p" || exit 1; echo $$ >> $p; echo ready >> $p; exec sleep 7312`
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile, py, grabScript)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
 // TestContainmentSession: SIGKILL of a session server kills its shell and
 // everything the shell started in the background.
 func TestContainmentSession(t *testing.T) {
@@ -470,6 +560,121 @@ func TestContainmentKeeperKilledNobody(t *testing.T) {
 	}
 }
 
+// keeperOf returns the pid of agentsh's child that is its keeper (0: none).
+func keeperOf(t *testing.T, agentsh int) int {
+	t.Helper()
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snap {
+		if argv, err := proctree.Argv(s.PID); err == nil && s.PPID == agentsh && len(argv) > 1 && argv[1] == proctree.KeeperCommand {
+			return s.PID
+		}
+	}
+	return 0
+}
+
+// TestContainmentKeeperLostBeforeStartNobody: as nobody, the keeper dies
+// after it forked the command and before it reported the start (the
+// command kills its parent at once, or anyone kills the keeper then).
+// agentsh cannot report the command, but what the command started is
+// killed all the same: nothing else would kill it once agentsh exits.
+// The keeper is held at that step by a fault point (it hangs there)
+// while the command gets its tree ready, then killed.
+func TestContainmentKeeperLostBeforeStartNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	pl := interpreter("/usr/bin/perl", "/usr/local/bin/perl")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", escapeScript, "sh", pidfile, py, pl)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir,
+		faultpoint.Env+"=keeper.forked=hang")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out strings.Builder
+	cmd.Stdout = &out
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	keeper := keeperOf(t, cmd.Process.Pid)
+	if keeper == 0 {
+		t.Fatal("no keeper among agentsh's children")
+	}
+	killed := time.Now()
+	if err := syscall.Kill(keeper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+	if got := gjson.Get(out.String(), "status").String(); got != "error" {
+		t.Errorf("agentsh reported %s, want a start failure", out.String())
+	}
+}
+
+// TestContainmentKeeperStoppedNobody: as nobody, the command stops its
+// keeper (its $PPID: the same user may signal it), leaves a descendant
+// that cleared its environment and left the session, and ends, or runs
+// into its --timeout. A stopped keeper reports nothing: agentsh waited
+// for it for ever, past any timeout, and a SIGKILL of agentsh meanwhile
+// left the tree to a keeper that could not act. agentsh continues its
+// stopped helpers: the call ends as it would have, and nothing is left.
+func TestContainmentKeeperStoppedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	for _, tc := range []struct {
+		name, tail, status string
+	}{
+		{"exits", "", "completed"},
+		{"timeout", "; exec sleep 7302", "timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, exe := publicDir(t)
+			pidfile := filepath.Join(dir, "pids")
+			script := `p=$1
+env -i /bin/sh -c 'setsid sleep 7301 & echo $! >> "$1"' sh "$p"
+kill -STOP $PPID
+echo ready >> $p` + tc.tail
+			cmd := exec.Command(exe, "--timeout", "2s", "--kill-after", "1s", "--", "sh", "-c", script, "sh", pidfile)
+			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			cmd.Dir = dir
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			var out strings.Builder
+			cmd.Stdout = &out
+			exited, alive := startWatched(t, cmd)
+			t.Cleanup(func() {
+				if k := keeperOf(t, cmd.Process.Pid); k != 0 {
+					_ = syscall.Kill(k, syscall.SIGKILL)
+				}
+				_ = cmd.Process.Kill()
+				<-exited
+			})
+			ids := awaitReady(t, pidfile, alive)
+			t.Cleanup(func() {
+				for _, id := range ids {
+					if id.Alive() {
+						_ = syscall.Kill(id.PID, syscall.SIGKILL)
+					}
+				}
+			})
+			// The call's own bound is 2 s; this one only keeps a failing
+			// test from waiting for ever.
+			select {
+			case <-exited:
+			case <-time.After(60 * time.Second):
+				t.Fatal("agentsh still waits for its stopped keeper, a minute past the call's timeout")
+			}
+			awaitGone(t, ids, time.Now())
+			if got := gjson.Get(out.String(), "status").String(); got != tc.status {
+				t.Errorf("agentsh reported %s, want status %s", out.String(), tc.status)
+			}
+		})
+	}
+}
+
 // TestContainmentSessionNobody: as nobody (no cgroup), SIGKILL of a
 // session server kills its shell and what the shell started in the
 // background, also descendants that cleared their environment and left
@@ -649,17 +854,30 @@ func TestContainmentBothKilledSwept(t *testing.T) {
 		awaitGone(t, ids, time.Now())
 		t.Skip("no guard cgroup here (environ mode)")
 	}
+	// agentsh is frozen first (it would continue a stopped watchdog,
+	// and kill the tree on the watchdog's death), waited for until the
+	// whole of it has stopped, then the watchdog and agentsh are killed.
 	wd := findWatchdog(t, cmd.Process.Pid)
-	if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		var ws syscall.WaitStatus
+		_, err := syscall.Wait4(cmd.Process.Pid, &ws, syscall.WUNTRACED, nil)
+		if err != syscall.EINTR {
+			if err != nil || !ws.Stopped() {
+				t.Fatalf("agentsh did not stop: %v %v", ws, err)
+			}
+			break
+		}
+	}
+	if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	<-exited
-	if err := syscall.Kill(wd, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := os.Stat(cg); err != nil {
 		t.Fatalf("the guard's cgroup went before the sweep: %v", err)
 	}

@@ -7,7 +7,10 @@
 // process carries out ACTION on itself: "kill" (the default) is SIGKILL, the
 // crash with no clean-up at all; "stop" is SIGSTOP, which freezes the
 // process there so the test can look at the state, act while it is frozen
-// and then SIGKILL or SIGCONT it. A name may carry a count, NAME#N, to act on
+// and then SIGKILL or SIGCONT it; "hang" blocks the calling goroutine there
+// for ever, the process running on (not stopped: a parent that resumes its
+// stopped helpers, proctree.ResumeStops, would undo a stop), until the
+// test kills it. A name may carry a count, NAME#N, to act on
 // the N-th hit only (1-based), for steps that run repeatedly such as a log
 // trim.
 //
@@ -21,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Env is the environment variable that arms fault points.
@@ -50,6 +54,11 @@ func Hit(step string) {
 			want, err := strconv.Atoi(nth)
 			if err != nil || !reached(step, want) {
 				continue
+			}
+		}
+		if action == "hang" {
+			for {
+				time.Sleep(time.Hour)
 			}
 		}
 		sig := syscall.SIGKILL

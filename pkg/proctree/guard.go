@@ -21,9 +21,11 @@ import (
 // started it, even when that process is SIGKILLed and so cannot clean up:
 // the guarded process (agentsh, a session server) starts a small watchdog
 // in a process group of its own (a killpg of the caller's group misses it) that
-// holds the read end of a pipe. The write end stays in the guarded process
-// only (close-on-exec), so the watchdog reads end-of-file exactly when the
-// guarded process is gone. Unless it was told "done" first, it then kills
+// holds the read end of a stream (a socket pair, which unlike a pipe cannot
+// be opened again through /proc). The write end stays in the guarded
+// process only (close-on-exec; a one-shot agentsh is undumpable, Seal, so
+// no other process of its user can take a copy), so the watchdog reads
+// end-of-file exactly when the guarded process is gone. Unless it was told "done" first, it then kills
 // the tree:
 //
 //   - cgroup mode: the command runs in a cgroup v2 child created for it
@@ -103,7 +105,12 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.evFD = openEvents(dir)
 		g.startSweep()
 	}
-	r, w, err := os.Pipe()
+	// Sockets, not pipes: a pipe can be opened again through
+	// /proc/PID/fd/N by whoever may look into the watchdog (the command,
+	// unsandboxed, as root or as the same user), and a write end held so
+	// keeps the end of file from coming when the guarded process dies; a
+	// socket cannot be opened so.
+	r, w, err := guardPipe()
 	if err != nil {
 		g.dropCgroup()
 		return nil, err
@@ -112,7 +119,7 @@ func StartGuard(argv []string) (*Guard, error) {
 	// holds (its stdout; it writes nothing there): end-of-file on the read
 	// end tells the guarded process that the watchdog is gone, in the
 	// poller, where a wait(2) would hold a thread for the whole run.
-	lr, lw, err := os.Pipe()
+	lr, lw, err := guardPipe()
 	if err != nil {
 		r.Close()
 		w.Close()
@@ -142,8 +149,27 @@ func StartGuard(argv []string) (*Guard, error) {
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
 	g.w, g.wd = w, wd
+	ResumeStops(wd.Pid)
 	go g.watchWatchdog(lr)
 	return g, nil
+}
+
+// guardPipe returns the two ends of a Unix stream socket, both
+// close-on-exec, for a one-way stream between the guarded process and
+// its watchdog whose end of file comes when every holder of the write end
+// is gone.
+func guardPipe() (r, w *os.File, err error) {
+	syscall.ForkLock.RLock()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fds[0])
+		syscall.CloseOnExec(fds[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "guard"), os.NewFile(uintptr(fds[1]), "guard"), nil
 }
 
 // watchWatchdog waits for the watchdog: for end-of-file on lifeline, the

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/agentplane/agentplane/internal/faultpoint"
 )
 
 // A Keeper holds a guarded command's tree where no cgroup can (environ
@@ -62,8 +64,10 @@ const KeeperCommand = "__keeper"
 const WatchdogCommand = "__watchdog"
 
 // ErrKeeperLost is what Keeper.Wait returns when the keeper died before it
-// reported the command's end: the tree is then the guarded process's own
-// (it is a subreaper), and it must kill it at once.
+// reported the command's end, and what Keeper.Started wraps when it died
+// before it reported the command's start (it may have forked it): the
+// tree is then the guarded process's own (it is a subreaper), and it must
+// kill it at once.
 var ErrKeeperLost = errors.New("proctree: the keeper died before the command")
 
 // Keep prepares cmd, which would run a command under the guard, to run it
@@ -114,6 +118,7 @@ func plainAttr(attr *syscall.SysProcAttr) bool {
 // (the exec's error, as os/exec would give it: a *fs.PathError).
 func (k *Keeper) Started() (ID, error) {
 	k.theirs.Close()
+	ResumeStops(k.cmd.Process.Pid)
 	go func() {
 		_ = k.cmd.Wait()
 		close(k.exited)
@@ -131,7 +136,10 @@ func (k *Keeper) Started() (ID, error) {
 		return ID{}, &os.PathError{Op: "fork/exec", Path: k.cmd.Args[4], Err: syscall.Errno(n)}
 	}
 	k.release()
-	return ID{}, fmt.Errorf("proctree: the keeper did not start the command (%q)", strings.TrimSpace(line))
+	// The keeper died (or said nothing sensible) after its fork: the
+	// command may run, and its tree, reparented to the caller (a
+	// subreaper), is the caller's to kill, as after Wait's ErrKeeperLost.
+	return ID{}, fmt.Errorf("%w: it did not report the command's start (%q)", ErrKeeperLost, strings.TrimSpace(line))
 }
 
 // Wait blocks until the command (the keeper's child) has ended and
@@ -248,6 +256,7 @@ func RunKeeper(args []string, exempt func(Stat) bool) int {
 		say("failed %d", n)
 		return 1
 	}
+	faultpoint.Hit("keeper.forked")
 	// The keeper must hold none of the command's descriptors: the
 	// runner's readers wait for end of file on the output pipes.
 	releaseStdio(nextra)

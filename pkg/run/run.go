@@ -322,6 +322,13 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	var kept proctree.ID
 	if err == nil && r.keeper != nil {
 		kept, err = r.keeper.Started()
+		if errors.Is(err, proctree.ErrKeeperLost) {
+			// It may have forked the command first (a command that
+			// kills its parent at once, or the keeper killed by anyone):
+			// what runs is this process's now, a subreaper, and nothing
+			// else would kill it.
+			proctree.KillAllDescendantsExcept(5*time.Second, r.exempt())
+		}
 	}
 	if err != nil {
 		unopen()

@@ -54,6 +54,7 @@ func init() {
 	started := make(chan struct{})
 	var g *proctree.Guard
 	go func() {
+		proctree.Seal()
 		g, err = proctree.StartGuard([]string{exe, proctree.WatchdogCommand})
 		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
 		close(started)
@@ -79,12 +80,16 @@ func Guard() func() (*proctree.Guard, error) {
 	return g
 }
 
-// StartGuard starts agentsh's watchdog in the background.
+// StartGuard starts agentsh's watchdog in the background. Both it and
+// the watchdog started at initialisation seal agentsh first
+// (proctree.Seal): the command, as the same user, must not take a copy of
+// agentsh's ends of the watchdog's and the keeper's streams.
 func StartGuard() func() (*proctree.Guard, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return func() (*proctree.Guard, error) { return nil, err }
 	}
+	proctree.Seal()
 	return proctree.StartGuardAsync([]string{exe, proctree.WatchdogCommand})
 }
 

@@ -1,0 +1,85 @@
+package proctree
+
+import (
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ResumeStops keeps a helper of the guarded process (its child: the
+// watchdog, a keeper) from being held stopped: each time it stops, by a
+// SIGSTOP from the command (unsandboxed, it runs as the same user and may
+// signal its keeper, its $PPID, or the watchdog) or anyone, it is
+// continued at once. A stopped keeper reports nothing, so the call waited
+// for it past its timeout, for ever; a stopped watchdog or keeper kills
+// nothing when the guarded process is SIGKILLed. pid must be a child of
+// the caller not yet reaped: it is named by a pidfd opened now, so a
+// recycled pid is never signalled, and it is forgotten once it has exited.
+//
+// A child's stop raises SIGCHLD in its parent; the helpers are looked at
+// then, without a thread held in a wait for each (a process with a tight
+// RLIMIT_NPROC has few threads to spare).
+func ResumeStops(pid int) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	resumer.mu.Lock()
+	if resumer.fds == nil {
+		resumer.fds = map[int]bool{}
+	}
+	resumer.fds[fd] = true
+	resumer.mu.Unlock()
+	resumer.once.Do(func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGCHLD)
+		go func() {
+			for range c {
+				resumeStopped()
+			}
+		}()
+	})
+	resumeStopped() // a stop before the notification was in place
+}
+
+var resumer struct {
+	mu   sync.Mutex
+	fds  map[int]bool // pidfds of the helpers to keep running
+	once sync.Once
+}
+
+// resumeStopped continues every helper that is stopped, and forgets those
+// that have exited.
+func resumeStopped() {
+	resumer.mu.Lock()
+	defer resumer.mu.Unlock()
+	for fd := range resumer.fds {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, fd, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+		for err == unix.EINTR {
+			err = unix.Waitid(unix.P_PIDFD, fd, &info, unix.WSTOPPED|unix.WNOHANG, nil)
+		}
+		switch {
+		case err != nil:
+			// Exited (a zombie, or reaped): only stops were asked for,
+			// so the exit is left to the child's own Wait, and there is
+			// no stop left to wait for.
+			unix.Close(fd)
+			delete(resumer.fds, fd)
+		case info.Signo == int32(unix.SIGCHLD):
+			_ = unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0)
+		}
+	}
+}
+
+// Seal makes the calling process undumpable: a process of the same user
+// (an unsandboxed command) can then no longer take its descriptors
+// (pidfd_getfd), trace it or open its /proc files, as it could, and so
+// hold a copy of the guarded process's end of the watchdog's or the
+// keeper's stream: their end of file, the news of its death, never came
+// and a SIGKILL of it left the tree running. Only root (CAP_SYS_PTRACE)
+// still may. It lasts until the process execs.
+func Seal() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
