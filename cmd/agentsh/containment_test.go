@@ -629,13 +629,13 @@ func TestContainmentKeeperStoppedNobody(t *testing.T) {
 		name, tail, status string
 	}{
 		{"exits", "", "completed"},
-		{"timeout", "; exec sleep 7302", "timeout"},
+		{"timeout", "; exec sleep 5862", "timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, exe := publicDir(t)
 			pidfile := filepath.Join(dir, "pids")
 			script := `p=$1
-env -i /bin/sh -c 'setsid sleep 7301 & echo $! >> "$1"' sh "$p"
+env -i /bin/sh -c 'setsid sleep 5861 & echo $! >> "$1"' sh "$p"
 kill -STOP $PPID
 echo ready >> $p` + tc.tail
 			cmd := exec.Command(exe, "--timeout", "2s", "--kill-after", "1s", "--", "sh", "-c", script, "sh", pidfile)
