@@ -20,6 +20,7 @@ import (
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/reexec"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
@@ -313,6 +314,7 @@ while p > 1:
     p = parent(p)
 pfd = os.pidfd_open(p)
 got = [fd for fd in (libc.syscall(438, pfd, n, 0) for n in range(256)) if fd >= 0]
+sys.stderr.write("grabbed %d from %s\n" % (len(got), open("/proc/%d/cmdline" % p).read()))
 if os.fork() == 0:
     os.setsid()
     for fd in got:
@@ -322,34 +324,138 @@ if os.fork() == 0:
     os.execve("/bin/sleep", ["sleep", "7311"], {})
 `
 
-// TestContainmentDescriptorsGrabbedNobody: as nobody, the command takes
-// copies of agentsh's descriptors (pidfd_getfd) into a detached process,
-// and agentsh is SIGKILLed: neither the watchdog nor the keeper learnt of
-// its death, and the tree ran on. agentsh is undumpable (proctree.Seal):
-// only root may take them.
-func TestContainmentDescriptorsGrabbedNobody(t *testing.T) {
+// TestContainmentDescriptorsGrabbed: the command takes copies of
+// agentsh's descriptors (pidfd_getfd) into a detached process, and agentsh
+// is SIGKILLed: the copies of its ends of the watchdog's and the keeper's
+// streams kept their end of file from coming, and the tree ran on. As
+// nobody agentsh is undumpable (proctree.Seal), so the copies cannot be
+// taken; root (CAP_SYS_PTRACE) takes them, and the watchdog's front and
+// the keeper learn of agentsh's death from its pidfd as well.
+func TestContainmentDescriptorsGrabbed(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to drop to nobody")
+		t.Skip("needs root (and to drop to nobody)")
 	}
 	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
 	if py == "" {
 		t.Skip("no python3")
 	}
-	dir, exe := publicDir(t)
-	pidfile := filepath.Join(dir, "pids")
-	script := `p=$1; "$2" -c "$3" "$p" || exit 1; echo $$ >> $p; echo ready >> $p; exec sleep 7312`
-	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile, py, grabScript)
-	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	exited, alive := startWatched(t, cmd)
-	ids := awaitReady(t, pidfile, alive)
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
+	for _, tc := range []struct {
+		name string
+		cred *syscall.Credential
+		took bool // the command takes the descriptors
+	}{
+		{"root", nil, true},
+		{"nobody", &syscall.Credential{Uid: 65534, Gid: 65534}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, exe := publicDir(t)
+			pidfile := filepath.Join(dir, "pids")
+			script := `p=$1; "$2" -c "$3" "$p" 2>"$p.err" || exit 1; echo $$ >> $p; echo ready >> $p; exec sleep 7312`
+			cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile, py, grabScript)
+			cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			cmd.Dir = dir
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: tc.cred}
+			exited, alive := startWatched(t, cmd)
+			ids := awaitReady(t, pidfile, alive)
+			b, _ := os.ReadFile(pidfile + ".err")
+			if took := !strings.Contains(string(b), "grabbed 0 "); !strings.Contains(string(b), "grabbed") || took != tc.took {
+				t.Fatalf("want the descriptors taken: %v, have %q", tc.took, b)
+			}
+			killed := time.Now()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			<-exited
+			awaitGone(t, ids, killed)
+		})
+	}
+}
+
+// sessionServer returns the pid of the one session server whose state is
+// under dir (XDG_STATE_HOME): the process that serves the socket, not
+// the shell (the status's pid) nor, without a cgroup, its keeper.
+func sessionServer(t *testing.T, dir string) int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "agentplane", "sessions", "*", "status.json"))
+	if len(files) != 1 {
+		t.Fatalf("want one session's status.json, have %q", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
 		t.Fatal(err)
 	}
-	<-exited
-	awaitGone(t, ids, killed)
+	pid := int(gjson.GetBytes(b, "server_pid").Int())
+	if pid <= 0 {
+		t.Fatalf("no server_pid in %s", b)
+	}
+	a, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if !strings.Contains(string(a), reexec.SessionServer) {
+		t.Fatalf("server_pid %d is %q, not a session server", pid, a)
+	}
+	return pid
+}
+
+// TestContainmentSessionDescriptorsGrabbed: a command in a session takes
+// copies of the session server's descriptors (pidfd_getfd) into a
+// detached process, and the server is SIGKILLed: the copy of the server's
+// end of its watchdog's stream kept the end of file from coming, and the
+// shell's tree ran on. The watchdog learns of the death from the server's
+// pidfd; without a cgroup (as nobody) the keeper above the server is its
+// parent and reaps it.
+func TestContainmentSessionDescriptorsGrabbed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (and to drop to nobody)")
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	if py == "" {
+		t.Skip("no python3")
+	}
+	for _, tc := range []struct {
+		name string
+		cred *syscall.Credential
+	}{
+		{"root", nil},
+		{"nobody", &syscall.Credential{Uid: 65534, Gid: 65534}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, exe := publicDir(t)
+			pidfile := filepath.Join(dir, "pids")
+			if err := os.WriteFile(filepath.Join(dir, "grab.py"), []byte(grabScript), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			command := func(args ...string) *exec.Cmd {
+				c := exec.Command(exe, args...)
+				c.Env, c.Dir = env, dir
+				c.SysProcAttr = &syscall.SysProcAttr{Credential: tc.cred}
+				return c
+			}
+			run := func(args ...string) string {
+				t.Helper()
+				out, err := command(args...).Output()
+				if err != nil {
+					t.Fatalf("agentsh %v: %v\n%s", args, err, out)
+				}
+				return string(out)
+			}
+			handle := gjson.Get(run("session", "start"), "session").String()
+			t.Cleanup(func() { _ = command("session", "stop", handle).Run() })
+			script := `p=$1; "$2" ./grab.py "$p" || exit 1; echo $$ >> $p; echo ready >> $p; exec sleep 7313`
+			run("--session", handle, "-c", "sh -c '"+script+"' sh "+pidfile+" "+py+" >/dev/null 2>"+pidfile+".err &")
+			ids := awaitReady(t, pidfile, func() bool { return true })
+			server := sessionServer(t, dir)
+			// The attack was made: the command holds copies of the
+			// server's descriptors.
+			if b, _ := os.ReadFile(pidfile + ".err"); !strings.Contains(string(b), "grabbed") || strings.Contains(string(b), "grabbed 0 ") {
+				t.Fatalf("the command took no descriptor of the session server: %q", b)
+			}
+			killed := time.Now()
+			if err := syscall.Kill(server, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			awaitGone(t, ids, killed)
+		})
+	}
 }
 
 // TestContainmentSession: SIGKILL of a session server kills its shell and
@@ -382,16 +488,8 @@ func TestContainmentSession(t *testing.T) {
 	// the call returns at once.
 	run("--session", handle, "-c", "sh ./tree.sh "+pidfile+" >/dev/null 2>&1 &")
 	ids := awaitReady(t, pidfile, func() bool { return true })
-	status := run("session", "status", handle)
-	server := int(gjson.Get(status, "server_pid").Int())
-	if server == 0 {
-		server = int(gjson.Get(status, "pid").Int())
-	}
-	shell := int(gjson.Get(status, "shell_pid").Int())
-	if server <= 0 {
-		t.Fatalf("no server pid in %s", status)
-	}
-	if shell > 0 {
+	server := sessionServer(t, dir)
+	if shell := int(gjson.Get(run("session", "status", handle), "pid").Int()); shell > 0 {
 		if id, err := proctree.Identify(shell); err == nil {
 			ids = append(ids, id)
 		}

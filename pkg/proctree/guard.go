@@ -25,7 +25,11 @@ import (
 // be opened again through /proc). The write end stays in the guarded
 // process only (close-on-exec; a one-shot agentsh is undumpable, Seal, so
 // no other process of its user can take a copy), so the watchdog reads
-// end-of-file exactly when the guarded process is gone. Unless it was told "done" first, it then kills
+// end-of-file exactly when the guarded process is gone; and since root can
+// take a copy all the same (pidfd_getfd), the watchdog also holds the
+// guarded process's pidfd (OwnerFD) and, when it says the process exited,
+// shuts the stream down for reading, which brings the end of file after
+// whatever was written. Unless it was told "done" first, it then kills
 // the tree:
 //
 //   - cgroup mode: the command runs in a cgroup v2 child created for it
@@ -130,11 +134,19 @@ func StartGuard(argv []string) (*Guard, error) {
 	// host aborting a turn) must not take the watchdog with it. Not a
 	// session of its own: setsid makes a scheduler autogroup, which costs
 	// more than the rest of the start (the watchdog reads a pipe, not a
-	// terminal, so a session would give it nothing). Only the two pipes
-	// are passed.
+	// terminal, so a session would give it nothing). Only the two streams
+	// are passed, and the guarded process's pidfd as OwnerFD: the stream's
+	// end of file never comes while another process holds a copy of the
+	// write end (root can take one from the undumpable guarded process
+	// with pidfd_getfd), its pidfd tells of its exit all the same.
+	files := []*os.File{r, lw}
+	self := ownPidfd()
+	if self != nil {
+		files = append(files, nil, self)
+	}
 	var wd *os.Process
 	for _, try := range g.watchdogArgvs(argv) {
-		wd, err = os.StartProcess(try[0], try[1:], &os.ProcAttr{Dir: "/", Files: []*os.File{r, lw},
+		wd, err = os.StartProcess(try[0], try[1:], &os.ProcAttr{Dir: "/", Files: files,
 			Sys: &syscall.SysProcAttr{Setpgid: true}})
 		if err == nil {
 			break
@@ -142,6 +154,9 @@ func StartGuard(argv []string) (*Guard, error) {
 	}
 	r.Close()
 	lw.Close()
+	if self != nil {
+		self.Close()
+	}
 	if err != nil {
 		w.Close()
 		lr.Close()
@@ -285,6 +300,9 @@ func RunWatchdog(args []string, in io.Reader) int {
 		return 2
 	}
 	mode, token, cg := args[0], args[1], args[2]
+	if f, ok := in.(*os.File); ok {
+		shutdownAtOwnerExit(int(f.Fd()))
+	}
 	var watched []ID
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {

@@ -414,7 +414,7 @@ func (g *Guard) watchdogArgvs(argv []string) [][]string {
 
 // watchFront is the path of the watchdog front: a static program of a
 // few hundred bytes (front/front_ARCH.S, built into frontELF by
-// front/gen.sh) that waits on its stdin like the watchdog and, if the
+// front/gen.sh) that waits on its stdin and OwnerFD like the watchdog and, if the
 // guarded process dies without saying "done", execs the rest of its
 // argv (the shell watchdog) to do the killing. Exec'ing it costs about a
 // fifth of the shell's start (no dynamic loader, no libc, no parsing),

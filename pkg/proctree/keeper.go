@@ -228,6 +228,7 @@ func RunKeeper(args []string, exempt func(Stat) bool) int {
 	// Inherited without close-on-exec: the command must not hold it, or
 	// the keeper's death would not reach the guarded process.
 	syscall.CloseOnExec(3)
+	shutdownAtParentExit(3)
 	ctl := os.NewFile(3, "keeper")
 	var wmu sync.Mutex
 	say := func(format string, a ...any) {

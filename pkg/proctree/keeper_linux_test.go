@@ -18,6 +18,18 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == loneThreadArg {
 		runLoneThread()
 	}
+	if len(os.Args) > 1 && os.Args[1] == heldParentArg {
+		runHeldParent()
+	}
+	if len(os.Args) > 1 && os.Args[1] == WatchdogCommand {
+		os.Exit(RunWatchdog(os.Args[2:], os.Stdin))
+	}
+	if len(os.Args) > 1 && os.Args[1] == frontOwnerArg {
+		runFrontOwner(os.Args[2:])
+	}
+	if len(os.Args) > 1 && os.Args[1] == heldChildArg {
+		runHeldChild()
+	}
 	if len(os.Args) > 1 && os.Args[1] == KeeperCommand {
 		os.Exit(RunKeeper(os.Args[2:], func(s Stat) bool {
 			argv, _ := Argv(s.PID)

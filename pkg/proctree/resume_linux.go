@@ -3,6 +3,7 @@ package proctree
 import (
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -83,3 +84,71 @@ func resumeStopped() {
 // and a SIGKILL of it left the tree running. Only root (CAP_SYS_PTRACE)
 // still may. It lasts until the process execs.
 func Seal() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
+
+// OwnerFD is the descriptor number at which a guard's watchdog finds the
+// guarded process's pidfd (ownPidfd): the watchdog front and the
+// watchdog (RunWatchdog) watch it beside their stream (see shutdownAtExit).
+const OwnerFD = 3
+
+// ownPidfd returns a pidfd of the calling process, for its watchdog's
+// OwnerFD, or nil where there is none (before Linux 5.3).
+func ownPidfd() *os.File {
+	fd, err := unix.PidfdOpen(os.Getpid(), 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "pidfd")
+}
+
+// shutdownAtParentExit is shutdownAtExit for the caller's parent: the
+// keeper's, which starts the command itself, so no command exists yet when
+// it calls this first thing (if the parent is gone already, getppid names
+// a reaper, and the stream's end of file, which nothing can hold off yet,
+// says so instead).
+func shutdownAtParentExit(fd int) {
+	if pfd, err := unix.PidfdOpen(os.Getppid(), 0); err == nil {
+		shutdownAtExit(pfd, fd)
+	}
+}
+
+// shutdownAtOwnerExit is shutdownAtExit for the guarded process whose
+// pidfd the watchdog got as OwnerFD, if it got one.
+func shutdownAtOwnerExit(fd int) {
+	if link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(OwnerFD)); err == nil && link == "anon_inode:[pidfd]" {
+		unix.CloseOnExec(OwnerFD)
+		shutdownAtExit(OwnerFD, fd)
+	}
+}
+
+// shutdownAtExit shuts the stream socket fd down for reading once the
+// process of pidfd (the guarded process) exits, so that a helper reading
+// the guarded process's end of fd (the keeper, the watchdog) reads what it
+// wrote and then end of file, even while another process holds a copy of
+// its end: root, unsandboxed, can take one from the undumpable guarded
+// process with pidfd_getfd, and end of file alone then never came. The
+// wait is in the runtime's poller, not on a thread of its own.
+func shutdownAtExit(pidfd, fd int) {
+	if err := unix.SetNonblock(pidfd, true); err != nil {
+		unix.Close(pidfd)
+		return
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return
+	}
+	go func() {
+		defer f.Close()
+		exited := false
+		err := rc.Read(func(pfd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(pfd), Events: unix.POLLIN}}
+			n, err := unix.Poll(p, 0)
+			exited = err == nil && n > 0
+			return exited
+		})
+		if err == nil && exited {
+			_ = unix.Shutdown(fd, unix.SHUT_RD)
+		}
+	}()
+}

@@ -5,34 +5,68 @@ _start:
 	lea	name(%rip), %rsi
 	mov	$157, %eax
 	syscall
+	mov	$4, %edi		# prctl(PR_SET_DUMPABLE, 0): no process of the
+	xor	%esi, %esi		# user may trace it or take its descriptors
+	mov	$157, %eax
+	syscall
 	mov	%rsp, %r12		# r12 -> argc, argv[0], ..., NULL, envp...
-	sub	$64, %rsp		# a read buffer below argc
-1:	xor	%eax, %eax		# read(0, buf, 64)
+	sub	$80, %rsp		# a read buffer (64 bytes), then two pollfds
+	xor	%ebx, %ebx		# ebx: 1 once "rmdir" was read
+	movl	$0, 64(%rsp)		# {0, POLLIN}: the owner's stream
+	movl	$1, 68(%rsp)
+	movl	$3, 72(%rsp)		# {3, POLLIN}: the owner's pidfd, which it
+	movl	$1, 76(%rsp)		# passes (closed there if it has none)
+1:	lea	64(%rsp), %rdi		# ppoll(fds, 2, NULL, NULL, 8)
+	mov	$2, %esi
+	xor	%edx, %edx
+	xor	%r10d, %r10d
+	mov	$8, %r8d
+	mov	$271, %eax
+	syscall
+	cmp	$-4, %rax		# EINTR: poll again
+	je	1b
+	test	%rax, %rax
+	js	2f
+	movzwl	78(%rsp), %eax
+	test	%eax, %eax
+	jz	9f
+	movl	$-1, 72(%rsp)		# watched no more
+	test	$0x20, %eax		# POLLNVAL: no pidfd was passed
+	jnz	1b
+	# The owner exited. Its stream's end of file may never come (a copy
+	# of its end, taken with pidfd_getfd by root, keeps it open): shut the
+	# stream down for reading, so that what the owner wrote before its
+	# exit is read and then end of file. On a pipe (ENOTSOCK) the reading
+	# goes on as before.
+	xor	%edi, %edi		# shutdown(0, SHUT_RD)
+	xor	%esi, %esi
+	mov	$48, %eax
+	syscall
+	jmp	1b
+9:	cmpw	$0, 70(%rsp)
+	je	1b
+	xor	%eax, %eax		# read(0, buf, 64)
 	xor	%edi, %edi
 	mov	%rsp, %rsi
 	mov	$64, %edx
 	syscall
-	cmp	$-4, %rax		# EINTR: read again
+	cmp	$-4, %rax		# EINTR: poll again
 	je	1b
 	test	%rax, %rax
-	jle	2f			# end of file or an error: the owner is gone
+	jle	4f			# end of file or an error: the owner is gone
+	test	%ebx, %ebx		# released: only the end matters now
+	jnz	1b
 	cmpb	$'d', (%rsp)
 	je	6f
 	cmpb	$'r', (%rsp)
 	jne	2f
-	# "rmdir": released while a member of the cgroup is still exiting.
-	# Wait for the owner's exit (end of file), then remove the cgroup,
-	# argv[5] of the guard's argv (agentplane-watchdog /bin/sh -c SCRIPT
-	# NAME CGROUP TOKEN), once the member is gone: every 10 ms, 500 times.
-4:	xor	%eax, %eax		# read(0, buf, 64) to end of file
-	xor	%edi, %edi
-	mov	%rsp, %rsi
-	mov	$64, %edx
-	syscall
-	cmp	$-4, %rax
-	je	4b
-	test	%rax, %rax
-	jg	4b
+	mov	$1, %ebx		# "rmdir": released while a member of the
+	jmp	1b			# cgroup is still exiting; wait for the end
+4:	test	%ebx, %ebx
+	jz	2f
+	# Released with "rmdir" and the owner gone: remove the cgroup, argv[5]
+	# of the guard's argv (agentplane-watchdog /bin/sh -c SCRIPT NAME
+	# CGROUP TOKEN), once the member is gone: every 10 ms, 500 times.
 	cmpq	$6, (%r12)		# argc: no cgroup argument, nothing to remove
 	jl	6f
 	mov	48(%r12), %r13		# argv[5]
@@ -57,7 +91,10 @@ _start:
 7:	mov	$1, %edi		# exit_group(1): the cgroup stayed busy
 	mov	$231, %eax
 	syscall
-2:	mov	(%r12), %rcx		# argc
+2:	mov	$3, %edi		# close(3): the watchdog needs no pidfd
+	mov	$3, %eax
+	syscall
+	mov	(%r12), %rcx		# argc
 	cmp	$2, %rcx
 	jl	3f
 	lea	16(%r12), %rsi		# argv+1

@@ -5,35 +5,68 @@ _start:
 	adr	x1, name
 	mov	x8, #167
 	svc	#0
+	mov	x0, #4			// prctl(PR_SET_DUMPABLE, 0): no process of the
+	mov	x1, #0			// user may trace it or take its descriptors
+	mov	x8, #167
+	svc	#0
 	mov	x19, sp			// x19 -> argc, argv[0], ..., NULL, envp...
-	sub	sp, sp, #64		// a read buffer below argc
-1:	mov	x0, #0			// read(0, buf, 64)
+	sub	sp, sp, #80		// a read buffer (64 bytes), then two pollfds
+	mov	x22, #0			// x22: 1 once "rmdir" was read
+	mov	x9, #0x100000000	// {0, POLLIN}: the owner's stream
+	str	x9, [sp, #64]
+	mov	w9, #3			// {3, POLLIN}: the owner's pidfd, which it
+	str	w9, [sp, #72]		// passes (closed there if it has none)
+	mov	w9, #1
+	str	w9, [sp, #76]
+1:	add	x0, sp, #64		// ppoll(fds, 2, NULL, NULL, 8)
+	mov	x1, #2
+	mov	x2, #0
+	mov	x3, #0
+	mov	x4, #8
+	mov	x8, #73
+	svc	#0
+	cmn	x0, #4			// EINTR: poll again
+	b.eq	1b
+	cmp	x0, #0
+	b.lt	2f
+	ldrh	w9, [sp, #78]
+	cbz	w9, 9f
+	mov	w10, #-1		// watched no more
+	str	w10, [sp, #72]
+	tbnz	w9, #5, 1b		// POLLNVAL: no pidfd was passed
+	// The owner exited. Its stream's end of file may never come (a copy
+	// of its end, taken with pidfd_getfd by root, keeps it open): shut the
+	// stream down for reading, so that what the owner wrote before its
+	// exit is read and then end of file. On a pipe (ENOTSOCK) the reading
+	// goes on as before.
+	mov	x0, #0			// shutdown(0, SHUT_RD)
+	mov	x1, #0
+	mov	x8, #210
+	svc	#0
+	b	1b
+9:	ldrh	w9, [sp, #70]
+	cbz	w9, 1b
+	mov	x0, #0			// read(0, buf, 64)
 	mov	x1, sp
 	mov	x2, #64
 	mov	x8, #63
 	svc	#0
-	cmn	x0, #4			// EINTR: read again
+	cmn	x0, #4			// EINTR: poll again
 	b.eq	1b
 	cmp	x0, #0
-	b.le	2f			// end of file or an error: the owner is gone
+	b.le	4f			// end of file or an error: the owner is gone
+	cbnz	x22, 1b			// released: only the end matters now
 	ldrb	w9, [sp]
 	cmp	w9, #'d'
 	b.eq	6f
 	cmp	w9, #'r'
 	b.ne	2f
-	// "rmdir": released while a member of the cgroup is still exiting.
-	// Wait for the owner's exit (end of file), then remove the cgroup,
-	// argv[5] of the guard's argv (agentplane-watchdog /bin/sh -c SCRIPT
-	// NAME CGROUP TOKEN), once the member is gone: every 10 ms, 500 times.
-4:	mov	x0, #0			// read(0, buf, 64) to end of file
-	mov	x1, sp
-	mov	x2, #64
-	mov	x8, #63
-	svc	#0
-	cmn	x0, #4
-	b.eq	4b
-	cmp	x0, #0
-	b.gt	4b
+	mov	x22, #1			// "rmdir": released while a member of the
+	b	1b			// cgroup is still exiting; wait for the end
+4:	cbz	x22, 2f
+	// Released with "rmdir" and the owner gone: remove the cgroup, argv[5]
+	// of the guard's argv (agentplane-watchdog /bin/sh -c SCRIPT NAME
+	// CGROUP TOKEN), once the member is gone: every 10 ms, 500 times.
 	ldr	x9, [x19]		// argc: no cgroup argument, nothing to remove
 	cmp	x9, #6
 	b.lt	6f
@@ -60,7 +93,10 @@ _start:
 7:	mov	x0, #1			// exit_group(1): the cgroup stayed busy
 	mov	x8, #94
 	svc	#0
-2:	ldr	x9, [x19]		// argc
+2:	mov	x0, #3			// close(3): the watchdog needs no pidfd
+	mov	x8, #57
+	svc	#0
+	ldr	x9, [x19]		// argc
 	cmp	x9, #2
 	b.lt	3f
 	add	x1, x19, #16		// argv+1
