@@ -135,6 +135,9 @@ type FS struct {
 	// afterRename, when set, runs after the i-th rename of a commit; an
 	// error makes the commit roll back. Tests only.
 	afterRename func(i int) error
+	// beforeLinkScan, when set, runs before each walk of the root that
+	// looks for a hard-linked file's other names. Tests only.
+	beforeLinkScan func()
 }
 
 // session is one operation's view of the file system: an open os.Root and

@@ -3,6 +3,7 @@ package files
 import (
 	"errors"
 	"io/fs"
+	"os"
 	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -16,7 +17,7 @@ const maxLinkScan = 200000
 var errScanDone = errors.New("scan done")
 
 // checkLinks enforces the hard-link rule on the file just opened for t
-// (fi is the open file's own stat, so no name swapped in since is
+// (f is that open file and fi its own stat, so no name swapped in since is
 // consulted): under a root or a deny rule, a regular file with more than
 // one name is read or changed only when every other name of it is shown
 // to be inside the root and outside every deny rule. A hard link is the
@@ -27,23 +28,61 @@ var errScanDone = errors.New("scan done")
 // maxLinkScan) for the same device and inode; without a root (deny rules
 // alone) the whole file system would have to be walked, so such a file is
 // refused outright. The refusal is path_denied, with the link count.
-func (s *session) checkLinks(t target, fi fs.FileInfo) error {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || uint64(st.Nlink) <= 1 || !s.confined && len(s.fs.Deny) == 0 {
+//
+// The count is trusted only when it held for the whole walk: a name may
+// come or go meanwhile (another agentfs's commit links the file it
+// replaces to a backup side file and removes it after the rename), so
+// when the open file's count differs after the walk, the walk is made
+// again with the new count, up to linkScanTries times; a count still
+// moving then is refused like one that could not be shown.
+func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
+	for try := 1; ; try++ {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || uint64(st.Nlink) <= 1 || !s.confined && len(s.fs.Deny) == 0 {
+			return nil
+		}
+		nlink := uint64(st.Nlink)
+		refuse := func(why string, a ...any) error {
+			return newErr(result.CodePathDenied, "%s has %d hard links: "+why, append([]any{t.given, nlink}, a...)...).
+				With("hard_links", nlink)
+		}
+		if !s.confined {
+			return refuse("without --root, agentfs cannot show that the other names are not denied")
+		}
+		if s.fs.beforeLinkScan != nil {
+			s.fs.beforeLinkScan()
+		}
+		found, deniedName, rule, err := s.scanLinks(st)
+		switch {
+		case err != nil:
+			return osError(err, t.given)
+		case deniedName != "":
+			return refuse("another name of it, %s, is denied by the rule %s", s.display(deniedName), rule)
+		}
+		after, err := f.Stat()
+		if err != nil {
+			return osError(err, t.given)
+		}
+		if a, ok := after.Sys().(*syscall.Stat_t); ok && uint64(a.Nlink) != nlink && try < linkScanTries {
+			fi = after
+			continue
+		}
+		if found < nlink {
+			return refuse("%d of its names are outside the root or could not be found in it", nlink-found)
+		}
 		return nil
 	}
+}
+
+// linkScanTries bounds the walks of checkLinks while the link count moves.
+const linkScanTries = 4
+
+// scanLinks walks the root for the names of the inode st describes: how
+// many it found, and the first that is denied with its rule.
+func (s *session) scanLinks(st *syscall.Stat_t) (found uint64, deniedName, rule string, err error) {
 	nlink := uint64(st.Nlink)
-	refuse := func(why string, a ...any) error {
-		return newErr(result.CodePathDenied, "%s has %d hard links: "+why, append([]any{t.given, nlink}, a...)...).
-			With("hard_links", nlink)
-	}
-	if !s.confined {
-		return refuse("without --root, agentfs cannot show that the other names are not denied")
-	}
-	var found uint64
-	var deniedName, rule string
 	seen := 0
-	err := fs.WalkDir(s.root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(s.root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // an unreadable directory: its names stay unshown
 		}
@@ -71,13 +110,8 @@ func (s *session) checkLinks(t target, fi fs.FileInfo) error {
 		}
 		return nil
 	})
-	switch {
-	case err != nil && !errors.Is(err, errScanDone):
-		return osError(err, t.given)
-	case deniedName != "":
-		return refuse("another name of it, %s, is denied by the rule %s", s.display(deniedName), rule)
-	case found < nlink:
-		return refuse("%d of its names are outside the root or could not be found in it", nlink-found)
+	if errors.Is(err, errScanDone) {
+		err = nil
 	}
-	return nil
+	return found, deniedName, rule, err
 }

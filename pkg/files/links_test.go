@@ -1,6 +1,7 @@
 package files
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -133,5 +134,67 @@ func TestHardLinksInsideRoot(t *testing.T) {
 	}
 	if _, err := fsys.Read("c.txt", ReadOptions{}); code(err) != result.CodePathDenied {
 		t.Fatalf("read of a file with a name outside the root: %v", err)
+	}
+}
+
+// TestHardLinkCountMoves: the link count is trusted only when it held for
+// the whole walk of the root. A name that goes while the walk runs (as
+// another agentfs's backup side file does around its commit) leaves the
+// file readable; one that comes outside the root is seen by a new walk;
+// a count that never settles is refused.
+func TestHardLinkCountMoves(t *testing.T) {
+	fsys, root := newTestFS(t)
+	f := filepath.Join(root, "f")
+	put(t, f, "hello\n")
+	side := filepath.Join(root, ".f.side")
+	if err := os.Link(f, side); err != nil {
+		t.Fatal(err)
+	}
+	walks := 0
+	fsys.beforeLinkScan = func() {
+		if walks++; walks == 1 {
+			if err := os.Remove(side); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if r, err := fsys.Read("f", ReadOptions{}); err != nil || r.Content != "hello\n" {
+		t.Fatalf("a side name gone during the walk: %+v %v", r, err)
+	}
+	if walks != 1 {
+		t.Fatalf("%d walks, want 1 (the count fell to 1 after it)", walks)
+	}
+
+	outside := t.TempDir()
+	walks = 0
+	if err := os.Link(f, side); err != nil {
+		t.Fatal(err)
+	}
+	fsys.beforeLinkScan = func() {
+		if walks++; walks == 1 {
+			if err := os.Link(f, filepath.Join(outside, "x")); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if _, err := fsys.Read("f", ReadOptions{}); code(err) != result.CodePathDenied {
+		t.Fatalf("a name outside the root made during the walk: %v", err)
+	}
+	if walks != 2 {
+		t.Fatalf("%d walks, want 2", walks)
+	}
+
+	walks = 0
+	fsys.beforeLinkScan = func() {
+		walks++
+		if err := os.Link(f, filepath.Join(outside, fmt.Sprint("y", walks))); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := fsys.Read("f", ReadOptions{}); code(err) != result.CodePathDenied {
+		t.Fatalf("a count that never settles: %v", err)
+	}
+	if walks != linkScanTries {
+		t.Fatalf("%d walks, want %d", walks, linkScanTries)
 	}
 }

@@ -129,7 +129,7 @@ func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error
 	if !fi.Mode().IsRegular() {
 		return current{}, newErr(result.CodeNotRegularFile, "%s is not a regular file", t.given)
 	}
-	if err := s.checkLinks(t, fi); err != nil {
+	if err := s.checkLinks(t, f, fi); err != nil {
 		return current{}, err
 	}
 	if err := s.checkSize(t, fi.Size()); err != nil {
