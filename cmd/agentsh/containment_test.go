@@ -300,7 +300,9 @@ func TestContainmentWatchdogPipeHeld(t *testing.T) {
 // (which a process of the same user may use on a dumpable one), and holds
 // them in a detached sleep whose pid it appends to the file argv[1]: the
 // copies of agentsh's ends of the watchdog's and the keeper's streams
-// keep their end of file, the news of agentsh's death, from coming.
+// keep their end of file, the news of agentsh's death, from coming. It
+// exits only once the sleep has appended its pid (the sleep's exec closes
+// their pipe): the caller appends "ready" after it.
 const grabScript = `import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 def parent(p):
@@ -315,6 +317,7 @@ while p > 1:
 pfd = os.pidfd_open(p)
 got = [fd for fd in (libc.syscall(438, pfd, n, 0) for n in range(256)) if fd >= 0]
 sys.stderr.write("grabbed %d from %s\n" % (len(got), open("/proc/%d/cmdline" % p).read()))
+r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()
     for fd in got:
@@ -322,6 +325,8 @@ if os.fork() == 0:
     with open(sys.argv[1], "a") as f:
         f.write("%d\n" % os.getpid())
     os.execve("/bin/sleep", ["sleep", "7311"], {})
+os.close(w)
+os.read(r, 1)
 `
 
 // TestContainmentDescriptorsGrabbed: the command takes copies of
