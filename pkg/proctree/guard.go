@@ -300,6 +300,10 @@ func RunWatchdog(args []string, in io.Reader) int {
 		return 2
 	}
 	mode, token, cg := args[0], args[1], args[2]
+	// Undumpable, as the front is: the command runs as the same user, and
+	// could otherwise trace the watchdog and hold it stopped (a traced
+	// stop, which agentsh does not see) until agentsh's death had passed.
+	Seal()
 	if f, ok := in.(*os.File); ok {
 		shutdownAtOwnerExit(int(f.Fd()))
 	}
