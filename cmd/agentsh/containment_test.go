@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
@@ -1263,4 +1264,47 @@ wait`
 			awaitGone(t, ids, killed)
 		})
 	}
+}
+
+// TestContainmentWatchdogLimitedAsRoot: a root command lowers the resource
+// limits of the watchdog (prlimit(2) needs no more than root, or the same
+// user, and no ptrace access to the undumpable front): no descriptor, no
+// address space. The front then could not start the shell watchdog (its
+// loader opens the C library) once agentsh was SIGKILLed, and the cgroup
+// was never killed. The front writes cgroup.kill through a descriptor
+// agentsh opened for it before the command existed (KillFD), which needs
+// no resource, and restores the limits, where it may, before it starts
+// the shell.
+func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	if guardCgroupOf(t, ids[0].PID) == "" {
+		_ = cmd.Process.Kill()
+		<-exited
+		awaitGone(t, ids, time.Now())
+		t.Skip("no guard cgroup here (environ mode)")
+	}
+	// What the command, as root, may do to the watchdog: the test does it
+	// for it, to the process it finds the same way.
+	wd := findWatchdog(t, cmd.Process.Pid)
+	for _, r := range []int{unix.RLIMIT_NOFILE, unix.RLIMIT_AS, unix.RLIMIT_DATA, unix.RLIMIT_STACK, unix.RLIMIT_FSIZE} {
+		if err := unix.Prlimit(wd, r, &unix.Rlimit{}, nil); err != nil {
+			t.Fatalf("prlimit %d of the watchdog: %v", r, err)
+		}
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
 }
