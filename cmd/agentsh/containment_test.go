@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
+	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
@@ -1151,4 +1152,203 @@ exit 3`
 			}
 		})
 	}
+}
+
+// traceScript (python3) stops, through ptrace, every ancestor that is an
+// agentsh it may trace (PTRACE_SEIZE, then PTRACE_INTERRUPT: a stop that
+// the tracee's parent is not told of, and that a SIGCONT does not end),
+// says on stderr how many it stopped, appends its pid to the file argv[1]
+// and becomes "sleep 4611", the tracer that holds them stopped. Started
+// with env -i and setsid, it escapes the guard's token and the command's
+// session: only a subreaper's kill finds it.
+const traceScript = `import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def parent(p):
+    s = open("/proc/%d/stat" % p).read()
+    return int(s[s.rindex(")") + 2:].split()[1])
+n, p = 0, os.getppid()
+while p > 1:
+    a = open("/proc/%d/cmdline" % p, "rb").read().split(b"\0")
+    if os.path.basename(a[0]) == b"agentsh" and libc.ptrace(0x4206, p, None, None) == 0:
+        libc.ptrace(0x4207, p, None, None)
+        os.waitpid(p, 0x40000000)
+        n += 1
+    p = parent(p)
+sys.stderr.write("traced %d\n" % n)
+with open(sys.argv[1], "a") as f:
+    f.write("%d\n" % os.getpid())
+os.execve("/bin/sleep", ["sleep", "4611"], {})
+`
+
+// TestContainmentHelpersTracedNobody: as nobody, the command traces the
+// helpers of the same user that hold its tree, the keeper above a
+// one-shot command or above a session server, and stops them (ptrace),
+// from a descendant that left the session and cleared its environment.
+// A traced stop is not a stop agentsh sees and continues (ResumeStops),
+// and a stopped keeper kills nothing when agentsh or the server is
+// SIGKILLed: the tracer ran on. The one-shot keeper (and the watchdog) is
+// undumpable, as agentsh is (proctree.Seal), so no process of its user may
+// trace it; the session's case is open (see the skip).
+func TestContainmentHelpersTracedNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	if py == "" {
+		t.Skip("no python3")
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	script := `p=$1
+env -i setsid "$2" "$3" "$p" 2>"$p.err" &
+while [ ! -s "$p" ]; do sleep 0.01; done
+echo $$ >> $p
+echo ready >> $p
+wait`
+	for _, session := range []bool{false, true} {
+		name := "oneshot"
+		if session {
+			name = "session"
+		}
+		t.Run(name, func(t *testing.T) {
+			if session {
+				// The session server is its keeper's child: traced, its
+				// SIGKILL leaves a zombie only the tracer may reap, and the
+				// keeper's wait for it never returns; the keeper itself may
+				// be traced. Neither can be sealed as the one-shot keeper is:
+				// a detached server is told from a forged one by its
+				// executable (reexec.DetachedServers), which /proc shows of
+				// a dumpable process only, and a sealed keeper or server was
+				// killed as a stranger by the keeper of the call that
+				// started the session.
+				t.Skip("open defect: as nobody, a session's command traces its server and the server's keeper, and outlives the server's SIGKILL")
+			}
+			dir, exe := publicDir(t)
+			pidfile := filepath.Join(dir, "pids")
+			if err := os.WriteFile(filepath.Join(dir, "trace.py"), []byte(traceScript), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tree.sh"), []byte(script), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			env := append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+			command := func(args ...string) *exec.Cmd {
+				c := exec.Command(exe, args...)
+				c.Env, c.Dir = env, dir
+				c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: nobody}
+				return c
+			}
+			var ids []proctree.ID
+			var kill func()
+			if session {
+				out, err := command("session", "start").Output()
+				if err != nil {
+					t.Fatalf("agentsh session start: %v\n%s", err, out)
+				}
+				handle := gjson.GetBytes(out, "session").String()
+				t.Cleanup(func() { _ = command("session", "stop", handle).Run() })
+				if out, err := command("--session", handle, "-c", "sh ./tree.sh "+pidfile+" "+py+" ./trace.py >/dev/null 2>&1 &").Output(); err != nil {
+					t.Fatalf("agentsh --session: %v\n%s", err, out)
+				}
+				ids = awaitReady(t, pidfile, func() bool { return true })
+				server := sessionServer(t, dir)
+				kill = func() { _ = syscall.Kill(server, syscall.SIGKILL) }
+			} else {
+				cmd := command("--timeout", "10m", "--", "sh", "./tree.sh", pidfile, py, "./trace.py")
+				exited, alive := startWatched(t, cmd)
+				ids = awaitReady(t, pidfile, alive)
+				kill = func() {
+					_ = cmd.Process.Kill()
+					<-exited
+				}
+			}
+			b, _ := os.ReadFile(pidfile + ".err")
+			t.Logf("the tracer: %s", strings.TrimSpace(string(b)))
+			killed := time.Now()
+			kill()
+			awaitGone(t, ids, killed)
+		})
+	}
+}
+
+// TestContainmentWatchdogLimitedAsRoot: a root command lowers the resource
+// limits of the watchdog (prlimit(2) needs no more than root, or the same
+// user, and no ptrace access to the undumpable front): no descriptor, no
+// address space. The front then could not start the shell watchdog (its
+// loader opens the C library) once agentsh was SIGKILLed, and the cgroup
+// was never killed. The front writes cgroup.kill through a descriptor
+// agentsh opened for it before the command existed (KillFD), which needs
+// no resource, and restores the limits, where it may, before it starts
+// the shell.
+func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	if guardCgroupOf(t, ids[0].PID) == "" {
+		_ = cmd.Process.Kill()
+		<-exited
+		awaitGone(t, ids, time.Now())
+		t.Skip("no guard cgroup here (environ mode)")
+	}
+	// What the command, as root, may do to the watchdog: the test does it
+	// for it, to the process it finds the same way.
+	wd := findWatchdog(t, cmd.Process.Pid)
+	for _, r := range []int{unix.RLIMIT_NOFILE, unix.RLIMIT_AS, unix.RLIMIT_DATA, unix.RLIMIT_STACK, unix.RLIMIT_FSIZE} {
+		if err := unix.Prlimit(wd, r, &unix.Rlimit{}, nil); err != nil {
+			t.Fatalf("prlimit %d of the watchdog: %v", r, err)
+		}
+	}
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
+// TestContainmentKeeperLimitedNobody: as nobody, the command lowers the
+// descriptor limit of its keeper, its $PPID (prlimit(2) needs only the
+// same user, no ptrace access: the keeper is undumpable and still
+// reachable), to none, hard limit included, and leaves a descendant that
+// cleared its environment and left the session. When agentsh is
+// SIGKILLed the keeper cannot open /proc to find its descendants, and
+// the descendant runs on. Open: a process without CAP_SYS_RESOURCE cannot
+// raise its hard limit again, and finding the tree takes descriptors.
+func TestContainmentKeeperLimitedNobody(t *testing.T) {
+	t.Skip("open defect: as nobody a command that takes its keeper's descriptors away (prlimit --nofile=0:0) outlives a SIGKILLed agentsh")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	limit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("no prlimit(1)")
+	}
+	dir, exe := publicDir(t)
+	pidfile := filepath.Join(dir, "pids")
+	script := `p=$1
+env -i /bin/sh -c 'setsid sleep 4621 & echo $! >> "$1"' sh "$p"
+"$2" --pid $PPID --nofile=0:0 || exit 1
+echo $$ >> $p
+echo ready >> $p
+exec sleep 4622`
+	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile, limit)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	exited, alive := startWatched(t, cmd)
+	ids := awaitReady(t, pidfile, alive)
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
 }

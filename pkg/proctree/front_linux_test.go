@@ -245,3 +245,48 @@ func TestWatchFrontReplaced(t *testing.T) {
 		t.Errorf("watchdog %q, want the shell %s", exe, sh)
 	}
 }
+
+// TestWatchFrontLimited: started with no descriptor to spare (a limit
+// the command may lower on the front with prlimit(2), hard limit
+// included, which only CAP_SYS_RESOURCE raises again), the front, at its
+// owner's end, still writes "1" to KillFD, the guard's cgroup.kill: the
+// shell watchdog, which cannot start then, is not needed for the kill.
+// The foreign architecture's front runs under qemu's user mode, which
+// opens files of its own: there only the write is checked, unlimited.
+func TestWatchFrontLimited(t *testing.T) {
+	limit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("no prlimit(1)")
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		t.Run(arch, func(t *testing.T) {
+			dir := t.TempDir()
+			prog := filepath.Join(dir, "front")
+			if err := os.WriteFile(prog, committedFront(t, arch), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			argv := []string{limit, "--nofile=0:0", "--", prog}
+			if arch != runtime.GOARCH {
+				emu := map[string]string{"amd64": "qemu-x86_64-static", "arm64": "qemu-aarch64-static"}[arch]
+				path, err := exec.LookPath(emu)
+				if err != nil {
+					t.Skipf("no %s to run the %s front", emu, arch)
+				}
+				argv = []string{path, prog}
+			}
+			killed := filepath.Join(dir, "cgroup.kill")
+			kf, err := os.Create(killed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kf.Close()
+			cmd := exec.Command(argv[0], append(argv[1:], "/bin/sh", "-c", ":")...)
+			cmd.Stdin = strings.NewReader("") // the owner is gone
+			cmd.ExtraFiles = []*os.File{nil, kf}
+			_ = cmd.Run() // the shell may not start: the kill is done by then
+			if b, _ := os.ReadFile(killed); string(b) != "1" {
+				t.Errorf("KillFD got %q, want the cgroup killed (1)", b)
+			}
+		})
+	}
+}

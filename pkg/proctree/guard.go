@@ -139,10 +139,20 @@ func StartGuard(argv []string) (*Guard, error) {
 	// end of file never comes while another process holds a copy of the
 	// write end (root can take one from the undumpable guarded process
 	// with pidfd_getfd), its pidfd tells of its exit all the same.
+	//
+	// In cgroup mode the cgroup's cgroup.kill, opened for writing, goes
+	// as KillFD: the front kills the cgroup with one write to it, which
+	// needs no descriptor, memory or process of its own, so no resource
+	// limit the command lowers on it (prlimit(2) needs no ptrace access)
+	// keeps the kill from being done.
 	files := []*os.File{r, lw}
 	self := ownPidfd()
-	if self != nil {
+	kill := g.killFile()
+	if self != nil || kill != nil {
 		files = append(files, nil, self)
+	}
+	if kill != nil {
+		files = append(files, kill)
 	}
 	var wd *os.Process
 	for _, try := range g.watchdogArgvs(argv) {
@@ -156,6 +166,9 @@ func StartGuard(argv []string) (*Guard, error) {
 	lw.Close()
 	if self != nil {
 		self.Close()
+	}
+	if kill != nil {
+		kill.Close()
 	}
 	if err != nil {
 		w.Close()
@@ -300,6 +313,10 @@ func RunWatchdog(args []string, in io.Reader) int {
 		return 2
 	}
 	mode, token, cg := args[0], args[1], args[2]
+	// Undumpable, as the front is: the command runs as the same user, and
+	// could otherwise trace the watchdog and hold it stopped (a traced
+	// stop, which agentsh does not see) until agentsh's death had passed.
+	Seal()
 	if f, ok := in.(*os.File); ok {
 		shutdownAtOwnerExit(int(f.Fd()))
 	}

@@ -2,6 +2,7 @@ package proctree
 
 import (
 	"errors"
+	"os"
 	"os/exec"
 	"syscall"
 	"time"
@@ -19,6 +20,9 @@ func makeCgroup(string) (string, int, error) {
 }
 
 func (g *Guard) dropCgroup() bool { return true }
+
+// killFile is nil: there is no cgroup to kill.
+func (g *Guard) killFile() *os.File { return nil }
 
 // removeWhenEmpty has no cgroup to remove.
 func removeWhenEmpty(string, time.Duration) bool { return true }

@@ -206,6 +206,19 @@ func (g *Guard) dropCgroup() bool {
 	return true
 }
 
+// killFile opens the guard's cgroup.kill for writing (cgroup mode; nil
+// otherwise, or when it cannot be opened), for the watchdog's KillFD.
+func (g *Guard) killFile() *os.File {
+	if g.mode != GuardCgroup {
+		return nil
+	}
+	fd, err := unix.Open(filepath.Join(g.cgDir, "cgroup.kill"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	return os.NewFile(uintptr(fd), "cgroup.kill")
+}
+
 // removeWhenEmpty removes the cgroup dir once its members are gone,
 // trying for up to timeout; it reports whether dir is gone.
 func removeWhenEmpty(dir string, timeout time.Duration) bool {

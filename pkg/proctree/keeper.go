@@ -225,6 +225,14 @@ func RunKeeper(args []string, exempt func(Stat) bool) int {
 		env = append(env, EnvToken+"="+args[1])
 	}
 	path, argv := args[2], args[4:]
+	// Undumpable before the command exists: the command runs as the same
+	// user, and could otherwise trace the keeper (ptrace) and hold it in a
+	// traced stop, which agentsh neither sees nor ends (ResumeStops), from
+	// a descendant that left the session and cleared its environment: a
+	// SIGKILL of agentsh then reached a keeper that could not act, and
+	// nothing else finds that descendant. It lasts until the keeper
+	// execs, which it does not; the command's exec makes it dumpable again.
+	Seal()
 	// Inherited without close-on-exec: the command must not hold it, or
 	// the keeper's death would not reach the guarded process.
 	syscall.CloseOnExec(3)

@@ -90,6 +90,11 @@ func Seal() { _ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0) }
 // watchdog (RunWatchdog) watch it beside their stream (see shutdownAtExit).
 const OwnerFD = 3
 
+// KillFD is the descriptor number at which a guard's watchdog in cgroup
+// mode finds the cgroup's cgroup.kill, open for writing: the front writes
+// "1" there first thing once the guarded process is gone.
+const KillFD = 4
+
 // ownPidfd returns a pidfd of the calling process, for its watchdog's
 // OwnerFD, or nil where there is none (before Linux 5.3).
 func ownPidfd() *os.File {

@@ -91,7 +91,33 @@ _start:
 7:	mov	$1, %edi		# exit_group(1): the cgroup stayed busy
 	mov	$231, %eax
 	syscall
-2:	mov	$3, %edi		# close(3): the watchdog needs no pidfd
+	# The owner is gone: kill. The command may have lowered this
+	# process's resource limits (prlimit(2) needs no ptrace access): no
+	# descriptor, memory or stack left the shell no way to start. They
+	# are restored first (as root; otherwise they stay as they are), then
+	# the cgroup is killed through its cgroup.kill, which the owner opened
+	# for it as descriptor 4 (KillFD) and which needs no resource at all
+	# (absent: EBADF, and the shell does it).
+2:	lea	limits(%rip), %r13
+	mov	$7, %r14d
+8:	xor	%edi, %edi		# prlimit64(0, resource, &limit, NULL)
+	mov	(%r13), %esi
+	lea	8(%r13), %rdx
+	xor	%r10d, %r10d
+	mov	$302, %eax
+	syscall
+	add	$24, %r13
+	dec	%r14d
+	jnz	8b
+	mov	$4, %edi		# write(4, "1", 1)
+	lea	one(%rip), %rsi
+	mov	$1, %edx
+	mov	$1, %eax
+	syscall
+	mov	$4, %edi		# close(4)
+	mov	$3, %eax
+	syscall
+	mov	$3, %edi		# close(3): the watchdog needs no pidfd
 	mov	$3, %eax
 	syscall
 	mov	(%r12), %rcx		# argc
@@ -106,4 +132,13 @@ _start:
 	mov	$231, %eax
 	syscall
 ts:	.quad	0, 10000000
+	# The limits restored before the shell starts: resource, soft, hard.
+limits:	.quad	0, -1, -1		# RLIMIT_CPU
+	.quad	1, -1, -1		# RLIMIT_FSIZE
+	.quad	2, -1, -1		# RLIMIT_DATA
+	.quad	3, 8388608, -1		# RLIMIT_STACK
+	.quad	6, -1, -1		# RLIMIT_NPROC
+	.quad	7, 1024, 1024		# RLIMIT_NOFILE
+	.quad	9, -1, -1		# RLIMIT_AS
+one:	.ascii	"1"
 name:	.asciz	"agentplane-wd"

@@ -93,7 +93,33 @@ _start:
 7:	mov	x0, #1			// exit_group(1): the cgroup stayed busy
 	mov	x8, #94
 	svc	#0
-2:	mov	x0, #3			// close(3): the watchdog needs no pidfd
+	// The owner is gone: kill. The command may have lowered this
+	// process's resource limits (prlimit(2) needs no ptrace access): no
+	// descriptor, memory or stack left the shell no way to start. They
+	// are restored first (as root; otherwise they stay as they are), then
+	// the cgroup is killed through its cgroup.kill, which the owner opened
+	// for it as descriptor 4 (KillFD) and which needs no resource at all
+	// (absent: EBADF, and the shell does it).
+2:	adr	x20, limits
+	mov	x21, #7
+8:	mov	x0, #0			// prlimit64(0, resource, &limit, NULL)
+	ldr	x1, [x20]
+	add	x2, x20, #8
+	mov	x3, #0
+	mov	x8, #261
+	svc	#0
+	add	x20, x20, #24
+	subs	x21, x21, #1
+	b.ne	8b
+	mov	x0, #4			// write(4, "1", 1)
+	adr	x1, one
+	mov	x2, #1
+	mov	x8, #64
+	svc	#0
+	mov	x0, #4			// close(4)
+	mov	x8, #57
+	svc	#0
+	mov	x0, #3			// close(3): the watchdog needs no pidfd
 	mov	x8, #57
 	svc	#0
 	ldr	x9, [x19]		// argc
@@ -110,4 +136,13 @@ _start:
 	svc	#0
 	.balign	8
 ts:	.quad	0, 10000000
+	// The limits restored before the shell starts: resource, soft, hard.
+limits:	.quad	0, -1, -1		// RLIMIT_CPU
+	.quad	1, -1, -1		// RLIMIT_FSIZE
+	.quad	2, -1, -1		// RLIMIT_DATA
+	.quad	3, 8388608, -1		// RLIMIT_STACK
+	.quad	6, -1, -1		// RLIMIT_NPROC
+	.quad	7, 1024, 1024		// RLIMIT_NOFILE
+	.quad	9, -1, -1		// RLIMIT_AS
+one:	.ascii	"1"
 name:	.asciz	"agentplane-wd"
