@@ -568,7 +568,10 @@ func (h *hostListeners) stop() {
 // runLateSockets runs the attack in p and, once it has started, binds
 // host listeners in each of locs (name → directory); it returns the
 // attack's output and how many connections or datagrams reached them.
-func runLateSockets(t *testing.T, p Policy, ws string, locs map[string]string) (string, int64) {
+// With want > 0 it waits (a bounded poll: a connection or datagram the
+// attack queued counts only once a listener goroutine has taken it) for
+// that many hits; with want 0 it can only give stray ones a moment.
+func runLateSockets(t *testing.T, p Policy, ws string, locs map[string]string, want int64) (string, int64) {
 	t.Helper()
 	syncDir := filepath.Join(ws, "sync")
 	must(t, os.RemoveAll(syncDir))
@@ -611,8 +614,14 @@ func runLateSockets(t *testing.T, p Policy, ws string, locs map[string]string) (
 	if !strings.Contains(o, "attack: done\n") {
 		t.Fatalf("attack did not finish: exit %d\n%s\nstderr %s", res.ExitCode, o, text(res.Stderr))
 	}
-	// Let what was sent arrive before counting.
-	time.Sleep(100 * time.Millisecond)
+	if want == 0 {
+		// Let anything that leaked arrive before counting.
+		time.Sleep(100 * time.Millisecond)
+		return o, h.hits.Load()
+	}
+	for deadline := time.Now().Add(60 * time.Second); h.hits.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	return o, h.hits.Load()
 }
 
@@ -662,7 +671,7 @@ func TestEscapeNetNoneLateUnixSockets(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := c.p
 			p.Workspace, p.Protect = ws, []string{stateDir}
-			o, hits := runLateSockets(t, p, ws, locs)
+			o, hits := runLateSockets(t, p, ws, locs, 0)
 			n := 0
 			for _, line := range strings.Split(o, "\n") {
 				if !strings.Contains(line, "/") {
@@ -690,7 +699,7 @@ func TestEscapeNetNoneLateUnixSockets(t *testing.T) {
 	// Control: with the host network every attack works, so each line
 	// above proves the gate.
 	t.Run("control,host", func(t *testing.T) {
-		o, hits := runLateSockets(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, locs)
+		o, hits := runLateSockets(t, Policy{Mode: ModeWorkspaceWrite, Workspace: ws}, ws, locs, int64(len(locs)*9))
 		for _, line := range strings.Split(o, "\n") {
 			if strings.Contains(line, "/") && !strings.HasSuffix(line, ": ok") && !strings.Contains(line, " race: ") {
 				t.Errorf("control attack failed: %s", line)
