@@ -138,6 +138,9 @@ type FS struct {
 	// beforeLinkScan, when set, runs before each walk of the root that
 	// looks for a hard-linked file's other names. Tests only.
 	beforeLinkScan func()
+	// beforeAwait, when set, runs when a read waits for another agentfs's
+	// commit in the directory to end (see awaitWriters). Tests only.
+	beforeAwait func()
 }
 
 // session is one operation's view of the file system: an open os.Root and
@@ -151,6 +154,7 @@ type session struct {
 	base     string              // absolute directory relative paths start from
 	ownerTag string              // see owner
 	pinned   map[string]*os.Root // see pinDir
+	locked   map[string]bool     // directories (relative to the root) this session holds the lock of
 }
 
 func (f *FS) open() (*session, error) {

@@ -1,0 +1,69 @@
+package files
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestReadDuringCommitOfLinkedHistory: the undo history keeps a large file
+// it replaces as a hard link to its inode, made before the rename, in the
+// state directory, outside the root. A read of that file by another
+// agentfs while the change is being committed opened the inode with two
+// names, found only one in the root and was refused as path_denied, though
+// the other name was agentfs's own history and the read would have been
+// served a moment later. (A change set stops between the history and the
+// rename of its second file, where afterRename of its first runs.)
+func TestReadDuringCommitOfLinkedHistory(t *testing.T) {
+	fsys, root := newTestFS(t)
+	big := strings.Repeat("0123456789abcdef\n", (linkMinSize/17)+10)
+	put(t, filepath.Join(root, "a.txt"), big)
+	put(t, filepath.Join(root, "b.txt"), "b\n")
+	reader := &FS{Root: root, Dir: root}
+	awaiting := make(chan struct{})
+	reader.beforeAwait = func() { close(awaiting) }
+	var readErr error
+	var nlink uint64
+	readDone := make(chan struct{})
+	fsys.afterRename = func(i int) error {
+		if i != 0 {
+			return nil
+		}
+		fi, err := os.Stat(filepath.Join(root, "a.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nlink = uint64(fi.Sys().(*syscall.Stat_t).Nlink)
+		go func() {
+			defer close(readDone)
+			r, err := reader.Read("a.txt", ReadOptions{})
+			readErr = err
+			if err == nil && r.Content != big {
+				t.Errorf("the read returned %d bytes, want the %d of the file as it was", len(r.Content), len(big))
+			}
+		}()
+		// The read has opened the file and counted its names, and
+		// either gave up or waits for this commit to end.
+		select {
+		case <-readDone:
+		case <-awaiting:
+		}
+		return nil
+	}
+	_, err := fsys.Apply([]Change{
+		{Action: ActionUpdate, Path: "b.txt", NewContent: []byte("b2\n")},
+		{Action: ActionUpdate, Path: "a.txt", NewContent: []byte("a2\n")},
+	}, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-readDone
+	if nlink < 2 {
+		t.Skip("the history copied the file rather than linking it (another file system, or no /proc)")
+	}
+	if readErr != nil {
+		t.Fatalf("a read while another agentfs commits: %v", readErr)
+	}
+}
