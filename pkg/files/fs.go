@@ -53,7 +53,9 @@
 // (default 20) and HistoryBytes of saved content (default 256 MiB) per
 // file, dropping the oldest first but always keeping the newest. Files from
 // 64 KiB up are saved as a hard link to the replaced inode when the history
-// is on the same file system, so a large edit costs no extra copy.
+// is on the same file system and nothing else has the file open or another
+// name for it (Linux: a write lease is granted), so a large edit costs no
+// extra copy.
 package files
 
 import (

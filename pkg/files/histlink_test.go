@@ -67,3 +67,34 @@ func TestReadDuringCommitOfLinkedHistory(t *testing.T) {
 		t.Fatalf("a read while another agentfs commits: %v", readErr)
 	}
 }
+
+// TestLinkedHistoryHeldOpen: the undo history keeps a large file it
+// replaces as a hard link to its inode, on the ground that nothing writes
+// that inode after the commit. A program that has the file open (a logger,
+// a process a model started) still writes it through its descriptor after
+// the rename, into the history: the undo then fails as damaged and the
+// version before the change, which only the history kept, is lost.
+func TestLinkedHistoryHeldOpen(t *testing.T) {
+	fsys, root := newTestFS(t)
+	name := filepath.Join(root, "app.log")
+	old := strings.Repeat("an old line of the log\n", (linkMinSize/23)+10)
+	put(t, name, old)
+	held, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := fsys.Write("app.log", []byte("rotated\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := held.WriteString("a line the program wrote after\n"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := fsys.Undo("app.log")
+	if err != nil {
+		t.Fatalf("undo after a write through a descriptor opened before the change: %v", err)
+	}
+	if m.NewFile != old || get(t, name) != old {
+		t.Fatalf("undo restored %d bytes, want the %d before the change", len(get(t, name)), len(old))
+	}
+}

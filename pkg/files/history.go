@@ -256,8 +256,10 @@ const linkMinSize = 64 << 10
 // name, through /proc/self/fd so that the link is made to the inode opened
 // inside the root, never to whatever a path names a moment later. It
 // reports false when that is not possible (small file, another file system,
-// no /proc) or not safe (the inode has another name, through which it can
-// be changed in place after the commit), and the caller copies instead. The content is checked against
+// no /proc) or not safe (the inode has another name, or another process
+// has it open, through which it can be changed in place after the commit:
+// a logger's descriptor wrote into the history, and the undo found it
+// damaged), and the caller copies instead. The content is checked against
 // its hash when an undo reads it.
 func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	if len(p.cur.content) < linkMinSize {
@@ -269,7 +271,7 @@ func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	}
 	defer fd.Close()
 	fi, err := fd.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) || !noOtherOpen(fd) {
 		return false
 	}
 	if fd.Sync() != nil {
