@@ -143,6 +143,9 @@ type FS struct {
 	// beforeAwait, when set, runs when a read waits for another agentfs's
 	// commit in the directory to end (see awaitWriters). Tests only.
 	beforeAwait func()
+	// afterHistoryData, when set, runs after a history entry's saved
+	// content is written and before its description. Tests only.
+	afterHistoryData func()
 }
 
 // session is one operation's view of the file system: an open os.Root and

@@ -98,3 +98,31 @@ func TestLinkedHistoryHeldOpen(t *testing.T) {
 		t.Fatalf("undo restored %d bytes, want the %d before the change", len(get(t, name)), len(old))
 	}
 }
+
+// TestDryRunUndoLeavesLiveHistory: a dry-run undo takes no lock (it is a
+// preview) and must leave the undo history as it is. It swept as debris
+// the saved content of a change another agentfs was committing at that
+// moment (its .data written, its .json not yet): the change landed with a
+// history entry whose content was gone, and the undo of it failed, the
+// version before the change lost.
+func TestDryRunUndoLeavesLiveHistory(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "f.txt"), "before\n")
+	preview := *fsys
+	preview.DryRun = true
+	fsys.afterHistoryData = func() {
+		// Nothing recorded yet for the file as far as the preview can
+		// tell; what it says does not matter, only what it leaves.
+		_, _ = preview.Undo("f.txt")
+	}
+	if _, err := fsys.Write("f.txt", []byte("after\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.afterHistoryData = nil
+	if _, err := fsys.Undo("f.txt"); err != nil {
+		t.Fatalf("undo of a change committed during a dry-run undo: %v", err)
+	}
+	if got := get(t, filepath.Join(root, "f.txt")); got != "before\n" {
+		t.Fatalf("undo left %q", got)
+	}
+}
