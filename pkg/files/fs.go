@@ -53,7 +53,9 @@
 // (default 20) and HistoryBytes of saved content (default 256 MiB) per
 // file, dropping the oldest first but always keeping the newest. Files from
 // 64 KiB up are saved as a hard link to the replaced inode when the history
-// is on the same file system, so a large edit costs no extra copy.
+// is on the same file system and nothing else has the file open or another
+// name for it (Linux: a write lease is granted), so a large edit costs no
+// extra copy.
 package files
 
 import (
@@ -138,6 +140,12 @@ type FS struct {
 	// beforeLinkScan, when set, runs before each walk of the root that
 	// looks for a hard-linked file's other names. Tests only.
 	beforeLinkScan func()
+	// beforeAwait, when set, runs when a read waits for another agentfs's
+	// commit in the directory to end (see awaitWriters). Tests only.
+	beforeAwait func()
+	// afterHistoryData, when set, runs after a history entry's saved
+	// content is written and before its description. Tests only.
+	afterHistoryData func()
 }
 
 // session is one operation's view of the file system: an open os.Root and
@@ -151,6 +159,7 @@ type session struct {
 	base     string              // absolute directory relative paths start from
 	ownerTag string              // see owner
 	pinned   map[string]*os.Root // see pinDir
+	locked   map[string]bool     // directories (relative to the root) this session holds the lock of
 }
 
 func (f *FS) open() (*session, error) {

@@ -56,8 +56,11 @@ func (f *FS) historyDir(abs string) string {
 	return filepath.Join(f.HistoryDir, hex.EncodeToString(sum[:16]))
 }
 
-// entries lists a file's history, oldest first, and removes debris.
-func (f *FS) entries(dir string) ([]*historyEntry, error) {
+// entries lists a file's history, oldest first, and with sweep removes
+// debris. Only a caller that holds the lock of the file's directory may
+// sweep: what looks like debris to anyone else (a .data without its .json,
+// a temp file) may be the entry another agentfs is writing at that moment.
+func (f *FS) entries(dir string, sweep bool) ([]*historyEntry, error) {
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -77,13 +80,15 @@ func (f *FS) entries(dir string) ([]*historyEntry, error) {
 	for _, de := range des {
 		name := de.Name()
 		if n, ok := strings.CutSuffix(name, ".data"); ok {
-			if seq, err := strconv.ParseInt(n, 10, 64); err == nil && !metas[seq] {
+			if seq, err := strconv.ParseInt(n, 10, 64); err == nil && !metas[seq] && sweep {
 				_ = os.Remove(filepath.Join(dir, name))
 			}
 			continue
 		}
 		if strings.HasPrefix(name, ".tmp-") {
-			_ = os.Remove(filepath.Join(dir, name))
+			if sweep {
+				_ = os.Remove(filepath.Join(dir, name))
+			}
 			continue
 		}
 		n, ok := strings.CutSuffix(name, ".json")
@@ -101,7 +106,9 @@ func (f *FS) entries(dir string) ([]*historyEntry, error) {
 		if err := json.Unmarshal(b, &h.Meta); err != nil {
 			// A damaged entry cannot be undone; drop it rather than block
 			// every later undo.
-			_ = os.Remove(filepath.Join(dir, name))
+			if sweep {
+				_ = os.Remove(filepath.Join(dir, name))
+			}
 			continue
 		}
 		out = append(out, h)
@@ -120,7 +127,7 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, historyError(err)
 	}
-	existing, err := f.entries(dir)
+	existing, err := f.entries(dir, true)
 	if err != nil {
 		return nil, historyError(err)
 	}
@@ -144,6 +151,9 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 				return nil, historyError(err)
 			}
 		}
+	}
+	if f.afterHistoryData != nil {
+		f.afterHistoryData()
 	}
 	if !p.remove {
 		h.Meta.WrittenSHA256 = p.newSHA()
@@ -185,7 +195,7 @@ func (f *FS) pruneHistory(dir string) {
 	if maxBytes <= 0 {
 		maxBytes = DefaultHistoryBytes
 	}
-	list, err := f.entries(dir)
+	list, err := f.entries(dir, true)
 	if err != nil {
 		return
 	}
@@ -256,8 +266,10 @@ const linkMinSize = 64 << 10
 // name, through /proc/self/fd so that the link is made to the inode opened
 // inside the root, never to whatever a path names a moment later. It
 // reports false when that is not possible (small file, another file system,
-// no /proc) or not safe (the inode has another name, through which it can
-// be changed in place after the commit), and the caller copies instead. The content is checked against
+// no /proc) or not safe (the inode has another name, or another process
+// has it open, through which it can be changed in place after the commit:
+// a logger's descriptor wrote into the history, and the undo found it
+// damaged), and the caller copies instead. The content is checked against
 // its hash when an undo reads it.
 func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	if len(p.cur.content) < linkMinSize {
@@ -269,7 +281,7 @@ func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	}
 	defer fd.Close()
 	fi, err := fd.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) || !noOtherOpen(fd) {
 		return false
 	}
 	if fd.Sync() != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -29,6 +30,12 @@ var errScanDone = errors.New("scan done")
 // alone) the whole file system would have to be walked, so such a file is
 // refused outright. The refusal is path_denied, with the link count.
 //
+// A name not found by the walk may be another agentfs's own, made for a
+// commit under the directory's lock (the backup side file, or the undo
+// history's link to the inode it replaces, outside the root): a session
+// that does not hold that lock waits once for it (awaitWriters) and counts
+// again.
+//
 // The count is trusted only when it held for the whole walk: a name may
 // come or go meanwhile (another agentfs's commit links the file it
 // replaces to a backup side file and removes it after the rename), so
@@ -36,6 +43,7 @@ var errScanDone = errors.New("scan done")
 // again with the new count, up to linkScanTries times; a count still
 // moving then is refused like one that could not be shown.
 func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
+	waited := false
 	for try := 1; ; try++ {
 		st, ok := fi.Sys().(*syscall.Stat_t)
 		if !ok || uint64(st.Nlink) <= 1 || !s.confined && len(s.fs.Deny) == 0 {
@@ -66,6 +74,26 @@ func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
 		if a, ok := after.Sys().(*syscall.Stat_t); ok && uint64(a.Nlink) != nlink && try < linkScanTries {
 			fi = after
 			continue
+		}
+		if found < nlink && !waited {
+			// The name not found may be another agentfs's own, made
+			// for a commit under the directory's lock: the backup side
+			// file, or the undo history's link to the inode it replaces,
+			// which lives in the state directory, outside the root. An
+			// unlocked read waits for that commit to end and counts
+			// again; a name that stays is refused below.
+			waited = true
+			if s.awaitWriters(path.Dir(t.rel), t.given) {
+				settled, err := f.Stat()
+				if err != nil {
+					return osError(err, t.given)
+				}
+				if linkCount(settled) != linkCount(after) {
+					fi = settled
+					try--
+					continue
+				}
+			}
 		}
 		if found < nlink {
 			return refuse("%d of its names are outside the root or could not be found in it", nlink-found)
@@ -114,4 +142,12 @@ func (s *session) scanLinks(st *syscall.Stat_t) (found uint64, deniedName, rule 
 		err = nil
 	}
 	return found, deniedName, rule, err
+}
+
+// linkCount is fi's number of names, 0 when unknown.
+func linkCount(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return uint64(st.Nlink)
+	}
+	return 0
 }

@@ -254,7 +254,8 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 	}
 	var entry *historyEntry
 	m, err := f.mutateOne(path, false, false, func(t target, cur current) (*plan, error) {
-		list, err := f.entries(f.historyDir(t.abs))
+		// A dry run holds no lock: it leaves the history as it is.
+		list, err := f.entries(f.historyDir(t.abs), !f.DryRun)
 		if err != nil {
 			return nil, historyError(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -45,6 +46,8 @@ func newLines(opt ReadOptions) *lines {
 	if l.maxBytes <= 0 {
 		l.maxBytes = DefaultReadMax
 	}
+	// streamFacts takes up to a rune past the bound, which must not wrap.
+	l.maxBytes = min(l.maxBytes, math.MaxInt-utf8.UTFMax)
 	l.lineStart, l.lineEnd = l.first, l.first-1
 	return l
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -102,5 +103,22 @@ func TestReadHugeFileBounded(t *testing.T) {
 	st, err := fsys.Stat("huge.log")
 	if err != nil || st.TotalLines != n || st.SHA256 != r.SHA256 {
 		t.Fatalf("stat: %+v %v", st, err)
+	}
+}
+
+// TestReadMaxBytesHuge: a --max-bytes as large as an int holds returns
+// the whole file, streamed or not. The streamed read added a rune's
+// length to the bound, which wrapped negative: every line came back
+// empty, with truncated false.
+func TestReadMaxBytesHuge(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "f.txt"), "one\ntwo\nthree\n")
+	defer func(m int64) { readStreamMin = m }(readStreamMin)
+	for _, min := range []int64{1 << 40, 0} {
+		readStreamMin = min
+		r, err := fsys.Read("f.txt", ReadOptions{MaxBytes: math.MaxInt})
+		if err != nil || r.Content != "one\ntwo\nthree\n" || r.Truncated {
+			t.Errorf("streamed=%v: %+v %v", min == 0, r, err)
+		}
 	}
 }

@@ -286,6 +286,10 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 			release()
 			return nil, newErr(result.CodeIOError, "lock %s: %v", s.display(d), err)
 		}
+		if s.locked == nil {
+			s.locked = map[string]bool{}
+		}
+		s.locked[d] = true
 	}
 	// Every agentfs writer of these directories is held off now: what
 	// killed ones left behind can go.
@@ -295,13 +299,38 @@ func (s *session) lockDirs(ts []target) (func(), error) {
 	return release, nil
 }
 
-func flock(f *os.File) error {
+func flock(f *os.File) error { return flockHow(f, unix.LOCK_EX) }
+
+func flockHow(f *os.File, how int) error {
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		err := unix.Flock(int(f.Fd()), how)
 		if err != unix.EINTR {
 			return err
 		}
 	}
+}
+
+// awaitWriters waits until no agentfs process is changing files in the
+// directory rel (one that holds its lock), for a session that does not
+// hold that lock itself: a shared lock is granted once the writer's
+// exclusive one is released. It reports whether it waited.
+func (s *session) awaitWriters(rel, given string) bool {
+	if s.locked[rel] {
+		return false // our own lock: no other writer is in there
+	}
+	pd, err := s.pinDir(rel, given)
+	if err != nil {
+		return false
+	}
+	f, err := pd.Open(".")
+	if err != nil {
+		return false
+	}
+	defer f.Close() // drops the shared lock
+	if s.fs.beforeAwait != nil {
+		s.fs.beforeAwait()
+	}
+	return flockHow(f, unix.LOCK_SH) == nil
 }
 
 // randomSuffix names temp and backup files; collisions are also caught by

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"math"
 
 	"github.com/spf13/cobra"
 
@@ -123,8 +124,12 @@ func patchRun(env *clikit.Env, o *PatchOptions) (*clikit.Outcome, error) {
 // UTF-8 BOM; it is put back and the whole is checked against the file's
 // sha256, so a file that changed while being read is never planned from a
 // mix of two versions.
+//
+// The whole file is asked for: a read without MaxBytes stops at
+// files.DefaultReadMax, and a plan made from that part failed the check
+// against the whole file's sha256 as a file that changed.
 func readForPatch(fsys *files.FS, path string) ([]byte, error) {
-	r, err := fsys.Read(path, files.ReadOptions{})
+	r, err := fsys.Read(path, files.ReadOptions{MaxBytes: math.MaxInt})
 	if err != nil {
 		if re := result.AsError(err); re.Code == result.CodeFileNotFound {
 			return nil, fmt.Errorf("%w: %w", fs.ErrNotExist, err)
@@ -135,7 +140,7 @@ func readForPatch(fsys *files.FS, path string) ([]byte, error) {
 		return nil, result.Errorf(result.CodeBinaryFile, "%s is not UTF-8 text; patch only changes text files", path).With("path", path)
 	}
 	raw := []byte(r.Content)
-	if r.Size == int64(len(raw))+3 {
+	if r.BOM {
 		raw = append([]byte("\uFEFF"), raw...)
 	}
 	if sha(raw) != r.SHA256 {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agentplane/agentplane/pkg/files"
@@ -79,5 +80,36 @@ func TestReadForPatch(t *testing.T) {
 	}
 	if _, err := readForPatch(fsys, "bin"); result.AsError(err).Code != result.CodeBinaryFile {
 		t.Errorf("binary file: %v, want binary_file", err)
+	}
+}
+
+// TestPatchLargeFile: a patch to a text file from 16 MiB on, which read
+// returns cut at 16 MiB, was planned from the cut text and refused with
+// file_changed ("changed while it was being read") though nothing changed
+// it: a model told to read it again and retry got the same answer for
+// ever. edit changes the same file.
+func TestPatchLargeFile(t *testing.T) {
+	dir := t.TempDir()
+	fsys := &files.FS{Dir: dir, Root: dir}
+	line := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n"
+	big := "first\n" + strings.Repeat(line, (files.DefaultReadMax/len(line))+1024)
+	if err := os.WriteFile(filepath.Join(dir, "big.txt"), []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := patch.Parse([]byte("*** Begin Patch\n*** Update File: big.txt\n@@\n-first\n+FIRST\n*** End Patch\n"), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned, err := patch.Plan(p, func(path string) ([]byte, error) { return readForPatch(fsys, path) })
+	if err != nil {
+		t.Fatalf("plan of a patch to a %d-byte file: %v", len(big), err)
+	}
+	changes, _ := commitChanges(planned)
+	if _, err := fsys.Apply(changes, files.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "big.txt"))
+	if string(got) != "FIRST\n"+big[len("first\n"):] {
+		t.Fatalf("big.txt is %d bytes after the patch, want %d", len(got), len(big))
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // TestSystemLockHoldsFiles attacks agentfs under a lock set in the
@@ -82,6 +83,60 @@ func TestSystemLockHoldsFiles(t *testing.T) {
 		}
 		if _, err := os.Stat(target); err == nil {
 			t.Fatalf("agentfs %q wrote outside the system floor's workspace", c.args)
+		}
+	}
+}
+
+// TestLockHidesStateSecrets: under a locked filesystem sandbox a command
+// cannot read agentplane's secret key or a session's token (the sandbox
+// hides them), and agentfs, which holds itself to the hidden paths the
+// sandbox would give a command, must not read them either: the key forges
+// job and session handles, the token drives a session from outside it.
+func TestLockHidesStateSecrets(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	sys := filepath.Join(dir, "etc", "config.toml")
+	stateDir := filepath.Join(dir, "state", "agentplane")
+	token := filepath.Join(stateDir, "sessions", "s1", "token")
+	testkit.WriteFiles(t, map[string]string{
+		sys:                         "sandbox = \"workspace-write\"\nworkspace = \"" + ws + "\"\nsandbox_lock = true\n",
+		filepath.Join(ws, "in.txt"): "in\n",
+	})
+	environ := map[string]string{"HOME": filepath.Join(dir, "home"), "XDG_CONFIG_HOME": filepath.Join(dir, "home", ".config"),
+		"XDG_STATE_HOME": filepath.Join(dir, "state")}
+	run := func(args ...string) (int, string) {
+		var out bytes.Buffer
+		env := &clikit.Env{Program: Program(), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
+			LookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, Environ: func() []string { return nil }}
+		env.Ctx = t.Context()
+		return clikit.Run(env, args), out.String()
+	}
+	// A change opens the state directory, which makes its key.
+	if code, out := run("write", filepath.Join(ws, "in.txt"), "--content", "in2\n"); code != 0 {
+		t.Fatalf("write inside the workspace: exit %d: %s", code, out)
+	}
+	if err := os.MkdirAll(filepath.Dir(token), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(token, []byte("session-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(filepath.Join(stateDir, state.KeyFile))
+	if err != nil || len(key) == 0 {
+		t.Fatalf("no key in the state directory: %v", err)
+	}
+	for _, p := range []string{filepath.Join(stateDir, state.KeyFile), token} {
+		for _, verb := range []string{"read", "stat"} {
+			code, out := run(verb, p)
+			if verb == "read" && strings.Contains(out, "session-secret") || code == 0 && verb == "read" {
+				t.Errorf("agentfs read %s under the lock: exit %d, %.200s", p, code, out)
+			}
+			if code == 0 && verb == "stat" {
+				t.Errorf("agentfs stat %s under the lock: exit %d, %.200s", p, code, out)
+			}
+			if code != 0 && gjson.Get(out, "error.code").String() != "path_denied" {
+				t.Errorf("agentfs %s %s: %s, want path_denied", verb, p, out)
+			}
 		}
 	}
 }

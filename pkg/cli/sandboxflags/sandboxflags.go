@@ -372,7 +372,9 @@ type FileRules struct {
 	// program, sandbox.GitControl). Nil when no floor
 	// holds the filesystem.
 	MayChange func(path string) error
-	// Hidden are the floor's deny-read paths, resolved.
+	// Hidden are the floor's deny-read paths and what the sandbox hides
+	// of agentplane's own (the secret key, session sockets and tokens),
+	// resolved.
 	Hidden []string
 	// Held: some floor holds what the program reads or writes
 	// (HoldsFiles), so that a flag naming a file it would open unconfined
@@ -411,11 +413,26 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 			bounds = append(bounds, res)
 		}
 	}
+	var control sandbox.Policy
+	if rules.Held || len(bounds) > 0 {
+		(&Options{StateDir: stateDir}).control(env, &control)
+		// What the sandbox hides from a command of its own (the state
+		// directories' secret key, the session sockets and tokens) is
+		// hidden from agentfs too: it reads outside the sandbox, and a
+		// session's token read through it is the one secret a
+		// sandboxed command was kept from.
+		for _, h := range control.Hide {
+			if r, err := filepath.EvalSymlinks(h); err == nil {
+				h = r
+			} else if d, err := filepath.EvalSymlinks(filepath.Dir(h)); err == nil {
+				h = filepath.Join(d, filepath.Base(h)) // a key still to be made
+			}
+			rules.Hidden = append(rules.Hidden, h)
+		}
+	}
 	if len(bounds) == 0 {
 		return rules, nil
 	}
-	var control sandbox.Policy
-	(&Options{StateDir: stateDir}).control(env, &control)
 	protected := control.Protect
 	// The programs themselves: a helper program planted beside them, or
 	// one of them replaced (the helper's through a symbolic link beside
