@@ -243,9 +243,15 @@ func TestExitAndExecEndTheShell(t *testing.T) {
 
 func TestBackgroundOutputGoesToTheLog(t *testing.T) {
 	s := newTestServer(t)
-	obj, _ := runCall(t, s, CallRequest{Command: "(sleep 0.3; echo late) & echo now"}, nil)
+	// The background writes only once the call has returned: a loaded
+	// machine may take longer than any sleep to end a call.
+	gate := filepath.Join(s.sdir, "go")
+	obj, _ := runCall(t, s, CallRequest{Command: "(until [ -e " + gate + " ]; do sleep 0.01; done; echo late) & echo now"}, nil)
 	if field(obj, "stdout") != "now\n" {
 		t.Fatalf("stdout %q", field(obj, "stdout"))
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
