@@ -192,11 +192,21 @@ func TestTimeoutStopsTheWholeCall(t *testing.T) {
 func TestCancelExits128PlusSignal(t *testing.T) {
 	s := newTestServer(t)
 	cancel := make(chan struct{})
+	// The cancel comes once the command runs, not after a fixed 200 ms:
+	// a cancel before the shell has started it interrupts the shell
+	// itself, which is then reset.
 	go func() {
-		time.Sleep(200 * time.Millisecond)
-		close(cancel)
+		defer close(cancel)
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			snap, _ := proctree.Snapshot()
+			for _, d := range proctree.Descendants(snap, os.Getpid()) {
+				if argv, _ := proctree.Argv(d.PID); len(argv) == 2 && argv[0] == "sleep" && argv[1] == "9731" {
+					return
+				}
+			}
+		}
 	}()
-	obj, out := runCall(t, s, CallRequest{Command: "sleep 30; echo no"}, cancel)
+	obj, out := runCall(t, s, CallRequest{Command: "sleep 9731; echo no"}, cancel)
 	if field(obj, "status") != "cancelled" || field(obj, "exit_code") != 130 || out.reset {
 		t.Fatalf("%v %v reset=%v", field(obj, "status"), field(obj, "exit_code"), out.reset)
 	}
