@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,23 +190,32 @@ func TestTimeoutStopsTheWholeCall(t *testing.T) {
 	}
 }
 
-func TestCancelExits128PlusSignal(t *testing.T) {
-	s := newTestServer(t)
+// cancelWhenRunning returns a cancel channel closed once a process below
+// the test runs argv (bounded: closed after a minute in any case): a
+// cancel that waits for the command itself, not for a guessed time.
+func cancelWhenRunning(argv ...string) chan struct{} {
 	cancel := make(chan struct{})
-	// The cancel comes once the command runs, not after a fixed 200 ms:
-	// a cancel before the shell has started it interrupts the shell
-	// itself, which is then reset.
 	go func() {
 		defer close(cancel)
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 			snap, _ := proctree.Snapshot()
 			for _, d := range proctree.Descendants(snap, os.Getpid()) {
-				if argv, _ := proctree.Argv(d.PID); len(argv) == 2 && argv[0] == "sleep" && argv[1] == "9731" {
+				if a, _ := proctree.Argv(d.PID); slices.Equal(a, argv) {
 					return
 				}
 			}
 		}
 	}()
+	return cancel
+}
+
+func TestCancelExits128PlusSignal(t *testing.T) {
+	s := newTestServer(t)
+	// The cancel comes once the command runs, not after a fixed 200 ms:
+	// this is the fresh shell's first call, and a cancel before the shell
+	// has run the call's line (which sets the protocol's interrupt trap)
+	// finds no trap and resets the shell.
+	cancel := cancelWhenRunning("sleep", "9731")
 	obj, out := runCall(t, s, CallRequest{Command: "sleep 9731; echo no"}, cancel)
 	if field(obj, "status") != "cancelled" || field(obj, "exit_code") != 130 || out.reset {
 		t.Fatalf("%v %v reset=%v", field(obj, "status"), field(obj, "exit_code"), out.reset)
@@ -231,17 +241,24 @@ func TestStuckShellIsReset(t *testing.T) {
 
 func TestExitAndExecEndTheShell(t *testing.T) {
 	for _, tc := range []struct {
-		cmd     string
-		timeout time.Duration
-		code    int
-		status  string
+		cmd    string
+		cancel []string // cancel once this runs (the exec is done)
+		code   int
+		status string
 	}{
-		{"exit 5", 0, 5, "completed"},
-		{"exec sh -c 'exit 6'", 0, 6, "completed"},
-		{"exec sleep 30", 300 * time.Millisecond, 124, "timeout"},
+		{"exit 5", nil, 5, "completed"},
+		{"exec sh -c 'exit 6'", nil, 6, "completed"},
+		// Cancelled once the exec is done, not timed out after 300 ms: an
+		// interrupt before the fresh shell has even run the line (its
+		// first) resets it, and one before the exec leaves it running.
+		{"exec sleep 9732", []string{"sleep", "9732"}, 130, "cancelled"},
 	} {
 		s := newTestServer(t)
-		obj, out := runCall(t, s, CallRequest{Command: tc.cmd, Timeout: tc.timeout, KillAfter: 200 * time.Millisecond}, nil)
+		var cancel chan struct{}
+		if tc.cancel != nil {
+			cancel = cancelWhenRunning(tc.cancel...)
+		}
+		obj, out := runCall(t, s, CallRequest{Command: tc.cmd, KillAfter: 200 * time.Millisecond}, cancel)
 		if !out.ended || field(obj, "exit_code") != tc.code || field(obj, "status") != tc.status {
 			t.Errorf("%q: ended=%v exit=%v status=%v", tc.cmd, out.ended, field(obj, "exit_code"), field(obj, "status"))
 		}
