@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -190,23 +191,31 @@ func TestTimeoutStopsTheWholeCall(t *testing.T) {
 	}
 }
 
-// cancelWhenRunning returns a cancel channel closed once a process below
-// the test runs argv (bounded: closed after a minute in any case): a
-// cancel that waits for the command itself, not for a guessed time.
-func cancelWhenRunning(argv ...string) chan struct{} {
+// cancelWhen returns a cancel channel closed once cond holds (polled,
+// bounded: closed after a minute in any case): a cancel that waits for
+// what the command does, not for a guessed time.
+func cancelWhen(cond func() bool) chan struct{} {
 	cancel := make(chan struct{})
 	go func() {
 		defer close(cancel)
-		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			snap, _ := proctree.Snapshot()
-			for _, d := range proctree.Descendants(snap, os.Getpid()) {
-				if a, _ := proctree.Argv(d.PID); slices.Equal(a, argv) {
-					return
-				}
-			}
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !cond(); {
+			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	return cancel
+}
+
+// cancelWhenRunning is cancelWhen a process below the test runs argv.
+func cancelWhenRunning(argv ...string) chan struct{} {
+	return cancelWhen(func() bool {
+		snap, _ := proctree.Snapshot()
+		for _, d := range proctree.Descendants(snap, os.Getpid()) {
+			if a, _ := proctree.Argv(d.PID); slices.Equal(a, argv) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 func TestCancelExits128PlusSignal(t *testing.T) {
@@ -226,8 +235,21 @@ func TestStuckShellIsReset(t *testing.T) {
 	s := newTestServer(t)
 	runCall(t, s, CallRequest{Command: "cd / ; export GONE=1"}, nil)
 	old := s.currentShell().id
-	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
-	if !out.reset || field(obj, "status") != "timeout" {
+	// The interrupt comes once the shell ignores both signals, not after
+	// a fixed 200 ms: one before its trap '' ran finds the shell
+	// interruptible, and it is not reset. (Where the signal masks cannot
+	// be read, a timeout stands in.)
+	req := CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", KillAfter: 100 * time.Millisecond}
+	var cancel chan struct{}
+	want := "cancelled"
+	if runtime.GOOS == "linux" {
+		pid := s.currentShell().self.PID
+		cancel = cancelWhen(func() bool { return ignores(pid, syscall.SIGINT) && ignores(pid, interruptSig) })
+	} else {
+		req.Timeout, want = 200*time.Millisecond, "timeout"
+	}
+	obj, out := runCall(t, s, req, cancel)
+	if !out.reset || field(obj, "status") != want {
 		t.Fatalf("want a reset, got reset=%v status=%v", out.reset, field(obj, "status"))
 	}
 	if s.currentShell().id == old || old.Alive() {
