@@ -240,7 +240,10 @@ func TestOrdinaryWorkBehaves(t *testing.T) {
 		{`exit 7`, 7, ""},
 		{`kill -TERM $$`, 128 + 15, ""},
 		{`kill -SEGV $$`, 128 + 11, ""},
-		{`sleep 5 & p=$!; kill -STOP $p; sleep 0.2; s1=$(ps -o stat= -p $p); kill -CONT $p; sleep 0.2; s2=$(ps -o stat= -p $p); kill $p; wait $p; echo "$s1 $s2 $?"`, 0, "t S 143\n"},
+		// A stop and a continue take effect once the guard has seen them
+		// (a traced process's signals pass through it): the states are
+		// polled for, bounded, not slept for.
+		{`st() { for i in $(seq 600); do s=$(ps -o stat= -p $p); [ "$s" = $1 ] && break; sleep 0.05; done; echo $s; }; sleep 60 & p=$!; kill -STOP $p; s1=$(st t); kill -CONT $p; s2=$(st S); kill $p; wait $p; echo "$s1 $s2 $?"`, 0, "t S 143\n"},
 		{`trap 'echo trapped' USR1; kill -USR1 $$; echo done`, 0, "trapped\ndone\n"},
 		{py + ` -c 'import threading,subprocess; ts=[threading.Thread(target=lambda: subprocess.run(["true"])) for _ in range(16)]; [t.start() for t in ts]; [t.join() for t in ts]; print("ok")'`, 0, "ok\n"},
 		{py + ` -c 'import os; pid=os.fork(); os._exit(3) if pid==0 else print(os.waitstatus_to_exitcode(os.waitpid(pid,0)[1]))'`, 0, "3\n"},

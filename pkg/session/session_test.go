@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,14 +191,41 @@ func TestTimeoutStopsTheWholeCall(t *testing.T) {
 	}
 }
 
-func TestCancelExits128PlusSignal(t *testing.T) {
-	s := newTestServer(t)
+// cancelWhen returns a cancel channel closed once cond holds (polled,
+// bounded: closed after a minute in any case): a cancel that waits for
+// what the command does, not for a guessed time.
+func cancelWhen(cond func() bool) chan struct{} {
 	cancel := make(chan struct{})
 	go func() {
-		time.Sleep(200 * time.Millisecond)
-		close(cancel)
+		defer close(cancel)
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && !cond(); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}()
-	obj, out := runCall(t, s, CallRequest{Command: "sleep 30; echo no"}, cancel)
+	return cancel
+}
+
+// cancelWhenRunning is cancelWhen a process below the test runs argv.
+func cancelWhenRunning(argv ...string) chan struct{} {
+	return cancelWhen(func() bool {
+		snap, _ := proctree.Snapshot()
+		for _, d := range proctree.Descendants(snap, os.Getpid()) {
+			if a, _ := proctree.Argv(d.PID); slices.Equal(a, argv) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func TestCancelExits128PlusSignal(t *testing.T) {
+	s := newTestServer(t)
+	// The cancel comes once the command runs, not after a fixed 200 ms:
+	// this is the fresh shell's first call, and a cancel before the shell
+	// has run the call's line (which sets the protocol's interrupt trap)
+	// finds no trap and resets the shell.
+	cancel := cancelWhenRunning("sleep", "9731")
+	obj, out := runCall(t, s, CallRequest{Command: "sleep 9731; echo no"}, cancel)
 	if field(obj, "status") != "cancelled" || field(obj, "exit_code") != 130 || out.reset {
 		t.Fatalf("%v %v reset=%v", field(obj, "status"), field(obj, "exit_code"), out.reset)
 	}
@@ -206,8 +235,21 @@ func TestStuckShellIsReset(t *testing.T) {
 	s := newTestServer(t)
 	runCall(t, s, CallRequest{Command: "cd / ; export GONE=1"}, nil)
 	old := s.currentShell().id
-	obj, out := runCall(t, s, CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", Timeout: 200 * time.Millisecond, KillAfter: 100 * time.Millisecond}, nil)
-	if !out.reset || field(obj, "status") != "timeout" {
+	// The interrupt comes once the shell ignores both signals, not after
+	// a fixed 200 ms: one before its trap '' ran finds the shell
+	// interruptible, and it is not reset. (Where the signal masks cannot
+	// be read, a timeout stands in.)
+	req := CallRequest{Command: "trap '' INT " + interruptSpec + "; while :; do :; done", KillAfter: 100 * time.Millisecond}
+	var cancel chan struct{}
+	want := "cancelled"
+	if runtime.GOOS == "linux" {
+		pid := s.currentShell().self.PID
+		cancel = cancelWhen(func() bool { return ignores(pid, syscall.SIGINT) && ignores(pid, interruptSig) })
+	} else {
+		req.Timeout, want = 200*time.Millisecond, "timeout"
+	}
+	obj, out := runCall(t, s, req, cancel)
+	if !out.reset || field(obj, "status") != want {
 		t.Fatalf("want a reset, got reset=%v status=%v", out.reset, field(obj, "status"))
 	}
 	if s.currentShell().id == old || old.Alive() {
@@ -221,17 +263,24 @@ func TestStuckShellIsReset(t *testing.T) {
 
 func TestExitAndExecEndTheShell(t *testing.T) {
 	for _, tc := range []struct {
-		cmd     string
-		timeout time.Duration
-		code    int
-		status  string
+		cmd    string
+		cancel []string // cancel once this runs (the exec is done)
+		code   int
+		status string
 	}{
-		{"exit 5", 0, 5, "completed"},
-		{"exec sh -c 'exit 6'", 0, 6, "completed"},
-		{"exec sleep 30", 300 * time.Millisecond, 124, "timeout"},
+		{"exit 5", nil, 5, "completed"},
+		{"exec sh -c 'exit 6'", nil, 6, "completed"},
+		// Cancelled once the exec is done, not timed out after 300 ms: an
+		// interrupt before the fresh shell has even run the line (its
+		// first) resets it, and one before the exec leaves it running.
+		{"exec sleep 9732", []string{"sleep", "9732"}, 130, "cancelled"},
 	} {
 		s := newTestServer(t)
-		obj, out := runCall(t, s, CallRequest{Command: tc.cmd, Timeout: tc.timeout, KillAfter: 200 * time.Millisecond}, nil)
+		var cancel chan struct{}
+		if tc.cancel != nil {
+			cancel = cancelWhenRunning(tc.cancel...)
+		}
+		obj, out := runCall(t, s, CallRequest{Command: tc.cmd, KillAfter: 200 * time.Millisecond}, cancel)
 		if !out.ended || field(obj, "exit_code") != tc.code || field(obj, "status") != tc.status {
 			t.Errorf("%q: ended=%v exit=%v status=%v", tc.cmd, out.ended, field(obj, "exit_code"), field(obj, "status"))
 		}
@@ -243,9 +292,15 @@ func TestExitAndExecEndTheShell(t *testing.T) {
 
 func TestBackgroundOutputGoesToTheLog(t *testing.T) {
 	s := newTestServer(t)
-	obj, _ := runCall(t, s, CallRequest{Command: "(sleep 0.3; echo late) & echo now"}, nil)
+	// The background writes only once the call has returned: a loaded
+	// machine may take longer than any sleep to end a call.
+	gate := filepath.Join(s.sdir, "go")
+	obj, _ := runCall(t, s, CallRequest{Command: "(until [ -e " + gate + " ]; do sleep 0.01; done; echo late) & echo now"}, nil)
 	if field(obj, "stdout") != "now\n" {
 		t.Fatalf("stdout %q", field(obj, "stdout"))
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
