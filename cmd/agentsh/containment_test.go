@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	"golang.org/x/sys/unix"
 
 	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/internal/testkit"
@@ -1301,10 +1300,8 @@ func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
 	// What the command, as root, may do to the watchdog: the test does it
 	// for it, to the process it finds the same way.
 	wd := findWatchdog(t, cmd.Process.Pid)
-	for _, r := range []int{unix.RLIMIT_NOFILE, unix.RLIMIT_AS, unix.RLIMIT_DATA, unix.RLIMIT_STACK, unix.RLIMIT_FSIZE} {
-		if err := unix.Prlimit(wd, r, &unix.Rlimit{}, nil); err != nil {
-			t.Fatalf("prlimit %d of the watchdog: %v", r, err)
-		}
+	if err := zeroLimits(wd); err != nil {
+		t.Fatalf("the watchdog's limits: %v", err)
 	}
 	killed := time.Now()
 	if err := cmd.Process.Kill(); err != nil {
