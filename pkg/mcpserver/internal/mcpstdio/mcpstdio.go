@@ -27,6 +27,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Protocol versions, newest first. Versions from 2026-07-28 are per
@@ -160,6 +161,10 @@ func New(w io.Writer, opts Options) *Conn {
 	return c
 }
 
+// eofWriteGrace is how long the answers to the messages read before the
+// end of the input may take to be written before they are dropped.
+const eofWriteGrace = 5 * time.Second
+
 // Serve reads messages from r until it ends or ctx does, then cancels the
 // calls in flight and waits for their handlers to return. The end of r is
 // the client's normal goodbye and returns nil.
@@ -185,6 +190,16 @@ func (c *Conn) Serve(ctx context.Context, r io.Reader) error {
 			}
 			if err != nil {
 				errc <- err
+				// The answers to what was read still go out, but a
+				// client that hung up stdin and does not read stdout
+				// must not keep the server writing to it: the loop
+				// would never see the end and the calls in flight
+				// would run on.
+				select {
+				case <-stop:
+				case <-time.After(eofWriteGrace):
+					c.doneOnce.Do(func() { close(c.done) })
+				}
 				return
 			}
 		}

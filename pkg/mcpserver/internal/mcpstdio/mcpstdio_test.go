@@ -765,3 +765,42 @@ func TestEOFWhileOutputBlocked(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEOFWhileReplyBlocked: as TestEOFWhileOutputBlocked, but the answer
+// stuck in the writer is one the server writes as it reads (a ping's):
+// the end of stdin still cancels the call in flight and ends Serve.
+func TestEOFWhileReplyBlocked(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	defer outR.Close()
+	b := newBlocker()
+	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
+	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
+	done := make(chan error, 1)
+	go func() { done <- conn.Serve(context.Background(), inR) }()
+	sc := bufio.NewReader(outR)
+	write := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	recv(t, ew.entered)
+	if _, err := sc.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
+	recv(t, b.started)
+	write(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
+		t.Fatalf("wrote %q", s)
+	}
+	inW.Close()
+	if n := recv(t, b.ended); n != "x" {
+		t.Fatal(n)
+	}
+	if err := waitErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
