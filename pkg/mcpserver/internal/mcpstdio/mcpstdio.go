@@ -26,6 +26,8 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Protocol versions, newest first. Versions from 2026-07-28 are per
@@ -121,9 +123,15 @@ type Conn struct {
 	opts  Options
 	tools map[string]bool
 
-	wmu    sync.Mutex // one message per write, whole lines
-	w      io.Writer
-	closed bool // no more writes: the client hung up
+	// wsem is held by the write in progress (one message per write,
+	// whole lines); done ends the waits for it when the connection ends,
+	// so that an answer stuck in a write to a client that stopped
+	// reading holds neither Serve nor the calls in flight.
+	wsem     chan struct{}
+	done     chan struct{}
+	doneOnce sync.Once
+	w        io.Writer
+	closed   atomic.Bool // no more writes: the client hung up
 
 	mu          sync.Mutex
 	initialized bool   // initialize answered, or a per-request call seen
@@ -145,12 +153,17 @@ func New(w io.Writer, opts Options) *Conn {
 	if opts.Log == nil {
 		opts.Log = func(string, ...any) {}
 	}
-	c := &Conn{opts: opts, w: w, tools: map[string]bool{}, inflight: map[string]*request{}}
+	c := &Conn{opts: opts, w: w, tools: map[string]bool{}, inflight: map[string]*request{},
+		wsem: make(chan struct{}, 1), done: make(chan struct{})}
 	for _, t := range opts.Tools {
 		c.tools[t.Name] = true
 	}
 	return c
 }
+
+// eofWriteGrace is how long the answers to the messages read before the
+// end of the input may take to be written before they are dropped.
+const eofWriteGrace = 5 * time.Second
 
 // Serve reads messages from r until it ends or ctx does, then cancels the
 // calls in flight and waits for their handlers to return. The end of r is
@@ -177,6 +190,16 @@ func (c *Conn) Serve(ctx context.Context, r io.Reader) error {
 			}
 			if err != nil {
 				errc <- err
+				// The answers to what was read still go out, but a
+				// client that hung up stdin and does not read stdout
+				// must not keep the server writing to it: the loop
+				// would never see the end and the calls in flight
+				// would run on.
+				select {
+				case <-stop:
+				case <-time.After(eofWriteGrace):
+					c.doneOnce.Do(func() { close(c.done) })
+				}
 				return
 			}
 		}
@@ -196,9 +219,8 @@ loop:
 	}
 	// The client is gone: calls in flight are cancelled and their
 	// answers have nobody to go to.
-	c.wmu.Lock()
-	c.closed = true
-	c.wmu.Unlock()
+	c.closed.Store(true)
+	c.doneOnce.Do(func() { close(c.done) })
 	cancel()
 	c.calls.Wait()
 	if errors.Is(err, io.EOF) {
@@ -749,14 +771,30 @@ func (c *Conn) writeValue(v any) {
 		b, _ = marshal(errorResponse(nil, errorf(CodeInternalError, "internal error: cannot encode the answer: %v", err)))
 	}
 	b = append(b, '\n')
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.closed {
+	select {
+	case c.wsem <- struct{}{}:
+	case <-c.done:
 		return
 	}
-	if _, err := c.w.Write(b); err != nil {
-		c.closed = true
-		c.opts.Log("cannot write to the client: %v", err)
+	if c.closed.Load() {
+		<-c.wsem
+		return
+	}
+	// The write runs on its own, holding wsem until it returns: a write
+	// blocked on a client that stopped reading then keeps only itself
+	// waiting once the connection has ended.
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		defer func() { <-c.wsem }()
+		if _, err := c.w.Write(b); err != nil {
+			c.closed.Store(true)
+			c.opts.Log("cannot write to the client: %v", err)
+		}
+	}()
+	select {
+	case <-written:
+	case <-c.done:
 	}
 }
 

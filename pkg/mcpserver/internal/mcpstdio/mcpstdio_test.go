@@ -712,3 +712,95 @@ func TestProgressToken(t *testing.T) {
 		t.Fatalf("without a token: %v", m)
 	}
 }
+
+// enteredWriter tells, before each write, what it is about to write.
+type enteredWriter struct {
+	w       io.Writer
+	entered chan string
+}
+
+func (e *enteredWriter) Write(b []byte) (int, error) {
+	e.entered <- string(b)
+	return e.w.Write(b)
+}
+
+// TestEOFWhileOutputBlocked: the client closes stdin while it no longer
+// reads stdout (it keeps the pipe open) and a call runs. The call is
+// cancelled and Serve returns: an answer stuck in the writer must not
+// keep the server from ending the calls in flight, which would leave
+// their commands running for as long as the host lives.
+func TestEOFWhileOutputBlocked(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	defer outR.Close()
+	b := newBlocker()
+	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
+	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
+	done := make(chan error, 1)
+	go func() { done <- conn.Serve(context.Background(), inR) }()
+	sc := bufio.NewReader(outR)
+	write := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	recv(t, ew.entered)
+	if _, err := sc.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
+	recv(t, b.started)
+	// The client stops reading: the echo's answer blocks in the writer.
+	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`)
+	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
+		t.Fatalf("wrote %q", s)
+	}
+	inW.Close()
+	if n := recv(t, b.ended); n != "x" {
+		t.Fatal(n)
+	}
+	if err := waitErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEOFWhileReplyBlocked: as TestEOFWhileOutputBlocked, but the answer
+// stuck in the writer is one the server writes as it reads (a ping's):
+// the end of stdin still cancels the call in flight and ends Serve.
+func TestEOFWhileReplyBlocked(t *testing.T) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	defer outR.Close()
+	b := newBlocker()
+	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
+	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
+	done := make(chan error, 1)
+	go func() { done <- conn.Serve(context.Background(), inR) }()
+	sc := bufio.NewReader(outR)
+	write := func(s string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, s+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	recv(t, ew.entered)
+	if _, err := sc.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
+	recv(t, b.started)
+	write(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
+		t.Fatalf("wrote %q", s)
+	}
+	inW.Close()
+	if n := recv(t, b.ended); n != "x" {
+		t.Fatal(n)
+	}
+	if err := waitErr(t, done); err != nil {
+		t.Fatal(err)
+	}
+}
