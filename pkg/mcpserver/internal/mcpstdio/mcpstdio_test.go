@@ -724,15 +724,15 @@ func (e *enteredWriter) Write(b []byte) (int, error) {
 	return e.w.Write(b)
 }
 
-// TestEOFWhileOutputBlocked: the client closes stdin while it no longer
-// reads stdout (it keeps the pipe open) and a call runs. The call is
-// cancelled and Serve returns: an answer stuck in the writer must not
-// keep the server from ending the calls in flight, which would leave
-// their commands running for as long as the host lives.
-func TestEOFWhileOutputBlocked(t *testing.T) {
+// blockedConn serves a connection whose client has initialized it, has
+// call 1 (block "x") running and reads nothing more: it returns the
+// blocker, the writer that tells of each write, a way to send a line, the
+// client's end of stdin and Serve's result.
+func blockedConn(t *testing.T) (*blocker, *enteredWriter, func(string), io.WriteCloser, chan error) {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
-	defer outR.Close()
+	t.Cleanup(func() { outR.Close() })
 	b := newBlocker()
 	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
 	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
@@ -752,6 +752,16 @@ func TestEOFWhileOutputBlocked(t *testing.T) {
 	}
 	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
 	recv(t, b.started)
+	return b, ew, write, inW, done
+}
+
+// TestEOFWhileOutputBlocked: the client closes stdin while it no longer
+// reads stdout (it keeps the pipe open) and a call runs. The call is
+// cancelled and Serve returns: an answer stuck in the writer must not
+// keep the server from ending the calls in flight, which would leave
+// their commands running for as long as the host lives.
+func TestEOFWhileOutputBlocked(t *testing.T) {
+	b, ew, write, inW, done := blockedConn(t)
 	// The client stops reading: the echo's answer blocks in the writer.
 	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`)
 	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
@@ -770,28 +780,7 @@ func TestEOFWhileOutputBlocked(t *testing.T) {
 // stuck in the writer is one the server writes as it reads (a ping's):
 // the end of stdin still cancels the call in flight and ends Serve.
 func TestEOFWhileReplyBlocked(t *testing.T) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	defer outR.Close()
-	b := newBlocker()
-	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
-	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
-	done := make(chan error, 1)
-	go func() { done <- conn.Serve(context.Background(), inR) }()
-	sc := bufio.NewReader(outR)
-	write := func(s string) {
-		t.Helper()
-		if _, err := io.WriteString(inW, s+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
-	recv(t, ew.entered)
-	if _, err := sc.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
-	recv(t, b.started)
+	b, ew, write, inW, done := blockedConn(t)
 	write(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
 	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
 		t.Fatalf("wrote %q", s)
