@@ -53,13 +53,7 @@ func TestSystemLockHoldsFiles(t *testing.T) {
 	environ := map[string]string{"HOME": filepath.Join(dir, "home"), "XDG_CONFIG_HOME": filepath.Join(dir, "home", ".config"),
 		"XDG_STATE_HOME": filepath.Join(dir, "state"), "AGENTPLANE_CONFIG": loose, "AGENTPLANE_SANDBOX_LOCK": "0",
 		"AGENTFS_SANDBOX_LOCK": "false", "AGENTPLANE_SANDBOX": "none"}
-	run := func(args ...string) (int, string) {
-		var out bytes.Buffer
-		env := &clikit.Env{Program: Program(), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
-			LookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, Environ: func() []string { return nil }}
-		env.Ctx = t.Context()
-		return clikit.Run(env, args), out.String()
-	}
+	run := runWith(t, sys, environ)
 	// The floor's own workspace takes the change: the lock is what
 	// refuses the others, not a broken setup.
 	if code, out := run("write", filepath.Join(ws, "in"), "--content", "in"); code != 0 {
@@ -104,13 +98,7 @@ func TestLockHidesStateSecrets(t *testing.T) {
 	})
 	environ := map[string]string{"HOME": filepath.Join(dir, "home"), "XDG_CONFIG_HOME": filepath.Join(dir, "home", ".config"),
 		"XDG_STATE_HOME": filepath.Join(dir, "state")}
-	run := func(args ...string) (int, string) {
-		var out bytes.Buffer
-		env := &clikit.Env{Program: Program(), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
-			LookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, Environ: func() []string { return nil }}
-		env.Ctx = t.Context()
-		return clikit.Run(env, args), out.String()
-	}
+	run := runWith(t, sys, environ)
 	// A change opens the state directory, which makes its key.
 	if code, out := run("write", filepath.Join(ws, "in.txt"), "--content", "in2\n"); code != 0 {
 		t.Fatalf("write inside the workspace: exit %d: %s", code, out)
@@ -138,5 +126,17 @@ func TestLockHidesStateSecrets(t *testing.T) {
 				t.Errorf("agentfs %s %s: %s, want path_denied", verb, p, out)
 			}
 		}
+	}
+}
+
+// runWith runs agentfs with the system configuration sys and only the
+// environment variables environ, and returns its exit code and stdout.
+func runWith(t *testing.T, sys string, environ map[string]string) func(args ...string) (int, string) {
+	return func(args ...string) (int, string) {
+		var out bytes.Buffer
+		env := &clikit.Env{Program: Program(), In: strings.NewReader(""), Out: &out, Err: io.Discard, SystemConfig: sys,
+			LookupEnv: func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, Environ: func() []string { return nil }}
+		env.Ctx = t.Context()
+		return clikit.Run(env, args), out.String()
 	}
 }
