@@ -615,25 +615,8 @@ func TestClientNeverReads(t *testing.T) {
 // client that does not read does not keep the server from reading the
 // cancellation of another call.
 func TestCancelWhileOutputBlocked(t *testing.T) {
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	b := newBlocker()
-	conn := New(outW, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
-	done := make(chan error, 1)
-	go func() { done <- conn.Serve(context.Background(), inR) }()
-	sc := bufio.NewReader(outR)
-	write := func(s string) {
-		t.Helper()
-		if _, err := io.WriteString(inW, s+"\n"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
-	if _, err := sc.ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
-	recv(t, b.started)
+	c := blockedConn(t)
+	b, write, inW, sc, done := c.b, c.write, c.in, c.out, c.done
 	// Now stop reading: this echo's answer blocks in the writer.
 	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`)
 	write(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
@@ -724,35 +707,41 @@ func (e *enteredWriter) Write(b []byte) (int, error) {
 	return e.w.Write(b)
 }
 
-// blockedConn serves a connection whose client has initialized it, has
-// call 1 (block "x") running and reads nothing more: it returns the
-// blocker, the writer that tells of each write, a way to send a line, the
-// client's end of stdin and Serve's result.
-func blockedConn(t *testing.T) (*blocker, *enteredWriter, func(string), io.WriteCloser, chan error) {
+// blockedClient is the client side of a connection that has been
+// initialized and has call 1 (block "x") running.
+type blockedClient struct {
+	b       *blocker
+	entered chan string    // what the server is about to write, as it starts each write
+	write   func(string)   // sends a line
+	in      io.WriteCloser // the client's end of stdin
+	out     *bufio.Reader  // the server's stdout, read only when the test says so
+	done    chan error     // Serve's result
+}
+
+// blockedConn serves a connection and brings it to where blockedClient
+// says.
+func blockedConn(t *testing.T) *blockedClient {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	t.Cleanup(func() { outR.Close() })
-	b := newBlocker()
-	ew := &enteredWriter{w: outW, entered: make(chan string, 16)}
-	conn := New(ew, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: b.handle})
-	done := make(chan error, 1)
-	go func() { done <- conn.Serve(context.Background(), inR) }()
-	sc := bufio.NewReader(outR)
-	write := func(s string) {
+	c := &blockedClient{b: newBlocker(), entered: make(chan string, 16), in: inW, out: bufio.NewReader(outR), done: make(chan error, 1)}
+	conn := New(&enteredWriter{w: outW, entered: c.entered}, Options{Name: "t", Tools: []Tool{{Name: "block"}, {Name: "echo"}}, Handle: c.b.handle})
+	go func() { c.done <- conn.Serve(context.Background(), inR) }()
+	c.write = func(s string) {
 		t.Helper()
 		if _, err := io.WriteString(inW, s+"\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
-	recv(t, ew.entered)
-	if _, err := sc.ReadString('\n'); err != nil {
+	c.write(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25"}}`)
+	recv(t, c.entered)
+	if _, err := c.out.ReadString('\n'); err != nil {
 		t.Fatal(err)
 	}
-	write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
-	recv(t, b.started)
-	return b, ew, write, inW, done
+	c.write(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"x"}}}`)
+	recv(t, c.b.started)
+	return c
 }
 
 // TestEOFWhileOutputBlocked: the client closes stdin while it no longer
@@ -761,10 +750,11 @@ func blockedConn(t *testing.T) (*blocker, *enteredWriter, func(string), io.Write
 // keep the server from ending the calls in flight, which would leave
 // their commands running for as long as the host lives.
 func TestEOFWhileOutputBlocked(t *testing.T) {
-	b, ew, write, inW, done := blockedConn(t)
+	c := blockedConn(t)
+	b, write, inW, done := c.b, c.write, c.in, c.done
 	// The client stops reading: the echo's answer blocks in the writer.
 	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`)
-	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
+	if s := recv(t, c.entered); !strings.Contains(s, `"id":2`) {
 		t.Fatalf("wrote %q", s)
 	}
 	inW.Close()
@@ -780,9 +770,10 @@ func TestEOFWhileOutputBlocked(t *testing.T) {
 // stuck in the writer is one the server writes as it reads (a ping's):
 // the end of stdin still cancels the call in flight and ends Serve.
 func TestEOFWhileReplyBlocked(t *testing.T) {
-	b, ew, write, inW, done := blockedConn(t)
+	c := blockedConn(t)
+	b, write, inW, done := c.b, c.write, c.in, c.done
 	write(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if s := recv(t, ew.entered); !strings.Contains(s, `"id":2`) {
+	if s := recv(t, c.entered); !strings.Contains(s, `"id":2`) {
 		t.Fatalf("wrote %q", s)
 	}
 	inW.Close()
