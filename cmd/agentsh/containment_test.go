@@ -151,6 +151,30 @@ func awaitReady(t *testing.T, pidfile string, alive func() bool) []proctree.ID {
 	}
 }
 
+// oneShot is agentsh run with args, as the containment tests run it: the
+// test binary's main, state and configuration under dir, dir its working
+// directory, and a process group of its own (so that a kill of the test's
+// group does not reach it).
+func oneShot(exe, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return cmd
+}
+
+// killAgentsh SIGKILLs the agentsh cmd runs, waits for its exit (exited,
+// from startWatched) and then for every process of ids to be gone.
+func killAgentsh(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}, ids []proctree.ID) {
+	t.Helper()
+	killed := time.Now()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	awaitGone(t, ids, killed)
+}
+
 // awaitGone waits for every process to be gone and reports how long the
 // last one took. The bound is generous for a loaded machine; the time
 // itself is logged (the guarantee is 2 s, measured in scripts/bench).
@@ -287,12 +311,7 @@ func TestContainmentWatchdogPipeHeld(t *testing.T) {
 			defer f.Close() // held, as the attack holds it, until the end
 		}
 	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	awaitGone(t, ids, killed)
+	killAgentsh(t, cmd, exited, ids)
 }
 
 // grabScript (python3) takes a copy of every descriptor of agentsh, the
@@ -366,12 +385,7 @@ func TestContainmentDescriptorsGrabbed(t *testing.T) {
 			if took := !strings.Contains(string(b), "grabbed 0 "); !strings.Contains(string(b), "grabbed") || took != tc.took {
 				t.Fatalf("want the descriptors taken: %v, have %q", tc.took, b)
 			}
-			killed := time.Now()
-			if err := cmd.Process.Kill(); err != nil {
-				t.Fatal(err)
-			}
-			<-exited
-			awaitGone(t, ids, killed)
+			killAgentsh(t, cmd, exited, ids)
 		})
 	}
 }
@@ -519,10 +533,7 @@ func TestContainmentEarlyKill(t *testing.T) {
 	for i := 0; i < kills; i++ {
 		delay := time.Duration(i) * time.Millisecond
 		started := filepath.Join(dir, "started."+strconv.Itoa(i))
-		cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, started)
-		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", script, started)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -602,12 +613,7 @@ wait`
 	})
 	ids := awaitReady(t, pidfile, alive)
 	background, tree := ids[0], ids[1:]
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	awaitGone(t, tree, killed)
+	killAgentsh(t, cmd, exited, tree)
 	if !background.Alive() {
 		t.Fatal("the session's background process died with the call that started the session")
 	}
@@ -922,18 +928,10 @@ env -i /bin/sh -c 'for f in /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/c
 while [ ! -s $p ]; do sleep 0.01; done
 echo ready >> $p
 wait`
-	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
-	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
 	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	awaitGone(t, ids, killed)
+	killAgentsh(t, cmd, exited, ids)
 }
 
 // TestContainmentBothKilledSwept: agentsh and its watchdog both SIGKILLed
@@ -1285,10 +1283,7 @@ func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
 	}
 	dir, exe := publicDir(t)
 	pidfile := filepath.Join(dir, "pids")
-	cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
-	cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
 	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
 	if guardCgroupOf(t, ids[0].PID) == "" {
@@ -1303,12 +1298,7 @@ func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
 	if err := zeroLimits(wd); err != nil {
 		t.Fatalf("the watchdog's limits: %v", err)
 	}
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	awaitGone(t, ids, killed)
+	killAgentsh(t, cmd, exited, ids)
 }
 
 // TestContainmentKeeperLimitedNobody: as nobody, the command lowers the
@@ -1342,10 +1332,5 @@ exec sleep 4622`
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
-	killed := time.Now()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-exited
-	awaitGone(t, ids, killed)
+	killAgentsh(t, cmd, exited, ids)
 }
