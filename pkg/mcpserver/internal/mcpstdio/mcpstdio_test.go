@@ -744,43 +744,31 @@ func blockedConn(t *testing.T) *blockedClient {
 	return c
 }
 
-// TestEOFWhileOutputBlocked: the client closes stdin while it no longer
+// TestEOFWhileWriteBlocked: the client closes stdin while it no longer
 // reads stdout (it keeps the pipe open) and a call runs. The call is
 // cancelled and Serve returns: an answer stuck in the writer must not
 // keep the server from ending the calls in flight, which would leave
-// their commands running for as long as the host lives.
-func TestEOFWhileOutputBlocked(t *testing.T) {
-	c := blockedConn(t)
-	b, write, inW, done := c.b, c.write, c.in, c.done
-	// The client stops reading: the echo's answer blocks in the writer.
-	write(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`)
-	if s := recv(t, c.entered); !strings.Contains(s, `"id":2`) {
-		t.Fatalf("wrote %q", s)
-	}
-	inW.Close()
-	if n := recv(t, b.ended); n != "x" {
-		t.Fatal(n)
-	}
-	if err := waitErr(t, done); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestEOFWhileReplyBlocked: as TestEOFWhileOutputBlocked, but the answer
-// stuck in the writer is one the server writes as it reads (a ping's):
-// the end of stdin still cancels the call in flight and ends Serve.
-func TestEOFWhileReplyBlocked(t *testing.T) {
-	c := blockedConn(t)
-	b, write, inW, done := c.b, c.write, c.in, c.done
-	write(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
-	if s := recv(t, c.entered); !strings.Contains(s, `"id":2`) {
-		t.Fatalf("wrote %q", s)
-	}
-	inW.Close()
-	if n := recv(t, b.ended); n != "x" {
-		t.Fatal(n)
-	}
-	if err := waitErr(t, done); err != nil {
-		t.Fatal(err)
+// their commands running for as long as the host lives. The answer stuck
+// is another call's (written by its handler) or a ping's (written by the
+// reading loop as it reads).
+func TestEOFWhileWriteBlocked(t *testing.T) {
+	for _, tc := range []struct{ name, msg string }{
+		{"call", `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"n":"y"}}}`},
+		{"ping", `{"jsonrpc":"2.0","id":2,"method":"ping"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := blockedConn(t)
+			c.write(tc.msg)
+			if s := recv(t, c.entered); !strings.Contains(s, `"id":2`) {
+				t.Fatalf("wrote %q", s)
+			}
+			c.in.Close()
+			if n := recv(t, c.b.ended); n != "x" {
+				t.Fatal(n)
+			}
+			if err := waitErr(t, c.done); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
