@@ -79,6 +79,20 @@ echo $$ >> $p
 echo ready >> $p
 wait`
 
+// rootAndPython skips the test (saying why) unless it runs as root and
+// the machine has python3, whose path it returns.
+func rootAndPython(t *testing.T, why string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip(why)
+	}
+	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
+	if py == "" {
+		t.Skip("no python3")
+	}
+	return py
+}
+
 // interpreter returns the absolute path of an interpreter the escape
 // script uses, or "" when the machine has none (the real file, not a
 // version manager's shim).
@@ -356,13 +370,7 @@ os.read(r, 1)
 // taken; root (CAP_SYS_PTRACE) takes them, and the watchdog's front and
 // the keeper learn of agentsh's death from its pidfd as well.
 func TestContainmentDescriptorsGrabbed(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (and to drop to nobody)")
-	}
-	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
-	if py == "" {
-		t.Skip("no python3")
-	}
+	py := rootAndPython(t, "needs root (and to drop to nobody)")
 	for _, tc := range []struct {
 		name string
 		cred *syscall.Credential
@@ -422,13 +430,7 @@ func sessionServer(t *testing.T, dir string) int {
 // pidfd; without a cgroup (as nobody) the keeper above the server is its
 // parent and reaps it.
 func TestContainmentSessionDescriptorsGrabbed(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (and to drop to nobody)")
-	}
-	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
-	if py == "" {
-		t.Skip("no python3")
-	}
+	py := rootAndPython(t, "needs root (and to drop to nobody)")
 	for _, tc := range []struct {
 		name string
 		cred *syscall.Credential
@@ -1188,13 +1190,7 @@ os.execve("/bin/sleep", ["sleep", "4611"], {})
 // undumpable, as agentsh is (proctree.Seal), so no process of its user may
 // trace it; the session's case is open (see the skip).
 func TestContainmentHelpersTracedNobody(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to drop to nobody")
-	}
-	py := interpreter("/usr/bin/python3", "/usr/local/bin/python3")
-	if py == "" {
-		t.Skip("no python3")
-	}
+	py := rootAndPython(t, "needs root to drop to nobody")
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
 	script := `p=$1
 env -i setsid "$2" "$3" "$p" 2>"$p.err" &
