@@ -341,7 +341,43 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 
 // denied reports whether rel (relative to the root) or one of its parents
 // matches a deny glob. Without confinement the globs see the absolute path.
+// A side file (an agentfs temp or backup name, see sideName) holds its
+// file's content, old or new, so it is denied when its file is: a backup
+// of ".env" left by a killed commit is as secret as ".env". A side name
+// whose file's name was cut to maxSideBase could be any file's that begins
+// so; with deny rules it is refused.
 func (s *session) denied(rel string) (string, bool) {
+	if g, ok := s.deniedName(rel); ok {
+		return g, true
+	}
+	base, cut, ok := sideOwner(path.Base(rel))
+	if !ok {
+		return "", false
+	}
+	if cut && len(s.fs.Deny) > 0 {
+		return s.fs.Deny[0], true
+	}
+	return s.deniedName(path.Join(path.Dir(rel), base))
+}
+
+// sideOwner returns the name of the file a side name belongs to, and
+// whether that name was cut. Unlike parseSideName it accepts any name of
+// the side files' shape, signed or not: refusing a look-alike costs
+// nothing, and missing a real one leaks its file.
+func sideOwner(name string) (base string, cut, ok bool) {
+	i := strings.LastIndex(name, sideMark)
+	if !strings.HasPrefix(name, ".") || i < 1 {
+		return "", false, false
+	}
+	if !strings.HasSuffix(name, ".tmp") && !strings.HasSuffix(name, ".bak") {
+		return "", false, false
+	}
+	base = name[1:i]
+	return base, len(base) >= maxSideBase, true
+}
+
+// deniedName is denied for rel itself, its parents included.
+func (s *session) deniedName(rel string) (string, bool) {
 	if h, ok := s.hidden(rel); ok {
 		return h, true
 	}

@@ -576,3 +576,45 @@ func TestMatchGlobPathological(t *testing.T) {
 		t.Fatal("did not match")
 	}
 }
+
+// TestDenySideFiles reads the side files a killed commit leaves beside a
+// denied file: each holds the file's content, old or new, and is denied
+// as the file is, whoever signed it; a side name whose file's name was cut
+// is refused whenever there are deny rules, and the file's neighbours stay
+// readable.
+func TestDenySideFiles(t *testing.T) {
+	fsys, root := newTestFS(t)
+	fsys.Deny = []string{"**/.env", "**/*.pem"}
+	long := strings.Repeat("k", maxSideBase)
+	for _, name := range []string{
+		"..env.agentfs-1-2-3-abcd.bak",
+		"app/..env.agentfs-1-2-3-abcd.tmp",
+		".server.pem.agentfs-9-9-9-ffff.bak",
+		".server.pem.agentfs-ffff.tmp", // an unsigned look-alike
+		"." + long + ".agentfs-1-2-3-abcd.bak",
+	} {
+		put(t, filepath.Join(root, name), "KEY=secret\n")
+		if _, err := fsys.Read(name, ReadOptions{}); code(err) != result.CodePathDenied {
+			t.Errorf("read %s: %v", name, err)
+		}
+	}
+	for _, name := range []string{".notes.agentfs-1-2-3-abcd.bak", "..env.agentfs-notes.txt", "env.agentfs-1-2-3-abcd.bak"} {
+		put(t, filepath.Join(root, name), "open\n")
+		if _, err := fsys.Read(name, ReadOptions{}); err != nil {
+			t.Errorf("read %s: %v", name, err)
+		}
+	}
+	l, err := fsys.List(".", ListOptions{Depth: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range l.Entries {
+		if strings.Contains(e.Path, "..env.agentfs-1") || strings.Contains(e.Path, "pem.agentfs") {
+			t.Errorf("listed %s", e.Path)
+		}
+	}
+	fsys.Deny = nil
+	if _, err := fsys.Read("."+long+".agentfs-1-2-3-abcd.bak", ReadOptions{}); err != nil {
+		t.Errorf("cut name without deny rules: %v", err)
+	}
+}
