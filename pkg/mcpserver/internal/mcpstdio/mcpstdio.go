@@ -24,7 +24,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -435,14 +438,39 @@ func checkID(raw json.RawMessage) (json.RawMessage, *rpcError) {
 }
 
 // idKey names a request id for the in-flight table: "1" and 1 are two
-// ids, and "a" spelled with an escape is still "a".
+// ids, "a" spelled with an escape is still "a", and a number is its value,
+// whatever its spelling (see numberKey).
 func idKey(raw json.RawMessage) string {
 	if raw[0] == '"' {
 		var s string
 		_ = json.Unmarshal(raw, &s)
 		return "s" + s
 	}
-	return "n" + string(raw)
+	return "n" + numberKey(string(raw))
+}
+
+// numberKey is one spelling of a JSON number's value: 1, 1.0, 1e0 and
+// 10E-1 are one id, as they are to a client whose numbers are doubles
+// (JavaScript's, Python's json for 1.0). An integer written with digits
+// only is its own key (exact beyond 2^53, where doubles are not; -0 is 0);
+// any other number is the double it reads as, an integer one in integer
+// digits, so that 2.0 is 2. A number no double holds keeps its text.
+func numberKey(n string) string {
+	digits := strings.TrimPrefix(n, "-")
+	if digits != "" && strings.Trim(digits, "0123456789") == "" {
+		if strings.Trim(digits, "0") == "" {
+			return "0"
+		}
+		return n
+	}
+	f, err := strconv.ParseFloat(n, 64)
+	if err != nil {
+		return n
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
 func (c *Conn) notification(method string, params json.RawMessage) {

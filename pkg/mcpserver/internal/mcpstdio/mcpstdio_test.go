@@ -772,3 +772,40 @@ func TestEOFWhileWriteBlocked(t *testing.T) {
 		})
 	}
 }
+
+// TestNumericIDValue matches numeric ids by value, as a client whose
+// numbers are doubles sees them: a cancel spelled 1.0 cancels the call
+// with id 1, and 7.0 is in use while 7 is in flight; the answer keeps the
+// id as the call spelled it.
+func TestNumericIDValue(t *testing.T) {
+	for _, c := range []struct{ a, b string }{
+		{"1", "1.0"}, {"1", "1e0"}, {"1", "10E-1"}, {"0", "-0"}, {"0", "-0.0"}, {"-3", "-3.00"},
+		{"9007199254740993", "9007199254740993"}, {"0.5", "5e-1"},
+	} {
+		if numberKey(c.a) != numberKey(c.b) {
+			t.Errorf("%s and %s differ: %s, %s", c.a, c.b, numberKey(c.a), numberKey(c.b))
+		}
+	}
+	for _, c := range []struct{ a, b string }{
+		{"1", "2"}, {"9007199254740993", "9007199254740992"}, {"0.5", "0.25"}, {"1", "-1"}, {"1e400", "2e400"},
+	} {
+		if numberKey(c.a) == numberKey(c.b) {
+			t.Errorf("%s and %s are one id: %s", c.a, c.b, numberKey(c.a))
+		}
+	}
+
+	b := newBlocker()
+	p := newPeer(t, b.handle)
+	p.initialize("2025-11-25")
+	p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{"n":"one"}}}`)
+	recv(t, b.started)
+	p.send(`{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"block","arguments":{"n":"again"}}}`)
+	if m := p.next(); errCode(m) != CodeInvalidRequest || m["id"] != float64(1) {
+		t.Fatalf("1.0 while 1 is in flight: %v", m)
+	}
+	p.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e0}}`)
+	if n := recv(t, b.ended); n != "one" {
+		t.Fatalf("ended %s", n)
+	}
+	p.pingFence("after-cancel")
+}
