@@ -291,7 +291,11 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 				return nil, err
 			}
 			p.data = data
-			p.mode = fs.FileMode(entry.Meta.PrevMode)
+			// The history records permission bits only (see record);
+			// anything else in an entry (setuid, setgid, sticky, a file
+			// type) was written by someone else, who could then make
+			// the restored file setuid, so it is dropped.
+			p.mode = fs.FileMode(entry.Meta.PrevMode).Perm()
 			if p.mode == 0 {
 				p.mode = defaultFileMode
 			}

@@ -4,9 +4,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -746,5 +749,43 @@ func TestReadHugeBinaryFile(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 32<<20 {
 		t.Fatalf("reading a %d-byte binary file allocated %d bytes", size, alloc)
+	}
+}
+
+// TestUndoForgedMode forges a history entry's mode (a history directory
+// the model can write): undo restores permission bits only, never the
+// setuid, setgid or sticky bit an entry claims.
+func TestUndoForgedMode(t *testing.T) {
+	fsys, root := newTestFS(t)
+	p := filepath.Join(root, "f")
+	put(t, p, "one\n")
+	if _, err := fsys.Write("f", []byte("two\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	metas, _ := filepath.Glob(filepath.Join(fsys.HistoryDir, "*", "*.json"))
+	if len(metas) != 1 {
+		t.Fatalf("history files: %v", metas)
+	}
+	b, err := os.ReadFile(metas[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := uint32(fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky | 0o755)
+	b2 := regexp.MustCompile(`"prev_mode":\d+`).ReplaceAll(b, []byte(fmt.Sprintf(`"prev_mode":%d`, forged)))
+	if string(b2) == string(b) {
+		t.Fatalf("no prev_mode in %s", b)
+	}
+	if err := os.WriteFile(metas[0], b2, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fsys.Undo("f"); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode() != 0o755 || get(t, p) != "one\n" {
+		t.Fatalf("restored %v: %q", fi.Mode(), get(t, p))
 	}
 }
