@@ -160,6 +160,7 @@ type session struct {
 	ownerTag string              // see owner
 	pinned   map[string]*os.Root // see pinDir
 	locked   map[string]bool     // directories (relative to the root) this session holds the lock of
+	history  string              // HistoryDir made absolute, symlinks resolved where it exists; see inHistory
 }
 
 func (f *FS) open() (*session, error) {
@@ -182,6 +183,14 @@ func (f *FS) open() (*session, error) {
 		return nil, osError(err, s.rootReal)
 	}
 	s.root = r
+	if f.HistoryDir != "" {
+		if abs, err := filepath.Abs(f.HistoryDir); err == nil {
+			s.history = abs
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				s.history = real
+			}
+		}
+	}
 	s.base = f.Dir
 	if s.base == "" {
 		wd, err := os.Getwd()
@@ -378,6 +387,9 @@ func sideOwner(name string) (base string, cut, ok bool) {
 
 // deniedName is denied for rel itself, its parents included.
 func (s *session) deniedName(rel string) (string, bool) {
+	if h, ok := s.inHistory(rel); ok {
+		return h, true
+	}
 	if h, ok := s.hidden(rel); ok {
 		return h, true
 	}
@@ -395,6 +407,22 @@ func (s *session) deniedName(rel string) (string, bool) {
 			}
 		}
 		name = path.Dir(name)
+	}
+	return "", false
+}
+
+// inHistory reports whether rel (relative to the root) is inside the undo
+// history, while any rule is in force (a root, a deny or hidden path).
+// The history is agentfs's own state, not content to operate on: it holds
+// the earlier content of every file agentfs changed, denied ones included
+// (changed before a rule named them, or by an agentfs without the rule),
+// and an entry written through agentfs would forge what undo restores.
+func (s *session) inHistory(rel string) (string, bool) {
+	if s.history == "" || !s.confined && len(s.fs.Deny) == 0 && len(s.fs.Hidden) == 0 {
+		return "", false
+	}
+	if _, ok := within(s.history, filepath.Join(s.rootReal, filepath.FromSlash(rel))); ok {
+		return s.history, true
 	}
 	return "", false
 }

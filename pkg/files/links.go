@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -60,7 +61,7 @@ func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
 		if s.fs.beforeLinkScan != nil {
 			s.fs.beforeLinkScan()
 		}
-		found, deniedName, rule, err := s.scanLinks(st)
+		found, deniedName, rule, err := s.scanLinks(st, s.ownHistory(t))
 		switch {
 		case err != nil:
 			return osError(err, t.given)
@@ -102,12 +103,25 @@ func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
 	}
 }
 
+// ownHistory is the undo history directory of t's file, symlinks resolved
+// as inHistory sees it, or "" without history.
+func (s *session) ownHistory(t target) string {
+	if s.history == "" {
+		return ""
+	}
+	return filepath.Join(s.history, filepath.Base(s.fs.historyDir(t.abs)))
+}
+
 // linkScanTries bounds the walks of checkLinks while the link count moves.
 const linkScanTries = 4
 
 // scanLinks walks the root for the names of the inode st describes: how
 // many it found, and the first that is denied with its rule.
-func (s *session) scanLinks(st *syscall.Stat_t) (found uint64, deniedName, rule string, err error) {
+//
+// A name in own, the undo history of the file being checked, is counted
+// and not denied: it is the link an agentfs committing that file makes to
+// the inode it replaces, which still holds the file's own content.
+func (s *session) scanLinks(st *syscall.Stat_t, own string) (found uint64, deniedName, rule string, err error) {
 	nlink := uint64(st.Nlink)
 	seen := 0
 	err = fs.WalkDir(s.root.FS(), ".", func(name string, d fs.DirEntry, err error) error {
@@ -129,7 +143,8 @@ func (s *session) scanLinks(st *syscall.Stat_t) (found uint64, deniedName, rule 
 			return nil
 		}
 		found++
-		if g, deny := s.denied(name); deny {
+		_, mine := within(own, filepath.Join(s.rootReal, filepath.FromSlash(name)))
+		if g, deny := s.denied(name); deny && !(own != "" && mine) {
 			deniedName, rule = name, g
 			return errScanDone
 		}

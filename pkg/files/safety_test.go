@@ -618,3 +618,47 @@ func TestDenySideFiles(t *testing.T) {
 		t.Errorf("cut name without deny rules: %v", err)
 	}
 }
+
+// TestDenyHistory reads and writes the undo history through agentfs while
+// a rule is in force: it holds the earlier content of a file that is
+// denied now (changed before the rule, or by an agentfs without it), and
+// writing an entry would forge an undo. Both are refused, inside a root
+// and without one; without any rule agentfs stays unrestricted.
+func TestDenyHistory(t *testing.T) {
+	root := t.TempDir()
+	hist := filepath.Join(root, ".state", "history")
+	open := &FS{Dir: root, HistoryDir: hist}
+	put(t, filepath.Join(root, ".env"), "KEY=old-secret\n")
+	if _, err := open.Write(".env", []byte("KEY=new\n"), WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	datas, _ := filepath.Glob(filepath.Join(hist, "*", "*.data"))
+	if len(datas) != 1 {
+		t.Fatalf("history files: %v", datas)
+	}
+	for _, f := range []*FS{
+		{Dir: root, HistoryDir: hist, Deny: []string{"**/.env"}},
+		{Root: root, Dir: root, HistoryDir: hist},
+		{Root: root, Dir: root, HistoryDir: filepath.Join(root, ".state", "x", "..", "history")},
+	} {
+		if _, err := f.Read(datas[0], ReadOptions{}); code(err) != result.CodePathDenied {
+			t.Errorf("read %s (root %q, deny %v): %v", datas[0], f.Root, f.Deny, err)
+		}
+		if _, err := f.Write(filepath.Join(filepath.Dir(datas[0]), "999999999999.json"), []byte("{}"), WriteOptions{}); code(err) != result.CodePathDenied {
+			t.Errorf("write into the history: %v", err)
+		}
+		if _, err := f.Read(".gitignore", ReadOptions{}); code(err) != result.CodeFileNotFound && err != nil {
+			t.Errorf("read beside the history: %v", err)
+		}
+	}
+	if r, err := open.Read(datas[0], ReadOptions{}); err != nil || r.Content != "KEY=old-secret\n" {
+		t.Errorf("without rules: %v", err)
+	}
+	// Undo still works through the history under a rule.
+	if _, err := (&FS{Root: root, Dir: root, HistoryDir: hist}).Undo(".env"); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, filepath.Join(root, ".env")) != "KEY=old-secret\n" {
+		t.Fatal("undo")
+	}
+}
