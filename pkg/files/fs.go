@@ -107,6 +107,11 @@ type FS struct {
 	// HistoryDir is where undo history lives; empty disables history and
 	// Undo reports nothing_to_undo.
 	HistoryDir string
+	// Histories are more undo histories (of other state directories, or
+	// HistoryDir's own where a read leaves it empty) that, like
+	// HistoryDir, no operation may read or change while a rule is in
+	// force (see inHistory).
+	Histories []string
 	// HistoryVersions and HistoryBytes bound the history of one file: the
 	// oldest versions go first when either is exceeded (the newest version
 	// is always kept). 0 means the defaults.
@@ -151,16 +156,17 @@ type FS struct {
 // session is one operation's view of the file system: an open os.Root and
 // the two spellings of the root's absolute path.
 type session struct {
-	fs       *FS
-	root     *os.Root
-	rootAbs  string // the root as configured, made absolute and clean
-	rootReal string // the same with symlinks resolved
-	confined bool
-	base     string              // absolute directory relative paths start from
-	ownerTag string              // see owner
-	pinned   map[string]*os.Root // see pinDir
-	locked   map[string]bool     // directories (relative to the root) this session holds the lock of
-	history  string              // HistoryDir made absolute, symlinks resolved where it exists; see inHistory
+	fs        *FS
+	root      *os.Root
+	rootAbs   string // the root as configured, made absolute and clean
+	rootReal  string // the same with symlinks resolved
+	confined  bool
+	base      string              // absolute directory relative paths start from
+	ownerTag  string              // see owner
+	pinned    map[string]*os.Root // see pinDir
+	locked    map[string]bool     // directories (relative to the root) this session holds the lock of
+	history   string              // HistoryDir made absolute, symlinks resolved where it exists; see inHistory
+	histories []string            // the same for HistoryDir and Histories
 }
 
 func (f *FS) open() (*session, error) {
@@ -183,13 +189,21 @@ func (f *FS) open() (*session, error) {
 		return nil, osError(err, s.rootReal)
 	}
 	s.root = r
-	if f.HistoryDir != "" {
-		if abs, err := filepath.Abs(f.HistoryDir); err == nil {
-			s.history = abs
-			if real, err := filepath.EvalSymlinks(abs); err == nil {
-				s.history = real
-			}
+	for i, h := range append([]string{f.HistoryDir}, f.Histories...) {
+		if h == "" {
+			continue
 		}
+		abs, err := filepath.Abs(h)
+		if err != nil {
+			continue
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		if i == 0 {
+			s.history = abs
+		}
+		s.histories = append(s.histories, abs)
 	}
 	s.base = f.Dir
 	if s.base == "" {
@@ -418,11 +432,14 @@ func (s *session) deniedName(rel string) (string, bool) {
 // (changed before a rule named them, or by an agentfs without the rule),
 // and an entry written through agentfs would forge what undo restores.
 func (s *session) inHistory(rel string) (string, bool) {
-	if s.history == "" || !s.confined && len(s.fs.Deny) == 0 && len(s.fs.Hidden) == 0 {
+	if !s.confined && len(s.fs.Deny) == 0 && len(s.fs.Hidden) == 0 {
 		return "", false
 	}
-	if _, ok := within(s.history, filepath.Join(s.rootReal, filepath.FromSlash(rel))); ok {
-		return s.history, true
+	abs := filepath.Join(s.rootReal, filepath.FromSlash(rel))
+	for _, h := range s.histories {
+		if _, ok := within(h, abs); ok {
+			return h, true
+		}
 	}
 	return "", false
 }

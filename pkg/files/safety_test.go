@@ -640,6 +640,7 @@ func TestDenyHistory(t *testing.T) {
 		{Dir: root, HistoryDir: hist, Deny: []string{"**/.env"}},
 		{Root: root, Dir: root, HistoryDir: hist},
 		{Root: root, Dir: root, HistoryDir: filepath.Join(root, ".state", "x", "..", "history")},
+		{Root: root, Dir: root, Histories: []string{filepath.Join(root, "elsewhere"), hist}}, // a read: no history of its own
 	} {
 		if _, err := f.Read(datas[0], ReadOptions{}); code(err) != result.CodePathDenied {
 			t.Errorf("read %s (root %q, deny %v): %v", datas[0], f.Root, f.Deny, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/files"
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // Output modes of --output.
@@ -232,6 +233,16 @@ func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error)
 			return nil, err
 		}
 		fsys.HistoryDir = d.Join("history")
+	}
+	// The undo histories hold the earlier content of files agentfs
+	// changed, denied ones too: under a rule none is read or changed
+	// through agentfs, the call's own (also for a read, which opens no
+	// state), nor the default one a --state-dir moves away from.
+	home := env.Getenv("HOME")
+	for _, dir := range []string{c.StateDir, state.DefaultDir(env.Getenv, home)} {
+		if dir != "" {
+			fsys.Histories = append(fsys.Histories, filepath.Join(dir, "history"))
+		}
 	}
 	return fsys, nil
 }

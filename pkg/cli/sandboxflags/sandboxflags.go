@@ -119,6 +119,9 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		// besides.
 		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
 		p.Hide = append(p.Hide, sessionSecrets(dir)...)
+		// agentfs's undo history holds the earlier content of every
+		// file it changed: a --deny-read file's too.
+		p.Hide = append(p.Hide, filepath.Join(dir, "history"))
 		if i == 0 {
 			p.CacheDir = filepath.Join(dir, "cache")
 		}
