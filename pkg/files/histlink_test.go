@@ -16,12 +16,26 @@ import (
 // the other name was agentfs's own history and the read would have been
 // served a moment later. (A change set stops between the history and the
 // rename of its second file, where afterRename of its first runs.)
+//
+// In "history in the root" (a state directory under the workspace) the
+// walk finds the history's link: it is the file's own, not a denied name
+// of the undo history, and the read is served at once.
 func TestReadDuringCommitOfLinkedHistory(t *testing.T) {
-	fsys, root := newTestFS(t)
+	t.Run("history outside", func(t *testing.T) {
+		fsys, root := newTestFS(t)
+		readDuringCommit(t, fsys, root, &FS{Root: root, Dir: root})
+	})
+	t.Run("history in the root", func(t *testing.T) {
+		root := t.TempDir()
+		hist := filepath.Join(root, ".state", "history")
+		readDuringCommit(t, &FS{Root: root, Dir: root, HistoryDir: hist}, root, &FS{Root: root, Dir: root, HistoryDir: hist})
+	})
+}
+
+func readDuringCommit(t *testing.T, fsys *FS, root string, reader *FS) {
 	big := strings.Repeat("0123456789abcdef\n", (linkMinSize/17)+10)
 	put(t, filepath.Join(root, "a.txt"), big)
 	put(t, filepath.Join(root, "b.txt"), "b\n")
-	reader := &FS{Root: root, Dir: root}
 	awaiting := make(chan struct{})
 	reader.beforeAwait = func() { close(awaiting) }
 	var readErr error
@@ -124,53 +138,5 @@ func TestDryRunUndoLeavesLiveHistory(t *testing.T) {
 	}
 	if got := get(t, filepath.Join(root, "f.txt")); got != "before\n" {
 		t.Fatalf("undo left %q", got)
-	}
-}
-
-// TestReadDuringCommitHistoryInRoot is the read above with the undo
-// history inside the root (a state directory under the workspace): the
-// history's link to the inode being replaced is found by the walk, and is
-// the file's own, not a denied name.
-func TestReadDuringCommitHistoryInRoot(t *testing.T) {
-	root := t.TempDir()
-	hist := filepath.Join(root, ".state", "history")
-	fsys := &FS{Root: root, Dir: root, HistoryDir: hist}
-	big := strings.Repeat("0123456789abcdef\n", (linkMinSize/17)+10)
-	put(t, filepath.Join(root, "a.txt"), big)
-	put(t, filepath.Join(root, "b.txt"), "b\n")
-	reader := &FS{Root: root, Dir: root, HistoryDir: hist}
-	var readErr error
-	var nlink uint64
-	fsys.afterRename = func(i int) error {
-		if i != 0 {
-			return nil
-		}
-		fi, err := os.Stat(filepath.Join(root, "a.txt"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		nlink = uint64(fi.Sys().(*syscall.Stat_t).Nlink)
-		// Under the lock the commit holds, a read that found a name it
-		// could not place would wait for the commit, here forever: it
-		// must place the history's link at once.
-		r, err := reader.Read("a.txt", ReadOptions{})
-		readErr = err
-		if err == nil && r.Content != big {
-			t.Errorf("the read returned %d bytes, want %d", len(r.Content), len(big))
-		}
-		return nil
-	}
-	_, err := fsys.Apply([]Change{
-		{Action: ActionUpdate, Path: "b.txt", NewContent: []byte("b2\n")},
-		{Action: ActionUpdate, Path: "a.txt", NewContent: []byte("a2\n")},
-	}, ApplyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nlink < 2 {
-		t.Skip("the history copied the file rather than linking it (another file system, or no /proc)")
-	}
-	if readErr != nil {
-		t.Fatalf("a read while the history's link is in the root: %v", readErr)
 	}
 }
