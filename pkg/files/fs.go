@@ -64,6 +64,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -468,10 +469,14 @@ func (s *session) mayChange(t target) error {
 }
 
 func (s *session) checkDeny(given, rel string) error {
-	if g, ok := s.denied(rel); ok {
-		return newErr(result.CodePathDenied, "%s is denied by the rule %s", given, g).With("rule", g)
+	g, ok := s.denied(rel)
+	switch {
+	case !ok:
+		return nil
+	case slices.Contains(s.histories, g):
+		return newErr(result.CodePathDenied, "%s is inside agentfs's undo history %s, which no operation reads or changes under a rule (undo restores from it)", given, g).With("rule", g)
 	}
-	return nil
+	return newErr(result.CodePathDenied, "%s is denied by the rule %s", given, g).With("rule", g)
 }
 
 // checkSize refuses a file over MaxFileSize.

@@ -642,7 +642,7 @@ func TestDenyHistory(t *testing.T) {
 		{Root: root, Dir: root, HistoryDir: filepath.Join(root, ".state", "x", "..", "history")},
 		{Root: root, Dir: root, Histories: []string{filepath.Join(root, "elsewhere"), hist}}, // a read: no history of its own
 	} {
-		if _, err := f.Read(datas[0], ReadOptions{}); code(err) != result.CodePathDenied {
+		if _, err := f.Read(datas[0], ReadOptions{}); code(err) != result.CodePathDenied || !strings.Contains(err.Error(), "undo history") {
 			t.Errorf("read %s (root %q, deny %v): %v", datas[0], f.Root, f.Deny, err)
 		}
 		if _, err := f.Write(filepath.Join(filepath.Dir(datas[0]), "999999999999.json"), []byte("{}"), WriteOptions{}); code(err) != result.CodePathDenied {
