@@ -157,17 +157,18 @@ type FS struct {
 // session is one operation's view of the file system: an open os.Root and
 // the two spellings of the root's absolute path.
 type session struct {
-	fs        *FS
-	root      *os.Root
-	rootAbs   string // the root as configured, made absolute and clean
-	rootReal  string // the same with symlinks resolved
-	confined  bool
-	base      string              // absolute directory relative paths start from
-	ownerTag  string              // see owner
-	pinned    map[string]*os.Root // see pinDir
-	locked    map[string]bool     // directories (relative to the root) this session holds the lock of
-	history   string              // HistoryDir made absolute, symlinks resolved where it exists; see inHistory
-	histories []string            // the same for HistoryDir and Histories
+	fs         *FS
+	root       *os.Root
+	rootAbs    string // the root as configured, made absolute and clean
+	rootReal   string // the same with symlinks resolved
+	confined   bool
+	base       string              // absolute directory relative paths start from
+	ownerTag   string              // see owner
+	pinned     map[string]*os.Root // see pinDir
+	locked     map[string]bool     // directories (relative to the root) this session holds the lock of
+	history    string              // HistoryDir made absolute, symlinks resolved where it exists; see inHistory
+	histories  []string            // the same for HistoryDir and Histories
+	hiddenReal []string            // FS.Hidden, each as realPath makes it
 }
 
 func (f *FS) open() (*session, error) {
@@ -194,17 +195,14 @@ func (f *FS) open() (*session, error) {
 		if h == "" {
 			continue
 		}
-		abs, err := filepath.Abs(h)
-		if err != nil {
-			continue
-		}
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		}
+		real := realPath(h)
 		if i == 0 {
-			s.history = abs
+			s.history = real
 		}
-		s.histories = append(s.histories, abs)
+		s.histories = append(s.histories, real)
+	}
+	for _, h := range f.Hidden {
+		s.hiddenReal = append(s.hiddenReal, realPath(h))
 	}
 	s.base = f.Dir
 	if s.base == "" {
@@ -448,16 +446,38 @@ func (s *session) inHistory(rel string) (string, bool) {
 // hidden reports whether rel (relative to the root) is one of the Hidden
 // paths or beneath one.
 func (s *session) hidden(rel string) (string, bool) {
-	if len(s.fs.Hidden) == 0 {
+	if len(s.hiddenReal) == 0 {
 		return "", false
 	}
 	abs := filepath.Join(s.rootReal, filepath.FromSlash(rel))
-	for _, h := range s.fs.Hidden {
-		if _, ok := within(filepath.Clean(h), abs); ok {
+	for _, h := range s.hiddenReal {
+		if _, ok := within(h, abs); ok {
 			return h, true
 		}
 	}
 	return "", false
+}
+
+// realPath is p made absolute with the symbolic links of its longest
+// existing part resolved, the rest joined as named: the path by which a
+// target that resolves to it is compared (targets are resolved, see
+// resolve), also while its last parts do not exist yet (a history still
+// to be made under a linked directory).
+func realPath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	rest := ""
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if dir == filepath.Dir(dir) {
+			return abs
+		}
+		rest = filepath.Join(filepath.Base(dir), rest)
+	}
 }
 
 // mayChange asks FS.MayChange about the file of t.

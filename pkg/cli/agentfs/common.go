@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -235,16 +236,40 @@ func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error)
 		fsys.HistoryDir = d.Join("history")
 	}
 	// The undo histories hold the earlier content of files agentfs
-	// changed, denied ones too: under a rule none is read or changed
-	// through agentfs, the call's own (also for a read, which opens no
-	// state), nor the default one a --state-dir moves away from.
-	home := env.Getenv("HOME")
-	for _, dir := range []string{c.StateDir, state.DefaultDir(env.Getenv, home)} {
-		if dir != "" {
+	// changed, denied ones too, and the secret key and the sessions'
+	// tokens are the environment's: under a rule none is read or changed
+	// through agentfs, the call's own state (also for a read, which
+	// opens none) nor the user's default one that a flag or variable
+	// moves the call away from.
+	if c.Root != "" || len(c.Deny) > 0 || len(rules.Hidden) > 0 {
+		for _, dir := range stateDirs(env, c.StateDir) {
 			fsys.Histories = append(fsys.Histories, filepath.Join(dir, "history"))
+			fsys.Hidden = append(fsys.Hidden, sandboxflags.StateSecrets(dir)...)
 		}
 	}
 	return fsys, nil
+}
+
+// stateDirs are the state directories a call could mean: its flag's,
+// the one the environment names, and the user's default whatever the
+// variables say (AGENTPLANE_STATE_DIR, XDG_STATE_HOME, HOME: a caller
+// that sets them moves the call's state, not the user's).
+func stateDirs(env *clikit.Env, flag string) []string {
+	none := func(string) string { return "" }
+	xdg := func(k string) string {
+		if k == "XDG_STATE_HOME" {
+			return env.Getenv(k)
+		}
+		return ""
+	}
+	home := env.Getenv("HOME")
+	var out []string
+	for _, d := range []string{flag, state.DefaultDir(env.Getenv, home), state.DefaultDir(xdg, home), state.DefaultDir(none, home), state.DefaultDir(none, "")} {
+		if d != "" && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // fileRules reads the operator's sandbox_lock floor once per call: agentfs

@@ -140,3 +140,69 @@ func runWith(t *testing.T, sys string, environ map[string]string) func(args ...s
 		return clikit.Run(env, args), out.String()
 	}
 }
+
+// TestRulesHideState attacks agentplane's state through agentfs under a
+// rule (--deny, --root), the way a caller that chooses the environment
+// would: the undo history of the user's default state directory (read
+// and forged while AGENTPLANE_STATE_DIR or XDG_STATE_HOME names another),
+// the call's own history reached through a linked directory before it
+// exists, and the secret key. Each is path_denied; without a rule agentfs
+// stays unrestricted.
+func TestRulesHideState(t *testing.T) {
+	dir := t.TempDir()
+	home := filepath.Join(dir, "home")
+	ws := filepath.Join(dir, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(ws, filepath.Join(dir, "wslink")); err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(ws, ".env")
+	if err := os.WriteFile(envFile, []byte("KEY=old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plain := runWith(t, "", map[string]string{"HOME": home})
+	if code, out := plain("write", envFile, "--content", "KEY=new\n"); code != 0 {
+		t.Fatalf("write: %d %s", code, out)
+	}
+	stateDir := filepath.Join(home, ".local", "state", "agentplane")
+	datas, _ := filepath.Glob(filepath.Join(stateDir, "history", "*", "*.data"))
+	if len(datas) != 1 {
+		t.Fatalf("history: %v", datas)
+	}
+	if code, out := plain("read", datas[0]); code != 0 || !strings.Contains(out, "KEY=old") {
+		t.Fatalf("without a rule the history is the caller's: %d %s", code, out)
+	}
+	for name, environ := range map[string]map[string]string{
+		"default":              {"HOME": home},
+		"AGENTPLANE_STATE_DIR": {"HOME": home, "AGENTPLANE_STATE_DIR": filepath.Join(dir, "other")},
+		"XDG_STATE_HOME":       {"HOME": home, "XDG_STATE_HOME": filepath.Join(dir, "xdg")},
+	} {
+		run := runWith(t, "", environ)
+		for _, rule := range [][]string{{"--deny", "**/.env"}, {"--root", home}} {
+			for _, args := range [][]string{
+				{"read", datas[0]},
+				{"write", datas[0], "--content", "KEY=forged\n"},
+				{"read", filepath.Join(stateDir, state.KeyFile)},
+			} {
+				code, out := run(append(args, rule...)...)
+				if code == 0 || gjson.Get(out, "error.code").String() != "path_denied" {
+					t.Errorf("%s: agentfs %v %v: exit %d, %.200s", name, args, rule, code, out)
+				}
+			}
+		}
+	}
+	if b, _ := os.ReadFile(datas[0]); string(b) != "KEY=old\n" {
+		t.Fatalf("history forged: %q", b)
+	}
+
+	// The call's own history, not made yet, under a linked workspace.
+	own := filepath.Join(dir, "wslink", "st")
+	run := runWith(t, "", map[string]string{"HOME": home})
+	forged := filepath.Join(own, "history", "0f", "000000000001.data")
+	code, out := run("write", forged, "--content", "KEY=forged\n", "--state-dir", own, "--root", filepath.Join(dir, "wslink"))
+	if code == 0 || gjson.Get(out, "error.code").String() != "path_denied" {
+		t.Errorf("write into the call's own history through a link: exit %d, %.200s", code, out)
+	}
+}

@@ -117,11 +117,7 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		// session's shell reads its call files there); their sockets and
 		// tokens are hidden, and the session servers authenticate callers
 		// besides.
-		p.Hide = append(p.Hide, filepath.Join(dir, state.KeyFile))
-		p.Hide = append(p.Hide, sessionSecrets(dir)...)
-		// agentfs's undo history holds the earlier content of every
-		// file it changed: a --deny-read file's too.
-		p.Hide = append(p.Hide, filepath.Join(dir, "history"))
+		p.Hide = append(p.Hide, StateSecrets(dir)...)
 		if i == 0 {
 			p.CacheDir = filepath.Join(dir, "cache")
 		}
@@ -179,6 +175,14 @@ func (o *Options) stateDirs(env *clikit.Env) []string {
 
 // sessionSecrets lists the sockets and tokens of the environment's
 // sessions as they are now.
+// StateSecrets are what of a state directory no command or agentfs
+// under a rule may read: the secret key, the sessions' sockets and
+// tokens, and agentfs's undo history, which holds the earlier content of
+// every file agentfs changed (a --deny-read file's too).
+func StateSecrets(dir string) []string {
+	return append([]string{filepath.Join(dir, state.KeyFile), filepath.Join(dir, "history")}, sessionSecrets(dir)...)
+}
+
 func sessionSecrets(stateDir string) []string {
 	var out []string
 	for _, pat := range []string{"sock", "token"} {
