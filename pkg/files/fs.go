@@ -369,17 +369,26 @@ func (s *session) resolve(p string, followFinal bool) (target, error) {
 // whose file's name was cut to maxSideBase could be any file's that begins
 // so; with deny rules it is refused.
 func (s *session) denied(rel string) (string, bool) {
-	if g, ok := s.deniedName(rel); ok {
-		return g, true
+	// A side name of a side name (a temp file of a backup) is its
+	// file's too, however deep.
+	for {
+		if g, ok := s.deniedName(rel); ok {
+			return g, true
+		}
+		base, cut, ok := sideOwner(path.Base(rel))
+		if !ok {
+			return "", false
+		}
+		if cut {
+			if len(s.fs.Deny) > 0 {
+				return s.fs.Deny[0], true
+			}
+			if len(s.hiddenReal) > 0 {
+				return s.hiddenReal[0], true
+			}
+		}
+		rel = path.Join(path.Dir(rel), base)
 	}
-	base, cut, ok := sideOwner(path.Base(rel))
-	if !ok {
-		return "", false
-	}
-	if cut && len(s.fs.Deny) > 0 {
-		return s.fs.Deny[0], true
-	}
-	return s.deniedName(path.Join(path.Dir(rel), base))
 }
 
 // sideOwner returns the name of the file a side name belongs to, and

@@ -590,7 +590,8 @@ func TestDenySideFiles(t *testing.T) {
 		"..env.agentfs-1-2-3-abcd.bak",
 		"app/..env.agentfs-1-2-3-abcd.tmp",
 		".server.pem.agentfs-9-9-9-ffff.bak",
-		".server.pem.agentfs-ffff.tmp", // an unsigned look-alike
+		".server.pem.agentfs-ffff.tmp",                         // an unsigned look-alike
+		"...env.agentfs-1-2-3-abcd.bak.agentfs-4-5-6-ef01.tmp", // a temp file of a backup
 		"." + long + ".agentfs-1-2-3-abcd.bak",
 	} {
 		put(t, filepath.Join(root, name), "KEY=secret\n")
