@@ -443,25 +443,25 @@ func (s *session) inHistory(rel string) (string, bool) {
 	if !s.confined && len(s.fs.Deny) == 0 && len(s.fs.Hidden) == 0 {
 		return "", false
 	}
-	abs := filepath.Join(s.rootReal, filepath.FromSlash(rel))
-	for _, h := range s.histories {
-		if _, ok := within(h, abs); ok {
-			return h, true
-		}
-	}
-	return "", false
+	return s.beneath(s.histories, rel)
 }
 
 // hidden reports whether rel (relative to the root) is one of the Hidden
 // paths or beneath one.
 func (s *session) hidden(rel string) (string, bool) {
-	if len(s.hiddenReal) == 0 {
+	return s.beneath(s.hiddenReal, rel)
+}
+
+// beneath returns the first of dirs (resolved, see realPath) that rel
+// (relative to the root) is or lies beneath.
+func (s *session) beneath(dirs []string, rel string) (string, bool) {
+	if len(dirs) == 0 {
 		return "", false
 	}
 	abs := filepath.Join(s.rootReal, filepath.FromSlash(rel))
-	for _, h := range s.hiddenReal {
-		if _, ok := within(h, abs); ok {
-			return h, true
+	for _, d := range dirs {
+		if _, ok := within(d, abs); ok {
+			return d, true
 		}
 	}
 	return "", false

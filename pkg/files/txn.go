@@ -412,26 +412,20 @@ func (s *session) sweep(dir string) {
 	}
 }
 
-// parseSideName splits ".NAME.agentfs-PID-START-BOOT-RANDOM.KIND".
+// parseSideName splits ".NAME.agentfs-PID-START-BOOT-RANDOM.KIND": a side
+// name (sideOwner) that its maker signed.
 func parseSideName(name string) (base, owner, kind string, ok bool) {
-	if !strings.HasPrefix(name, ".") {
+	base, _, ok = sideOwner(name)
+	if !ok {
 		return "", "", "", false
 	}
-	i := strings.LastIndex(name, sideMark)
-	if i < 1 {
-		return "", "", "", false
-	}
-	rest := name[i+len(sideMark):]
-	dot := strings.LastIndexByte(rest, '.')
-	if dot < 0 {
-		return "", "", "", false
-	}
-	kind = rest[dot+1:]
-	parts := strings.Split(rest[:dot], "-")
-	if (kind != "tmp" && kind != "bak") || len(parts) != 4 {
+	rest := name[1+len(base)+len(sideMark):]
+	kind = rest[len(rest)-len("tmp"):]
+	parts := strings.Split(rest[:len(rest)-len(".tmp")], "-")
+	if len(parts) != 4 {
 		return "", "", "", false // a name of another program, or of an agentfs that did not sign them
 	}
-	return name[1:i], strings.Join(parts[:3], "-"), kind, true
+	return base, strings.Join(parts[:3], "-"), kind, true
 }
 
 // ownerGone reports whether the process an owner tag names is provably
