@@ -54,7 +54,8 @@ var (
 // gitWatch is what the start recorded to check against at the end.
 type gitWatch struct {
 	mu       sync.Mutex
-	since    unix.Timespec // the start, or the last check's
+	since    unix.Timespec        // the start, or the last check's
+	clock    func() unix.Timespec // coarseNow (a test's clock)
 	writable []string
 	dirs     []*watchedGitDir
 	indexes  []watchedIndex
@@ -66,6 +67,24 @@ type gitWatch struct {
 	// its age (the command may have written it in an earlier run, where
 	// the index had no gitlink there).
 	known map[string]bool
+	// seen are the symbolic links and .git files the last check looked at
+	// on the way to each gitlink, with their inodes and times then. A
+	// change in the tick a check starts in reads as at or after it (and a
+	// multigrain file system stamps one just before it later still), so
+	// the next check would find the same path new again, unchanged; what
+	// the last check saw unchanged it has judged already.
+	seen map[string]inodeKey
+}
+
+// inodeKey is what tells an unchanged path from a rewritten one.
+type inodeKey struct {
+	dev, ino   uint64
+	size       int64
+	mtim, ctim unix.Timespec
+}
+
+func keyOf(st *unix.Stat_t) inodeKey {
+	return inodeKey{uint64(st.Dev), st.Ino, st.Size, st.Mtim, st.Ctim}
 }
 
 // watchedGitDir is a git directory in a writable root as the search found
@@ -124,7 +143,7 @@ func lexists(path string) bool {
 // watch records, from what the search found, the state the end checks
 // against. since is the time taken before the search.
 func (g *gitGuard) watch(roots []string, since unix.Timespec, cache string) *gitWatch {
-	w := &gitWatch{since: since, writable: g.writable, roots: map[string]bool{}, cache: cache}
+	w := &gitWatch{since: since, clock: coarseNow, writable: g.writable, roots: map[string]bool{}, cache: cache}
 	for _, r := range roots {
 		w.roots[r] = lexists(filepath.Join(r, ".git"))
 		if !w.roots[r] {
@@ -222,7 +241,7 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	since := w.since
-	w.since = coarseNow()
+	w.since = w.clock()
 	for _, d := range w.dirs {
 		planted = d.check(since, planted)
 	}
@@ -233,14 +252,33 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 		}
 	}
 	links, complete := w.gitlinks()
+	seen := map[string]inodeKey{}
+	// isNew: path's inode changed at or after since, and the last check
+	// did not see it as it is. What the next check could find new
+	// unchanged is kept in seen.
+	isNew := func(path string) (is, exists bool) {
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) != nil {
+			return false, false
+		}
+		k := keyOf(&st)
+		if notBefore(st.Ctim, w.since) {
+			seen[path] = k
+		}
+		return notBefore(st.Ctim, since) && w.seen[path] != k, true
+	}
 	for _, l := range links {
 		dotgit := filepath.Join(l.path, ".git")
-		if link := newSymlink(l.wt, l.path, since); link != "" {
+		link := newSymlink(l.wt, l.path, isNew)
+		changed, exists := isNew(dotgit)
+		switch {
+		case link != "":
 			planted = append(planted, link)
-		} else if changedSince(dotgit, since) || !w.known[l.path] && lexists(dotgit) {
+		case changed || exists && !w.known[l.path]:
 			planted = append(planted, dotgit)
 		}
 	}
+	w.seen = seen
 	if complete {
 		w.known = knownLinks(links)
 	}
@@ -252,24 +290,29 @@ func (w *gitWatch) check() (planted []string, complete bool) {
 type gitlinkPath struct{ wt, path string }
 
 // newSymlink returns the first directory on the way from the work tree wt
-// down to path that is a symbolic link made since since, or "": git
+// down to path that is a symbolic link isNew finds new, or "" (it asks
+// isNew of every link on the way): git
 // follows it to a .git elsewhere, which may be old (a repository the
 // command made in an earlier run).
-func newSymlink(wt, path string, since unix.Timespec) string {
+func newSymlink(wt, path string, isNew func(string) (is, exists bool)) string {
 	var chain []string
 	for d := path; d != wt && strings.HasPrefix(d, wt+string(filepath.Separator)); d = filepath.Dir(d) {
 		chain = append(chain, d)
 	}
+	first := ""
 	for i := len(chain) - 1; i >= 0; i-- {
 		var st unix.Stat_t
 		if unix.Lstat(chain[i], &st) != nil {
-			return ""
+			break
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFLNK && notBefore(st.Ctim, since) {
-			return chain[i]
+		// Each link is looked at, so that the next check knows them all.
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			if is, _ := isNew(chain[i]); is && first == "" {
+				first = chain[i]
+			}
 		}
 	}
-	return ""
+	return first
 }
 
 // check adds to planted what is new in the git directory d since since.

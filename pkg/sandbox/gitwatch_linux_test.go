@@ -499,6 +499,8 @@ func TestGitWatchGitlinkAddedLater(t *testing.T) {
 	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",real")
 	must(t, os.MkdirAll(filepath.Join(root, "real"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "real", ".git"), []byte("gitdir: ../.git/modules/real\n"), 0o644))
+	tickAfter(t, filepath.Join(root, "real", ".git"))
+	mid := coarseNow()
 	// The first run's part.
 	must(t, os.MkdirAll(filepath.Join(root, "sub"), 0o755))
 	must(t, os.WriteFile(filepath.Join(root, "sub", ".git"), []byte("gitdir: ../forged\n"), 0o644))
@@ -511,6 +513,10 @@ func TestGitWatchGitlinkAddedLater(t *testing.T) {
 	cache := filepath.Join(t.TempDir(), gitlinkCache)
 	g := newGitGuard([]string{root}, []string{root}, nil, "")
 	w := g.watch([]string{root}, since, cache)
+	// The check begins in the tick the first run's part was written in
+	// (their change times read as after it; a multigrain file system
+	// stamps later than the coarse clock).
+	w.clock = func() unix.Timespec { return mid }
 	// The second run's part.
 	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",sub")
 	gitCmd(t, root, "update-index", "--add", "--cacheinfo", "160000,"+hash+",link/in")
@@ -519,9 +525,25 @@ func TestGitWatchGitlinkAddedLater(t *testing.T) {
 	if !ok || !reflect.DeepEqual(planted, want) {
 		t.Errorf("planted %q (complete %v), want %q", planted, ok, want)
 	}
-	// Reported once: the next check knows them.
+	// Reported once: the next check knows them, though they read as
+	// changed since the first check began.
 	if planted, _ := w.check(); len(planted) > 0 {
 		t.Errorf("reported again: %q", planted)
+	}
+	// Still reported again once rewritten.
+	must(t, os.WriteFile(filepath.Join(root, "sub", ".git"), []byte("gitdir: ../forged/.git\n"), 0o644))
+	if planted, _ := w.check(); !slices.Equal(planted, []string{filepath.Join(root, "sub", ".git")}) {
+		t.Errorf("planted %q after a rewrite, want sub/.git", planted)
+	}
+}
+
+// tickAfter waits for the coarse clock to pass path's change time.
+func tickAfter(t *testing.T, path string) {
+	t.Helper()
+	var st unix.Stat_t
+	must(t, unix.Lstat(path, &st))
+	for now := coarseNow(); !(now.Sec > st.Ctim.Sec || now.Sec == st.Ctim.Sec && now.Nsec > st.Ctim.Nsec); now = coarseNow() {
+		time.Sleep(time.Millisecond)
 	}
 }
 
