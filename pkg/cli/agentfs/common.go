@@ -5,7 +5,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -17,7 +16,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/cli/sandboxflags"
 	"github.com/agentplane/agentplane/pkg/files"
 	"github.com/agentplane/agentplane/pkg/result"
-	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // Output modes of --output.
@@ -242,34 +240,12 @@ func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error)
 	// opens none) nor the user's default one that a flag or variable
 	// moves the call away from.
 	if c.Root != "" || len(c.Deny) > 0 || len(rules.Hidden) > 0 {
-		for _, dir := range stateDirs(env, c.StateDir) {
+		for _, dir := range sandboxflags.StateDirs(env, c.StateDir) {
 			fsys.Histories = append(fsys.Histories, filepath.Join(dir, "history"))
 			fsys.Hidden = append(fsys.Hidden, sandboxflags.StateSecrets(dir)...)
 		}
 	}
 	return fsys, nil
-}
-
-// stateDirs are the state directories a call could mean: its flag's,
-// the one the environment names, and the user's default whatever the
-// variables say (AGENTPLANE_STATE_DIR, XDG_STATE_HOME, HOME: a caller
-// that sets them moves the call's state, not the user's).
-func stateDirs(env *clikit.Env, flag string) []string {
-	none := func(string) string { return "" }
-	xdg := func(k string) string {
-		if k == "XDG_STATE_HOME" {
-			return env.Getenv(k)
-		}
-		return ""
-	}
-	home := env.Getenv("HOME")
-	var out []string
-	for _, d := range []string{flag, state.DefaultDir(env.Getenv, home), state.DefaultDir(xdg, home), state.DefaultDir(none, home), state.DefaultDir(none, "")} {
-		if d != "" && !slices.Contains(out, d) {
-			out = append(out, d)
-		}
-	}
-	return out
 }
 
 // fileRules reads the operator's sandbox_lock floor once per call: agentfs

@@ -111,7 +111,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 // cache directory. A default config file that does not exist yet is
 // protected through its directory, so that a command cannot create one.
 func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
-	for i, dir := range o.stateDirs(env) {
+	for i, dir := range StateDirs(env, o.StateDir) {
 		p.Protect = append(p.Protect, dir)
 		// The session directories themselves stay visible (a sandboxed
 		// session's shell reads its call files there); their sockets and
@@ -135,34 +135,44 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 	}
 }
 
-// stateDirs are the state directories to protect, absolute, each once:
-// the one the call uses first, then the operator's that a call's
-// --state-dir would move away from (the one each source of configuration
-// names, and the default one, also beneath AGENTPLANE_STATE_DIR), whose job specs, session tokens and secret
-// key are as much the environment's.
-func (o *Options) stateDirs(env *clikit.Env) []string {
+// StateDirs are the state directories a call could mean, absolute, each
+// once: the one it uses first (flag, the one the environment names),
+// then those of the operator that a flag or a variable moves the call
+// away from, whose job specs, session tokens, secret key and undo history
+// are as much the environment's: the one each source of configuration
+// names, and the user's default whatever AGENTPLANE_STATE_DIR,
+// XDG_STATE_HOME and HOME say (from the user database as well). The
+// sandbox protects them all and agentfs under a rule refuses their
+// secrets; in the common case (nothing moved) they are one directory.
+func StateDirs(env *clikit.Env, flag string) []string {
 	var out []string
 	add := func(dir string) {
-		if abs, err := filepath.Abs(dir); err == nil && dir != "" && !slices.Contains(out, abs) {
+		if dir == "" {
+			return
+		}
+		if abs, err := filepath.Abs(dir); err == nil && !slices.Contains(out, abs) {
 			out = append(out, abs)
 		}
 	}
-	home := env.Getenv("HOME")
-	if o.StateDir != "" {
-		add(o.StateDir)
-	}
-	add(state.DefaultDir(env.Getenv, home))
-	if o.StateDir != "" {
-		// The default location, also when a variable names another.
-		add(state.DefaultDir(func(k string) string {
-			if k == "AGENTPLANE_STATE_DIR" {
-				return ""
+	none := func(string) string { return "" }
+	only := func(keep string) func(string) string {
+		return func(k string) string {
+			if k == keep {
+				return env.Getenv(k)
 			}
-			return env.Getenv(k)
-		}, home))
-		var flag string
+			return ""
+		}
+	}
+	home := env.Getenv("HOME")
+	add(flag)
+	add(state.DefaultDir(env.Getenv, home))
+	add(state.DefaultDir(only("XDG_STATE_HOME"), home))
+	add(state.DefaultDir(none, home))
+	add(state.DefaultDir(none, ""))
+	if flag != "" {
+		var v string
 		probe := &cobra.Command{}
-		clikit.AddStateDirFlag(probe, &flag)
+		clikit.AddStateDirFlag(probe, &v)
 		sources, _ := env.Sources() // an unreadable file fails the call elsewhere
 		for _, src := range sources {
 			if v, ok := src.Lookup(probe.PersistentFlags().Lookup("state-dir")); ok && len(v) > 0 {
