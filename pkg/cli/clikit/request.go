@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/agentplane/agentplane/internal/account"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -473,20 +474,49 @@ func (e *Env) ConfigFiles() []ConfigFile {
 	if p, ok := e.LookupEnv("AGENTPLANE_CONFIG"); ok && p != "" {
 		add(p, true)
 	}
-	dir := e.Getenv("XDG_CONFIG_HOME")
+	if p := userConfig(e.Getenv("XDG_CONFIG_HOME"), e.Getenv("HOME")); p != "" {
+		add(p, false)
+	}
+	if sys := e.systemConfig(); !slices.ContainsFunc(out, func(f ConfigFile) bool { return f.Path == sys }) {
+		out = append(out, ConfigFile{Path: sys, System: true})
+	}
+	return out
+}
+
+// userConfig is the user's default config file for these variables, or
+// "" for none.
+func userConfig(xdgConfigHome, home string) string {
+	dir := xdgConfigHome
 	if dir == "" || !filepath.IsAbs(dir) {
 		dir = ""
 		// A relative HOME would read a config file below the working
 		// directory (a repository's, /tmp's): none, as without HOME.
-		if home := e.Getenv("HOME"); filepath.IsAbs(home) {
+		if filepath.IsAbs(home) {
 			dir = filepath.Join(home, ".config")
 		}
 	}
-	if dir != "" {
-		add(filepath.Join(dir, "agentplane", "config.toml"), false)
+	if dir == "" {
+		return ""
 	}
-	if sys := e.systemConfig(); !slices.ContainsFunc(out, func(f ConfigFile) bool { return f.Path == sys }) {
-		out = append(out, ConfigFile{Path: sys, System: true})
+	return filepath.Join(dir, "agentplane", "config.toml")
+}
+
+// ProtectedConfigs are ConfigFiles and the user's default config files
+// that XDG_CONFIG_HOME or HOME moved the invocation away from (the one
+// of HOME, and the one of the home in the user database): a sandbox
+// keeps them all read-only to commands, as the user's next call, with
+// the variables as they were, reads them. Their locks hold only in
+// ConfigFiles: the system-wide file is the floor no variable moves.
+func (e *Env) ProtectedConfigs() []ConfigFile {
+	out := e.ConfigFiles()
+	homes := []string{e.Getenv("HOME")}
+	if u, err := account.Describe(os.Geteuid()); err == nil {
+		homes = append(homes, u.Home)
+	}
+	for _, home := range homes {
+		if p := userConfig("", home); p != "" && !slices.ContainsFunc(out, func(f ConfigFile) bool { return f.Path == p }) {
+			out = append(out, ConfigFile{Path: p})
+		}
 	}
 	return out
 }

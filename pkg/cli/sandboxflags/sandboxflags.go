@@ -123,8 +123,9 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		}
 	}
 	// Every config file the invocation could read, not only the one it
-	// reads: the lock of one that --config shadows still holds.
-	for _, cfg := range env.ConfigFiles() {
+	// reads (the lock of one that --config shadows still holds), and the
+	// user's defaults that a variable moved it away from.
+	for _, cfg := range env.ProtectedConfigs() {
 		path := cfg.Path
 		if !cfg.Explicit {
 			path = filepath.Dir(path)
