@@ -7,6 +7,7 @@ package guard
 import (
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -70,6 +71,19 @@ func (o *Options) Load() (*policy.Policy, error) {
 	}
 	o.loaded = p
 	return p, nil
+}
+
+// RuleFiles are the policy's files as Load opens them, absolute: control
+// files, which a sandboxed command must not change (the next call would
+// read its rules).
+func (o *Options) RuleFiles() []string {
+	out := make([]string, 0, len(o.Files))
+	for _, f := range o.Files {
+		if abs, err := filepath.Abs(f); err == nil {
+			out = append(out, abs)
+		}
+	}
+	return out
 }
 
 // Active reports whether a policy is in force.

@@ -45,6 +45,11 @@ type Options struct {
 	// StateDir is the --state-dir value (or ""), set by the command before
 	// Policy: the environment's files are protected from the command.
 	StateDir string
+	// Control are the files the call's other options read that decide
+	// what a later call may do (the command policy's rule files), set by
+	// the command before Policy: read-only to the command, like the
+	// config file.
+	Control []string
 
 	// floors are the lock's floors CheckFloor held the call to, which
 	// Policy hands on to the engine (sandbox.Policy.Floors).
@@ -94,6 +99,7 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 	// session's directory, which a call without one must not pay for.
 	if !p.Empty() {
 		o.control(env, &p)
+		p.Protect = append(p.Protect, o.Control...)
 	}
 	if p.Mode == sandbox.ModeWorkspaceWrite && p.Workspace == "" {
 		p.Workspace = cmdCwd
