@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -466,6 +468,9 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	if pol != nil {
 		own = *pol
 	}
+	if err := checkSessionRules(pol, o.Guard.RuleFiles()); err != nil {
+		return "", err
+	}
 	own = normalPolicy(own)
 	if !own.Empty() {
 		// A request must not read a file past the session's sandbox.
@@ -486,6 +491,37 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 		}
 	}
 	return session.SandboxDigest(pol), sandboxflags.CheckPolicy(env, &own)
+}
+
+// checkSessionRules refuses a call whose policy rule files the session's
+// shell could have rewritten: one inside the sandbox's writable roots
+// that the session did not protect from its start (named then). The
+// shell's sandbox is fixed when it starts, and every earlier call ran in
+// it.
+func checkSessionRules(pol *sandbox.Policy, files []string) error {
+	if pol == nil || pol.Mode != sandbox.ModeWorkspaceWrite {
+		return nil
+	}
+	real := func(p string) string {
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			return r
+		}
+		return p
+	}
+	beneath := func(path string, dirs []string) bool {
+		return slices.ContainsFunc(dirs, func(d string) bool {
+			d = real(d)
+			return path == d || d == "/" || strings.HasPrefix(path, d+string(filepath.Separator))
+		})
+	}
+	roots := append([]string{pol.Workspace}, pol.AllowWrite...)
+	for _, f := range files {
+		if r := real(f); beneath(r, roots) && !beneath(r, pol.Protect) {
+			return result.Errorf(result.CodeUsage, "the policy file %s is inside the session's writable roots and was not named when the session started: its shell could have rewritten it", f).
+				With("hint", "name the policy files when starting the session (agentsh session start --policy FILE)")
+		}
+	}
+	return nil
 }
 
 // fromConfig reports whether the flag's value is the operator's configured

@@ -270,7 +270,7 @@ func (e *Env) fail(err error) int {
 		// applied, and stay usage errors.
 		re.Code = result.CodeInvalidRequest
 	}
-	if re.Code == result.CodeUsage {
+	if _, own := re.Details["hint"]; re.Code == result.CodeUsage && !own {
 		re.With("hint", "run '"+e.Program.Name+" --help' for usage")
 	}
 	_ = e.print(result.Failure(re))
