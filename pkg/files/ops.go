@@ -265,7 +265,7 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 				entry = list[i]
 				break
 			}
-			if h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) {
+			if h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) && !putBack(h, cur) {
 				// The recorded change never landed (a crash between the
 				// history and the rename): the entry is stale. A dry run
 				// leaves the history as it is.
@@ -305,6 +305,21 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		return p, nil
 	})
 	return m, err
+}
+
+// putBack reports whether a file with the content from before h's change
+// is on another inode than it was then: the change landed (a commit
+// writes a new inode) and someone else put the earlier content back, a
+// change since agentfs wrote it, not a change that never landed.
+func putBack(h historyMeta, cur current) bool {
+	if !cur.exists || h.PrevIno == 0 {
+		return false
+	}
+	dev, ino := fileID(cur.info)
+	if ino == 0 {
+		return false
+	}
+	return dev != h.PrevDev || ino != h.PrevIno || h.PrevBorn != 0 && cur.born != 0 && cur.born != h.PrevBorn
 }
 
 // mutateOne runs one single-file change: resolve, create parents (unless

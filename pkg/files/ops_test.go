@@ -789,3 +789,76 @@ func TestUndoForgedMode(t *testing.T) {
 		t.Fatalf("restored %v: %q", fi.Mode(), get(t, p))
 	}
 }
+
+// TestUndoAfterOutsideRevert: someone else put back the content from
+// before agentfs's last change (an editor's undo, git checkout), in place
+// or by a rename. The file changed since agentfs wrote it, so undo refuses
+// (undo_conflict) rather than taking the revert for a change that never
+// landed and stepping one version further back, over the revert. A change
+// that really never landed (its entry recorded, the commit cut off before
+// the rename) is still dropped as stale.
+func TestUndoAfterOutsideRevert(t *testing.T) {
+	three := func(t *testing.T) (*FS, string) {
+		fsys, root := newTestFS(t)
+		p := filepath.Join(root, "f")
+		put(t, p, "one\n")
+		for _, c := range []string{"two\n", "three\n"} {
+			if _, err := fsys.Write("f", []byte(c), WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return fsys, p
+	}
+	for _, how := range []string{"in place", "by rename"} {
+		t.Run(how, func(t *testing.T) {
+			fsys, p := three(t)
+			if how == "in place" {
+				put(t, p, "two\n")
+			} else {
+				put(t, p+".new", "two\n")
+				if err := os.Rename(p+".new", p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := fsys.Undo("f"); code(err) != result.CodeUndoConflict {
+				t.Fatalf("undo after a revert by someone else: %v, want undo_conflict", err)
+			}
+			if got := get(t, p); got != "two\n" {
+				t.Fatalf("the refused undo left %q", got)
+			}
+		})
+	}
+	t.Run("a change that never landed", func(t *testing.T) {
+		fsys, root := newTestFS(t)
+		p := filepath.Join(root, "f")
+		put(t, p, "one\n")
+		if _, err := fsys.Write("f", []byte("two\n"), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The history as a kill after staging leaves it: the entry of the
+		// change recorded, the file untouched.
+		saved := filepath.Join(t.TempDir(), "history")
+		fsys.afterStage = func() error {
+			if err := os.CopyFS(saved, os.DirFS(fsys.HistoryDir)); err != nil {
+				t.Fatal(err)
+			}
+			return errors.New("cut off")
+		}
+		if _, err := fsys.Write("f", []byte("three\n"), WriteOptions{}); err == nil {
+			t.Fatal("the cut-off write succeeded")
+		}
+		fsys.afterStage = nil
+		if err := os.RemoveAll(fsys.HistoryDir); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.CopyFS(fsys.HistoryDir, os.DirFS(saved)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fsys.Undo("f"); err != nil {
+			t.Fatalf("undo past a change that never landed: %v", err)
+		}
+		if got := get(t, p); got != "one\n" {
+			t.Fatalf("undo left %q, want the version before the change that landed", got)
+		}
+	})
+}
