@@ -140,6 +140,10 @@ type FS struct {
 	// written and synced and before the first rename; an error from it
 	// aborts the change as a crash at that point would. Tests only.
 	afterStage func() error
+	// afterHistory, when set, runs once the change set's history entries
+	// are recorded and before the first rename; an error from it aborts
+	// the change. Tests only.
+	afterHistory func() error
 	// afterRename, when set, runs after the i-th rename of a commit; an
 	// error makes the commit roll back. Tests only.
 	afterRename func(i int) error

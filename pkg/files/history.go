@@ -153,6 +153,14 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 	if err != nil {
 		return nil, historyError(err)
 	}
+	// A change that never landed shows as one only while the file is on
+	// the inode it was on then: this change (or a later undo) moves it to
+	// another, after which the entry would read as a revert by someone
+	// else (undo_conflict). Dropped now.
+	for n := len(existing); n > 0 && neverLanded(existing[n-1].Meta, p.cur); n-- {
+		f.dropHistory(existing[n-1])
+		existing = existing[:n-1]
+	}
 	seq := int64(1)
 	if n := len(existing); n > 0 {
 		seq = existing[n-1].Meta.Seq + 1

@@ -261,11 +261,11 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		}
 		for i := len(list) - 1; i >= 0; i-- {
 			h := list[i].Meta
-			if h.WrittenExists == cur.exists && (!cur.exists || h.WrittenSHA256 == cur.sha) {
+			if landed(h, cur) {
 				entry = list[i]
 				break
 			}
-			if h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) && !putBack(h, cur) {
+			if neverLanded(h, cur) {
 				// The recorded change never landed (a crash between the
 				// history and the rename): the entry is stale. A dry run
 				// leaves the history as it is.
@@ -305,6 +305,18 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		return p, nil
 	})
 	return m, err
+}
+
+// landed reports whether the file is what h's change wrote.
+func landed(h historyMeta, cur current) bool {
+	return h.WrittenExists == cur.exists && (!cur.exists || h.WrittenSHA256 == cur.sha)
+}
+
+// neverLanded reports whether h's change was cut off before it reached
+// the file (a crash between the history and the rename): the file is as
+// it was before the change, on the same inode.
+func neverLanded(h historyMeta, cur current) bool {
+	return !landed(h, cur) && h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) && !putBack(h, cur)
 }
 
 // putBack reports whether a file with the content from before h's change

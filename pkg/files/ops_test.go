@@ -828,7 +828,7 @@ func TestUndoAfterOutsideRevert(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a change that never landed", func(t *testing.T) {
+	cutOff := func(t *testing.T, again bool) {
 		fsys, root := newTestFS(t)
 		p := filepath.Join(root, "f")
 		put(t, p, "one\n")
@@ -838,7 +838,7 @@ func TestUndoAfterOutsideRevert(t *testing.T) {
 		// The history as a kill after staging leaves it: the entry of the
 		// change recorded, the file untouched.
 		saved := filepath.Join(t.TempDir(), "history")
-		fsys.afterStage = func() error {
+		fsys.afterHistory = func() error {
 			if err := os.CopyFS(saved, os.DirFS(fsys.HistoryDir)); err != nil {
 				t.Fatal(err)
 			}
@@ -847,12 +847,26 @@ func TestUndoAfterOutsideRevert(t *testing.T) {
 		if _, err := fsys.Write("f", []byte("three\n"), WriteOptions{}); err == nil {
 			t.Fatal("the cut-off write succeeded")
 		}
-		fsys.afterStage = nil
+		fsys.afterHistory = nil
 		if err := os.RemoveAll(fsys.HistoryDir); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.CopyFS(fsys.HistoryDir, os.DirFS(saved)); err != nil {
 			t.Fatal(err)
+		}
+		if list, _ := fsys.entries(fsys.historyDir(p), false); len(list) != 2 {
+			t.Fatalf("%d history entries, want the landed one and the cut-off one", len(list))
+		}
+		if again {
+			// Another change lands on top, and is undone: the file is back
+			// to "two", on another inode than when the cut-off change was
+			// recorded.
+			if _, err := fsys.Write("f", []byte("four\n"), WriteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fsys.Undo("f"); err != nil || get(t, p) != "two\n" {
+				t.Fatalf("undo of the change on top: %v, %q", err, get(t, p))
+			}
 		}
 		if _, err := fsys.Undo("f"); err != nil {
 			t.Fatalf("undo past a change that never landed: %v", err)
@@ -860,5 +874,7 @@ func TestUndoAfterOutsideRevert(t *testing.T) {
 		if got := get(t, p); got != "one\n" {
 			t.Fatalf("undo left %q, want the version before the change that landed", got)
 		}
-	})
+	}
+	t.Run("a change that never landed", func(t *testing.T) { cutOff(t, false) })
+	t.Run("a change that never landed, then one that did", func(t *testing.T) { cutOff(t, true) })
 }

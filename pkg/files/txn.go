@@ -537,6 +537,11 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			p.hist = h
 		}
 	}
+	if s.fs.afterHistory != nil {
+		if err := s.fs.afterHistory(); err != nil {
+			return err
+		}
+	}
 	for i, p := range plans {
 		// Temp, backup and file are siblings: one pinned directory holds
 		// all three, and every step goes by base name in it.
