@@ -144,6 +144,9 @@ type FS struct {
 	// are recorded and before the first rename; an error from it aborts
 	// the change. Tests only.
 	afterHistory func() error
+	// failSync, when set, runs before each sync of a commit's directories
+	// and fails it with its error. Tests only.
+	failSync func() error
 	// afterRename, when set, runs after the i-th rename of a commit; an
 	// error makes the commit roll back. Tests only.
 	afterRename func(i int) error

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -877,4 +878,53 @@ func TestUndoAfterOutsideRevert(t *testing.T) {
 	}
 	t.Run("a change that never landed", func(t *testing.T) { cutOff(t, false) })
 	t.Run("a change that never landed, then one that did", func(t *testing.T) { cutOff(t, true) })
+}
+
+// TestFailedSyncLeavesFilesAsTheyWere: every rename of a change set is
+// made and the sync of their directories fails (EIO). The commit failed,
+// so every file is as it was: the backups were removed before the sync,
+// and the rollback could restore none of the files the change had
+// replaced, while it dropped their history (an error, files changed, no
+// undo).
+func TestFailedSyncLeavesFilesAsTheyWere(t *testing.T) {
+	fsys, root := newTestFS(t)
+	put(t, filepath.Join(root, "upd.txt"), "a\nb\n")
+	put(t, filepath.Join(root, "del.txt"), "bye\n")
+	put(t, filepath.Join(root, "mv.txt"), "moving\n")
+	tree := func() map[string]string {
+		out := map[string]string{}
+		err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				out[strings.TrimPrefix(p, root)] = get(t, p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := tree()
+	fsys.failSync = func() error { return syscall.EIO }
+	_, err := fsys.Apply([]Change{
+		{Action: ActionAdd, Path: "added.txt", NewContent: []byte("hi\n")},
+		{Action: ActionUpdate, Path: "upd.txt", Transform: func(old []byte) ([]byte, error) {
+			return []byte(strings.Replace(string(old), "b", "B", 1)), nil
+		}},
+		{Action: ActionDelete, Path: "del.txt"},
+		{Action: ActionMove, Path: "mv.txt", MoveTo: "moved.txt"},
+	}, ApplyOptions{})
+	if code(err) != result.CodeIOError {
+		t.Fatalf("a change set whose sync failed: %v, want io_error", err)
+	}
+	if _, err := fsys.Write("upd.txt", []byte("x\n"), WriteOptions{}); code(err) != result.CodeIOError {
+		t.Fatalf("a write whose sync failed: %v, want io_error", err)
+	}
+	fsys.failSync = nil
+	if after := tree(); !maps.Equal(after, before) {
+		t.Fatalf("files after the failed commits:\n%v\nwant as before:\n%v", after, before)
+	}
+	if _, err := fsys.Undo("upd.txt"); code(err) != result.CodeNothingToUndo {
+		t.Fatalf("undo after failed commits: %v, want nothing_to_undo", err)
+	}
 }

@@ -585,6 +585,14 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			}
 		}
 	}
+	// The renames are made durable while the backups are still there: if
+	// that fails, the rollback still has every earlier version to put
+	// back, so a failed commit leaves every file as it was (and its
+	// history entry goes with it) rather than some changed and none
+	// undoable.
+	if err := s.syncDirs(plans); err != nil {
+		return err
+	}
 	for _, p := range plans {
 		if p.backup != "" {
 			if d, _, err := s.dirOf(p.t); err == nil {
@@ -593,7 +601,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			p.backup = ""
 		}
 	}
-	return s.syncDirs(plans)
+	return nil
 }
 
 // rollback restores every file of a failed commit as it was.
@@ -626,6 +634,11 @@ func (s *session) rollback(plans []*plan) {
 // syncDirs fsyncs each directory that had an entry renamed, so the renames
 // survive a power loss.
 func (s *session) syncDirs(plans []*plan) error {
+	if s.fs.failSync != nil {
+		if err := s.fs.failSync(); err != nil {
+			return osError(err, plans[0].t.given)
+		}
+	}
 	seen := map[string]bool{}
 	for _, p := range plans {
 		d := path.Dir(p.t.rel)
