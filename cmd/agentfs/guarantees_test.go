@@ -250,7 +250,7 @@ func describe(tree map[string]string) string {
 func TestKilledWriteLeavesNoPartialFile(t *testing.T) {
 	big := bytes.Repeat([]byte("0123456789abcdef"), 4<<20/16) // 4 MiB
 	old := []byte("old content\n")
-	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.renamed"} {
+	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.recorded", "agentfs.renamed"} {
 		t.Run(step, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "f.txt")
@@ -325,4 +325,53 @@ func bootPrefix(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")[:12]
+}
+
+// TestKilledWriteThenUndo SIGKILLs agentfs at each step of a write whose
+// file agentfs changed once before, then undoes: a change cut off before
+// its rename never happened (undo goes back past the earlier change, its
+// entry, if recorded, dropped as stale), one cut off after its rename
+// happened (undo restores the version before it, then the one before
+// that). No step leaves an undo that fails or restores the wrong version.
+func TestKilledWriteThenUndo(t *testing.T) {
+	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.recorded", "agentfs.renamed"} {
+		t.Run(step, func(t *testing.T) {
+			dir, state := t.TempDir(), t.TempDir()
+			run := func(stdin []byte, fault string, args ...string) (string, error) {
+				cmd, out := agentfsCmd(t, dir, stdin, args...)
+				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+				if fault != "" {
+					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
+				}
+				err := cmd.Run()
+				return out.String(), err
+			}
+			path := filepath.Join(dir, "f.txt")
+			if err := os.WriteFile(path, []byte("zero\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := run([]byte("one\n"), "", "write", "f.txt"); err != nil {
+				t.Fatalf("write: %v %s", err, out)
+			}
+			big := bytes.Repeat([]byte("two\n"), 1<<20) // large enough to stage in halves
+			if _, err := run(big, step, "write", "f.txt"); err == nil {
+				t.Fatalf("agentfs was not killed at %s", step)
+			}
+			want := []string{"zero\n"}
+			if step == "agentfs.renamed" {
+				want = []string{"one\n", "zero\n"}
+			}
+			for _, w := range want {
+				if out, err := run(nil, "", "undo", "f.txt"); err != nil {
+					t.Fatalf("undo after a kill at %s: %v %s", step, err, out)
+				}
+				if got, _ := os.ReadFile(path); string(got) != w {
+					t.Fatalf("undo after a kill at %s left %q, want %q", step, got, w)
+				}
+			}
+			if out, _ := run(nil, "", "undo", "f.txt"); !strings.Contains(out, "nothing_to_undo") {
+				t.Fatalf("a further undo: %s, want nothing_to_undo", out)
+			}
+		})
+	}
 }

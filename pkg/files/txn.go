@@ -537,6 +537,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			p.hist = h
 		}
 	}
+	faultpoint.Hit("agentfs.recorded")
 	if s.fs.afterHistory != nil {
 		if err := s.fs.afterHistory(); err != nil {
 			return err
