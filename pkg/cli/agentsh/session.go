@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -468,7 +467,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	if pol != nil {
 		own = *pol
 	}
-	if err := checkSessionRules(pol, o.Guard.RuleFiles()); err != nil {
+	if err := checkSessionFiles(pol, o.Guard.RuleFiles(), env.ConfigFiles()); err != nil {
 		return "", err
 	}
 	own = normalPolicy(own)
@@ -493,32 +492,37 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	return session.SandboxDigest(pol), sandboxflags.CheckPolicy(env, &own)
 }
 
-// checkSessionRules refuses a call whose policy rule files the session's
-// shell could have rewritten: one inside the sandbox's writable roots
-// that the session did not protect from its start (named then). The
-// shell's sandbox is fixed when it starts, and every earlier call ran in
-// it.
-func checkSessionRules(pol *sandbox.Policy, files []string) error {
-	if pol == nil || pol.Mode != sandbox.ModeWorkspaceWrite {
-		return nil
+// checkSessionFiles refuses a call that reads a file the session's shell
+// could have rewritten: a policy rule file or a config file (whose
+// settings include the policy) that the session's sandbox did not protect
+// from its start. The shell's sandbox is fixed when it starts and every
+// earlier call ran in it, so only what it protected then, by that path
+// (the links on the way pinned, the file or its directory bound
+// read-only), is known to be the operator's: a file anywhere else may
+// have been written by an earlier call, or reached through a link one
+// planted (into the workspace, its temp dir, the cache).
+func checkSessionFiles(pol *sandbox.Policy, rules []string, configs []clikit.ConfigFile) error {
+	if pol == nil || pol.Mode != sandbox.ModeWorkspaceWrite && pol.Mode != sandbox.ModeReadOnly {
+		return nil // the shell writes wherever the user can: nothing is kept from it
 	}
-	real := func(p string) string {
-		if r, err := filepath.EvalSymlinks(p); err == nil {
-			return r
-		}
-		return p
+	protected := func(p string) bool {
+		abs, err := filepath.Abs(p)
+		return err == nil && slices.Contains(pol.Protect, abs)
 	}
-	beneath := func(path string, dirs []string) bool {
-		return slices.ContainsFunc(dirs, func(d string) bool {
-			d = real(d)
-			return path == d || d == "/" || strings.HasPrefix(path, d+string(filepath.Separator))
-		})
-	}
-	roots := append([]string{pol.Workspace}, pol.AllowWrite...)
-	for _, f := range files {
-		if r := real(f); beneath(r, roots) && !beneath(r, pol.Protect) {
-			return result.Errorf(result.CodeUsage, "the policy file %s is inside the session's writable roots and was not named when the session started: its shell could have rewritten it", f).
+	for _, f := range rules {
+		if !protected(f) {
+			return result.Errorf(result.CodeUsage, "the policy file %s was not named when the session started, so its sandbox does not keep the session's shell from rewriting it", f).
 				With("hint", "name the policy files when starting the session (agentsh session start --policy FILE)")
+		}
+	}
+	for _, c := range configs {
+		p := c.Path
+		if !c.Explicit {
+			p = filepath.Dir(p) // a default file is protected through its directory
+		}
+		if !protected(p) {
+			return result.Errorf(result.CodeUsage, "the config file %s is not one the session's sandbox protects from its start, so the session's shell could have rewritten it", c.Path).
+				With("hint", "give the session's calls the config (--config, AGENTPLANE_CONFIG, XDG_CONFIG_HOME, HOME) the session was started with")
 		}
 	}
 	return nil
