@@ -206,3 +206,33 @@ func TestRulesHideState(t *testing.T) {
 		t.Errorf("write into the call's own history through a link: exit %d, %.200s", code, out)
 	}
 }
+
+// TestLockHoldsPolicyFiles: under the lock, agentfs (the model's own tool)
+// must not change the command policy's rule files inside the floor's
+// workspace, those the config names or AGENTPLANE_POLICY does: agentsh's
+// next call reads its rules there.
+func TestLockHoldsPolicyFiles(t *testing.T) {
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "ws")
+	sys := filepath.Join(dir, "etc", "config.toml")
+	byConfig, byEnv, other := filepath.Join(ws, "rules.star"), filepath.Join(ws, "env.star"), filepath.Join(ws, "other.star")
+	rule := "prefix_rule(pattern=[\"rm\"], decision=\"forbidden\")\n"
+	testkit.WriteFiles(t, map[string]string{
+		sys:      "sandbox = \"workspace-write\"\nworkspace = \"" + ws + "\"\nsandbox_lock = true\npolicy = [\"" + byConfig + "\"]\n",
+		byConfig: rule, byEnv: rule, other: rule,
+	})
+	run := runWith(t, sys, map[string]string{"HOME": filepath.Join(dir, "home"), "XDG_STATE_HOME": filepath.Join(dir, "state"),
+		"AGENTPLANE_POLICY": byEnv})
+	for _, p := range []string{byConfig, byEnv} {
+		code, out := run("write", p, "--content", "prefix_rule(pattern=[\"rm\"], decision=\"allow\")\n")
+		if code == 0 || gjson.Get(out, "error.code").String() != "sandbox_locked" {
+			t.Errorf("agentfs write %s under the lock: exit %d, %s; want sandbox_locked", p, code, out)
+		}
+		if got, _ := os.ReadFile(p); string(got) != rule {
+			t.Errorf("%s rewritten: %q", p, got)
+		}
+	}
+	if code, out := run("write", other, "--content", "x\n"); code != 0 {
+		t.Errorf("agentfs write of an ordinary file in the workspace: exit %d, %s", code, out)
+	}
+}

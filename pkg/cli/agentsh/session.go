@@ -107,7 +107,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		o.Sandbox.StateDir, o.Sandbox.Control = m.Dir.Path(), o.Guard.RuleFiles()
+		o.Sandbox.StateDir, o.Sandbox.Control = m.Dir.Path(), guard.ControlFiles(env, o.Guard.Files)
 		// The floor first: it gives the session the floor's workspace
 		// before the spec makes the policy (else --cwd would be it).
 		if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {

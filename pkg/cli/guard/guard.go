@@ -62,7 +62,7 @@ func (o *Options) Load() (*policy.Policy, error) {
 	if o.loaded != nil {
 		return o.loaded, nil
 	}
-	p, err := policy.Load(o.Files...)
+	p, err := policy.Load(o.paths()...)
 	if err != nil {
 		return nil, err
 	}
@@ -78,12 +78,62 @@ func (o *Options) Load() (*policy.Policy, error) {
 // read its rules).
 func (o *Options) RuleFiles() []string {
 	out := make([]string, 0, len(o.Files))
-	for _, f := range o.Files {
+	for _, f := range o.paths() {
 		if abs, err := filepath.Abs(f); err == nil {
 			out = append(out, abs)
 		}
 	}
 	return out
+}
+
+// ControlFiles are the rule files a call could read, absolute, each once:
+// the call's own (files, RuleFiles), then those every source of
+// configuration names (AGENTPLANE_POLICY, the config files' policy), which
+// a flag shadows for this call only: the next call without it reads them.
+// The sandbox keeps them all read-only, and agentfs under the lock refuses
+// to change them.
+func ControlFiles(env *clikit.Env, files []string) []string {
+	var out []string
+	add := func(f string) {
+		if abs, err := filepath.Abs(expandHome(f)); err == nil && f != "" && !slices.Contains(out, abs) {
+			out = append(out, abs)
+		}
+	}
+	for _, f := range files {
+		add(f)
+	}
+	var probe Options
+	fs := pflag.NewFlagSet("probe", pflag.ContinueOnError)
+	AddPolicyFlags(fs, &probe)
+	sources, _ := env.Sources() // an unreadable file fails the call elsewhere
+	for _, src := range sources {
+		if v, ok := src.Lookup(fs.Lookup("policy")); ok {
+			for _, f := range v {
+				add(f)
+			}
+		}
+	}
+	return out
+}
+
+// paths are the rule files as given, a leading ~/ being the home
+// directory's (as in --allow-write): left as it is, it would name a
+// directory ~ below wherever the call runs, which a command could plant.
+func (o *Options) paths() []string {
+	out := make([]string, len(o.Files))
+	for i, f := range o.Files {
+		out[i] = expandHome(f)
+	}
+	return out
+}
+
+func expandHome(p string) string {
+	if strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[2:])
+		}
+	}
+	return p
 }
 
 // Active reports whether a policy is in force.

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
+	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
 	"github.com/agentplane/agentplane/pkg/sandbox"
@@ -457,7 +458,9 @@ func Files(env *clikit.Env, stateDir string) (FileRules, error) {
 	if len(bounds) == 0 {
 		return rules, nil
 	}
-	protected := control.Protect
+	// The command policy's rule files, which agentsh reads at its next
+	// call, as the sandbox protects them.
+	protected := append(control.Protect, guard.ControlFiles(env, nil)...)
 	// The programs themselves: a helper program planted beside them, or
 	// one of them replaced (the helper's through a symbolic link beside
 	// them too), would run unconfined at the next sandboxed call.
