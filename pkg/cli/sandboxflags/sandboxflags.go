@@ -119,6 +119,9 @@ func (o *Options) Policy(env *clikit.Env, cmdCwd string) sandbox.Policy {
 // protected through its directory, so that a command cannot create one.
 func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 	for i, dir := range StateDirs(env, o.StateDir) {
+		if i == 0 {
+			makeSecrets(dir)
+		}
 		p.Protect = append(p.Protect, dir)
 		// The session directories themselves stay visible (a sandboxed
 		// session's shell reads its call files there); their sockets and
@@ -199,6 +202,19 @@ func StateDirs(env *clikit.Env, flag string) []string {
 // every file agentfs changed (a --deny-read file's too).
 func StateSecrets(dir string) []string {
 	return append([]string{filepath.Join(dir, state.KeyFile), filepath.Join(dir, "history")}, sessionSecrets(dir)...)
+}
+
+// makeSecrets creates the call's own state directory's secret key and
+// undo history directory when they are not there yet: the sandbox hides
+// only what exists when it is made, and both are otherwise made during a
+// run (the key at its first use, the history at agentfs's first change),
+// which the command, or a session's shell, would then read. (The others
+// StateDirs lists are the user's, left as they are.)
+func makeSecrets(dir string) {
+	if _, err := state.Open(dir); err != nil {
+		return // the call fails on it where it opens its state
+	}
+	_ = os.Mkdir(filepath.Join(dir, "history"), 0o700)
 }
 
 func sessionSecrets(stateDir string) []string {
