@@ -523,6 +523,9 @@ func (b *builder) control() error {
 			_ = os.MkdirAll(real, 0o700)
 		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
+			if err := soleName(real, "protected"); err != nil {
+				return err
+			}
 			id, err := identify(real)
 			if err != nil {
 				return invalid("protected path %s changed while it was checked: %v", real, unwrap(err))
@@ -621,6 +624,9 @@ func (b *builder) hide(path string) error {
 		}
 		return nil
 	}
+	if err := soleName(path, "hidden"); err != nil {
+		return err
+	}
 	id, err := identify(path)
 	if err != nil {
 		return invalid("hidden path %s changed while it was checked: %v", path, unwrap(err))
@@ -635,6 +641,20 @@ func (b *builder) hide(path string) error {
 	b.sp.Hidden = append(b.sp.Hidden, path)
 	b.sp.HiddenIDs = append(b.sp.HiddenIDs, id)
 	return nil
+}
+
+// soleName refuses a regular file to protect or hide that has other hard
+// links: the read-only bind or the cover sits on this name only, and the
+// command would write (or read) the file through another one, which can
+// lie anywhere on its file system, a writable root too (a link made by an
+// earlier call that did not protect it, or by a dotfile manager).
+func soleName(path, what string) error {
+	var st unix.Stat_t
+	if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink <= 1 {
+		return nil
+	}
+	return result.Errorf(result.CodeSandboxFailed, "the %s file %s has %d hard links: the sandbox covers one name, and the command could reach the file through another", what, path, st.Nlink).
+		With("hint", "remove its other names (find / -xdev -samefile "+path+")")
 }
 
 // pinParents adds to pins every directory between a writable root and a
