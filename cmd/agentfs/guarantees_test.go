@@ -375,3 +375,56 @@ func TestKilledWriteThenUndo(t *testing.T) {
 		})
 	}
 }
+
+// TestKilledUndoThenUndo SIGKILLs an undo at each step, then undoes on:
+// an undo cut off before its rename never happened (the next undo does
+// it), one cut off after its rename happened, and its entry, which it
+// drops only once the rename is made, is stale then, never a conflict
+// that would block the versions before it for good.
+func TestKilledUndoThenUndo(t *testing.T) {
+	one := string(bytes.Repeat([]byte("one\n"), 1<<20)) // large enough to stage in halves
+	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.recorded", "agentfs.renamed"} {
+		t.Run(step, func(t *testing.T) {
+			dir, state := t.TempDir(), t.TempDir()
+			run := func(stdin []byte, fault string, args ...string) (string, error) {
+				cmd, out := agentfsCmd(t, dir, stdin, args...)
+				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+				if fault != "" {
+					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
+				}
+				err := cmd.Run()
+				return out.String(), err
+			}
+			path := filepath.Join(dir, "f.txt")
+			if err := os.WriteFile(path, []byte("zero\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []string{one, "two\n"} {
+				if out, err := run([]byte(c), "", "write", "f.txt"); err != nil {
+					t.Fatalf("write: %v %s", err, out)
+				}
+			}
+			if _, err := run(nil, step, "undo", "f.txt"); err == nil {
+				t.Fatalf("agentfs undo was not killed at %s", step)
+			}
+			want := []string{one, "zero\n"}
+			if step == "agentfs.renamed" {
+				if got, _ := os.ReadFile(path); string(got) != one {
+					t.Fatalf("after an undo killed past its rename the file holds %d bytes, want the version before", len(got))
+				}
+				want = want[1:]
+			}
+			for _, w := range want {
+				if out, err := run(nil, "", "undo", "f.txt"); err != nil {
+					t.Fatalf("undo after an undo killed at %s: %v %s", step, err, out)
+				}
+				if got, _ := os.ReadFile(path); string(got) != w {
+					t.Fatalf("undo after an undo killed at %s left %d bytes, want %d", step, len(got), len(w))
+				}
+			}
+			if out, _ := run(nil, "", "undo", "f.txt"); !strings.Contains(out, "nothing_to_undo") {
+				t.Fatalf("a further undo: %s, want nothing_to_undo", out)
+			}
+		})
+	}
+}

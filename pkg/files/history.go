@@ -44,28 +44,6 @@ type historyMeta struct {
 	PrevSize      int64  `json:"prev_size"`
 	WrittenExists bool   `json:"written_exists"`
 	WrittenSHA256 string `json:"written_sha256,omitempty"`
-	// PrevDev and PrevIno are the file's device and inode before the
-	// change (0 when unknown, as in entries of earlier versions): a commit
-	// always writes a new inode, so a file with the earlier content still
-	// on that inode is one the change never reached (a crash), and one on
-	// another inode was put back by someone else.
-	PrevDev uint64 `json:"prev_dev,omitempty"`
-	PrevIno uint64 `json:"prev_ino,omitempty"`
-	// PrevBorn is that inode's birth time (0 when unknown): a number the
-	// file system gave again to a later file is not the same file.
-	PrevBorn int64 `json:"prev_born,omitempty"`
-}
-
-// fileID is the device and inode of a file as it was read (0, 0 when
-// unknown).
-func fileID(fi fs.FileInfo) (dev, ino uint64) {
-	if fi == nil {
-		return 0, 0
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Dev), st.Ino
-	}
-	return 0, 0
 }
 
 func (h *historyEntry) base() string {
@@ -176,8 +154,6 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 		h.Meta.PrevSHA256 = p.cur.sha
 		h.Meta.PrevMode = uint32(p.cur.mode.Perm())
 		h.Meta.PrevSize = int64(len(p.cur.content))
-		h.Meta.PrevDev, h.Meta.PrevIno = fileID(p.cur.info)
-		h.Meta.PrevBorn = p.cur.born
 		if !linkData(fileDir, name, p, h.base()+".data") {
 			if err := writeAtomic(dir, h.base()+".data", p.cur.content); err != nil {
 				return nil, historyError(err)

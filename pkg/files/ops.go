@@ -314,24 +314,11 @@ func landed(h historyMeta, cur current) bool {
 
 // neverLanded reports whether h's change was cut off before it reached
 // the file (a crash between the history and the rename): the file is as
-// it was before the change, on the same inode.
+// it was before the change. (So is one someone else put back to that
+// version, which agentfs wrote itself at the entry before: undo goes on
+// from there as from the version it is.)
 func neverLanded(h historyMeta, cur current) bool {
-	return !landed(h, cur) && h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha) && !putBack(h, cur)
-}
-
-// putBack reports whether a file with the content from before h's change
-// is on another inode than it was then: the change landed (a commit
-// writes a new inode) and someone else put the earlier content back, a
-// change since agentfs wrote it, not a change that never landed.
-func putBack(h historyMeta, cur current) bool {
-	if !cur.exists || h.PrevIno == 0 {
-		return false
-	}
-	dev, ino := fileID(cur.info)
-	if ino == 0 {
-		return false
-	}
-	return dev != h.PrevDev || ino != h.PrevIno || h.PrevBorn != 0 && cur.born != 0 && cur.born != h.PrevBorn
+	return !landed(h, cur) && h.PrevExists == cur.exists && (!cur.exists || h.PrevSHA256 == cur.sha)
 }
 
 // mutateOne runs one single-file change: resolve, create parents (unless

@@ -46,10 +46,6 @@ type current struct {
 	// info is the file as it was when read (inode, size, modification
 	// time): the commit checks that it is still that file (see unchanged).
 	info fs.FileInfo
-	// born is the inode's birth time in nanoseconds (0 where the file
-	// system or the system does not say): with the inode number it tells
-	// a file from a later one that reuses the number.
-	born int64
 	// streamed: the file was too large to hold, and was read in one pass
 	// (streamFacts) for Read or Stat; content is nil.
 	streamed *streamed
@@ -139,7 +135,6 @@ func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error
 	if err := s.checkSize(t, fi.Size()); err != nil {
 		return current{}, err
 	}
-	born := birthOf(f)
 	if factsOnly && fi.Size() >= readStreamMin {
 		c, st, err := streamFacts(f, sel)
 		if err != nil {
@@ -148,7 +143,7 @@ func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error
 		if err := s.checkSize(t, c.size); err != nil {
 			return current{}, err
 		}
-		c.mode, c.uid, c.gid, c.info, c.streamed, c.born = fi.Mode(), -1, -1, fi, &st, born
+		c.mode, c.uid, c.gid, c.info, c.streamed = fi.Mode(), -1, -1, fi, &st
 		return c, nil
 	}
 	if factsOnly && fi.Size() > binarySniffLen {
@@ -159,7 +154,6 @@ func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error
 			if err := s.checkSize(t, c.size); err != nil {
 				return current{}, err
 			}
-			c.born = born
 			return c, nil
 		}
 	}
@@ -179,7 +173,7 @@ func (s *session) readFile(t target, factsOnly bool, sel *lines) (current, error
 	if err := s.checkSize(t, int64(len(buf))); err != nil {
 		return current{}, err
 	}
-	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1, info: fi, born: born}
+	c := current{exists: true, content: buf, mode: fi.Mode(), uid: -1, gid: -1, info: fi}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		c.uid, c.gid = int(st.Uid), int(st.Gid)
 	}
