@@ -814,7 +814,7 @@ func TestUndoAfterRevertToAnEarlierVersion(t *testing.T) {
 	for _, how := range []string{"in place", "by rename"} {
 		t.Run(how, func(t *testing.T) {
 			fsys, p := three(t)
-		if how == "in place" {
+			if how == "in place" {
 				put(t, p, "two\n")
 			} else {
 				put(t, p+".new", "two\n")
