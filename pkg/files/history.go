@@ -32,6 +32,11 @@ import (
 type historyEntry struct {
 	dir  string // the file's history directory
 	Meta historyMeta
+	// damaged says why the entry's description cannot be read (nil: it
+	// can); Meta then holds its sequence number only. Such an entry is
+	// kept, its saved content too (the only copy of that version): undo
+	// stops at it with io_error rather than guess past it.
+	damaged error
 }
 
 type historyMeta struct {
@@ -95,7 +100,8 @@ func (f *FS) entries(dir string, sweep bool) ([]*historyEntry, error) {
 		if !ok {
 			continue
 		}
-		if _, err := strconv.ParseInt(n, 10, 64); err != nil {
+		seq, err := strconv.ParseInt(n, 10, 64)
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
@@ -103,13 +109,11 @@ func (f *FS) entries(dir string, sweep bool) ([]*historyEntry, error) {
 			return nil, err
 		}
 		h := &historyEntry{dir: dir}
-		if err := json.Unmarshal(b, &h.Meta); err != nil {
-			// A damaged entry cannot be undone; drop it rather than block
-			// every later undo.
-			if sweep {
-				_ = os.Remove(filepath.Join(dir, name))
+		if err := json.Unmarshal(b, &h.Meta); err != nil || h.Meta.Seq != seq {
+			if err == nil {
+				err = fmt.Errorf("it names entry %d", h.Meta.Seq)
 			}
-			continue
+			h.Meta, h.damaged = historyMeta{Seq: seq}, err
 		}
 		out = append(out, h)
 	}
@@ -135,7 +139,7 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 	// the inode it was on then: this change (or a later undo) moves it to
 	// another, after which the entry would read as a revert by someone
 	// else (undo_conflict). Dropped now.
-	for n := len(existing); n > 0 && neverLanded(existing[n-1].Meta, p.cur); n-- {
+	for n := len(existing); n > 0 && existing[n-1].damaged == nil && neverLanded(existing[n-1].Meta, p.cur); n-- {
 		f.dropHistory(existing[n-1])
 		existing = existing[:n-1]
 	}

@@ -260,6 +260,10 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 			return nil, historyError(err)
 		}
 		for i := len(list) - 1; i >= 0; i-- {
+			if err := list[i].damaged; err != nil {
+				return nil, newErr(result.CodeIOError, "the undo history of %s is damaged at entry %d (%v): undo cannot go past it; nothing was changed", path, list[i].Meta.Seq, err).
+					With("hint", "remove that entry's files from the history directory to undo the versions before it")
+			}
 			h := list[i].Meta
 			if landed(h, cur) {
 				entry = list[i]

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -579,6 +580,47 @@ func TestUndoDamagedHistory(t *testing.T) {
 	os.WriteFile(datas[0], []byte("tampered\n"), 0o600)
 	if _, err := fsys.Undo("f"); code(err) != result.CodeIOError {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestUndoDamagedDescription: an entry whose description (.json) cannot
+// be read is io_error for undo, which must not guess past it (dropping it
+// made the entry before it read as undo_conflict, and the next call swept
+// its saved content, the only copy of that version, as debris). Writes go
+// on, and the entry's files stay until someone removes them.
+func TestUndoDamagedDescription(t *testing.T) {
+	fsys, root := newTestFS(t)
+	for _, c := range []string{"zero\n", "one\n", "two\n"} {
+		if _, err := fsys.Write("f", []byte(c), WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	metas, _ := filepath.Glob(filepath.Join(fsys.HistoryDir, "*", "*.json"))
+	slices.Sort(metas)
+	if len(metas) != 3 {
+		t.Fatalf("history: %v", metas)
+	}
+	last := metas[len(metas)-1]
+	if err := os.WriteFile(last, []byte(`{"seq":3,`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		_, err := fsys.Undo("f")
+		if code(err) != result.CodeIOError || !strings.Contains(err.Error(), "damaged at entry 3") {
+			t.Fatalf("undo past a damaged entry: %v, want io_error", err)
+		}
+	}
+	if get(t, filepath.Join(root, "f")) != "two\n" {
+		t.Fatal("the refused undo changed the file")
+	}
+	if _, err := os.Stat(strings.TrimSuffix(last, ".json") + ".data"); err != nil {
+		t.Fatalf("the damaged entry's saved content is gone: %v", err)
+	}
+	if _, err := fsys.Write("f", []byte("three\n"), WriteOptions{}); err != nil {
+		t.Fatalf("a write beside a damaged entry: %v", err)
+	}
+	if _, err := fsys.Undo("f"); err != nil || get(t, filepath.Join(root, "f")) != "two\n" {
+		t.Fatalf("undo of the change after the damaged entry: %v", err)
 	}
 }
 
