@@ -293,7 +293,9 @@ func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	}
 	defer fd.Close()
 	fi, err := fd.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) || !noOtherOpen(fd) {
+	// (Only the file as it was read: the link changes its inode change
+	// time, which the commit then expects instead.)
+	if err != nil || p.cur.info == nil || !os.SameFile(fi, p.cur.info) || !sameChange(fi, p.cur.info) || !fi.Mode().IsRegular() || fi.Size() != int64(len(p.cur.content)) || !soleName(fi) || !noOtherOpen(fd) {
 		return false
 	}
 	if fd.Sync() != nil {
@@ -306,6 +308,9 @@ func linkData(fileDir *os.Root, base string, p *plan, name string) bool {
 	if d, err := os.Open(filepath.Dir(name)); err == nil {
 		d.Sync()
 		d.Close()
+	}
+	if after, err := fd.Stat(); err == nil {
+		p.cur.info = after
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -969,5 +970,47 @@ func TestFailedSyncLeavesFilesAsTheyWere(t *testing.T) {
 	}
 	if _, err := fsys.Undo("upd.txt"); code(err) != result.CodeNothingToUndo {
 		t.Fatalf("undo after failed commits: %v, want nothing_to_undo", err)
+	}
+}
+
+// TestChangeInPlaceKeepingTimes: another program rewrites the file in
+// place while agentfs commits a change to it, keeping its size and
+// setting its modification time back (touch -r). The inode's change time
+// still moved: file_changed, the other program's content kept, for small
+// files and for large ones (whose earlier version the history keeps by a
+// hard link, which changes that time itself).
+func TestChangeInPlaceKeepingTimes(t *testing.T) {
+	for _, size := range []int{16, 2 * linkMinSize} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			fsys, root := newTestFS(t)
+			p := filepath.Join(root, "f")
+			before := strings.Repeat("a", size-1) + "\n"
+			theirs := strings.Repeat("b", size-1) + "\n"
+			put(t, p, before)
+			fsys.afterStage = func() error {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.OpenFile(p, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt([]byte(theirs), 0); err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+				if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			}
+			if _, err := fsys.Write("f", []byte("ours\n"), WriteOptions{}); code(err) != result.CodeFileChanged {
+				t.Fatalf("a write over a change in place made meanwhile: %v, want file_changed", err)
+			}
+			if get(t, p) != theirs {
+				t.Fatal("the other program's change was lost")
+			}
+		})
 	}
 }

@@ -760,6 +760,14 @@ func hashIfBinary(f *os.File, fi fs.FileInfo) (current, bool, error) {
 // one that changed the file since it was read would otherwise lose its
 // change to the rename without a word. What it can still miss is a change
 // in the moment between this check and the rename.
+// sameChange reports whether a and b have the same inode change time
+// (true when either is unknown).
+func sameChange(a, b fs.FileInfo) bool {
+	ca, ok1 := changeTime(a)
+	cb, ok2 := changeTime(b)
+	return !ok1 || !ok2 || ca == cb
+}
+
 func unchanged(d *os.Root, name string, p *plan) error {
 	fi, err := d.Lstat(name)
 	switch {
@@ -769,7 +777,7 @@ func unchanged(d *os.Root, name string, p *plan) error {
 		return newErr(result.CodeFileChanged, "%s was created by someone else while agentfs was writing it; nothing was written", p.t.given)
 	case err != nil:
 		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it (%s); nothing was written", p.t.given, unwrapMessage(err))
-	case p.cur.info != nil && (!os.SameFile(fi, p.cur.info) || fi.Size() != p.cur.info.Size() || !fi.ModTime().Equal(p.cur.info.ModTime())):
+	case p.cur.info != nil && (!os.SameFile(fi, p.cur.info) || fi.Size() != p.cur.info.Size() || !fi.ModTime().Equal(p.cur.info.ModTime()) || !sameChange(fi, p.cur.info)):
 		return newErr(result.CodeFileChanged, "%s changed while agentfs was writing it; nothing was written", p.t.given).
 			With("hint", "read it again and redo the change on what it is now")
 	}
