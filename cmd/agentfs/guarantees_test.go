@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -334,8 +335,14 @@ func bootPrefix(t *testing.T) string {
 // happened (undo restores the version before it, then the one before
 // that). No step leaves an undo that fails or restores the wrong version.
 func TestKilledWriteThenUndo(t *testing.T) {
-	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.recorded", "agentfs.renamed"} {
-		t.Run(step, func(t *testing.T) {
+	// A large version is kept in the history by a hard link to its inode.
+	large := string(bytes.Repeat([]byte("one\n"), 1<<15))
+	for _, c := range []struct{ step, one string }{
+		{"agentfs.stage.half", "one\n"}, {"agentfs.staged", "one\n"}, {"agentfs.recorded", "one\n"}, {"agentfs.renamed", "one\n"},
+		{"agentfs.recorded", large}, {"agentfs.renamed", large},
+	} {
+		step, one := c.step, c.one
+		t.Run(fmt.Sprintf("%s/%d", step, len(one)), func(t *testing.T) {
 			dir, state := t.TempDir(), t.TempDir()
 			run := func(stdin []byte, fault string, args ...string) (string, error) {
 				cmd, out := agentfsCmd(t, dir, stdin, args...)
@@ -350,7 +357,7 @@ func TestKilledWriteThenUndo(t *testing.T) {
 			if err := os.WriteFile(path, []byte("zero\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if out, err := run([]byte("one\n"), "", "write", "f.txt"); err != nil {
+			if out, err := run([]byte(one), "", "write", "f.txt"); err != nil {
 				t.Fatalf("write: %v %s", err, out)
 			}
 			big := bytes.Repeat([]byte("two\n"), 1<<20) // large enough to stage in halves
@@ -359,14 +366,14 @@ func TestKilledWriteThenUndo(t *testing.T) {
 			}
 			want := []string{"zero\n"}
 			if step == "agentfs.renamed" {
-				want = []string{"one\n", "zero\n"}
+				want = []string{one, "zero\n"}
 			}
 			for _, w := range want {
 				if out, err := run(nil, "", "undo", "f.txt"); err != nil {
 					t.Fatalf("undo after a kill at %s: %v %s", step, err, out)
 				}
 				if got, _ := os.ReadFile(path); string(got) != w {
-					t.Fatalf("undo after a kill at %s left %q, want %q", step, got, w)
+					t.Fatalf("undo after a kill at %s left %d bytes, want %d", step, len(got), len(w))
 				}
 			}
 			if out, _ := run(nil, "", "undo", "f.txt"); !strings.Contains(out, "nothing_to_undo") {
@@ -426,5 +433,47 @@ func TestKilledUndoThenUndo(t *testing.T) {
 				t.Fatalf("a further undo: %s, want nothing_to_undo", out)
 			}
 		})
+	}
+}
+
+// TestKilledWriteUnderRoot: a large file's earlier version is kept in the
+// undo history by a hard link; a write SIGKILLed after that link and
+// before its rename leaves the file with two names, one in the history
+// (outside the root). Under --root that name is agentfs's own: the file
+// is still read, written and undone, not path_denied for good.
+func TestKilledWriteUnderRoot(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	run := func(stdin []byte, fault string, args ...string) (string, error) {
+		cmd, out := agentfsCmd(t, dir, stdin, append([]string{"--root", "."}, args...)...)
+		cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+		if fault != "" {
+			cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
+		}
+		err := cmd.Run()
+		return out.String(), err
+	}
+	a, b := bytes.Repeat([]byte("a"), 100000), bytes.Repeat([]byte("b"), 100000)
+	if out, err := run(a, "", "write", "L"); err != nil {
+		t.Fatalf("write: %v %s", err, out)
+	}
+	if _, err := run(b, "agentfs.recorded", "write", "L"); err == nil {
+		t.Fatal("agentfs was not killed")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "L")); err != nil || fi.Sys().(*syscall.Stat_t).Nlink != 2 {
+		t.Fatalf("the kill left %v (%v), want the file with its history link", fi, err)
+	}
+	for _, args := range [][]string{{"read", "L"}, {"undo", "--dry-run", "L"}} {
+		if out, err := run(nil, "", args...); err != nil {
+			t.Fatalf("agentfs --root . %q after the kill: %v %s", args, err, out)
+		}
+	}
+	if out, err := run(b, "", "write", "L"); err != nil {
+		t.Fatalf("write after the kill: %v %s", err, out)
+	}
+	if out, err := run(nil, "", "undo", "L"); err != nil {
+		t.Fatalf("undo after the kill: %v %s", err, out)
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "L")); !bytes.Equal(got, a) {
+		t.Fatalf("undo left %d bytes, want the version before", len(got))
 	}
 }

@@ -140,7 +140,7 @@ func (f *FS) recordHistory(fileDir *os.Root, name string, p *plan) (*historyEntr
 	// another, after which the entry would read as a revert by someone
 	// else (undo_conflict). Dropped now.
 	for n := len(existing); n > 0 && existing[n-1].damaged == nil && neverLanded(existing[n-1].Meta, p.cur); n-- {
-		f.dropHistory(existing[n-1])
+		f.dropStale(fileDir, name, p, existing[n-1])
 		existing = existing[:n-1]
 	}
 	seq := int64(1)
@@ -193,6 +193,24 @@ func historyError(err error) error {
 func (f *FS) dropHistory(h *historyEntry) {
 	_ = os.Remove(h.base() + ".json")
 	_ = os.Remove(h.base() + ".data")
+}
+
+// dropStale drops the entry h of a change that never landed to p's file.
+// Its saved content may be a hard link to the file itself (a large file's
+// version kept so), whose removal moves the file's inode change time: the
+// commit, which checks that time (unchanged), then expects the new one,
+// if the file was as it was read until then.
+func (f *FS) dropStale(fileDir *os.Root, name string, p *plan, h *historyEntry) {
+	before, err := fileDir.Lstat(name)
+	data, derr := os.Lstat(h.base() + ".data")
+	linked := err == nil && derr == nil && os.SameFile(before, data)
+	f.dropHistory(h)
+	if !linked || p.cur.info == nil || !os.SameFile(before, p.cur.info) || !sameChange(before, p.cur.info) {
+		return
+	}
+	if after, err := fileDir.Lstat(name); err == nil && os.SameFile(after, before) && after.Size() == before.Size() && after.ModTime().Equal(before.ModTime()) {
+		p.cur.info = after
+	}
 }
 
 // pruneHistory keeps at most HistoryVersions entries and HistoryBytes of

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/result"
@@ -68,6 +69,18 @@ func (s *session) checkLinks(t target, f *os.File, fi fs.FileInfo) error {
 		case deniedName != "":
 			return refuse("another name of it, %s, is denied by the rule %s", s.display(deniedName), rule)
 		}
+		// The file's own undo histories outside the root (the call's,
+		// and those of the other state directories a call could mean,
+		// which a read, opening none, knows only so): an entry's saved
+		// content linked to the inode (one whose change was cut off
+		// before its rename, so the file still is that content) is
+		// agentfs's own name of it, not another file's.
+		base := filepath.Base(s.fs.historyDir(t.abs))
+		for _, h := range s.histories {
+			if _, inRoot := within(s.rootReal, h); !inRoot {
+				found += historyLinks(filepath.Join(h, base), st)
+			}
+		}
 		after, err := f.Stat()
 		if err != nil {
 			return osError(err, t.given)
@@ -110,6 +123,26 @@ func (s *session) ownHistory(t target) string {
 		return ""
 	}
 	return filepath.Join(s.history, filepath.Base(s.fs.historyDir(t.abs)))
+}
+
+// historyLinks counts the saved contents in the history directory dir
+// that are the inode st describes.
+func historyLinks(dir string, st *syscall.Stat_t) uint64 {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, de := range des {
+		if !strings.HasSuffix(de.Name(), ".data") || !de.Type().IsRegular() {
+			continue
+		}
+		var o syscall.Stat_t
+		if syscall.Lstat(filepath.Join(dir, de.Name()), &o) == nil && o.Dev == st.Dev && o.Ino == st.Ino {
+			n++
+		}
+	}
+	return n
 }
 
 // linkScanTries bounds the walks of checkLinks while the link count moves.

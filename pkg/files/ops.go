@@ -259,8 +259,20 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 		if err != nil {
 			return nil, historyError(err)
 		}
+		// Stale entries go once nothing else will change the file: their
+		// saved content may be a hard link to it (a large file's), whose
+		// removal moves its inode change time, which the commit checks.
+		var stale []*historyEntry
+		dropStale := func() {
+			if !f.DryRun {
+				for _, h := range stale {
+					f.dropHistory(h)
+				}
+			}
+		}
 		for i := len(list) - 1; i >= 0; i-- {
 			if err := list[i].damaged; err != nil {
+				dropStale()
 				return nil, newErr(result.CodeIOError, "the undo history of %s is damaged at entry %d (%v): undo cannot go past it; nothing was changed", path, list[i].Meta.Seq, err).
 					With("hint", "remove that entry's files from the history directory to undo the versions before it")
 			}
@@ -273,11 +285,10 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 				// The recorded change never landed (a crash between the
 				// history and the rename): the entry is stale. A dry run
 				// leaves the history as it is.
-				if !f.DryRun {
-					f.dropHistory(list[i])
-				}
+				stale = append(stale, list[i])
 				continue
 			}
+			dropStale()
 			e := newErr(result.CodeUndoConflict, "%s changed since agentfs last wrote it; undo would lose those changes", path).
 				With("expected_sha256", h.WrittenSHA256)
 			if cur.exists {
@@ -286,6 +297,7 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 			return nil, e
 		}
 		if entry == nil {
+			dropStale()
 			return nil, newErr(result.CodeNothingToUndo, "no change of %s to undo", path)
 		}
 		p := &plan{t: t, cur: cur, remove: !entry.Meta.PrevExists}
@@ -305,7 +317,10 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 			}
 		}
 		// The entry goes once the file is restored, still under the lock.
-		p.onCommit = func() { f.dropHistory(entry) }
+		p.onCommit = func() {
+			f.dropHistory(entry)
+			dropStale()
+		}
 		return p, nil
 	})
 	return m, err
