@@ -42,3 +42,7 @@ func identify(string) (confine.FileID, error) { return confine.FileID{}, nil }
 
 // userCacheRoots: UserCaches adds no writable root here.
 func userCacheRoots(Policy) []string { return nil }
+
+// Stale is "": Seatbelt's rules name paths, so a file replaced at one is
+// held to the same rule.
+func (p *Prepared) Stale() string { return "" }

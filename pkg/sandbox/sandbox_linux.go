@@ -349,6 +349,30 @@ func (b *builder) build() (*Prepared, error) {
 	return prep, nil
 }
 
+// Stale reports a protected or hidden path that is another file now than
+// the one the last start bound or covered (someone outside the sandbox
+// replaced it by a rename: git config, an editor's save), or "" when
+// each is as it was. The running command sees the new file at the path,
+// unprotected: mounts cannot follow a name. A session replaces its shell
+// (a new start, refresh) before its next call then.
+func (p *Prepared) Stale() string {
+	if p.spec == nil {
+		return ""
+	}
+	sp := p.spec
+	for i, path := range sp.ReadOnly {
+		if id, err := identify(path); i < len(sp.ReadOnlyIDs) && (err != nil || id != sp.ReadOnlyIDs[i]) {
+			return path
+		}
+	}
+	for i, path := range sp.Hidden {
+		if id, err := identify(path); i < len(sp.HiddenIDs) && err == nil && id != sp.HiddenIDs[i] {
+			return path
+		}
+	}
+	return ""
+}
+
 // refresher returns what records again, for a later start of the same
 // prepared sandbox (a job's restart, a session's replaced shell), the
 // identities of sp's read-only and hidden paths: what is at each path

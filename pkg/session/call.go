@@ -325,6 +325,24 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 			return nil, false, err
 		}
 	}
+	// A protected or hidden file that someone outside replaced since the
+	// shell's sandbox was made (git config, an editor's save) is at its
+	// path unprotected in that sandbox: the shell is replaced first, in a
+	// new sandbox that binds or covers what is there now.
+	refreshed := ""
+	if s.sandbox != nil {
+		if path := s.sandbox.Stale(); path != "" {
+			var out outcome
+			s.resetShell(s.currentShell(), &out)
+			if out.restartErr != nil {
+				s.release()
+				go s.stop(EndedRestartFailed)
+				return nil, false, result.Errorf(result.CodeSessionEnded,
+					"%s was replaced since the session's sandbox was made, and the shell could not be restarted in a new one (%v); the session has ended", path, out.restartErr).With("ended_reason", EndedRestartFailed)
+			}
+			refreshed = path
+		}
+	}
 	c, err := s.prepareCall(n, req, enc)
 	if err != nil {
 		s.release()
@@ -372,8 +390,13 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 
 	obj := run.Render(res, capture.RenderOptions{Raw: req.Raw, Binary: req.Binary})
 	obj.Set("cwd", cwdNow).Set("command", req.Command).Set("pid", pid).Set("session", s.handle)
-	if out.reset {
+	if out.reset || refreshed != "" {
 		obj.Set("session_reset", true)
+	}
+	if refreshed != "" {
+		// The shell was replaced before the command ran: what an earlier
+		// call left in it (variables, functions, background jobs) is gone.
+		obj.Set("session_reset_reason", "sandbox_refreshed").Set("sandbox_refreshed", refreshed)
 	}
 	if out.broken {
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
