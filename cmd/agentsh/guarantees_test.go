@@ -54,8 +54,12 @@ func TestBoundedMemory(t *testing.T) {
 	if raceEnabled {
 		t.Skipf("RSS bound not checked under the race detector (peak %d KiB)", rss)
 	}
-	if rss > 32*1024 {
-		t.Fatalf("peak RSS %d KiB, want under 32 MiB", rss)
+	// About 15 MiB on a quiet machine; up to 35 MiB was seen with the
+	// package's other tests running on two busy cores (more threads, and
+	// the runtime's and libc's per-thread memory). Output held in memory
+	// would be the whole GiB: the bound is far below that.
+	if rss > 64*1024 {
+		t.Fatalf("peak RSS %d KiB, want under 64 MiB", rss)
 	}
 }
 
