@@ -47,7 +47,10 @@ func newAuthority() (*authority, error) {
 
 // publish writes the secret for clients.
 func (a *authority) publish(sdir string) error {
-	p := filepath.Join(sdir, tokenFile)
+	p := tokenPath(sdir)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
 	_ = os.Remove(p)
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY|noFollow, 0o600)
 	if err != nil {

@@ -435,6 +435,7 @@ func (s *server) finish(reason string) {
 		s.sandbox.Cleanup()
 	}
 	_ = os.Remove(filepath.Join(s.sdir, "sock"))
+	_ = os.Remove(tokenPath(s.sdir))
 	if s.calls != nil {
 		s.calls.remove()
 	}

@@ -3,7 +3,9 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/agentplane/agentplane/pkg/result"
+	"github.com/agentplane/agentplane/pkg/state"
 )
 
 // The wire between client and server: one JSON object per line on the
@@ -171,13 +174,23 @@ func (l *lineWriter) sendResult(b []byte) error {
 
 const resultPrefix = `{"type":"result","result":`
 
-// tokenFile holds the session secret, 0600 beside the socket. A client
-// must present it: a process that cannot read the session's directory
-// cannot drive the session even if it can reach the socket.
+// tokenFile held the session secret beside the socket in earlier
+// versions; tokenPath is where it is now. A client must present it: a
+// process that cannot read it cannot drive the session even if it can
+// reach the socket.
 const tokenFile = "token"
 
+// tokenPath is the file of the session secret of the session whose
+// directory is sdir (STATE/sessions/ID): STATE/session-tokens/ID, 0600.
+func tokenPath(sdir string) string {
+	return filepath.Join(filepath.Dir(filepath.Dir(sdir)), state.SessionTokens, filepath.Base(sdir))
+}
+
 func readToken(sdir string) string {
-	b, err := os.ReadFile(filepath.Join(sdir, tokenFile))
+	b, err := os.ReadFile(tokenPath(sdir))
+	if errors.Is(err, fs.ErrNotExist) {
+		b, err = os.ReadFile(filepath.Join(sdir, tokenFile)) // a session of an earlier version
+	}
 	if err != nil {
 		return ""
 	}

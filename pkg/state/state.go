@@ -40,6 +40,12 @@ const KeyFile = "secret.key"
 
 const keyFile = KeyFile
 
+// SessionTokens is the directory inside the state directory that holds
+// the sessions' tokens, one file per session named by its id: one
+// directory, so that a sandbox made before a session started hides that
+// session's token too.
+const SessionTokens = "session-tokens"
+
 // Dir is an opened state directory.
 type Dir struct {
 	path string

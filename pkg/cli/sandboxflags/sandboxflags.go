@@ -201,7 +201,7 @@ func StateDirs(env *clikit.Env, flag string) []string {
 // tokens, and agentfs's undo history, which holds the earlier content of
 // every file agentfs changed (a --deny-read file's too).
 func StateSecrets(dir string) []string {
-	return append([]string{filepath.Join(dir, state.KeyFile), filepath.Join(dir, "history")}, sessionSecrets(dir)...)
+	return append([]string{filepath.Join(dir, state.KeyFile), filepath.Join(dir, "history"), filepath.Join(dir, state.SessionTokens)}, sessionSecrets(dir)...)
 }
 
 // makeSecrets creates the call's own state directory's secret key and
@@ -215,6 +215,7 @@ func makeSecrets(dir string) {
 		return // the call fails on it where it opens its state
 	}
 	_ = os.Mkdir(filepath.Join(dir, "history"), 0o700)
+	_ = os.Mkdir(filepath.Join(dir, state.SessionTokens), 0o700)
 }
 
 func sessionSecrets(stateDir string) []string {
