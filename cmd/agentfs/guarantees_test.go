@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -475,5 +477,76 @@ func TestKilledWriteUnderRoot(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(dir, "L")); !bytes.Equal(got, a) {
 		t.Fatalf("undo left %d bytes, want the version before", len(got))
+	}
+}
+
+// TestKilledPatchIsPutBack SIGKILLs a patch of five files (an add, an
+// update, a delete and a move, which is two) before its renames and after
+// each of them: the next change made with the same state directory puts
+// every file back as it was (the journal of the cut-off set), no side
+// file stays, and undo has nothing of the set left to undo. A patch is
+// all or nothing, also when its process dies half-way.
+func TestKilledPatchIsPutBack(t *testing.T) {
+	patch := "*** Begin Patch\n*** Add File: n\n+new\n*** Update File: u\n@@\n-u0\n+u1\n*** Delete File: d\n*** Update File: m\n*** Move to: m2\n@@\n-m0\n+m1\n*** End Patch\n"
+	original := map[string]string{"u": "u0\n", "d": "d0\n", "m": "m0\n"}
+	for _, c := range []struct {
+		step string
+		rule []string
+	}{
+		{"agentfs.recorded", nil}, {"agentfs.renamed#1", nil}, {"agentfs.renamed#2", nil}, {"agentfs.renamed#3", nil},
+		{"agentfs.renamed#4", nil}, {"agentfs.renamed#5", nil},
+		// Under a rule, by a call under the same rule.
+		{"agentfs.renamed#3", []string{"--root", ".", "--deny", "**/.env"}},
+	} {
+		step, rule := c.step, c.rule
+		t.Run(fmt.Sprintf("%s%q", step, rule), func(t *testing.T) {
+			dir, state := t.TempDir(), t.TempDir()
+			run := func(stdin []byte, fault string, args ...string) (string, error) {
+				cmd, out := agentfsCmd(t, dir, stdin, append(slices.Clone(rule), args...)...)
+				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+				if fault != "" {
+					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
+				}
+				err := cmd.Run()
+				return out.String(), err
+			}
+			for name, content := range original {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := run([]byte(patch), step, "patch"); err == nil {
+				t.Fatalf("agentfs patch was not killed at %s", step)
+			}
+			if step == "agentfs.renamed#4" {
+				// The putting back is cut off too, after its second file.
+				if _, err := run([]byte("x\n"), "agentfs.putback#2", "write", "other"); err == nil {
+					t.Fatal("the putting back was not killed")
+				}
+			}
+			if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {
+				t.Fatalf("the next change: %v %s", err, out)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, e := range ents {
+				if e.Name() == "other" {
+					continue
+				}
+				b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+				got[e.Name()] = string(b)
+			}
+			if !reflect.DeepEqual(got, original) {
+				t.Fatalf("after a patch killed at %s and the next change: %q, want every file as it was: %q", step, got, original)
+			}
+			for name := range original {
+				if out, _ := run(nil, "", "undo", name); !strings.Contains(out, "nothing_to_undo") {
+					t.Errorf("undo %s after the put-back set: %s, want nothing_to_undo", name, out)
+				}
+			}
+		})
 	}
 }

@@ -56,6 +56,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		return nil, err
 	}
 	defer s.close()
+	s.recoverJournals()
 
 	type item struct {
 		c        Change

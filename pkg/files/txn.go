@@ -62,6 +62,7 @@ type plan struct {
 
 	tmp     string // staged new content, relative to the root
 	backup  string // hard link to (or the renamed) original, relative to the root
+	bakName string // the name backup gets, chosen before the renames (the journal names it)
 	renamed bool   // the original at t.rel has been replaced or removed
 	hist    *historyEntry
 	dataSHA string // cache of sha(data)
@@ -500,9 +501,12 @@ func (s *session) stage(p *plan) error {
 // from their backups and created files are removed. record says whether to
 // add undo history (Undo itself does not).
 func (s *session) commit(plans []*plan, record bool) (err error) {
+	var jpath string // the change set's journal, once written
 	defer func() {
 		if err != nil {
 			s.rollback(plans)
+			// Rolled back: nothing to put back any more.
+			_ = dropJournal(jpath)
 		}
 	}()
 	for _, p := range plans {
@@ -531,6 +535,14 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			p.hist = h
 		}
 	}
+	for _, p := range plans {
+		if p.cur.exists {
+			p.bakName = s.sideName(p.t.rel, "bak")
+		}
+	}
+	if jpath, err = s.writeJournal(plans); err != nil {
+		return err
+	}
 	faultpoint.Hit("agentfs.recorded")
 	if s.fs.afterHistory != nil {
 		if err := s.fs.afterHistory(); err != nil {
@@ -548,7 +560,7 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 			return err
 		}
 		if p.cur.exists {
-			p.backup = s.sideName(p.t.rel, "bak")
+			p.backup = p.bakName
 			backup := path.Base(p.backup)
 			if p.remove {
 				if err := d.Rename(name, backup); err != nil {
@@ -586,6 +598,11 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 	// history entry goes with it) rather than some changed and none
 	// undoable.
 	if err := s.syncDirs(plans); err != nil {
+		return err
+	}
+	// Every rename is durable: the change set is whole, and nothing may
+	// put it back from here on.
+	if err := dropJournal(jpath); err != nil {
 		return err
 	}
 	for _, p := range plans {
