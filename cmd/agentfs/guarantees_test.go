@@ -37,6 +37,20 @@ func agentfsCmd(t *testing.T, dir string, stdin []byte, args ...string) (*exec.C
 	return cmd, &out
 }
 
+// stateRun returns a runner of agentfs in dir with the state directory
+// state, the rule's flags first, and a fault point armed when one is given.
+func stateRun(t *testing.T, dir, state string, rule ...string) func(stdin []byte, fault string, args ...string) (string, error) {
+	return func(stdin []byte, fault string, args ...string) (string, error) {
+		cmd, out := agentfsCmd(t, dir, stdin, append(slices.Clone(rule), args...)...)
+		cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+		if fault != "" {
+			cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
+		}
+		err := cmd.Run()
+		return out.String(), err
+	}
+}
+
 // TestConcurrentEdits runs several agentfs processes at once, each
 // replacing its own line of one file after reading its hash. No update may
 // be lost silently: every edit either landed or reported file_changed, and
@@ -346,15 +360,7 @@ func TestKilledWriteThenUndo(t *testing.T) {
 		step, one := c.step, c.one
 		t.Run(fmt.Sprintf("%s/%d", step, len(one)), func(t *testing.T) {
 			dir, state := t.TempDir(), t.TempDir()
-			run := func(stdin []byte, fault string, args ...string) (string, error) {
-				cmd, out := agentfsCmd(t, dir, stdin, args...)
-				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
-				if fault != "" {
-					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
-				}
-				err := cmd.Run()
-				return out.String(), err
-			}
+			run := stateRun(t, dir, state)
 			path := filepath.Join(dir, "f.txt")
 			if err := os.WriteFile(path, []byte("zero\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -395,15 +401,7 @@ func TestKilledUndoThenUndo(t *testing.T) {
 	for _, step := range []string{"agentfs.stage.half", "agentfs.staged", "agentfs.recorded", "agentfs.renamed"} {
 		t.Run(step, func(t *testing.T) {
 			dir, state := t.TempDir(), t.TempDir()
-			run := func(stdin []byte, fault string, args ...string) (string, error) {
-				cmd, out := agentfsCmd(t, dir, stdin, args...)
-				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
-				if fault != "" {
-					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
-				}
-				err := cmd.Run()
-				return out.String(), err
-			}
+			run := stateRun(t, dir, state)
 			path := filepath.Join(dir, "f.txt")
 			if err := os.WriteFile(path, []byte("zero\n"), 0o644); err != nil {
 				t.Fatal(err)
@@ -445,15 +443,7 @@ func TestKilledUndoThenUndo(t *testing.T) {
 // is still read, written and undone, not path_denied for good.
 func TestKilledWriteUnderRoot(t *testing.T) {
 	dir, state := t.TempDir(), t.TempDir()
-	run := func(stdin []byte, fault string, args ...string) (string, error) {
-		cmd, out := agentfsCmd(t, dir, stdin, append([]string{"--root", "."}, args...)...)
-		cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
-		if fault != "" {
-			cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
-		}
-		err := cmd.Run()
-		return out.String(), err
-	}
+	run := stateRun(t, dir, state, "--root", ".")
 	a, b := bytes.Repeat([]byte("a"), 100000), bytes.Repeat([]byte("b"), 100000)
 	if out, err := run(a, "", "write", "L"); err != nil {
 		t.Fatalf("write: %v %s", err, out)
@@ -501,15 +491,7 @@ func TestKilledPatchIsPutBack(t *testing.T) {
 		step, rule := c.step, c.rule
 		t.Run(fmt.Sprintf("%s%q", step, rule), func(t *testing.T) {
 			dir, state := t.TempDir(), t.TempDir()
-			run := func(stdin []byte, fault string, args ...string) (string, error) {
-				cmd, out := agentfsCmd(t, dir, stdin, append(slices.Clone(rule), args...)...)
-				cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
-				if fault != "" {
-					cmd.Env = append(cmd.Env, "AGENTPLANE_FAULTPOINT="+fault)
-				}
-				err := cmd.Run()
-				return out.String(), err
-			}
+			run := stateRun(t, dir, state, rule...)
 			for name, content := range original {
 				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 					t.Fatal(err)
