@@ -330,6 +330,18 @@ func buildSeatbelt(p Policy, self, base string) (*Prepared, error) {
 
 	if seatbeltNeeded(p) {
 		sb := seatbeltFor(p, realTmp, report)
+		// Seatbelt's rules name paths: a file's other hard links are not
+		// under them.
+		for _, path := range sb.Protected {
+			if err := soleName(path, "protected"); err != nil {
+				return nil, err
+			}
+		}
+		for _, path := range sb.DenyRead {
+			if err := soleName(path, "hidden"); err != nil {
+				return nil, err
+			}
+		}
 		sp.Seatbelt = sb.profile().Args()
 	} else {
 		report["filesystem"] = "host"
