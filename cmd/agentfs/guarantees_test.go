@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -531,4 +532,149 @@ func TestKilledPatchIsPutBack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPutBackLeavesOthersAlone attacks the putting back of a killed change
+// set (a red team's cases): it must put back only what provably is the
+// set's, never a file someone made or changed since, never through a
+// directory that moved or a link that now leads elsewhere, and never on a
+// journal that is not one.
+func TestPutBackLeavesOthersAlone(t *testing.T) {
+	const patch = "*** Begin Patch\n*** Add File: d1/n1/n2/new\n+n\n*** Update File: d2/b\n@@\n-b1\n+b2\n*** End Patch\n"
+	setup := func(t *testing.T, fault string, rule ...string) (dir, state string, run func([]byte, string, ...string) (string, error)) {
+		dir, state = t.TempDir(), t.TempDir()
+		run = stateRun(t, dir, state, rule...)
+		for _, d := range []string{"d1", "d2"} {
+			if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "d2", "b"), []byte("b1\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := run([]byte(patch), fault, "patch"); err == nil {
+			t.Fatalf("agentfs patch was not killed at %s", fault)
+		}
+		return dir, state, run
+	}
+	read := func(t *testing.T, p string) string {
+		b, _ := os.ReadFile(p)
+		return string(b)
+	}
+	journals := func(t *testing.T, state string) int {
+		m, _ := filepath.Glob(filepath.Join(state, "agentplane", "history", ".journal", "*.json"))
+		return len(m)
+	}
+	t.Run("a file made by hand since", func(t *testing.T) {
+		dir, _, run := setup(t, "agentfs.recorded")
+		// git clean, then the change applied by hand.
+		side, _ := filepath.Glob(filepath.Join(dir, "*", "*", "*", ".*agentfs-*"))
+		side2, _ := filepath.Glob(filepath.Join(dir, "*", ".*agentfs-*"))
+		for _, p := range append(side, side2...) {
+			os.Remove(p)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "d1", "n1", "n2", "new"), []byte("n\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {
+			t.Fatalf("next change: %v %s", err, out)
+		}
+		if got := read(t, filepath.Join(dir, "d1", "n1", "n2", "new")); got != "n\n" {
+			t.Fatalf("the file made by hand is %q after the putting back", got)
+		}
+	})
+	t.Run("a directory moved away and back", func(t *testing.T) {
+		dir, state, run := setup(t, "agentfs.renamed#2")
+		if err := os.Rename(filepath.Join(dir, "d2"), filepath.Join(dir, "d2moved")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {
+			t.Fatalf("next change: %v %s", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "d1", "n1", "n2", "new")); err != nil || journals(t, state) != 1 {
+			t.Fatalf("a set with a directory gone was put back in part (%v) or its journal dropped (%d)", err, journals(t, state))
+		}
+		if err := os.Rename(filepath.Join(dir, "d2moved"), filepath.Join(dir, "d2")); err != nil {
+			t.Fatal(err)
+		}
+		out, err := run([]byte("x\n"), "", "write", "other")
+		if err != nil || !strings.Contains(out, `"put_back"`) {
+			t.Fatalf("next change: %v %s, want the put-back files reported", err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "d1", "n1")); !os.IsNotExist(err) || read(t, filepath.Join(dir, "d2", "b")) != "b1\n" || journals(t, state) != 0 {
+			t.Fatalf("after the directory came back: n1 %v, b %q, %d journals; want all put back", err, read(t, filepath.Join(dir, "d2", "b")), journals(t, state))
+		}
+	})
+	t.Run("a directory moved outside the root, a link in its place", func(t *testing.T) {
+		dir, _, run := setup(t, "agentfs.renamed#2", "--root", ".")
+		outside := filepath.Join(t.TempDir(), "d2")
+		if err := os.Rename(filepath.Join(dir, "d2"), outside); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, filepath.Join(dir, "d2")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {
+			t.Fatalf("next change: %v %s", err, out)
+		}
+		if got := read(t, filepath.Join(outside, "b")); got != "b2\n" {
+			t.Fatalf("the file outside the root is %q: put back through a link, outside the root", got)
+		}
+	})
+	t.Run("a rule that denies dotfiles", func(t *testing.T) {
+		dir, _, run := setup(t, "agentfs.renamed#2", "--root", ".", "--deny", "**/.*")
+		if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {
+			t.Fatalf("next change: %v %s", err, out)
+		}
+		if read(t, filepath.Join(dir, "d2", "b")) != "b1\n" {
+			t.Fatal("a set whose side files the rule denies was not put back")
+		}
+	})
+	t.Run("what is not a journal", func(t *testing.T) {
+		dir, state := t.TempDir(), t.TempDir()
+		run := stateRun(t, dir, state)
+		if out, err := run([]byte("x\n"), "", "write", "victim"); err != nil {
+			t.Fatalf("write: %v %s", err, out)
+		}
+		jdir := filepath.Join(state, "agentplane", "history", ".journal")
+		if err := os.MkdirAll(jdir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(filepath.Join(jdir, "fifo.json"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("/dev/zero", filepath.Join(jdir, "zero.json")); err != nil {
+			t.Fatal(err)
+		}
+		// A forged journal of a dead owner whose "temp file" is an
+		// ordinary file of the user's.
+		var st syscall.Stat_t
+		if err := syscall.Stat(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		forged := fmt.Sprintf(`{"owner":"1-1-%s","entries":[{"dir":%q,"dev":%d,"ino":%d,"name":"zz","tmp":"victim","existed":false,"new_sha256":"00"},{"dir":%q,"dev":%d,"ino":%d,"name":"yy","existed":true}]}`,
+			bootPrefix(t), dir, st.Dev, st.Ino, dir, st.Dev, st.Ino)
+		if err := os.WriteFile(filepath.Join(jdir, "forged.json"), []byte(forged), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd, out := agentfsCmd(t, dir, []byte("y\n"), "write", "other")
+		cmd.Env = append(cmd.Env, "XDG_STATE_HOME="+state)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("a change beside what is not a journal: %v %s", err, out)
+			}
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("a change hung on what is not a journal")
+		}
+		if read(t, filepath.Join(dir, "victim")) != "x\n" {
+			t.Fatal("a forged journal removed an ordinary file")
+		}
+	})
 }

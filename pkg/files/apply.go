@@ -56,7 +56,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 		return nil, err
 	}
 	defer s.close()
-	s.recoverJournals()
+	f.Recovered = append(f.Recovered, s.recoverJournals()...)
 
 	type item struct {
 		c        Change
@@ -132,6 +132,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 			s.removeDirs(dirs)
 			return nil, err
 		}
+		s.madeDirs = dirs
 		unlock, err := s.lockDirs(all)
 		if err != nil {
 			s.removeDirs(dirs)

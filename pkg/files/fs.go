@@ -136,6 +136,11 @@ type FS struct {
 	// the file, its directory or the undo history: a preview for approval.
 	DryRun bool
 
+	// Recovered are the files a change put back as they were, before it
+	// did its own: files of a change set whose process was killed between
+	// its renames (see journal.go), which the caller may report.
+	Recovered []string
+
 	// afterStage, when set, runs after every temp file of a change set is
 	// written and synced and before the first rename; an error from it
 	// aborts the change as a crash at that point would. Tests only.
@@ -168,6 +173,7 @@ type session struct {
 	root       *os.Root
 	rootAbs    string // the root as configured, made absolute and clean
 	rootReal   string // the same with symlinks resolved
+	madeDirs   []string // the directories this change made for new files (relative), parents first
 	confined   bool
 	base       string              // absolute directory relative paths start from
 	ownerTag   string              // see owner

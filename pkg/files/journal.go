@@ -3,6 +3,7 @@ package files
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -34,19 +35,27 @@ const journalDir = ".journal"
 type journal struct {
 	Owner   string         `json:"owner"`
 	Entries []journalEntry `json:"entries"`
+	// Dirs are the directories the change set made for its new files,
+	// absolute, parents first: put back, they go again (when empty).
+	Dirs []string `json:"dirs,omitempty"`
 }
 
 // journalEntry is one file of the change set.
 type journalEntry struct {
-	Dir     string `json:"dir"` // the file's directory, absolute
+	Dir     string `json:"dir"` // the file's directory, absolute, its links resolved
 	Dev     uint64 `json:"dev"` // and its identity, checked before anything is put back
 	Ino     uint64 `json:"ino"`
 	Name    string `json:"name"`
 	Tmp     string `json:"tmp,omitempty"`    // the staged new content ("" for a removal)
+	TmpDev  uint64 `json:"tmp_dev,omitempty"` // and its inode: the file, once renamed
+	TmpIno  uint64 `json:"tmp_ino,omitempty"`
 	Backup  string `json:"backup,omitempty"` // the original's side name ("" when the file is new)
 	Existed bool   `json:"existed"`
 	NewSHA  string `json:"new_sha256,omitempty"` // the new content's hash ("" for a removal)
 }
+
+// maxJournal bounds a journal's size as read back.
+const maxJournal = 4 << 20
 
 // writeJournal records plans before their renames and returns the
 // journal's path ("" when there is no undo history to keep it in, or one
@@ -75,8 +84,16 @@ func (s *session) writeJournal(plans []*plan) (string, error) {
 		}
 		if !p.remove {
 			e.Tmp, e.NewSHA = path.Base(p.tmp), p.newSHA()
+			if fi, err := d.Lstat(e.Tmp); err == nil {
+				if ts, ok := fi.Sys().(*syscall.Stat_t); ok {
+					e.TmpDev, e.TmpIno = uint64(ts.Dev), ts.Ino
+				}
+			}
 		}
 		j.Entries = append(j.Entries, e)
+	}
+	for _, d := range s.madeDirs {
+		j.Dirs = append(j.Dirs, filepath.Join(s.rootReal, filepath.FromSlash(d)))
 	}
 	b, err := json.Marshal(j)
 	if err != nil {
@@ -121,65 +138,110 @@ func syncDir(dir string) error {
 
 // recoverJournals puts back the change sets that killed agentfs processes
 // cut off in their rename phase, from the journals in the undo history
-// whose owners are gone. It runs before a change takes any lock of its
-// own, and takes each change set's directory locks in order. A call under
-// a rule (a root, deny rules, hidden paths, the lock's floor) puts back
-// only a change set whose every file it may change itself, and leaves the
-// others to a call that may.
-func (s *session) recoverJournals() {
+// whose owners are gone, and returns the files it put back. It runs before
+// a change takes any lock of its own, and takes each change set's
+// directory locks in order. A call under a rule (a root, deny rules,
+// hidden paths, the lock's floor) puts back only a change set whose every
+// file it may change itself, and leaves the others to a call that may.
+func (s *session) recoverJournals() []string {
 	if s.fs.HistoryDir == "" || s.fs.DryRun {
-		return
+		return nil
 	}
 	dir := filepath.Join(s.fs.HistoryDir, journalDir)
 	names, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return nil
 	}
+	var out []string
 	for _, de := range names {
 		name := de.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") {
+		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") || !de.Type().IsRegular() {
 			continue
 		}
 		p := filepath.Join(dir, name)
-		b, err := os.ReadFile(p)
-		if err != nil {
+		j, ok := readJournal(p)
+		if !ok || !s.ownerGone(j.Owner) || !s.mayPutBack(j) {
 			continue
 		}
-		var j journal
-		if json.Unmarshal(b, &j) != nil || len(strings.Split(j.Owner, "-")) != 3 || !s.ownerGone(j.Owner) || !s.mayPutBack(j) {
-			continue
-		}
-		s.putBack(p, j)
+		out = append(out, s.putBack(p, j)...)
 	}
+	return out
+}
+
+// readJournal reads the journal at p: a regular file of bounded size
+// (anything else in the directory, a FIFO, a link to a device, is not
+// one), whose every side name is one its owner signed for that file.
+func readJournal(p string) (journal, bool) {
+	var j journal
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return j, false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() > maxJournal {
+		return j, false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxJournal+1))
+	if err != nil || len(b) > maxJournal || json.Unmarshal(b, &j) != nil || len(strings.Split(j.Owner, "-")) != 3 || len(j.Entries) == 0 {
+		return j, false
+	}
+	signed := func(side, file, kind string) bool {
+		if side == "" {
+			return true
+		}
+		base, owner, k, ok := parseSideName(side)
+		want := file
+		if len(want) > maxSideBase {
+			want = want[:maxSideBase]
+		}
+		return ok && k == kind && owner == j.Owner && base == want && !strings.Contains(side, "/")
+	}
+	for _, e := range j.Entries {
+		if e.Name == "" || strings.Contains(e.Name, "/") || !filepath.IsAbs(e.Dir) || !signed(e.Tmp, e.Name, "tmp") || !signed(e.Backup, e.Name, "bak") {
+			return j, false
+		}
+	}
+	return j, true
+}
+
+// rel is abs relative to the session's root, or false outside it.
+func (s *session) rel(abs string) (string, bool) {
+	r, ok := within(s.rootReal, abs)
+	if !ok {
+		return "", false
+	}
+	if r == "" {
+		r = "."
+	}
+	return r, true
 }
 
 // mayPutBack reports whether this call's rules let it change every file
-// of j and its side files.
+// of j (its side files are agentfs's own, made by the commit).
 func (s *session) mayPutBack(j journal) bool {
 	for _, e := range j.Entries {
-		for _, name := range []string{e.Name, e.Tmp, e.Backup} {
-			if name == "" {
-				continue
-			}
-			abs := filepath.Join(e.Dir, name)
-			rel, ok := within(s.rootReal, abs)
-			if !ok {
-				return false
-			}
-			if _, deny := s.denied(filepath.ToSlash(rel)); deny {
-				return false
-			}
-			if s.fs.MayChange != nil && s.fs.MayChange(abs) != nil {
-				return false
-			}
+		rel, ok := s.rel(filepath.Join(e.Dir, e.Name))
+		if !ok {
+			return false
+		}
+		if _, deny := s.denied(filepath.ToSlash(rel)); deny {
+			return false
+		}
+		if s.fs.MayChange != nil && s.fs.MayChange(filepath.Join(e.Dir, e.Name)) != nil {
+			return false
 		}
 	}
 	return true
 }
 
 // putBack rolls back the change set of the journal at p (j), under the
-// locks of its directories, and removes the journal.
-func (s *session) putBack(p string, j journal) {
+// locks of its directories, and removes the journal; it returns the files
+// it put back. Every directory is opened as the session opens any (no
+// symbolic link followed on the way) and must be the one the journal
+// recorded: if one is gone or another now, nothing is put back and the
+// journal stays (a directory renamed away and back, or its files put back
+// by hand, are the user's to finish).
+func (s *session) putBack(p string, j journal) []string {
 	var dirs []string
 	for _, e := range j.Entries {
 		if !slices.Contains(dirs, e.Dir) {
@@ -188,42 +250,47 @@ func (s *session) putBack(p string, j journal) {
 	}
 	slices.Sort(dirs)
 	open := map[string]*os.Root{}
-	defer func() {
-		for _, r := range open {
-			r.Close()
-		}
-	}()
 	for _, d := range dirs {
-		r, err := os.OpenRoot(d)
+		rel, ok := s.rel(d)
+		if !ok {
+			return nil
+		}
+		r, err := s.pinDir(filepath.ToSlash(rel), d)
 		if err != nil {
-			continue // gone: nothing of it to put back
+			return nil
 		}
 		f, err := r.Open(".")
 		if err != nil {
-			r.Close()
-			continue
+			return nil
 		}
 		defer f.Close() // drops the flock
 		if flock(f) != nil {
-			r.Close()
-			return
+			return nil
 		}
 		open[d] = r
 	}
-	if _, err := os.Stat(p); err != nil {
-		return // another agentfs put it back meanwhile
+	for _, e := range j.Entries {
+		if fi, err := open[e.Dir].Stat("."); err != nil || !sameDir(fi, e) {
+			return nil
+		}
 	}
+	if _, err := os.Lstat(p); err != nil {
+		return nil // another agentfs put it back meanwhile
+	}
+	var done []string
 	for i := len(j.Entries) - 1; i >= 0; i-- {
 		e := j.Entries[i]
-		r := open[e.Dir]
-		if r == nil {
-			continue
+		if putBackOne(open[e.Dir], e) {
+			done = append(done, filepath.Join(e.Dir, e.Name))
 		}
-		if fi, err := r.Stat("."); err != nil || !sameDir(fi, e) {
-			continue // another directory at that path now: not ours to change
-		}
-		putBackOne(r, e)
 		faultpoint.Hit("agentfs.putback")
+	}
+	for i := len(j.Dirs) - 1; i >= 0; i-- {
+		if rel, ok := s.rel(filepath.Dir(j.Dirs[i])); ok {
+			if parent, err := s.pinDir(filepath.ToSlash(rel), j.Dirs[i]); err == nil {
+				_ = parent.Remove(filepath.Base(j.Dirs[i])) // only an empty one goes
+			}
+		}
 	}
 	for _, r := range open {
 		if d, err := r.Open("."); err == nil {
@@ -232,6 +299,7 @@ func (s *session) putBack(p string, j journal) {
 		}
 	}
 	_ = dropJournal(p)
+	return done
 }
 
 func sameDir(fi fs.FileInfo, e journalEntry) bool {
@@ -239,22 +307,33 @@ func sameDir(fi fs.FileInfo, e journalEntry) bool {
 	return ok && uint64(st.Dev) == e.Dev && st.Ino == e.Ino
 }
 
+func sameInode(fi fs.FileInfo, dev, ino uint64) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && ino != 0 && uint64(st.Dev) == dev && st.Ino == ino
+}
+
 // putBackOne puts one file of a cut-off change set back as it was, where
-// it is still what the change set made of it: a file someone changed
-// since is left as it is (and a backup of its original stays beside it).
-func putBackOne(r *os.Root, e journalEntry) {
+// it provably is still what the change set made of it, and reports
+// whether it did: the file at its name is the staged inode with the new
+// content, or (a new file) the same inode as the staged file, which a
+// new file's commit links rather than renames until the journal goes. A
+// file someone changed, or made, since is left as it is (and a backup of
+// the original stays beside it).
+func putBackOne(r *os.Root, e journalEntry) bool {
 	cur, curErr := r.Lstat(e.Name)
-	ours := func() bool { // the file is the change set's new content
+	ours := func() bool {
 		if e.NewSHA == "" {
 			return errors.Is(curErr, fs.ErrNotExist) // a removal: the name is gone
 		}
-		if curErr != nil || !cur.Mode().IsRegular() {
+		if curErr != nil || !cur.Mode().IsRegular() || !sameInode(cur, e.TmpDev, e.TmpIno) {
 			return false
 		}
 		b, err := r.ReadFile(e.Name)
 		return err == nil && sha(b) == e.NewSHA
 	}
-	if e.Backup != "" {
+	put := false
+	switch {
+	case e.Backup != "":
 		if bak, err := r.Lstat(e.Backup); err == nil {
 			switch {
 			case curErr == nil && os.SameFile(bak, cur):
@@ -262,15 +341,16 @@ func putBackOne(r *os.Root, e journalEntry) {
 				// is the original still.
 				_ = r.Remove(e.Backup)
 			case ours():
-				_ = r.Rename(e.Backup, e.Name)
+				put = r.Rename(e.Backup, e.Name) == nil
 			}
 		}
-	} else if !e.Existed && e.Tmp != "" {
-		if _, err := r.Lstat(e.Tmp); errors.Is(err, fs.ErrNotExist) && ours() {
-			_ = r.Remove(e.Name) // created by the change set
+	case !e.Existed && e.Tmp != "":
+		if tmp, err := r.Lstat(e.Tmp); err == nil && curErr == nil && os.SameFile(tmp, cur) && ours() {
+			put = r.Remove(e.Name) == nil // made by the change set
 		}
 	}
 	if e.Tmp != "" {
 		_ = r.Remove(e.Tmp)
 	}
+	return put
 }

@@ -349,7 +349,7 @@ func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, cur
 		return nil, err
 	}
 	defer s.close()
-	s.recoverJournals()
+	f.Recovered = append(f.Recovered, s.recoverJournals()...)
 	t, err := s.resolve(path, true)
 	if err != nil {
 		return nil, err

@@ -399,6 +399,13 @@ func (s *session) sweep(dir string) {
 		}
 		switch kind {
 		case "tmp":
+			// A staged file with a second name is a new file of a change
+			// set cut off in its rename phase: its journal's proof that
+			// the file is the set's, kept for putting back (it holds
+			// nothing the file does not).
+			if fi, err := pd.Lstat(name); err == nil && linkCount(fi) > 1 {
+				continue
+			}
 			_ = pd.Remove(name)
 		case "bak":
 			if len(base) >= maxSideBase {
@@ -578,7 +585,24 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 				p.renamed = true
 			}
 		}
-		if !p.remove {
+		switch {
+		case !p.remove && !p.cur.exists && jpath != "":
+			// A new file of a journaled set is linked, its staged name kept
+			// until the journal goes: the one proof that the file at the
+			// name is this set's, which putting back needs before it
+			// removes anything (someone may have made the same file since).
+			// The link also refuses a name someone made meanwhile.
+			if err := d.Link(path.Base(p.tmp), name); err != nil {
+				if errors.Is(err, fs.ErrExist) {
+					return newErr(result.CodeFileChanged, "%s was created by someone else while agentfs was writing it; nothing was written", p.t.given)
+				}
+				if err := d.Rename(path.Base(p.tmp), name); err != nil {
+					return osError(err, p.t.given)
+				}
+				p.tmp = ""
+			}
+			p.renamed = true
+		case !p.remove:
 			if err := d.Rename(path.Base(p.tmp), name); err != nil {
 				return osError(err, p.t.given)
 			}
@@ -606,6 +630,12 @@ func (s *session) commit(plans []*plan, record bool) (err error) {
 		return err
 	}
 	for _, p := range plans {
+		if p.tmp != "" { // a new file's staged name, kept while journaled
+			if d, _, err := s.dirOf(p.t); err == nil {
+				_ = d.Remove(path.Base(p.tmp))
+			}
+			p.tmp = ""
+		}
 		if p.backup != "" {
 			if d, _, err := s.dirOf(p.t); err == nil {
 				_ = d.Remove(path.Base(p.backup))

@@ -30,6 +30,9 @@ type CommonOptions struct {
 	// rules are the sandbox_lock floor's file rules (fileRules), once
 	// read.
 	rules *sandboxflags.FileRules
+	// fsys is the engine of the call (engine), whose Recovered the result
+	// reports.
+	fsys *files.FS
 	fsflags.Boundary
 	Output     string
 	MaxContent int64
@@ -245,7 +248,17 @@ func (c *CommonOptions) engine(env *clikit.Env, mutates bool) (*files.FS, error)
 			fsys.Hidden = append(fsys.Hidden, sandboxflags.StateSecrets(dir)...)
 		}
 	}
+	c.fsys = fsys
 	return fsys, nil
+}
+
+// putBack adds to a result the files of a killed change set that the
+// call put back as they were before its own change (files.FS.Recovered).
+func (c *CommonOptions) putBack(obj *result.Object) *result.Object {
+	if c.fsys != nil && len(c.fsys.Recovered) > 0 {
+		obj.Set("put_back", c.fsys.Recovered)
+	}
+	return obj
 }
 
 // fileRules reads the operator's sandbox_lock floor once per call: agentfs
@@ -304,7 +317,7 @@ func (c *CommonOptions) mutationOutcome(env *clikit.Env, m *files.Mutation) *cli
 	if c.DryRun {
 		obj.Set("dry_run", true)
 	}
-	return done(env, obj)
+	return done(env, c.putBack(obj))
 }
 
 // done finishes a successful result: the caller's stated intent is echoed

@@ -115,7 +115,7 @@ func patchRun(env *clikit.Env, o *PatchOptions) (*clikit.Outcome, error) {
 		list = append(list, entry)
 	}
 	obj := result.New().Set("success", true).Set("format", p.Format.String()).Set("dry_run", o.DryRun).Set("files", list)
-	return done(env, obj), nil
+	return done(env, o.putBack(obj)), nil
 }
 
 // readForPatch gives patch.Plan a file's exact bytes through the engine,
