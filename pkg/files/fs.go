@@ -171,8 +171,8 @@ type FS struct {
 type session struct {
 	fs         *FS
 	root       *os.Root
-	rootAbs    string // the root as configured, made absolute and clean
-	rootReal   string // the same with symlinks resolved
+	rootAbs    string   // the root as configured, made absolute and clean
+	rootReal   string   // the same with symlinks resolved
 	madeDirs   []string // the directories this change made for new files (relative), parents first
 	confined   bool
 	base       string              // absolute directory relative paths start from

@@ -46,7 +46,7 @@ type journalEntry struct {
 	Dev     uint64 `json:"dev"` // and its identity, checked before anything is put back
 	Ino     uint64 `json:"ino"`
 	Name    string `json:"name"`
-	Tmp     string `json:"tmp,omitempty"`    // the staged new content ("" for a removal)
+	Tmp     string `json:"tmp,omitempty"`     // the staged new content ("" for a removal)
 	TmpDev  uint64 `json:"tmp_dev,omitempty"` // and its inode: the file, once renamed
 	TmpIno  uint64 `json:"tmp_ino,omitempty"`
 	Backup  string `json:"backup,omitempty"` // the original's side name ("" when the file is new)
