@@ -329,14 +329,15 @@ func allCases() []benchCase {
 			"start the helper before the preparation, so that its runtime's start (1.24 ms) overlaps the\n" +
 			"preparation (0.76): it needs the helper to take its argv from the spec, and its namespaces\n" +
 			"from the policy before the preparation has checked it; not done.\n\n" +
-			"Each hidden directory is an empty tmpfs mounted in the helper (about 0.15 ms each, most of it\n" +
-			"the new superblock). The call's own state directory has its undo history and session-token\n" +
+			"Each hidden directory is an empty tmpfs mounted in the helper (about 0.15 ms between its\n" +
+			"fsopen and its fsmount in a trace). The call's own state directory has its undo history and session-token\n" +
 			"directories made before the sandbox, so that what appears in them during the run stays hidden\n" +
 			"(two covers on every call, about 0.05x here), and when a variable moves the call's state away\n" +
 			"(this benchmark's private `XDG_STATE_HOME` does) the user's default state directory, if it\n" +
 			"exists, is protected and its secrets hidden too: three covers more, about 0.1x on this machine,\n" +
-			"where it exists (1.73x to 1.80x measured without it). Cloning one cover for the others was\n" +
-			"tried and not kept: within the noise of these runs.", benchSandbox},
+			"where it exists (1.73x to 1.80x measured without it). Cloning one cover for the others, which\n" +
+			"spares the superblocks, was tried and not kept: 1.84x and 1.85x against 1.78x and 1.81x\n" +
+			"without, 150 runs each, interleaved.", benchSandbox},
 		{"sandbox build", "`go build ./...` of this repository through agentsh, sandboxed (`--sandbox workspace-write`,\n" +
 			"the private toolchain cache of the environment) against unsandboxed (a private GOCACHE too),\n" +
 			"each cache warmed by one run first. Target: within 1.1x.", benchSandboxBuild},
