@@ -621,6 +621,17 @@ func TestPutBackLeavesOthersAlone(t *testing.T) {
 			t.Fatalf("the file outside the root is %q: put back through a link, outside the root", got)
 		}
 	})
+	t.Run("a refusal says what was put back", func(t *testing.T) {
+		dir, _, run := setup(t, "agentfs.renamed#2")
+		// The torn set's content, read before the putting back.
+		out, err := run([]byte("b3\n"), "", "write", "d2/b", "--expect-sha256", fmt.Sprintf("%x", sha256.Sum256([]byte("b2\n"))))
+		if err == nil || !strings.Contains(out, "file_changed") || !strings.Contains(out, `"put_back"`) {
+			t.Fatalf("a write expecting the torn content: %v %s, want file_changed naming what was put back", err, out)
+		}
+		if read(t, filepath.Join(dir, "d2", "b")) != "b1\n" {
+			t.Fatal("not put back")
+		}
+	})
 	t.Run("a rule that denies dotfiles", func(t *testing.T) {
 		dir, _, run := setup(t, "agentfs.renamed#2", "--root", ".", "--deny", "**/.*")
 		if out, err := run([]byte("x\n"), "", "write", "other"); err != nil {

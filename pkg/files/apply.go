@@ -57,6 +57,7 @@ func (f *FS) Apply(changes []Change, opt ApplyOptions) (_ []*Mutation, retErr er
 	}
 	defer s.close()
 	f.Recovered = append(f.Recovered, s.recoverJournals()...)
+	defer func() { retErr = f.withRecovered(retErr) }()
 
 	type item struct {
 		c        Change

@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"errors"
 	"io/fs"
 	"strings"
 	"unicode/utf8"
@@ -326,6 +327,17 @@ func (f *FS) Undo(path string) (*Mutation, error) {
 	return m, err
 }
 
+// withRecovered adds to a refusal the files the change put back before it
+// was refused (Recovered): the refusal may be of what that changed (a
+// stale --expect-sha256), and the caller must learn of it either way.
+func (f *FS) withRecovered(err error) error {
+	var re *result.Error
+	if len(f.Recovered) == 0 || !errors.As(err, &re) {
+		return err
+	}
+	return re.With("put_back", f.Recovered)
+}
+
 // landed reports whether the file is what h's change wrote.
 func landed(h historyMeta, cur current) bool {
 	return h.WrittenExists == cur.exists && (!cur.exists || h.WrittenSHA256 == cur.sha)
@@ -343,13 +355,14 @@ func neverLanded(h historyMeta, cur current) bool {
 // mutateOne runs one single-file change: resolve, create parents (unless
 // noMkdir), lock the directory, read, build the plan, commit (with undo
 // history when record), report.
-func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, current) (*plan, error)) (*Mutation, error) {
+func (f *FS) mutateOne(path string, noMkdir, record bool, build func(target, current) (*plan, error)) (_ *Mutation, retErr error) {
 	s, err := f.open()
 	if err != nil {
 		return nil, err
 	}
 	defer s.close()
 	f.Recovered = append(f.Recovered, s.recoverJournals()...)
+	defer func() { retErr = f.withRecovered(retErr) }()
 	t, err := s.resolve(path, true)
 	if err != nil {
 		return nil, err
