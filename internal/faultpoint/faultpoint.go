@@ -10,7 +10,9 @@
 // and then SIGKILL or SIGCONT it; "hang" blocks the calling goroutine there
 // for ever, the process running on (not stopped: a parent that resumes its
 // stopped helpers, proctree.ResumeStops, would undo a stop), until the
-// test kills it. A name may carry a count, NAME#N, to act on
+// test kills it; "late" is not carried out by Hit: the code at the step
+// asks Late and puts the step off itself, to make certain an order of
+// events that the kernel allows but seldom gives. A name may carry a count, NAME#N, to act on
 // the N-th hit only (1-based), for steps that run repeatedly such as a log
 // trim.
 //
@@ -56,6 +58,9 @@ func Hit(step string) {
 				continue
 			}
 		}
+		if action == "late" {
+			continue
+		}
 		if action == "hang" {
 			for {
 				time.Sleep(time.Hour)
@@ -71,6 +76,20 @@ func Hit(step string) {
 		}
 		return
 	}
+}
+
+// Late reports whether Env names step with the action "late" (no count).
+func Late(step string) bool {
+	spec := os.Getenv(Env)
+	if spec == "" {
+		return false
+	}
+	for _, item := range strings.Split(spec, ",") {
+		if name, action, _ := strings.Cut(strings.TrimSpace(item), "="); name == step && action == "late" {
+			return true
+		}
+	}
+	return false
 }
 
 // reached counts one more hit of step and reports whether it is the want-th.

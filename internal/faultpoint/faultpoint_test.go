@@ -35,6 +35,7 @@ func TestHit(t *testing.T) {
 		{"step#3", true},
 		{"step#4", false},
 		{"step#x", false},
+		{"step=late", false},
 	} {
 		cmd := exec.Command(exe)
 		cmd.Env = append(os.Environ(), "FAULTPOINT_TEST_CHILD=step", Env+"="+tc.arm)
@@ -65,5 +66,14 @@ func TestStop(t *testing.T) {
 	_ = syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child after SIGCONT: %v", err)
+	}
+}
+
+func TestLate(t *testing.T) {
+	for arm, want := range map[string]bool{"": false, "step": false, "step=late": true, "other=late": false, "other,step=late": true} {
+		t.Setenv(Env, arm)
+		if got := Late("step"); got != want {
+			t.Errorf("%q: Late %v, want %v", arm, got, want)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
@@ -82,6 +83,10 @@ func Main(args []string) int {
 
 		refusedPIDs: map[int]bool{},
 		argvs:       map[int][]string{},
+		born:        map[int]bool{},
+	}
+	if faultpoint.Late("execguard.fork") {
+		t.lateForks = map[int]int{}
 	}
 	if path == "" {
 		if path, err = exec.LookPath(argv[0]); err != nil {
@@ -169,6 +174,16 @@ type tracer struct {
 	// these, not of /proc/PID/cmdline, which a running process can
 	// rewrite (perl's $0 = "make test").
 	argvs map[int][]string
+	// born are the processes seen (stopped, or dead: true) before their
+	// parent's fork event: the kernel may report a new child, and let it
+	// run and execute, before the event of the parent that made it. That
+	// late event must not give the child its parent's argv over its own,
+	// nor bring a dead one back to be killed under a reused PID.
+	born map[int]bool
+	// lateForks holds fork events back until their child has executed
+	// or died (child to parent), under the fault point
+	// execguard.fork=late: the order above, made certain for a test.
+	lateForks map[int]int
 }
 
 type program struct {
@@ -284,8 +299,12 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			return syscall.WaitStatus(ws), exitRefused
 		}
 		if ws.Exited() || ws.Signaled() {
+			if _, early := t.born[pid]; early || (pid != t.main && !t.tracees[pid]) {
+				t.born[pid] = true
+			}
 			delete(t.tracees, pid)
 			delete(t.argvs, pid)
+			t.releaseFork(pid)
 			// The tracer learns how every process of the tree died,
 			// whoever its parent: a limit a child hit is reported
 			// from here without process accounting.
@@ -302,6 +321,10 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 		if !ws.Stopped() {
 			continue
 		}
+		if pid != t.main && !t.tracees[pid] {
+			t.tracees[pid] = true
+			t.born[pid] = false
+		}
 		sig := ws.StopSignal()
 		event := int(uint32(ws)>>16) & 0xff
 		switch {
@@ -316,9 +339,11 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 					return 0, exitRefused
 				}
 				// A session lives on; only the refused image dies.
+				t.releaseFork(pid)
 				continue
 			}
 			_ = unix.PtraceCont(pid, 0)
+			t.releaseFork(pid)
 		case event == unix.PTRACE_EVENT_STOP:
 			switch sig {
 			case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
@@ -334,10 +359,11 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			// already and reports its own first stop.
 			if event == unix.PTRACE_EVENT_FORK || event == unix.PTRACE_EVENT_VFORK || event == unix.PTRACE_EVENT_CLONE {
 				if child, err := unix.PtraceGetEventMsg(pid); err == nil {
-					t.tracees[int(child)] = true
-					if a, ok := t.argvs[pid]; ok {
-						t.argvs[int(child)] = a
+					if t.lateForks != nil && event != unix.PTRACE_EVENT_CLONE && !t.born[int(child)] {
+						t.lateForks[int(child)] = pid // the parent stays stopped
+						continue
 					}
+					t.announce(pid, int(child))
 				}
 			}
 			_ = unix.PtraceCont(pid, 0)
@@ -346,6 +372,36 @@ func (t *tracer) loop() (syscall.WaitStatus, int) {
 			_ = unix.PtraceCont(pid, int(sig))
 		}
 	}
+}
+
+// announce takes in child, made by parent: traced, with its parent's argv
+// until it executes its own, unless it was seen first (see born).
+func (t *tracer) announce(parent, child int) {
+	if dead, early := t.born[child]; early {
+		delete(t.born, child)
+		if dead {
+			return
+		}
+		if _, ok := t.argvs[child]; ok {
+			return // it has executed already: that argv is its own
+		}
+	}
+	t.tracees[child] = true
+	if a, ok := t.argvs[parent]; ok {
+		t.argvs[child] = a
+	}
+}
+
+// releaseFork lets the fork event held for child (see lateForks) be seen
+// now, and its parent go on.
+func (t *tracer) releaseFork(child int) {
+	parent, ok := t.lateForks[child]
+	if !ok {
+		return
+	}
+	delete(t.lateForks, child)
+	t.announce(parent, child)
+	_ = unix.PtraceCont(parent, 0)
 }
 
 // decide judges the image pid has just executed. It returns false after

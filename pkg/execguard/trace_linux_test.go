@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agentplane/agentplane/internal/faultpoint"
 	"github.com/agentplane/agentplane/pkg/policy"
 	"github.com/agentplane/agentplane/pkg/result"
 )
@@ -599,5 +600,30 @@ func TestScriptIsDecidedAsItself(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "RAN-ok")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestChainWhenTheChildRunsFirst: the kernel may report a new child's
+// exec before the fork event of the parent that made it (a loaded
+// machine, the parent preempted in fork). The fault point holds every
+// fork event back until its child has executed, so that order is
+// certain: the refused touch's parent is still the script that ran it,
+// not the shell that forked the script.
+func TestChainWhenTheChildRunsFirst(t *testing.T) {
+	need(t, "sh", "touch")
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "s.sh"), []byte("#!/bin/sh\ntouch MARK\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(faultpoint.Env, "execguard.fork=late")
+	rep, code, out := guarded(t, loadRules(t, rules), false, dir, "sh", "-c", "./s.sh; true")
+	if rep.Killed == nil {
+		t.Fatalf("nothing was killed (exit %d): %s", code, out)
+	}
+	if c := rep.Killed.Chain; len(c) == 0 || len(c[0]) < 2 || c[0][1] != "./s.sh" {
+		t.Fatalf("chain %q, want the script first", c)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "MARK")); err == nil {
+		t.Fatal("touch ran")
 	}
 }
