@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -313,22 +314,12 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	n := s.seq
 	s.mu.Unlock()
 
-	if req.Policy != nil && s.policy == nil {
-		s.release()
-		return nil, false, result.Errorf(result.CodePolicyUnavailable,
-			"this session was started without runtime policy enforcement, so the call's policy cannot hold while it runs").
-			With("hint", "start the session with the policy in force, or use --policy-enforce static")
-	}
-	if s.policy != nil {
-		if err := s.policy.Call(n, req.Policy, req.PolicyApproved); err != nil {
-			s.release()
-			return nil, false, err
-		}
-	}
 	// A protected or hidden file that someone outside replaced since the
 	// shell's sandbox was made (git config, an editor's save) is at its
 	// path unprotected in that sandbox: the shell is replaced first, in a
-	// new sandbox that binds or covers what is there now.
+	// new sandbox that binds or covers what is there now. That comes
+	// before the call's policy is given to the guard: the new shell has
+	// a new guard, which must be the one that knows it.
 	refreshed := ""
 	if s.sandbox != nil {
 		if path := s.sandbox.Stale(); path != "" {
@@ -341,6 +332,31 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 					"%s was replaced since the session's sandbox was made, and the shell could not be restarted in a new one (%v); the session has ended", path, out.restartErr).With("ended_reason", EndedRestartFailed)
 			}
 			refreshed = path
+			// The new shell's processes (its guard, the sandbox's
+			// helper) were not there when the last call ended: they
+			// are no more this call's than the old ones were, for its
+			// cancellation and for what it leaves running.
+			procs := s.track.scan()
+			s.mu.Lock()
+			before := make(map[int]uint64, len(s.before)+len(procs))
+			maps.Copy(before, s.before)
+			for _, d := range procs {
+				before[d.PID] = d.StartTime
+			}
+			s.before = before
+			s.mu.Unlock()
+		}
+	}
+	if req.Policy != nil && s.policy == nil {
+		s.release()
+		return nil, false, result.Errorf(result.CodePolicyUnavailable,
+			"this session was started without runtime policy enforcement, so the call's policy cannot hold while it runs").
+			With("hint", "start the session with the policy in force, or use --policy-enforce static")
+	}
+	if s.policy != nil {
+		if err := s.policy.Call(n, req.Policy, req.PolicyApproved); err != nil {
+			s.release()
+			return nil, false, err
 		}
 	}
 	c, err := s.prepareCall(n, req, enc)
