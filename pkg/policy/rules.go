@@ -11,6 +11,7 @@ import (
 	"go.starlark.net/starlark"
 	"go.starlark.net/syntax"
 
+	"github.com/agentplane/agentplane/internal/ctlfile"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -46,6 +47,10 @@ type Policy struct {
 	// Forbidden. Empty means Allow; any other value is treated as Prompt,
 	// failing closed.
 	Default string
+	// Read are the rule files as they were read (AddFile): which files
+	// the rules came from, for a check that no sandboxed command could
+	// have written them. Not sent anywhere.
+	Read []ctlfile.File `json:"-"`
 }
 
 // New returns an empty policy whose default is Allow.
@@ -74,12 +79,17 @@ func LoadSource(name string, src []byte) (*Policy, error) {
 
 // AddFile reads a rules file and appends its rules to p.
 func (p *Policy) AddFile(path string) error {
-	src, err := os.ReadFile(path)
+	f, err := ctlfile.Read(path)
 	if err != nil {
 		return result.Errorf(result.CodePolicyInvalid, "cannot read policy file %s: %v", path, unwrapPathError(err)).
 			With("file", path).Wrap(err)
 	}
-	return p.AddSource(path, src)
+	if err := p.AddSource(path, f.Data); err != nil {
+		return err
+	}
+	f.Data = nil
+	p.Read = append(p.Read, f)
+	return nil
 }
 
 func unwrapPathError(err error) error {

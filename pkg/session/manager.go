@@ -180,6 +180,28 @@ func (m *Manager) CallSandbox(handle string) (*sandbox.Policy, string, error) {
 	return &pol, cwd.String(), nil
 }
 
+// SandboxKept is what the session's sandbox keeps read-only, where it is
+// (its report's "protected": the real paths its shell's mounts bind, a
+// link's target as it was when the session started), as the server
+// recorded it in the state directory, which the shell cannot write.
+func (m *Manager) SandboxKept(handle string) ([]string, error) {
+	id, err := m.resolve(handle)
+	if err != nil {
+		return nil, err
+	}
+	b, err := state.ReadFile(filepath.Join(m.sessionDir(id), "status.json"))
+	if err != nil || !gjson.ValidBytes(b) {
+		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable record", handle)
+	}
+	var out []string
+	for _, p := range gjson.GetBytes(b, "sandbox.protected").Array() {
+		if p.Type == gjson.String {
+			out = append(out, p.Str)
+		}
+	}
+	return out, nil
+}
+
 // Status reports a session, telling the truth about a server that is gone.
 func (m *Manager) Status(handle string) (*Info, error) {
 	id, err := m.resolve(handle)

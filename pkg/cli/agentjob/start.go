@@ -203,7 +203,7 @@ func startRun(o *StartOptions) (out *clikit.Outcome, err error) {
 	if err := sandboxflags.CheckFloor(o.Env, &o.Sandbox); err != nil {
 		return nil, err
 	}
-	o.Sandbox.StateDir, o.Sandbox.Control = o.StateDir, guard.ControlFiles(o.Env, o.Guard.Files)
+	o.Sandbox.StateDir, o.Sandbox.Control = o.StateDir, guard.ControlFiles(o.Env, &o.Guard)
 	if p := o.Sandbox.Policy(o.Env, spec.Cwd); !p.Empty() {
 		// Refuse here what the machine cannot enforce, and learn what
 		// will be enforced; the supervisor prepares its own for the job.

@@ -274,7 +274,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
 		return nil, err
 	}
-	o.Sandbox.StateDir, o.Sandbox.Control = stateDir, guard.ControlFiles(env, o.Guard.Files)
+	o.Sandbox.StateDir, o.Sandbox.Control = stateDir, guard.ControlFiles(env, &o.Guard)
 	policy := o.Sandbox.Policy(env, s.cwd)
 	var prep *sandbox.Prepared
 	// A command string too long for one argument reaches the shell

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tidwall/gjson"
 
+	"github.com/agentplane/agentplane/internal/ctlfile"
 	"github.com/agentplane/agentplane/pkg/audit"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
@@ -107,7 +108,7 @@ func newCmdSessionStart(env *clikit.Env, stateDir *string) *cobra.Command {
 		if err != nil {
 			return nil, err
 		}
-		o.Sandbox.StateDir, o.Sandbox.Control = m.Dir.Path(), guard.ControlFiles(env, o.Guard.Files)
+		o.Sandbox.StateDir, o.Sandbox.Control = m.Dir.Path(), guard.ControlFiles(env, &o.Guard)
 		// The floor first: it gives the session the floor's workspace
 		// before the spec makes the policy (else --cwd would be it).
 		if err := sandboxflags.CheckFloor(env, &o.Sandbox); err != nil {
@@ -467,7 +468,18 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 	if pol != nil {
 		own = *pol
 	}
-	if err := checkSessionFiles(pol, o.Guard.RuleFiles(), env.ConfigFiles()); err != nil {
+	if o.Guard.Active() {
+		if _, err := o.Guard.Load(); err != nil {
+			return "", err
+		}
+	}
+	var kept []string
+	if pol != nil {
+		if kept, err = m.SandboxKept(o.Session); err != nil {
+			return "", err
+		}
+	}
+	if err := checkSessionFiles(pol, kept, o.Guard.Read(), env); err != nil {
 		return "", err
 	}
 	own = normalPolicy(own)
@@ -501,27 +513,78 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 // read-only), is known to be the operator's: a file anywhere else may
 // have been written by an earlier call, or reached through a link one
 // planted (into the workspace, its temp dir, the cache).
-func checkSessionFiles(pol *sandbox.Policy, rules []string, configs []clikit.ConfigFile) error {
+func checkSessionFiles(pol *sandbox.Policy, protected []string, rules []ctlfile.File, env *clikit.Env) error {
 	if pol == nil || pol.Mode != sandbox.ModeWorkspaceWrite && pol.Mode != sandbox.ModeReadOnly {
 		return nil // the shell writes wherever the user can: nothing is kept from it
 	}
-	protected := func(p string) bool {
-		abs, err := filepath.Abs(p)
-		return err == nil && slices.Contains(pol.Protect, abs)
+	// What the shell's sandbox binds read-only, where it was when the
+	// session started: not the protected names resolved again now (a
+	// link the operator pointed elsewhere since leads to a file that
+	// sandbox never kept).
+	kept := map[string]bool{}
+	for _, p := range protected {
+		kept[p] = true
+	}
+	// A file read is safe if it is itself a protected file, or directly
+	// in a protected directory (bound read-only), and has no other name
+	// the shell could have written it through. Which file was read is the
+	// kernel's word for the open file, not the name spelled again.
+	unsafe := func(f ctlfile.File) string {
+		switch {
+		case f.Real == "":
+			return "the file read cannot be told"
+		case f.Links != 1:
+			return "the file read (" + f.Real + ") has another name"
+		case !kept[f.Real] && !kept[filepath.Dir(f.Real)]:
+			if abs, _ := filepath.Abs(f.Path); f.Real != abs {
+				return "the file read is " + f.Real
+			}
+			return "protected"
+		}
+		return ""
 	}
 	for _, f := range rules {
-		if !protected(f) {
-			return result.Errorf(result.CodeUsage, "the policy file %s was not named when the session started, so its sandbox does not keep the session's shell from rewriting it", f).
+		if why := unsafe(f); why != "" {
+			msg := "the policy file %s was not named when the session started, so its sandbox does not keep the session's shell from rewriting it"
+			if why != "protected" {
+				msg = "the policy file %s is not one the session's sandbox keeps from the session's shell (" + why + ")"
+			}
+			return result.Errorf(result.CodeUsage, msg, f.Path).
 				With("hint", "name the policy files when starting the session (agentsh session start --policy FILE)")
 		}
 	}
-	for _, c := range configs {
-		p := c.Path
-		if !c.Explicit {
-			p = filepath.Dir(p) // a default file is protected through its directory
+	// Every config file is read now (those shadowed too), so that each one
+	// there is checked as the file read.
+	if _, err := env.Sources(); err != nil {
+		return err
+	}
+	for _, c := range env.ConfigFiles() {
+		why := ""
+		if f, ok := env.ConfigRead(c.Path); ok {
+			why = unsafe(f)
+		} else {
+			// Not there: the shell must not have been able to remove or
+			// create it.
+			p := ctlfile.Abs(c.Path)
+			if !c.Explicit {
+				p = filepath.Dir(p) // a default file is protected through its directory
+			}
+			real := p
+			if r, err := filepath.EvalSymlinks(p); err == nil {
+				real = r
+			}
+			// (A directory missing outside the writable roots is in no
+			// report: the shell cannot create it.)
+			if !kept[real] && !(real == p && slices.Contains(pol.Protect, p)) {
+				why = "protected"
+			}
 		}
-		if !protected(p) {
-			return result.Errorf(result.CodeUsage, "the config file %s is not one the session's sandbox protects from its start, so the session's shell could have rewritten it", c.Path).
+		if why != "" {
+			detail := ""
+			if why != "protected" {
+				detail = " (" + why + ")"
+			}
+			return result.Errorf(result.CodeUsage, "the config file %s is not one the session's sandbox protects from its start, so the session's shell could have rewritten it%s", c.Path, detail).
 				With("hint", "give the session's calls the config (--config, AGENTPLANE_CONFIG, XDG_CONFIG_HOME, HOME) the session was started with")
 		}
 	}

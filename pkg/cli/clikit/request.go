@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/agentplane/agentplane/internal/account"
+	"github.com/agentplane/agentplane/internal/ctlfile"
 	"github.com/agentplane/agentplane/pkg/result"
 )
 
@@ -546,6 +547,8 @@ type configSource struct {
 	sys       *viper.Viper
 	sysLoaded bool
 	sysErr    error
+	// read are the files read, by the path of their ConfigFile.
+	read map[string]ctlfile.File
 }
 
 func (e *Env) config() (*viper.Viper, error) {
@@ -557,26 +560,39 @@ func (e *Env) config() (*viper.Viper, error) {
 	if path == "" {
 		return nil, nil
 	}
-	e.cfg.v, e.cfg.err = readConfig(path, explicit)
+	e.cfg.v, e.cfg.err = e.readConfig(path, explicit)
 	return e.cfg.v, e.cfg.err
 }
 
 // readConfig reads one config file: nil for a default one that does not
-// exist, an error for an explicit one that does not.
-func readConfig(path string, explicit bool) (*viper.Viper, error) {
-	if _, err := os.Stat(path); err != nil {
+// exist, an error for an explicit one that does not. Which file was read
+// is kept (ConfigRead).
+func (e *Env) readConfig(path string, explicit bool) (*viper.Viper, error) {
+	f, err := ctlfile.Read(path)
+	if err != nil {
 		if explicit || !errors.Is(err, fs.ErrNotExist) {
 			return nil, result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, unwrapPath(err))
 		}
 		return nil, nil
 	}
 	v := viper.New()
-	v.SetConfigFile(path)
 	v.SetConfigType("toml")
-	if err := v.ReadInConfig(); err != nil {
+	if err := v.ReadConfig(bytes.NewReader(f.Data)); err != nil {
 		return nil, result.Errorf(result.CodeInvalidConfig, "cannot read config file %s: %v", path, err)
 	}
+	f.Data = nil
+	if e.cfg.read == nil {
+		e.cfg.read = map[string]ctlfile.File{}
+	}
+	e.cfg.read[path] = f
 	return v, nil
+}
+
+// ConfigRead tells which file was read for the config file at path (one
+// of ConfigFiles), if one was.
+func (e *Env) ConfigRead(path string) (ctlfile.File, bool) {
+	f, ok := e.cfg.read[path]
+	return f, ok
 }
 
 // A Source is one place the operator's settings come from, on its own:
@@ -636,11 +652,11 @@ func (e *Env) sources(all bool) ([]Source, error) {
 		case file.System:
 			if !e.cfg.sysLoaded {
 				e.cfg.sysLoaded = true
-				e.cfg.sys, e.cfg.sysErr = readConfig(file.Path, false)
+				e.cfg.sys, e.cfg.sysErr = e.readConfig(file.Path, false)
 			}
 			v, err = e.cfg.sys, e.cfg.sysErr
 		default:
-			v, err = readConfig(file.Path, false)
+			v, err = e.readConfig(file.Path, false)
 		}
 		if err != nil {
 			return nil, err

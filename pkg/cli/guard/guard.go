@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/agentplane/agentplane/internal/ctlfile"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/execguard"
 	"github.com/agentplane/agentplane/pkg/policy"
@@ -78,12 +79,30 @@ func (o *Options) Load() (*policy.Policy, error) {
 // read its rules).
 func (o *Options) RuleFiles() []string {
 	out := make([]string, 0, len(o.Files))
+	add := func(p string) {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
 	for _, f := range o.paths() {
-		if abs, err := filepath.Abs(f); err == nil {
-			out = append(out, abs)
+		add(ctlfile.Abs(f))
+	}
+	// And the files Load read, where they are: what the sandbox must
+	// keep is what the rules came from.
+	if o.loaded != nil {
+		for _, f := range o.loaded.Read {
+			add(f.Real)
 		}
 	}
 	return out
+}
+
+// Read are the rule files as Load read them (none before Load).
+func (o *Options) Read() []ctlfile.File {
+	if o.loaded == nil {
+		return nil
+	}
+	return o.loaded.Read
 }
 
 // ControlFiles are the rule files a call could read, absolute, each once:
@@ -92,15 +111,26 @@ func (o *Options) RuleFiles() []string {
 // a flag shadows for this call only: the next call without it reads them.
 // The sandbox keeps them all read-only, and agentfs under the lock refuses
 // to change them.
-func ControlFiles(env *clikit.Env, files []string) []string {
+func ControlFiles(env *clikit.Env, o *Options) []string {
+	var files []string
+	if o != nil {
+		files = o.Files
+	}
 	var out []string
 	add := func(f string) {
-		if abs, err := filepath.Abs(expandHome(f)); err == nil && f != "" && !slices.Contains(out, abs) {
+		if abs := ctlfile.Abs(expandHome(f)); f != "" && !slices.Contains(out, abs) {
 			out = append(out, abs)
 		}
 	}
 	for _, f := range files {
 		add(f)
+	}
+	if o != nil && o.Active() {
+		// And where the files Load read are (a link's target).
+		_, _ = o.Load() // a file that cannot be read fails the call elsewhere
+		for _, f := range o.Read() {
+			add(f.Real)
+		}
 	}
 	var probe Options
 	fs := pflag.NewFlagSet("probe", pflag.ContinueOnError)

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/agentplane/agentplane/internal/ctlfile"
 	"github.com/agentplane/agentplane/pkg/cli/clikit"
 	"github.com/agentplane/agentplane/pkg/cli/guard"
 	"github.com/agentplane/agentplane/pkg/result"
@@ -135,14 +136,19 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 	// Every config file the invocation could read, not only the one it
 	// reads (the lock of one that --config shadows still holds), and the
 	// user's defaults that a variable moved it away from.
+	// A default file is protected through its directory (a command must
+	// not create it either), and itself when it is there: it may be a
+	// link to a file elsewhere (a dotfiles repository, the workspace),
+	// whose target the sandbox keeps read-only then.
 	for _, cfg := range env.ProtectedConfigs() {
-		path := cfg.Path
+		path := ctlfile.Abs(cfg.Path)
 		if !cfg.Explicit {
-			path = filepath.Dir(path)
+			p.Protect = append(p.Protect, filepath.Dir(path))
+			if _, err := os.Lstat(path); err != nil {
+				continue
+			}
 		}
-		if abs, err := filepath.Abs(path); err == nil {
-			p.Protect = append(p.Protect, abs)
-		}
+		p.Protect = append(p.Protect, path)
 	}
 }
 
@@ -161,7 +167,7 @@ func StateDirs(env *clikit.Env, flag string) []string {
 		if dir == "" {
 			return
 		}
-		if abs, err := filepath.Abs(dir); err == nil && !slices.Contains(out, abs) {
+		if abs := ctlfile.Abs(dir); !slices.Contains(out, abs) {
 			out = append(out, abs)
 		}
 	}
