@@ -380,6 +380,16 @@ func (sv *supervisor) supervise(r *jobRun, sigs, chld chan os.Signal, deadline <
 			r.terminate(syscall.Signal(req.Signal), time.Duration(req.GraceMS)*time.Millisecond)
 		case <-chld:
 			sv.reapOrphans()
+		case <-sv.replaced:
+			if sv.sandbox.Stale() == "" {
+				continue // of a run before this one, whose start covered it
+			}
+			// A file the run's sandbox protects is a new one at its path,
+			// which no mount of the running sandbox covers: nothing in it
+			// may go on to write there (a .git/config the host's next git
+			// reads). The next start covers the new file.
+			res.status, res.reason = StatusFailed, ReasonSandboxRefreshed
+			r.terminate(syscall.SIGKILL, 0)
 		}
 		if res.status != "" {
 			<-r.exited

@@ -104,7 +104,7 @@ type Status struct {
 	StdoutLostBytes int64 `json:"stdout_lost_bytes,omitempty"`
 	StderrLostBytes int64 `json:"stderr_lost_bytes,omitempty"`
 	// Reason says why a job failed when no exit code does:
-	// ready_timeout, or the code of a start failure.
+	// ready_timeout, sandbox_refreshed, or the code of a start failure.
 	Reason string `json:"reason,omitempty"`
 	// Denied is the exec the runtime policy refused, which ended the run
 	// (with reason policy_denied or approval_required): its argv, parent

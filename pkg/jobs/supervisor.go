@@ -66,6 +66,9 @@ type supervisor struct {
 
 	// sandbox is the job's prepared confinement, shared by its restarts.
 	sandbox *sandbox.Prepared
+	// replaced tells of a protected or hidden path a process outside
+	// replaced (sandbox.WatchReplaced): the run is killed at once.
+	replaced <-chan string
 	// ctl reaches the sandbox helper of the current run, which runs the
 	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
 	ctl *sandbox.Control
@@ -153,6 +156,12 @@ func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID st
 // which it was.
 const ReasonSchedulerSignal = "scheduler_signal"
 
+// ReasonSandboxRefreshed is the reason of a run its supervisor killed
+// because a process outside replaced a file the run's sandbox protects
+// (git config, an editor's save): the new file is no mount's of that
+// sandbox. A restart (the restart policy's) covers it.
+const ReasonSandboxRefreshed = "sandbox_refreshed"
+
 func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest string, opt SupervisorOptions) error {
 	sv := &supervisor{d: d, id: id, dir: d.Join("jobs", id), known: map[int]bool{}, slurmJobID: slurmJobID, admit: opt.Admit}
 	// The pipe must not leak into the job: a job holding it would keep
@@ -236,6 +245,9 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest
 			return err
 		}
 		defer sv.sandbox.Cleanup()
+		var stopWatch func()
+		sv.replaced, stopWatch = sv.sandbox.WatchReplaced()
+		defer stopWatch()
 		if nr := sv.recordNetwork(sv.sandbox); nr != nil {
 			sv.rec.Proxy = true
 			// Before Cleanup (deferred earlier, so run later) closes the proxy.

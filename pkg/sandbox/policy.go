@@ -226,7 +226,10 @@ type Prepared struct {
 	// connection the network allowlist refused (for the audit log).
 	OnDeny func(netproxy.Denial)
 
-	spec       *spec // the helper's, without KeepFDs and Control (nil: no helper)
+	spec *spec // the helper's, without KeepFDs and Control (nil: no helper)
+	// smu guards the identities in spec, which a later start records
+	// again while a watch (WatchReplaced) compares them.
+	smu        sync.Mutex
 	exitStatus func(exitCode int, signal string) (int, string)
 	limitsHit  func() []string
 	net        *netProxy // with --net proxy
@@ -343,13 +346,16 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 	if p.spec == nil {
 		return nil, func() {}, nil
 	}
+	p.smu.Lock()
 	if p.launched && p.refresh != nil {
 		if err := p.refresh(); err != nil {
+			p.smu.Unlock()
 			return nil, nil, err
 		}
 	}
 	p.launched = true
 	r, err := p.sendSpec()
+	p.smu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -359,6 +359,8 @@ func (p *Prepared) Stale() string {
 	if p.spec == nil {
 		return ""
 	}
+	p.smu.Lock()
+	defer p.smu.Unlock()
 	sp := p.spec
 	for i, path := range sp.ReadOnly {
 		if id, err := identify(path); i < len(sp.ReadOnlyIDs) && (err != nil || id != sp.ReadOnlyIDs[i]) {

@@ -232,10 +232,17 @@ func (s *server) call(req CallRequest, cancel <-chan struct{}, cancelSig func() 
 			With("hint", "wait for it, or pass --busy-timeout to wait up to that long")
 	}
 	sh := s.currentShell()
+	s.mu.Lock()
+	replaced := s.replaced != ""
+	s.mu.Unlock()
 	select {
 	case <-s.done:
 		s.release()
 	case <-sh.exited:
+		if replaced {
+			// watchSandbox killed it: callReady starts a new one.
+			return s.callReady(req, cancel, cancelSig, enc)
+		}
 		s.release()
 		// The shell is gone: end the session (once) and answer only when
 		// everything it started is dead, so that a caller who sees
@@ -302,6 +309,9 @@ type outcome struct {
 	reset  bool // the shell could not be brought back and was replaced
 	stuck  bool // the command left posix mode unreachable: see stuckMark
 	ended  bool // the shell is gone (exit, exec, killed)
+	// killedFor: a protected or hidden path replaced outside during the
+	// call, for which the shell's sandbox was killed (watchSandbox).
+	killedFor string
 	// restartErr: the shell had to be replaced and its replacement did
 	// not start; the session ends (EndedRestartFailed).
 	restartErr error
@@ -320,9 +330,24 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	// new sandbox that binds or covers what is there now. That comes
 	// before the call's policy is given to the guard: the new shell has
 	// a new guard, which must be the one that knows it.
+	// (Once more should a file be replaced again while the new shell
+	// started: what its sandbox recorded is the file before.)
 	refreshed := ""
-	if s.sandbox != nil {
-		if path := s.sandbox.Stale(); path != "" {
+	for range 3 {
+		if s.sandbox == nil {
+			break
+		}
+		path := s.sandbox.Stale()
+		s.mu.Lock()
+		if path == "" {
+			path = s.replaced // killed for it (watchSandbox), covered since
+		}
+		s.replaced = ""
+		s.mu.Unlock()
+		if path == "" {
+			break
+		}
+		{
 			var out outcome
 			s.resetShell(s.currentShell(), &out)
 			if out.restartErr != nil {
@@ -418,7 +443,13 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the command changed the shell so that it could not report the call's end (a readonly protocol variable or prompt, a DEBUG trap that skips commands, a forged prompt); its status is unknown and the shell was restarted in its last cwd")))
 	}
+	if out.killedFor != "" {
+		obj.Set("session_reset_reason", "sandbox_refreshed").Set("sandbox_refreshed", out.killedFor)
+	}
 	switch {
+	case out.killedFor != "":
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"%s, which the session's sandbox protects, was replaced outside the session while the call ran; so that nothing in that sandbox could write the new file, the shell and everything it ran (background jobs too) were killed, and the shell was restarted in a new sandbox in its last cwd", out.killedFor)))
 	case out.unrun:
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"the command did not run: the shell could not open the call's descriptors (the descriptor limit an earlier command set, ulimit -n, is too low even once raised); the shell was restarted in its last cwd")))
@@ -848,6 +879,20 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			proctree.Terminate(context.Background(), proctree.Tree{Main: sh.id, Root: sh.id.PID}, syscall.SIGKILL, 0, sh.exited)
 		default:
 			// The shell itself is stuck: replace it in the last known cwd.
+			s.resetShell(sh, &out)
+		}
+	}
+	if out.ended && !out.reset {
+		s.mu.Lock()
+		path := s.replaced
+		s.replaced = ""
+		s.mu.Unlock()
+		if path != "" {
+			// watchSandbox killed the shell's sandbox during the call:
+			// a file it protected was replaced outside. The session goes
+			// on in a new one.
+			res.Status, res.ExitCode = run.StatusError, -1
+			out.ended, out.killedFor = false, path
 			s.resetShell(sh, &out)
 		}
 	}

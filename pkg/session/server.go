@@ -72,6 +72,12 @@ type server struct {
 	watchdog []string
 	// policy is the shell's runtime policy guard, with Spec.PolicyGuard.
 	policy *execguard.Session
+	// replaced is a protected or hidden path that a process outside
+	// replaced while the shell ran: watchSandbox killed the shell's
+	// sandbox and everything in it then, and the next call (or the one
+	// running) starts a new shell in a new sandbox instead of ending the
+	// session. Cleared by that start.
+	replaced string
 }
 
 // markRecord asks the recorder to write the record soon.
@@ -251,6 +257,7 @@ func (s *server) currentShell() *shell {
 func (s *server) loop() {
 	go s.watchShell()
 	go s.idleWatch()
+	go s.watchSandbox()
 	go s.recorder()
 	go s.bg.watch(s.done, s.markRecord)
 	for {
@@ -309,8 +316,56 @@ func (s *server) watchShell() {
 				continue
 			}
 		}
+		s.mu.Lock()
+		replaced := s.replaced != ""
+		s.mu.Unlock()
+		if replaced {
+			// watchSandbox killed it: the next call starts another.
+			select {
+			case <-sh.superseded:
+				continue
+			case <-s.done:
+				return
+			}
+		}
 		s.stop(EndedExit)
 		return
+	}
+}
+
+// watchSandbox kills the shell's sandbox, with everything in it (the
+// shell, the call's processes, the background jobs of earlier calls), as
+// soon as a process outside replaces one of its protected or hidden paths
+// (git config renaming a new .git/config into place): the new file at
+// the path is no mount's, and a process left in the old sandbox (a
+// background loop) could write it before the next call's check, for the
+// host's next git to run. The next call starts a new shell in a new
+// sandbox (sandbox_refreshed); the one running says what happened.
+func (s *server) watchSandbox() {
+	if s.sandbox == nil {
+		return
+	}
+	replaced, stop := s.sandbox.WatchReplaced()
+	defer stop()
+	if replaced == nil {
+		return
+	}
+	for {
+		select {
+		case <-s.done:
+			return
+		case path := <-replaced:
+			s.mu.Lock()
+			s.replaced = path
+			sh := s.sh
+			s.mu.Unlock()
+			if sh != nil && sh.cmd != nil && sh.cmd.Process != nil {
+				// The helper, PID 1 of the sandbox's namespace (or the
+				// policy guard above it, whose tracees die with it):
+				// the kernel kills everything inside.
+				_ = sh.cmd.Process.Kill()
+			}
+		}
 	}
 }
 

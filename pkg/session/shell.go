@@ -1185,10 +1185,12 @@ type shell struct {
 	call   callProto
 	lines  chan string   // the control channel, line by line; closed at EOF
 	exited chan struct{} // closed once the process is reaped
-	status *os.ProcessState
-	marker string // the prefix of every protocol line (not a secret: nonces are)
-	closed bool   // the control channel closed during an interrupt
-	exe    string // the shell's executable, to tell an exec
+	// superseded is closed once another shell took this one's place.
+	superseded chan struct{}
+	status     *os.ProcessState
+	marker     string // the prefix of every protocol line (not a secret: nonces are)
+	closed     bool   // the control channel closed during an interrupt
+	exe        string // the shell's executable, to tell an exec
 	// owed are the tags of probes sent during earlier calls whose
 	// answers are still to come (the call's own prompt came first).
 	owed map[string]bool
@@ -1327,7 +1329,7 @@ func (s *server) startShell(cwd string) error {
 	if s.track != nil {
 		s.track.started()
 	}
-	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}, gen: newGen(), slot: 1, recoverBound: s.spec.RecoverWait}
+	sh := &shell{cmd: cmd, stdin: in, ctlIn: ch.inPath, ctlOut: ch.outPath, keeper: keeper, lines: make(chan string, 64), exited: make(chan struct{}), superseded: make(chan struct{}), marker: newMarker(), owed: map[string]bool{}, gen: newGen(), slot: 1, recoverBound: s.spec.RecoverWait}
 	sh.call = callProto{marker: sh.marker, ctlIn: sh.ctlIn, ctlOut: sh.ctlOut}
 	sh.nofile = nofileLimit(cmd.Process.Pid)
 	sh.call.nofile = sh.nofile
@@ -1375,9 +1377,13 @@ func (s *server) startShell(cwd string) error {
 		close(sh.exited)
 	}()
 	s.mu.Lock()
+	old := s.sh
 	s.sh = sh
 	s.rec.ShellPID, s.rec.ShellStart, s.rec.Cwd = sh.id.PID, sh.id.Start, cwd
 	s.mu.Unlock()
+	if old != nil {
+		close(old.superseded)
+	}
 
 	if _, err := io.WriteString(in, shellInit()); err != nil {
 		return result.Errorf(result.CodeSessionStartFailed, "the shell did not accept input: %v", err)

@@ -19,7 +19,7 @@ ready: whether a readiness probe passed
 restarts: how many times the job was restarted
 stdout_bytes, stderr_bytes: the bytes each stream has written
 description: the --description given, or null
-reason: why a job failed when no exit code says it: ready_timeout, the code of a start failure, or policy_denied or approval_required when the runtime policy refused an exec
+reason: why a job failed when no exit code says it: ready_timeout, the code of a start failure, policy_denied or approval_required when the runtime policy refused an exec, or sandbox_refreshed when a process outside replaced a file the run's sandbox protects or hides and the run was killed for it
 denied: with reason policy_denied or approval_required, the refused exec: argv, exe, chain (its parents' argv), decision, rule, justification, source
 lost_reason: host_restarted or supervisor_died, for a lost job
 orphan_pid: a lost job's process that is provably still alive (stop kills it)`

@@ -1,0 +1,96 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// WatchReplaced watches, from outside the sandbox, the protected and
+// hidden paths of a prepared sandbox whose run goes on (a session's shell,
+// its background jobs): a process outside that replaces one (git config
+// renames a new .git/config into place, an editor's save) leaves a new
+// file at the path, which no mount of the running sandbox covers. The
+// channel gets the path as soon as that is seen (inotify on the
+// directories that hold the paths, the identities then compared as Stale
+// does), so that the caller stops everything the old sandbox runs before
+// it writes there; the next start covers the new file. stop ends the
+// watch. Without a helper, or without inotify, the channel is nil.
+func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
+	if p.spec == nil {
+		return nil, func() {}
+	}
+	p.smu.Lock()
+	paths := slices.Concat(p.spec.ReadOnly, p.spec.Hidden)
+	p.smu.Unlock()
+	if len(paths) == 0 {
+		return nil, func() {}
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, func() {}
+	}
+	f := os.NewFile(uintptr(fd), "inotify") // pollable: Close ends a Read
+	const mask = unix.IN_CREATE | unix.IN_MOVED_TO | unix.IN_MOVED_FROM | unix.IN_DELETE |
+		unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+	// names: for each watched directory, the names in it that matter;
+	// a directory of its own that moves or goes matters whole (selfs).
+	names := map[int32]map[string]bool{}
+	watch := func() {
+		for _, path := range paths {
+			dir, name := filepath.Dir(path), filepath.Base(path)
+			if wd, err := unix.InotifyAddWatch(fd, dir, mask); err == nil {
+				if names[int32(wd)] == nil {
+					names[int32(wd)] = map[string]bool{}
+				}
+				names[int32(wd)][name] = true
+			}
+		}
+	}
+	watch()
+	out := make(chan string, 1)
+	go func() {
+		buf := make([]byte, 64*1024)
+		for {
+			n, err := f.Read(buf)
+			if err != nil {
+				return
+			}
+			hit := false
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				nameLen := int(ev.Len)
+				name := ""
+				if nameLen > 0 && off+unix.SizeofInotifyEvent+nameLen <= n {
+					b := buf[off+unix.SizeofInotifyEvent : off+unix.SizeofInotifyEvent+nameLen]
+					if i := slices.Index(b, 0); i >= 0 {
+						b = b[:i]
+					}
+					name = string(b)
+				}
+				switch {
+				case ev.Mask&unix.IN_Q_OVERFLOW != 0,
+					ev.Mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0,
+					names[ev.Wd][name]:
+					hit = true
+				}
+				off += unix.SizeofInotifyEvent + nameLen
+			}
+			if !hit {
+				continue
+			}
+			if path := p.Stale(); path != "" {
+				select {
+				case out <- path:
+				default: // one not taken yet says it already
+				}
+			}
+			// A directory replaced is a new one to watch.
+			watch()
+		}
+	}()
+	return out, func() { f.Close() }
+}
