@@ -26,3 +26,10 @@ func links(st os.FileInfo) uint64 {
 	}
 	return 1
 }
+
+func identity(st os.FileInfo) string {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return strconv.FormatUint(uint64(s.Dev), 10) + ":" + strconv.FormatUint(uint64(s.Ino), 10)
+	}
+	return ""
+}

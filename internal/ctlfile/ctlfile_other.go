@@ -4,6 +4,7 @@ package ctlfile
 
 import (
 	"os"
+	"strconv"
 	"syscall"
 )
 
@@ -18,4 +19,11 @@ func links(st os.FileInfo) uint64 {
 		return uint64(s.Nlink)
 	}
 	return 1
+}
+
+func identity(st os.FileInfo) string {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return strconv.FormatUint(uint64(s.Dev), 10) + ":" + strconv.FormatUint(uint64(s.Ino), 10)
+	}
+	return ""
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -15,8 +16,8 @@ import (
 // renames a new .git/config into place, an editor's save) leaves a new
 // file at the path, which no mount of the running sandbox covers. The
 // channel gets the path as soon as that is seen (inotify on the
-// directories that hold the paths, the identities then compared as Stale
-// does), so that the caller stops everything the old sandbox runs before
+// directories on the way to the paths, the identities then compared as
+// Stale does), so that the caller stops everything the old sandbox runs before
 // it writes there; the next start covers the new file. stop ends the
 // watch. Without a helper, or without inotify, the channel is nil.
 func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
@@ -39,14 +40,22 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 	// names: for each watched directory, the names in it that matter;
 	// a directory of its own that moves or goes matters whole (selfs).
 	names := map[int32]map[string]bool{}
+	// Every directory on the way to each path is watched, for the name
+	// of the next step: a directory above moved away and another put in
+	// its place (mv sub sub.old; cp -a sub.old sub) replaces the path as
+	// surely as a rename of the file itself, and one that is missing for
+	// a while (mv .git .git.old, then a copy back) is watched again once
+	// its parent sees it come back.
 	watch := func() {
 		for _, path := range paths {
-			dir, name := filepath.Dir(path), filepath.Base(path)
-			if wd, err := unix.InotifyAddWatch(fd, dir, mask); err == nil {
-				if names[int32(wd)] == nil {
-					names[int32(wd)] = map[string]bool{}
+			for p := path; p != filepath.Dir(p); p = filepath.Dir(p) {
+				dir, name := filepath.Dir(p), filepath.Base(p)
+				if wd, err := unix.InotifyAddWatch(fd, dir, mask); err == nil {
+					if names[int32(wd)] == nil {
+						names[int32(wd)] = map[string]bool{}
+					}
+					names[int32(wd)][name] = true
 				}
-				names[int32(wd)][name] = true
 			}
 		}
 	}
@@ -93,4 +102,24 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 		}
 	}()
 	return out, func() { f.Close() }
+}
+
+// KeptIDs are the identities (device:inode) of the files the sandbox
+// binds read-only, by path, as recorded now: a caller that keeps them
+// from its first start can tell a file renamed into place since, which a
+// command could have written under its temporary name.
+func (p *Prepared) KeptIDs() map[string]string {
+	if p.spec == nil {
+		return nil
+	}
+	p.smu.Lock()
+	defer p.smu.Unlock()
+	out := map[string]string{}
+	for i, path := range p.spec.ReadOnly {
+		if i < len(p.spec.ReadOnlyIDs) {
+			id := p.spec.ReadOnlyIDs[i]
+			out[path] = strconv.FormatUint(id.Dev, 10) + ":" + strconv.FormatUint(id.Ino, 10)
+		}
+	}
+	return out
 }

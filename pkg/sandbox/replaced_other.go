@@ -7,3 +7,6 @@ package sandbox
 func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 	return nil, func() {}
 }
+
+// KeptIDs is nil here: Seatbelt's rules hold whatever file is at a path.
+func (p *Prepared) KeptIDs() map[string]string { return nil }

@@ -317,6 +317,19 @@ type outcome struct {
 	restartErr error
 }
 
+// stillReplaced reports whether a protected or hidden path was replaced
+// again since the last new shell's sandbox recorded it.
+func (s *server) stillReplaced() bool {
+	s.mu.Lock()
+	replaced := s.replaced != ""
+	s.mu.Unlock()
+	return replaced || (s.sandbox != nil && s.sandbox.Stale() != "")
+}
+
+// refreshAttempts bounds the new shells a call starts because protected
+// files were replaced (see callReady).
+const refreshAttempts = 8
+
 // callReady runs a call once the busy token is held and the shell is up.
 func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig func() syscall.Signal, enc *lineWriter) (*result.Object, bool, error) {
 	s.mu.Lock()
@@ -333,7 +346,8 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 	// (Once more should a file be replaced again while the new shell
 	// started: what its sandbox recorded is the file before.)
 	refreshed := ""
-	for range 3 {
+	pending := ""
+	for attempt := range refreshAttempts {
 		if s.sandbox == nil {
 			break
 		}
@@ -345,11 +359,40 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		s.replaced = ""
 		s.mu.Unlock()
 		if path == "" {
+			path = pending
+		}
+		if path == "" {
 			break
 		}
+		pending = ""
 		{
 			var out outcome
 			s.resetShell(s.currentShell(), &out)
+			if out.restartErr != nil && attempt < refreshAttempts-1 {
+				// Replaced again between the new sandbox's record and
+				// its helper's check (a host writing the file in a
+				// loop), or killed by the watch as it started: the
+				// session goes on with another try.
+				s.mu.Lock()
+				s.restartErr = nil
+				s.mu.Unlock()
+				pending = path
+				continue
+			}
+			if out.restartErr != nil && s.stillReplaced() {
+				// The host keeps replacing it (a loop of git config):
+				// no new sandbox held still long enough to run the
+				// command in. Nothing ran; the session goes on, and
+				// the next call tries again.
+				s.mu.Lock()
+				s.restartErr = nil
+				s.replaced = path
+				s.mu.Unlock()
+				s.release()
+				return nil, false, result.Errorf(result.CodeSandboxFailed,
+					"%s was replaced again each time a new shell was started in a new sandbox for it (%v); the command did not run, and the session goes on", path, out.restartErr).
+					With("hint", "call again once the file is left alone")
+			}
 			if out.restartErr != nil {
 				s.release()
 				go s.stop(EndedRestartFailed)
@@ -893,7 +936,17 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 			// on in a new one.
 			res.Status, res.ExitCode = run.StatusError, -1
 			out.ended, out.killedFor = false, path
-			s.resetShell(sh, &out)
+			for attempt := range refreshAttempts {
+				s.resetShell(sh, &out)
+				if out.restartErr == nil || attempt == refreshAttempts-1 {
+					break
+				}
+				// As in callReady: once more.
+				out.ended, out.restartErr = false, nil
+				s.mu.Lock()
+				s.restartErr = nil
+				s.mu.Unlock()
+			}
 		}
 	}
 	if sh.stuck && !out.ended && !out.reset {

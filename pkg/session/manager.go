@@ -180,26 +180,46 @@ func (m *Manager) CallSandbox(handle string) (*sandbox.Policy, string, error) {
 	return &pol, cwd.String(), nil
 }
 
-// SandboxKept is what the session's sandbox keeps read-only, where it is
-// (its report's "protected": the real paths its shell's mounts bind, a
-// link's target as it was when the session started), as the server
+// Kept is what a session's sandbox keeps from its shell, as the server
 // recorded it in the state directory, which the shell cannot write.
-func (m *Manager) SandboxKept(handle string) ([]string, error) {
+type Kept struct {
+	// Protected are the real paths its mounts bind read-only (the
+	// report's "protected": a link's target as it was at the start).
+	Protected []string
+	// Writable are the real paths the shell may write (the report's
+	// "writable").
+	Writable []string
+	// IDs are the protected files' identities at the session's start.
+	IDs map[string]string
+}
+
+// SandboxKept reads what the session's sandbox keeps (Kept).
+func (m *Manager) SandboxKept(handle string) (Kept, error) {
 	id, err := m.resolve(handle)
 	if err != nil {
-		return nil, err
+		return Kept{}, err
 	}
 	b, err := state.ReadFile(filepath.Join(m.sessionDir(id), "status.json"))
 	if err != nil || !gjson.ValidBytes(b) {
-		return nil, result.Errorf(result.CodeSessionEnded, "session %s has no readable record", handle)
+		return Kept{}, result.Errorf(result.CodeSessionEnded, "session %s has no readable record", handle)
 	}
-	var out []string
-	for _, p := range gjson.GetBytes(b, "sandbox.protected").Array() {
-		if p.Type == gjson.String {
-			out = append(out, p.Str)
+	strs := func(path string) []string {
+		var out []string
+		for _, p := range gjson.GetBytes(b, path).Array() {
+			if p.Type == gjson.String {
+				out = append(out, p.Str)
+			}
 		}
+		return out
 	}
-	return out, nil
+	k := Kept{Protected: strs("sandbox.protected"), Writable: strs("sandbox.writable"), IDs: map[string]string{}}
+	gjson.GetBytes(b, "kept_ids").ForEach(func(key, v gjson.Result) bool {
+		if v.Type == gjson.String {
+			k.IDs[key.Str] = v.Str
+		}
+		return true
+	})
+	return k, nil
 }
 
 // Status reports a session, telling the truth about a server that is gone.

@@ -196,6 +196,7 @@ func (s *server) start() error {
 	s.rec = Record{State: StateRunning, ServerPID: os.Getpid(), ServerStart: self.StartTime, BootID: boot, Cwd: s.spec.Cwd, StartedAt: now, LastUsedAt: now}
 	if s.sandbox != nil {
 		s.rec.Sandbox = s.sandbox.Report
+		s.rec.KeptIDs = s.sandbox.KeptIDs()
 	}
 	if err := s.startShell(s.spec.Cwd); err != nil {
 		return err

@@ -94,6 +94,12 @@ type Record struct {
 	Resets      int    `json:"resets"`
 	// Sandbox is what the sandbox enforces (its report), if there is one.
 	Sandbox map[string]any `json:"sandbox,omitempty"`
+	// KeptIDs are the identities of the files the sandbox bound
+	// read-only when the session started (Prepared.KeptIDs), never
+	// recorded again: a control file renamed into place since, in a
+	// directory the shell can write, may have been written by the shell
+	// first (an editor's temporary file).
+	KeptIDs map[string]string `json:"kept_ids,omitempty"`
 	// Background lists the processes calls left running (cmd &).
 	Background []BackgroundProc `json:"background,omitempty"`
 }

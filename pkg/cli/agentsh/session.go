@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -473,7 +474,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 			return "", err
 		}
 	}
-	var kept []string
+	var kept session.Kept
 	if pol != nil {
 		if kept, err = m.SandboxKept(o.Session); err != nil {
 			return "", err
@@ -513,7 +514,7 @@ func checkSessionSandbox(cmd *cobra.Command, env *clikit.Env, o *RunOptions, m *
 // read-only), is known to be the operator's: a file anywhere else may
 // have been written by an earlier call, or reached through a link one
 // planted (into the workspace, its temp dir, the cache).
-func checkSessionFiles(pol *sandbox.Policy, protected []string, rules []ctlfile.File, env *clikit.Env) error {
+func checkSessionFiles(pol *sandbox.Policy, k session.Kept, rules []ctlfile.File, env *clikit.Env) error {
 	if pol == nil || pol.Mode != sandbox.ModeWorkspaceWrite && pol.Mode != sandbox.ModeReadOnly {
 		return nil // the shell writes wherever the user can: nothing is kept from it
 	}
@@ -522,7 +523,7 @@ func checkSessionFiles(pol *sandbox.Policy, protected []string, rules []ctlfile.
 	// link the operator pointed elsewhere since leads to a file that
 	// sandbox never kept).
 	kept := map[string]bool{}
-	for _, p := range protected {
+	for _, p := range k.Protected {
 		kept[p] = true
 	}
 	// A file read is safe if it is itself a protected file, or directly
@@ -540,6 +541,12 @@ func checkSessionFiles(pol *sandbox.Policy, protected []string, rules []ctlfile.
 				return "the file read is " + f.Real
 			}
 			return "protected"
+		case kept[f.Real] && underAny(filepath.Dir(f.Real), k.Writable) && (f.ID == "" || k.IDs[f.Real] != f.ID):
+			// A new file renamed into place since the session started
+			// (an editor's save, a temp file and mv), in a directory
+			// the shell can write: it could have written that file
+			// under its temporary name first.
+			return "it was replaced since the session started, from a directory the session's shell can write; start a new session to use the new file"
 		}
 		return ""
 	}
@@ -589,6 +596,16 @@ func checkSessionFiles(pol *sandbox.Policy, protected []string, rules []ctlfile.
 		}
 	}
 	return nil
+}
+
+// underAny reports whether path is one of roots or below one.
+func underAny(path string, roots []string) bool {
+	for _, r := range roots {
+		if path == r || strings.HasPrefix(path, strings.TrimSuffix(r, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // fromConfig reports whether the flag's value is the operator's configured
