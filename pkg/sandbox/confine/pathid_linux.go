@@ -51,7 +51,7 @@ func OpenChecked(path string, want FileID) (int, error) {
 	}
 	if got != want {
 		unix.Close(fd)
-		return -1, fmt.Errorf("%s changed since it was checked: it is another directory now (device %d inode %d, checked %d %d)",
+		return -1, fmt.Errorf("%s changed since it was checked: it is another file now (device %d inode %d, checked %d %d)",
 			path, got.Dev, got.Ino, want.Dev, want.Ino)
 	}
 	return fd, nil
