@@ -25,7 +25,8 @@ type File struct {
 	// Links is its number of hard links: a file with another name may
 	// have been written through that one.
 	Links uint64
-	// ID is its identity, device:inode ("" when it cannot be told).
+	// ID is its identity: device, inode and birth time ("" when it
+	// cannot be told; see IdentityOf).
 	ID string
 	// Data is what was read.
 	Data []byte
@@ -55,7 +56,7 @@ func Read(path string) (File, error) {
 	if err != nil {
 		return File{}, err
 	}
-	return File{Path: path, Real: openedPath(f, path, st), Links: links(st), ID: identity(st), Data: data}, nil
+	return File{Path: path, Real: openedPath(f, path, st), Links: links(st), ID: identity(f, st), Data: data}, nil
 }
 
 // openedPathByName is where the open file f is, found by resolving its

@@ -21,9 +21,23 @@ func links(st os.FileInfo) uint64 {
 	return 1
 }
 
-func identity(st os.FileInfo) string {
-	if s, ok := st.Sys().(*syscall.Stat_t); ok {
-		return strconv.FormatUint(uint64(s.Dev), 10) + ":" + strconv.FormatUint(uint64(s.Ino), 10)
+// identity is the file's device, inode and birth time: an inode number
+// is given again once freed, a birth time with it only to the same file.
+func identity(_ *os.File, st os.FileInfo) string {
+	s, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return ""
 	}
-	return ""
+	return strconv.FormatUint(uint64(s.Dev), 10) + ":" + strconv.FormatUint(uint64(s.Ino), 10) + ":" +
+		strconv.FormatInt(int64(s.Birthtimespec.Sec), 10) + "." + strconv.FormatInt(int64(s.Birthtimespec.Nsec), 10)
+}
+
+// IdentityOf is identity for the file at path (its links followed), or ""
+// when it cannot be told.
+func IdentityOf(path string) string {
+	st, err := os.Stat(path)
+	if err != nil {
+		return ""
+	}
+	return identity(nil, st)
 }

@@ -92,3 +92,33 @@ func TestFIFOIsNoControlFile(t *testing.T) {
 		t.Fatal("a FIFO was read")
 	}
 }
+
+// A file read has the identity its path gives; a new file at the path has
+// another, also when it gets the freed inode's number.
+func TestIdentity(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Read(p)
+	if err != nil || f.ID == "" || f.ID != IdentityOf(p) {
+		t.Fatalf("Read %q, IdentityOf %q (%v)", f.ID, IdentityOf(p), err)
+	}
+	if err := os.WriteFile(p, []byte("edited in place"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := IdentityOf(p); got != f.ID {
+		t.Errorf("in place: %q, want %q", got, f.ID)
+	}
+	for range 20 {
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := IdentityOf(p); got == f.ID {
+			t.Fatalf("a new file has the old identity %q", got)
+		}
+	}
+}

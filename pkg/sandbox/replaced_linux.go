@@ -4,10 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agentplane/agentplane/internal/ctlfile"
 )
 
 // WatchReplaced watches, from outside the sandbox, the protected and
@@ -104,21 +105,22 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 	return out, func() { f.Close() }
 }
 
-// KeptIDs are the identities (device:inode) of the files the sandbox
-// binds read-only, by path, as recorded now: a caller that keeps them
-// from its first start can tell a file renamed into place since, which a
-// command could have written under its temporary name.
+// KeptIDs are the identities (ctlfile.IdentityOf: device, inode, birth
+// time) of the files the sandbox binds read-only, by path, as they are
+// now: a caller that keeps them from its first start can tell a file
+// renamed into place since, which a command could have written under its
+// temporary name, also when it got a freed inode's number.
 func (p *Prepared) KeptIDs() map[string]string {
 	if p.spec == nil {
 		return nil
 	}
 	p.smu.Lock()
-	defer p.smu.Unlock()
+	paths := slices.Clone(p.spec.ReadOnly)
+	p.smu.Unlock()
 	out := map[string]string{}
-	for i, path := range p.spec.ReadOnly {
-		if i < len(p.spec.ReadOnlyIDs) {
-			id := p.spec.ReadOnlyIDs[i]
-			out[path] = strconv.FormatUint(id.Dev, 10) + ":" + strconv.FormatUint(id.Ino, 10)
+	for _, path := range paths {
+		if id := ctlfile.IdentityOf(path); id != "" {
+			out[path] = id
 		}
 	}
 	return out
