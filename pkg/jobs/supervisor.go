@@ -156,6 +156,10 @@ func RunScheduledSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID st
 // which it was.
 const ReasonSchedulerSignal = "scheduler_signal"
 
+// restartsOnChange bounds the starts tried again in a row because a
+// protected file changed during the start (see loop).
+const restartsOnChange = 8
+
 // ReasonSandboxRefreshed is the reason of a run its supervisor killed
 // because a process outside replaced a file the run's sandbox protects
 // (git config, an editor's save): the new file is no mount's of that
@@ -430,9 +434,19 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 
 	backoff := backoffInitial
 	first := true
+	changed := 0
 	for {
 		began := time.Now()
 		res, err := sv.runOnce(ctx, first, outSink, errSink, sigs, chld, deadline)
+		if err != nil && !first && sv.sandbox != nil && changed < restartsOnChange && sv.sandbox.Stale() != "" {
+			// A file the sandbox protects was replaced again between
+			// this start's record of it and the helper's check (a host
+			// rewriting .git/config in a loop): the start is tried
+			// again, as a session's new shell is, not made final.
+			changed++
+			continue
+		}
+		changed = 0
 		if err != nil {
 			// The job could not start: record the failure honestly.
 			sv.rec.Status, sv.rec.Final, sv.rec.Ready = StatusFailed, true, false
