@@ -326,6 +326,30 @@ func (s *server) stillReplaced() bool {
 	return replaced || (s.sandbox != nil && s.sandbox.Stale() != "")
 }
 
+// forgetRestartErr drops the failure of a replacement shell that is tried
+// again: the session does not end for it.
+func (s *server) forgetRestartErr() {
+	s.mu.Lock()
+	s.restartErr = nil
+	s.mu.Unlock()
+}
+
+// spareNewShell adds the processes there now to those from before the
+// call: a new shell's own (its guard, the sandbox's helper) were not there
+// when the last call ended, and are no more this call's than the old ones
+// were, for its cancellation and for what it leaves running.
+func (s *server) spareNewShell() {
+	procs := s.track.scan()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := make(map[int]uint64, len(s.before)+len(procs))
+	maps.Copy(before, s.before)
+	for _, d := range procs {
+		before[d.PID] = d.StartTime
+	}
+	s.before = before
+}
+
 // refreshAttempts bounds the new shells a call starts because protected
 // files were replaced (see callReady).
 const refreshAttempts = 8
@@ -365,55 +389,39 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 			break
 		}
 		pending = ""
-		{
-			var out outcome
-			s.resetShell(s.currentShell(), &out)
-			if out.restartErr != nil && attempt < refreshAttempts-1 {
-				// Replaced again between the new sandbox's record and
-				// its helper's check (a host writing the file in a
-				// loop), or killed by the watch as it started: the
-				// session goes on with another try.
-				s.mu.Lock()
-				s.restartErr = nil
-				s.mu.Unlock()
-				pending = path
-				continue
-			}
-			if out.restartErr != nil && s.stillReplaced() {
-				// The host keeps replacing it (a loop of git config):
-				// no new sandbox held still long enough to run the
-				// command in. Nothing ran; the session goes on, and
-				// the next call tries again.
-				s.mu.Lock()
-				s.restartErr = nil
-				s.replaced = path
-				s.mu.Unlock()
-				s.release()
-				return nil, false, result.Errorf(result.CodeSandboxFailed,
-					"%s was replaced again each time a new shell was started in a new sandbox for it (%v); the command did not run, and the session goes on", path, out.restartErr).
-					With("hint", "call again once the file is left alone")
-			}
-			if out.restartErr != nil {
-				s.release()
-				go s.stop(EndedRestartFailed)
-				return nil, false, result.Errorf(result.CodeSessionEnded,
-					"%s was replaced since the session's sandbox was made, and the shell could not be restarted in a new one (%v); the session has ended", path, out.restartErr).With("ended_reason", EndedRestartFailed)
-			}
-			refreshed = path
-			// The new shell's processes (its guard, the sandbox's
-			// helper) were not there when the last call ended: they
-			// are no more this call's than the old ones were, for its
-			// cancellation and for what it leaves running.
-			procs := s.track.scan()
-			s.mu.Lock()
-			before := make(map[int]uint64, len(s.before)+len(procs))
-			maps.Copy(before, s.before)
-			for _, d := range procs {
-				before[d.PID] = d.StartTime
-			}
-			s.before = before
-			s.mu.Unlock()
+		var out outcome
+		s.resetShell(s.currentShell(), &out)
+		if out.restartErr != nil && attempt < refreshAttempts-1 {
+			// Replaced again between the new sandbox's record and its
+			// helper's check (a host writing the file in a loop), or
+			// killed by the watch as it started: the session goes on
+			// with another try.
+			s.forgetRestartErr()
+			pending = path
+			continue
 		}
+		if out.restartErr != nil && s.stillReplaced() {
+			// The host keeps replacing it (a loop of git config): no
+			// new sandbox held still long enough to run the command
+			// in. Nothing ran; the session goes on, and the next call
+			// tries again.
+			s.forgetRestartErr()
+			s.mu.Lock()
+			s.replaced = path
+			s.mu.Unlock()
+			s.release()
+			return nil, false, result.Errorf(result.CodeSandboxFailed,
+				"%s was replaced again each time a new shell was started in a new sandbox for it (%v); the command did not run, and the session goes on", path, out.restartErr).
+				With("hint", "call again once the file is left alone")
+		}
+		if out.restartErr != nil {
+			s.release()
+			go s.stop(EndedRestartFailed)
+			return nil, false, result.Errorf(result.CodeSessionEnded,
+				"%s was replaced since the session's sandbox was made, and the shell could not be restarted in a new one (%v); the session has ended", path, out.restartErr).With("ended_reason", EndedRestartFailed)
+		}
+		refreshed = path
+		s.spareNewShell()
 	}
 	if req.Policy != nil && s.policy == nil {
 		s.release()
@@ -943,9 +951,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 				}
 				// As in callReady: once more.
 				out.ended, out.restartErr = false, nil
-				s.mu.Lock()
-				s.restartErr = nil
-				s.mu.Unlock()
+				s.forgetRestartErr()
 			}
 		}
 	}
