@@ -74,29 +74,6 @@ func (o *Options) Load() (*policy.Policy, error) {
 	return p, nil
 }
 
-// RuleFiles are the policy's files as Load opens them, absolute: control
-// files, which a sandboxed command must not change (the next call would
-// read its rules).
-func (o *Options) RuleFiles() []string {
-	out := make([]string, 0, len(o.Files))
-	add := func(p string) {
-		if p != "" && !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	for _, f := range o.paths() {
-		add(ctlfile.Abs(f))
-	}
-	// And the files Load read, where they are: what the sandbox must
-	// keep is what the rules came from.
-	if o.loaded != nil {
-		for _, f := range o.loaded.Read {
-			add(f.Real)
-		}
-	}
-	return out
-}
-
 // Read are the rule files as Load read them (none before Load).
 func (o *Options) Read() []ctlfile.File {
 	if o.loaded == nil {
@@ -106,7 +83,8 @@ func (o *Options) Read() []ctlfile.File {
 }
 
 // ControlFiles are the rule files a call could read, absolute, each once:
-// the call's own (files, RuleFiles), then those every source of
+// the call's own (its --policy files as named, and where Load read them: a
+// link's target), then those every source of
 // configuration names (AGENTPLANE_POLICY, the config files' policy), which
 // a flag shadows for this call only: the next call without it reads them.
 // The sandbox keeps them all read-only, and agentfs under the lock refuses
