@@ -526,16 +526,76 @@ func TestContainmentSession(t *testing.T) {
 // start, while the watchdog and the cgroup are being set up and the
 // command is being started, leaves nothing of the command running:
 // whatever of it started is killed by the watchdog.
-func TestContainmentEarlyKill(t *testing.T) {
+func TestContainmentEarlyKill(t *testing.T) { earlyKill(t, "7207", false) }
+
+// TestContainmentEarlyKillSandboxed is TestContainmentEarlyKill with a
+// sandbox, whose helper agentsh starts while its packages are still being
+// initialised, before the watchdog (package spawn): killed at every
+// millisecond, before the helper got its spec, while it confines itself
+// or once the command runs, agentsh leaves neither the command nor the
+// helper behind.
+func TestContainmentEarlyKillSandboxed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
+		t.Skip("the sandbox is not enforceable here")
+	}
+	before := orphanHelpers()
+	earlyKill(t, "7208", true)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := slices.DeleteFunc(orphanHelpers(), func(pid int) bool { return slices.Contains(before, pid) })
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox helpers %v outlived their agentsh", left)
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc for the kills
+	}
+}
+
+// orphanHelpers returns the live sandbox helpers whose parent is gone
+// (reparented to PID 1).
+func orphanHelpers() []int {
+	snap, err := proctree.Snapshot()
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, s := range snap {
+		if s.Dead() || s.PPID != 1 {
+			continue
+		}
+		if argv, err := proctree.Argv(s.PID); err == nil && len(argv) > 1 && argv[1] == sandbox.HelperCommand {
+			out = append(out, s.PID)
+		}
+	}
+	return out
+}
+
+// earlyKill SIGKILLs agentsh at every millisecond of its start, in a
+// sandbox or not (whose workspace is beside the program: one that holds
+// it is refused), and checks that nothing of the command survives.
+func earlyKill(t *testing.T, marker string, sandboxed bool) {
 	dir, exe := publicDir(t)
-	marker := "7207" + strconv.Itoa(os.Getpid()%1000)
+	marker += strconv.Itoa(os.Getpid() % 1000)
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	if sandboxed {
+		args = []string{"--sandbox", "workspace-write", "--net", "none", "--cwd", ws}
+	}
 	script := "sleep " + marker + " & setsid sleep " + marker + " & touch \"$0\"; wait"
 	reached := 0
 	const kills = 40
 	for i := 0; i < kills; i++ {
 		delay := time.Duration(i) * time.Millisecond
-		started := filepath.Join(dir, "started."+strconv.Itoa(i))
-		cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", script, started)
+		started := filepath.Join(ws, "started."+strconv.Itoa(i))
+		cmd := oneShot(exe, dir, slices.Concat([]string{"--timeout", "10m"}, args, []string{"--", "sh", "-c", script, started})...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -91,8 +91,16 @@ const EnvJobMark = "AGENTJOB_SUPERVISOR"
 // StartGuard starts the watchdog as argv (a hidden entry point of the
 // caller's program that calls RunWatchdog) and prepares a cgroup when it
 // can. The caller must Release the guard once the tree is dead.
-func StartGuard(argv []string) (*Guard, error) {
+func StartGuard(argv []string) (*Guard, error) { return startGuard(argv, nil) }
+
+// startGuard is StartGuard, calling cgroup (when not nil) with the
+// guard's cgroup descriptor (-1 in environ mode) as soon as the cgroup is
+// made, before the watchdog starts.
+func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
 	if len(argv) == 0 {
+		if cgroup != nil {
+			cgroup(-1)
+		}
 		return nil, errors.New("proctree: no watchdog command")
 	}
 	// The token needs to be unique and unguessable by other processes,
@@ -108,6 +116,9 @@ func StartGuard(argv []string) (*Guard, error) {
 		g.mode, g.cgDir, g.cgFD = GuardCgroup, dir, fd
 		g.evFD = openEvents(dir)
 		g.startSweep()
+	}
+	if cgroup != nil {
+		cgroup(g.cgFD)
 	}
 	// Sockets, not pipes: a pipe can be opened again through
 	// /proc/PID/fd/N by whoever may look into the watchdog (the command,
@@ -229,20 +240,39 @@ func (g *Guard) watchWatchdog(lifeline *os.File) {
 func (g *Guard) Lost() bool { return g.lost.Load() }
 
 // StartGuardAsync is StartGuard on another goroutine, so that the
-// watchdog's start overlaps the caller's own preparation; the returned
-// function waits for it and may be called any number of times.
-func StartGuardAsync(argv []string) func() (*Guard, error) {
-	c := make(chan struct{})
-	var g *Guard
-	var err error
+// watchdog's start overlaps the caller's own preparation. On that
+// goroutine, cgroup (when not nil) is called with the guard's cgroup
+// descriptor (-1 in environ mode; valid during the call only) once the
+// cgroup is made, before the watchdog starts: only a process that dies
+// with the caller may be started in the cgroup then (the sandbox's helper,
+// PID 1 of its namespaces, with a parent-death signal), since until the
+// watchdog runs nothing kills the cgroup should the caller be SIGKILLed.
+// after (when not nil) runs there once the guard started, before Wait
+// returns.
+func StartGuardAsync(argv []string, cgroup func(fd int), after func()) *Pending {
+	p := &Pending{done: make(chan struct{})}
 	go func() {
-		g, err = StartGuard(argv)
-		close(c)
+		g, err := startGuard(argv, cgroup)
+		if after != nil {
+			after()
+		}
+		p.g, p.err = g, err
+		close(p.done)
 	}()
-	return func() (*Guard, error) {
-		<-c
-		return g, err
-	}
+	return p
+}
+
+// Pending is a guard that is starting (StartGuardAsync).
+type Pending struct {
+	done chan struct{}
+	g    *Guard
+	err  error
+}
+
+// Wait waits for the guard's start; it may be called any number of times.
+func (p *Pending) Wait() (*Guard, error) {
+	<-p.done
+	return p.g, p.err
 }
 
 // Mode is GuardCgroup or GuardEnviron.

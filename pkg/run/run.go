@@ -102,6 +102,19 @@ type Request struct {
 	// member of the guard's cgroup. Not used under a keeper.
 	Ended func() (exitCode int, ok bool)
 
+	// Start, when set, starts the main process in place of an exec of
+	// Path: a process already running, in the guard's cgroup, that takes
+	// the environment (Env), the working directory and the three standard
+	// streams it is given and starts the command (the sandbox's helper
+	// started ahead: sandbox.Prepared.StartEarly). That process contains
+	// its own tree (it dies with this process, and the tree with it: the
+	// helper is PID 1 of its namespaces, with a parent-death signal), so
+	// it starts without waiting for AwaitGuard, whose guard Run takes once
+	// it has started, for the cleanup, and without the guard's token.
+	// Path, Argv, SysProcAttr and ExtraFiles are not used then, nor a
+	// keeper.
+	Start func(env []string, dir string, stdio [3]*os.File) (*os.Process, error)
+
 	// Guard, when set, contains the command's tree (proctree.StartGuard):
 	// it is killed even when this process is SIGKILLed before it can clean
 	// up, and the final cleanup asks the guard's cgroup instead of
@@ -247,6 +260,10 @@ type runner struct {
 	endCode int
 
 	readers sync.WaitGroup
+
+	proc  *os.Process      // the main process, once started
+	mu    sync.Mutex       // guards state, which a background reap sets
+	state *os.ProcessState // its exit, once reaped
 }
 
 type stream struct {
@@ -293,8 +310,9 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		closeChildEnds(cmd)
 	}
 
-	// The rest needs the guard, which may still be starting.
-	if r.guard == nil && req.AwaitGuard != nil {
+	// The rest needs the guard, which may still be starting; a main
+	// process that contains its own tree (Start) does not wait for it.
+	if r.guard == nil && req.AwaitGuard != nil && req.Start == nil {
 		g, err := req.AwaitGuard()
 		if err != nil {
 			unopen()
@@ -306,7 +324,7 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		r.guard.Apply(attr)
 		cmd.Env = r.guard.Env(cmd.Env)
 	}
-	if r.guard != nil && req.ReapAll {
+	if r.guard != nil && req.ReapAll && req.Start == nil {
 		// Without a cgroup, the guard holds the tree through a keeper
 		// between this process and the command (nil where it has none).
 		k, err := r.guard.Keep(cmd)
@@ -318,7 +336,21 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	}
 
 	r.res.StartedAt = time.Now()
-	err = cmd.Start()
+	if req.Start != nil {
+		stdout, _ := cmd.Stdout.(*os.File)
+		stderr, _ := cmd.Stderr.(*os.File)
+		r.proc, err = req.Start(cmd.Env, cmd.Dir, [3]*os.File{stdin, stdout, stderr})
+	} else if err = cmd.Start(); err == nil {
+		r.proc = cmd.Process
+	}
+	if err == nil && r.guard == nil && req.AwaitGuard != nil {
+		// Started: now the guard, for the cleanup (its cgroup, which the
+		// process went into at its start). One that failed leaves the
+		// tree to the process's own containment.
+		if g, err := req.AwaitGuard(); err == nil {
+			r.guard, r.res.Guard = g, g.Mode()
+		}
+	}
 	var kept proctree.ID
 	if err == nil && r.keeper != nil {
 		kept, err = r.keeper.Started()
@@ -336,7 +368,7 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 	}
 	// The child has its copies; ours must go or EOF never comes.
 	closeChildEnds(cmd)
-	pid := cmd.Process.Pid
+	pid := r.proc.Pid
 	if r.keeper != nil {
 		pid = kept.PID
 	}
@@ -394,18 +426,17 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		timer = t.C
 	}
 
-	var waitErr error
 	select {
-	case waitErr = <-waited:
+	case <-waited:
 	case r.endCode = <-ended:
 		r.ended = true
 	case <-timer:
 		r.res.Status = StatusTimeout
 		r.res.TimedOut = true
-		waitErr = r.terminate(pid, waited)
+		_ = r.terminate(pid, waited)
 	case <-ctx.Done():
 		r.res.Status = StatusCancelled
-		waitErr = r.terminate(pid, waited)
+		_ = r.terminate(pid, waited)
 	}
 	r.res.Elapsed = time.Since(r.res.StartedAt)
 
@@ -429,15 +460,13 @@ func (r *runner) run(ctx context.Context, path string) (*Result, error) {
 		// holds nothing but itself, still exiting. It is reaped once it
 		// is done (or by ReapChildren, or, should this process exit
 		// first, by whoever inherits it); nothing signals its pid.
-		go func() { _ = cmd.Wait() }()
+		go func() { _ = r.reap() }()
 	} else {
 		_ = proctree.SignalGroup(pid, syscall.SIGKILL)
-		if reapErr := cmd.Wait(); waitErr == nil {
-			waitErr = reapErr
-		}
+		_ = r.reap()
 	}
 	faultpoint.Hit("run.reaped")
-	r.setExit(cmd, waitErr)
+	r.setExit()
 	r.killRest()
 	// Anything killed above released its pipe ends; wait briefly for the
 	// readers to collect what it wrote, then force them off the pipes.
@@ -545,7 +574,18 @@ func (r *runner) killRest() {
 	}
 }
 
-func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
+// reap waits for the main process's exit and keeps its status.
+func (r *runner) reap() error {
+	st, err := r.proc.Wait()
+	if err == nil {
+		r.mu.Lock()
+		r.state = st
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *runner) setExit() {
 	if r.res.Status == "" {
 		r.res.Status = StatusCompleted
 	}
@@ -555,7 +595,9 @@ func (r *runner) setExit(cmd *exec.Cmd, waitErr error) {
 	}
 	ws := r.kws
 	if r.keeper == nil {
-		st := cmd.ProcessState
+		r.mu.Lock()
+		st := r.state
+		r.mu.Unlock()
 		if st == nil {
 			return
 		}

@@ -68,6 +68,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
+	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 )
 
 // Modes of the filesystem policy.
@@ -254,6 +255,10 @@ type Prepared struct {
 	// environment, which go to the helper in its spec (Spec.Env).
 	lmu       sync.Mutex
 	loaderEnv []string
+
+	// early is the helper started before this run was prepared, which
+	// StartEarly hands the run to (Adopt; nil: none).
+	early *spawn.Helper
 }
 
 // NoteTraced hands over what the runtime policy guard, the tracer of every
@@ -385,15 +390,9 @@ func (p *Prepared) Launch() (extraFiles []*os.File, started func(), err error) {
 // report, this process's end is kept for Ended until the next Launch or
 // Cleanup.
 func (p *Prepared) sendSpec() (*os.File, error) {
-	s := *p.spec
-	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
-	p.lmu.Lock()
-	s.Env = p.loaderEnv
-	p.lmu.Unlock()
-	s.Report = endReports && !p.Control
-	enc, err := confine.EncodeSpec(s)
+	s, enc, err := p.encodeSpec(nil)
 	if err != nil {
-		return nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+		return nil, err
 	}
 	theirs, ours, err := specChannel(s.Report)
 	if err != nil {
@@ -412,15 +411,40 @@ func (p *Prepared) sendSpec() (*os.File, error) {
 	// Written here when the channel's buffer takes it (a spec is a few
 	// kilobytes): the helper then finds it there at its start, with no
 	// goroutine of this process to wait for on a busy machine.
-	if rest := writeSome(ours, enc); len(rest) == 0 {
-		finish()
-	} else {
-		go func() {
-			_, _ = ours.Write(rest)
-			finish()
-		}()
-	}
+	writeRest(ours, writeSome(ours, enc), finish)
 	return theirs, nil
+}
+
+// encodeSpec is the spec of the next start, with the target's argv,
+// environment and directory from early (nil: none, the helper's own).
+func (p *Prepared) encodeSpec(early *earlyTarget) (confine.Spec, []byte, error) {
+	s := *p.spec
+	s.V, s.KeepFDs, s.Control = specVersion, p.KeepFDs, p.Control
+	p.lmu.Lock()
+	s.Env = p.loaderEnv
+	p.lmu.Unlock()
+	s.Report = endReports && !p.Control
+	if early != nil {
+		s.Argv, s.Environ, s.Dir = early.argv, early.env, early.dir
+	}
+	enc, err := confine.EncodeSpec(s)
+	if err != nil {
+		return s, nil, result.Errorf(result.CodeInternal, "encode sandbox spec: %v", err)
+	}
+	return s, enc, nil
+}
+
+// writeRest writes rest on f, on a goroutine when there is any, then
+// calls finish.
+func writeRest(f *os.File, rest []byte, finish func()) {
+	if len(rest) == 0 {
+		finish()
+		return
+	}
+	go func() {
+		_, _ = f.Write(rest)
+		finish()
+	}()
 }
 
 // writeSome writes what f, non-blocking, takes of b at once and returns
@@ -555,32 +579,13 @@ func (p *Prepared) LimitsHit() []string {
 	return p.limitsHit()
 }
 
-// HelperProgram is the name of the helper's own small program. When it is
-// installed beside the calling executable it is run instead of the caller
-// itself: it links only this package, so it starts faster than the full
-// programs, and the helper's start-up is much of a sandboxed call's
-// overhead.
-const HelperProgram = "agentplane-sandbox"
+// HelperProgram is the name of the helper's own small program
+// (spawn.Program), run instead of the calling program when it is installed
+// beside it.
+const HelperProgram = spawn.Program
 
-// helperPath returns the helper program beside self when there is one,
-// else self (which must route HelperCommand to HelperMain), and, when the
-// helper program is a symbolic link, the file it leads to ("" else): its
-// directory is to be protected as the programs' (a development build
-// linked into the installed programs' directory).
-func helperPath(self string) (string, string) {
-	p := filepath.Join(filepath.Dir(self), HelperProgram)
-	st, err := os.Lstat(p)
-	target := ""
-	if err == nil && st.Mode()&os.ModeSymlink != 0 {
-		if target, err = filepath.EvalSymlinks(p); err == nil {
-			st, err = os.Stat(target)
-		}
-	}
-	if err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-		return p, target
-	}
-	return self, ""
-}
+// helperPath is spawn.HelperPath.
+func helperPath(self string) (string, string) { return spawn.HelperPath(self) }
 
 // Prepare validates p, checks that this machine can enforce it, and sets up
 // the private temp dir and the cgroups. self is the path of the running
@@ -621,6 +626,7 @@ func PrepareWith(p Policy, self string, caps Capabilities) (*Prepared, error) {
 	prep.Path = self
 	cleanup := prep.Cleanup
 	prep.Cleanup = func() {
+		prep.early.Discard() // adopted, never started
 		prep.setEnd(nil)
 		cleanup()
 	}

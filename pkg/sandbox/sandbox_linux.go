@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +22,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/netproxy"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox/confine"
+	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 )
 
 // minLandlockABI is the oldest Landlock ABI accepted: ABI 3 is the first
@@ -246,40 +246,14 @@ func (b *builder) build() (*Prepared, error) {
 		return nil, err
 	}
 
-	attr := &syscall.SysProcAttr{
-		// A new mount, PID and IPC namespace for every sandboxed run: the
-		// command sees only its own processes (no signals, prlimit or
-		// /proc/PID/root outside) and no host SysV IPC.
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC,
-		// The helper is PID 1 of the namespace: when it dies, the kernel
-		// kills everything inside, so the tree cannot outlive its runner.
-		Pdeathsig: syscall.SIGKILL,
-	}
-	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
-	netns, err := b.network(attr)
+	netns, err := b.network()
 	if err != nil {
 		return nil, err
 	}
-	if netns {
-		namespaces = append(namespaces, "net")
-	}
+	attr, namespaces := spawn.Attr(netns, b.caps.Root)
 	if !b.caps.Root {
-		// An unprivileged caller gets the namespaces through a user
-		// namespace that maps only its own ids, so files keep their
-		// owners and nothing gains privilege outside.
-		uid, gid := os.Getuid(), os.Getgid()
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-		// The helper keeps its own uid, which would lose the namespace's
-		// capabilities at execve; ambient capabilities carry over the two
-		// it needs for the mounts and the loopback, and it clears them
-		// before starting the target.
-		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
 		b.sp.ClearAmbient = true
 		b.report["user_namespace"] = true
-		namespaces = append(namespaces, "user")
 	}
 	b.report["namespaces"] = namespaces
 	b.report["proc"] = "private"
@@ -451,7 +425,7 @@ func refresher(sp *spec, missing []string) func() error {
 // listener to b.net, the allowlist proxy the runner serves on it, and the
 // command's environment names the proxy. It reports whether the run gets a
 // network namespace.
-func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
+func (b *builder) network() (bool, error) {
 	switch b.p.Net {
 	case NetNone:
 		b.report["network"] = "namespace"
@@ -470,7 +444,6 @@ func (b *builder) network(attr *syscall.SysProcAttr) (bool, error) {
 		b.report["network"] = NetHost
 		return false, nil
 	}
-	attr.Cloneflags |= syscall.CLONE_NEWNET
 	b.sp.NetNone = true
 	if socks := hostUnixSockets(); len(socks) > 0 {
 		b.sp.DenyFiles = append(b.sp.DenyFiles, socks...)

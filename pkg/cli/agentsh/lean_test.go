@@ -46,7 +46,7 @@ func TestTreeNames(t *testing.T) {
 // TestNeedsSubcommands reads arguments the way cobra does: flags and their
 // values are skipped, and the first other argument decides.
 func TestNeedsSubcommands(t *testing.T) {
-	root := testRoot(func(r *cobra.Command, env *clikit.Env) { buildWith(r, env, nil, []string{"--", "true"}) })
+	root := testRoot(func(r *cobra.Command, env *clikit.Env) { buildWith(r, env, nil, nil, []string{"--", "true"}) })
 	if len(root.Commands()) != 1 || root.Commands()[0].Name() != "schema" {
 		var names []string
 		for _, c := range root.Commands() {

@@ -3,6 +3,7 @@
 package agentsh
 
 import (
+	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 	"io"
 	"os"
 	"strings"
@@ -117,23 +118,27 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	guarded := early.Guard()
 	if guarded != nil {
 		defer func() {
-			if g, err := guarded(); err == nil {
+			if g, err := guarded.Wait(); err == nil {
 				g.Release()
 			}
 		}()
 	}
-	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, guarded, args) }
+	// The sandbox's helper, when the call asked for one, started beside
+	// the watchdog: the run takes it, or this ends it.
+	helper := early.Helper()
+	defer helper.Discard()
+	p.Build = func(root *cobra.Command, env *clikit.Env) { buildWith(root, env, guarded, helper, args) }
 	return clikit.Main(p, args, stdin, stdout, stderr)
 }
 
-func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil, nil) }
+func build(root *cobra.Command, env *clikit.Env) { buildWith(root, env, nil, nil, nil) }
 
 // buildWith is build with a watchdog already starting (nil: none yet).
 // With the call's args, a call that runs a command gets a tree without
 // the subcommands: declaring their flags is a measurable share of a
 // one-shot call's start, and cobra would not look at them.
-func buildWith(root *cobra.Command, env *clikit.Env, watchdog func() (*proctree.Guard, error), args []string) {
-	opts := &RunOptions{guard: watchdog}
+func buildWith(root *cobra.Command, env *clikit.Env, watchdog *proctree.Pending, helper *spawn.Helper, args []string) {
+	opts := &RunOptions{guard: watchdog, helper: helper}
 	var stateDir string
 	addRunFlags(root, opts)
 	clikit.AddStateDirFlag(root, &stateDir)

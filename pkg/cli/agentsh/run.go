@@ -1,6 +1,7 @@
 package agentsh
 
 import (
+	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 	"os"
 	"strings"
 	"sync"
@@ -34,7 +35,9 @@ const (
 // RunOptions are the flags of a one-shot run.
 type RunOptions struct {
 	// guard, when set, is the watchdog Main started early.
-	guard func() (*proctree.Guard, error)
+	guard *proctree.Pending
+	// helper, when set, is the sandbox's helper Main started early.
+	helper *spawn.Helper
 
 	Command     string
 	Cwd         string
@@ -212,7 +215,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		}
 	}()
 	defer func() {
-		if g, err := guarded(); err == nil {
+		if g, err := guarded.Wait(); err == nil {
 			g.Release()
 		}
 	}()
@@ -307,15 +310,25 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		if err := viaFile(prep.TempDir); err != nil {
 			return startErr(err)
 		}
+		target := s.req.Argv
 		w := prep.Wrap(exe, "agentsh", s.req.Argv, s.req.Env)
 		s.req.Path, s.req.Argv, s.req.Env, s.req.SysProcAttr = w.Path, w.Argv, w.Env, w.SysProcAttr
 		prep.OnDeny = networkAuditor(env, stateDir, &rec)
-		files, started, err := prep.Launch()
-		if err != nil {
-			return startErr(err)
+		// The helper started at initialisation when it is this run's:
+		// not under a command policy, whose runtime guard starts the
+		// helper as its tracee.
+		if !o.Guard.Active() && prep.Adopt(o.helper) {
+			s.req.Start = func(env []string, dir string, stdio [3]*os.File) (*os.Process, error) {
+				return prep.StartEarly(target, env, dir, stdio)
+			}
+		} else {
+			files, started, err := prep.Launch()
+			if err != nil {
+				return startErr(err)
+			}
+			defer started()
+			s.req.ExtraFiles = files
 		}
-		defer started()
-		s.req.ExtraFiles = files
 		// The result is given on the helper's report of the command's
 		// end, not at its exit, which waits for the namespaces' teardown.
 		s.req.Ended = prep.Ended
@@ -329,6 +342,10 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	g, err := o.Guard.Runtime(selfExe())
 	if err != nil {
 		return nil, err
+	}
+	if g != nil && s.req.Start != nil {
+		// Never: startEarly starts none under a runtime policy.
+		return nil, result.Errorf(result.CodeInternal, "the sandbox's helper was started before the runtime guard")
 	}
 	if g != nil {
 		defer g.Cleanup()
@@ -346,7 +363,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	// The runner waits for the watchdog only once its own preparation is
 	// done, right before the command starts.
-	s.req.AwaitGuard = guarded
+	s.req.AwaitGuard = guarded.Wait
 	res, err := run.Run(env.Ctx, s.req)
 	if st != nil {
 		st.flush()

@@ -35,13 +35,30 @@ func Main(args []string) int {
 	// grace) nor leave them ignored for the target (catchSignals).
 	catchSignals()
 
+	// Started early (only the spec's descriptor): the target's argv,
+	// environment, directory and streams come with the spec.
 	fd, err := strconv.Atoi(args0(args))
-	if len(args) < 3 || args[1] != "--" || err != nil || fd < 3 {
-		return lastResort("usage: " + Command + " SPEC-FD -- PROGRAM [ARG...]")
+	early := len(args) == 1
+	if !early && (len(args) < 3 || args[1] != "--") || err != nil || fd < 3 {
+		return lastResort("usage: " + Command + " SPEC-FD [-- PROGRAM [ARG...]]")
 	}
-	sp, end, err := ReadSpec(fd)
+	read := ReadSpec
+	if early {
+		read = ReadEarlySpec
+	}
+	sp, end, err := read(fd)
 	if err != nil {
 		return lastResort(err.Error())
+	}
+	argv := args[min(2, len(args)):]
+	if early {
+		argv = sp.Argv
+		os.Clearenv()
+		for _, kv := range sp.Environ {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				_ = os.Setenv(k, v)
+			}
+		}
 	}
 	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
 	// it; the descriptor stays writable after the uid and Landlock changes.
@@ -78,7 +95,12 @@ func Main(args []string) int {
 			_ = os.Setenv(k, v)
 		}
 	}
-	return h.run(args[2:])
+	if sp.Dir != "" {
+		if err := os.Chdir(sp.Dir); err != nil {
+			return h.fail(ExitSetupFailed, result.CodeCwdNotFound, "cannot enter the working directory %s: %v", sp.Dir, unwrap(err))
+		}
+	}
+	return h.run(argv)
 }
 
 func args0(args []string) string {

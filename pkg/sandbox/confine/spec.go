@@ -55,8 +55,11 @@ const (
 // the program's secrets) come as Hidden, each with the identity the runner
 // saw (HiddenIDs), which the helper covers or fails the run. 14: the
 // dynamic loader's variables of the target's environment come in the spec
-// (Env), not in the helper's own.
-const SpecVersion = 15
+// (Env), not in the helper's own. 16: a helper whose argv names only the
+// spec's descriptor was started before its run was prepared, and takes the
+// target's argv, environment, directory and streams with the spec (Argv,
+// Environ, Dir, ReadEarlySpec).
+const SpecVersion = 16
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -142,6 +145,16 @@ type Spec struct {
 	// over and its PID namespace holds no other process, before its own
 	// exit, which waits for the kernel to tear the namespaces down.
 	Report bool `json:"report,omitempty"`
+	// Argv, Environ and Dir are the target's argv, its whole environment
+	// and its working directory, for a helper started before its run was
+	// prepared (the runner's StartEarly), whose own command line names no
+	// target and whose environment is empty; its standard streams come
+	// with the spec's first bytes (ReadEarlySpec). Unset otherwise: the
+	// helper's argv after "--", its environment and its directory are the
+	// target's.
+	Argv    []string `json:"argv,omitempty"`
+	Environ []string `json:"environ,omitempty"`
+	Dir     string   `json:"dir,omitempty"`
 	// Env are the dynamic loader's variables (LD_PRELOAD, LD_AUDIT, …,
 	// DYLD_*, as NAME=value) of the target's environment, which the runner
 	// keeps out of the helper's own: the loader would run the code they
@@ -266,7 +279,11 @@ func ReadSpec(fd int) (Spec, int, error) {
 // bytes: the buffer starts small (every page of a larger one is a fault
 // on the helper's way to the command) and grows as needed.
 func readAll(fd, limit int) ([]byte, error) {
-	data := make([]byte, 0, 4<<10)
+	return readMore(fd, make([]byte, 0, 4<<10), limit)
+}
+
+// readMore is readAll after the bytes of data were read.
+func readMore(fd int, data []byte, limit int) ([]byte, error) {
 	for len(data) < limit {
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]

@@ -130,6 +130,9 @@ var specFields = []specField{
 	idsField("read_only_id", func(sp *Spec) *[]FileID { return &sp.ReadOnlyIDs }),
 	idsField("hidden_id", func(sp *Spec) *[]FileID { return &sp.HiddenIDs }),
 	listField("env", func(sp *Spec) *[]string { return &sp.Env }),
+	listField("argv", func(sp *Spec) *[]string { return &sp.Argv }),
+	listField("environ", func(sp *Spec) *[]string { return &sp.Environ }),
+	strField("dir", func(sp *Spec) *string { return &sp.Dir }),
 }
 
 // idsField is a list of identities, each as "DEV INO".

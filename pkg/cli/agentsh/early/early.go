@@ -21,6 +21,7 @@ import (
 	"syscall"
 
 	"github.com/agentplane/agentplane/pkg/proctree"
+	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 )
 
 var (
@@ -37,7 +38,8 @@ var (
 	// started, and the watchdog removes the empty cgroup.
 	Signals chan os.Signal
 
-	guard func() (*proctree.Guard, error)
+	guard  *proctree.Pending
+	helper *spawn.Helper
 )
 
 func init() {
@@ -48,21 +50,69 @@ func init() {
 	if err != nil {
 		return // the run starts its guard itself, and says why it cannot
 	}
-	// Both on a goroutine of their own, beside the rest of the packages'
-	// initialisation: the signals first, as the fork would delay them.
-	Signals = make(chan os.Signal, 1)
-	started := make(chan struct{})
-	var g *proctree.Guard
-	go func() {
-		proctree.Seal()
-		g, err = proctree.StartGuard([]string{exe, proctree.WatchdogCommand})
-		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
-		close(started)
-	}()
-	guard = func() (*proctree.Guard, error) {
-		<-started
-		return g, err
+	// On a goroutine of their own, beside the rest of the packages'
+	// initialisation: the guard's cgroup, then, when the call asks for a
+	// sandbox, its helper, started there on a goroutine of its own, and
+	// meanwhile the watchdog, then the signals.
+	var onCgroup func(fd int)
+	if asked, netns := Sandboxed(os.Args[1:]); asked {
+		if helper = spawn.New(netns, exe, "agentsh"); helper != nil {
+			onCgroup = helper.Start
+		}
 	}
+	Signals = make(chan os.Signal, 1)
+	proctree.Seal()
+	guard = proctree.StartGuardAsync([]string{exe, proctree.WatchdogCommand}, onCgroup, func() {
+		signal.Notify(Signals, syscall.SIGINT, syscall.SIGTERM)
+	})
+}
+
+// Helper returns the sandbox's helper started at initialisation, once
+// (nil if none was, or on a later call): the run hands itself to it
+// (sandbox.Prepared.Adopt) or discards it.
+func Helper() *spawn.Helper {
+	h := helper
+	helper = nil
+	return h
+}
+
+// Sandboxed guesses, from the arguments alone (before "--"), whether a
+// one-shot call asks for a sandbox whose helper can start at
+// initialisation, and whether it gets a network namespace: a sandbox mode
+// other than none, a limit, a hidden path, --user or --net none; not
+// --net proxy or --allow-host, whose helper needs the proxy at its start.
+// A wrong guess costs a helper started in vain (the run discards one
+// whose namespaces or program are not its sandbox's), or one not started
+// ahead: the sandbox's defaults from the configuration are not seen here.
+func Sandboxed(args []string) (asked, netns bool) {
+	net := ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		name, value, inline := strings.Cut(a, "=")
+		if !inline && i+1 < len(args) {
+			value = args[i+1]
+		}
+		switch name {
+		case "--sandbox":
+			asked = asked || value != "none"
+		case "--net":
+			net = value
+		case "--allow-host":
+			return false, false
+		case "--deny-read", "--memory", "--cpu-time", "--pids", "--file-size", "--nofile", "--user":
+			asked = true
+		}
+	}
+	switch net {
+	case "none":
+		return true, true
+	case "proxy":
+		return false, false
+	}
+	return asked, false
 }
 
 // agentsh reports whether argv0 names agentsh (an installed or renamed
@@ -74,7 +124,7 @@ func agentsh(argv0 string) bool {
 
 // Guard returns the watchdog started at initialisation, once (nil if none
 // was, or on a later call): the caller releases it.
-func Guard() func() (*proctree.Guard, error) {
+func Guard() *proctree.Pending {
 	g := guard
 	guard = nil
 	return g
@@ -84,13 +134,13 @@ func Guard() func() (*proctree.Guard, error) {
 // the watchdog started at initialisation seal agentsh first
 // (proctree.Seal): the command, as the same user, must not take a copy of
 // agentsh's ends of the watchdog's and the keeper's streams.
-func StartGuard() func() (*proctree.Guard, error) {
+func StartGuard() *proctree.Pending {
+	proctree.Seal()
 	exe, err := os.Executable()
 	if err != nil {
-		return func() (*proctree.Guard, error) { return nil, err }
+		return proctree.StartGuardAsync(nil, nil, nil) // which fails, saying so
 	}
-	proctree.Seal()
-	return proctree.StartGuardAsync([]string{exe, proctree.WatchdogCommand})
+	return proctree.StartGuardAsync([]string{exe, proctree.WatchdogCommand}, nil, nil)
 }
 
 // OneShot guesses, from the arguments alone, whether args are a one-shot

@@ -1,0 +1,132 @@
+package spawn
+
+import (
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Attr is how a run's helper is started, with a network namespace of its
+// own or not, by root or not, and the namespaces it gets by name. The
+// caller adds the session and the cgroup.
+func Attr(netns, root bool) (*syscall.SysProcAttr, []string) {
+	attr := &syscall.SysProcAttr{
+		// A new mount, PID and IPC namespace for every sandboxed run: the
+		// command sees only its own processes (no signals, prlimit or
+		// /proc/PID/root outside) and no host SysV IPC.
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC,
+		// The helper is PID 1 of the namespace: when it dies, the kernel
+		// kills everything inside, so the tree cannot outlive its runner.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	namespaces := []string{"mount", "pid", "ipc", "cgroup"}
+	if netns {
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+		namespaces = append(namespaces, "net")
+	}
+	if !root {
+		// An unprivileged caller gets the namespaces through a user
+		// namespace that maps only its own ids, so files keep their
+		// owners and nothing gains privilege outside.
+		uid, gid := os.Getuid(), os.Getgid()
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+		attr.GidMappingsEnableSetgroups = false
+		// The helper keeps its own uid, which would lose the namespace's
+		// capabilities at execve; ambient capabilities carry over the two
+		// it needs for the mounts and the loopback, and it clears them
+		// (Spec.ClearAmbient) before starting the target.
+		attr.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_NET_ADMIN}
+		namespaces = append(namespaces, "user")
+	}
+	return attr, namespaces
+}
+
+// Cloneflags are the namespaces it was started with.
+func (h *Helper) Cloneflags() uintptr { return h.attr.Cloneflags }
+
+// SpecSocket returns the two ends of the socket pair a helper reads its
+// spec from and reports the command's end on: the helper's (theirs) and
+// this process's (ours, non-blocking), both close-on-exec.
+func SpecSocket() (theirs, ours *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := unix.SetNonblock(fds[1], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	return os.NewFile(uintptr(fds[0]), "sandbox-spec"), os.NewFile(uintptr(fds[1]), "sandbox-end"), nil
+}
+
+// New prepares the start of the helper of a run from self (the calling
+// program's executable, run under the name program unless the helper's
+// own program is beside it), with a network namespace or not, or returns
+// nil when none can be started ahead: only root's run is, whose helper
+// needs no user namespace and goes into the guard's cgroup at its clone.
+func New(netns bool, self, program string) *Helper {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	path, _ := HelperPath(self)
+	if path != self {
+		program = Program
+	}
+	attr, _ := Attr(netns, true)
+	return &Helper{path: path, program: program, attr: attr, started: make(chan struct{})}
+}
+
+// Begin is Start on a goroutine of its own, with a copy of cgroupFD, so
+// that the caller goes on at once (the guard's goroutine, to the
+// watchdog's start).
+func (h *Helper) Begin(cgroupFD int) {
+	fd := -1
+	if cgroupFD >= 0 {
+		fd, _ = unix.FcntlInt(uintptr(cgroupFD), unix.F_DUPFD_CLOEXEC, 3)
+	}
+	go func() {
+		h.Start(fd)
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}()
+}
+
+// Start starts the helper in the cgroup cgroupFD (the run's guard's, which
+// it must be in; the descriptor is only used during the call), or leaves
+// it unstarted (Take then gives nothing). Call it once, on any goroutine:
+// it takes as long as the clone and the exec, which the caller waits for.
+// Until the guard's watchdog runs, only the parent-death signal kills the
+// helper with the caller, which is enough: it is PID 1 of its namespaces.
+func (h *Helper) Start(cgroupFD int) {
+	defer close(h.started)
+	if cgroupFD < 0 {
+		return
+	}
+	theirs, ours, err := SpecSocket()
+	if err != nil {
+		return
+	}
+	defer theirs.Close()
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		ours.Close()
+		return
+	}
+	defer null.Close()
+	a := *h.attr
+	a.Setsid = true // as the runner starts every main process
+	a.UseCgroupFD, a.CgroupFD = true, cgroupFD
+	proc, err := os.StartProcess(h.path, []string{h.program, Command, strconv.Itoa(SpecFD)},
+		&os.ProcAttr{Dir: "/", Env: []string{}, Files: []*os.File{null, null, null, theirs}, Sys: &a})
+	if err != nil {
+		ours.Close()
+		return
+	}
+	h.proc, h.ours = proc, ours
+}
