@@ -81,22 +81,6 @@ func New(netns bool, self, program string) *Helper {
 	return &Helper{path: path, program: program, attr: attr, started: make(chan struct{})}
 }
 
-// Begin is Start on a goroutine of its own, with a copy of cgroupFD, so
-// that the caller goes on at once (the guard's goroutine, to the
-// watchdog's start).
-func (h *Helper) Begin(cgroupFD int) {
-	fd := -1
-	if cgroupFD >= 0 {
-		fd, _ = unix.FcntlInt(uintptr(cgroupFD), unix.F_DUPFD_CLOEXEC, 3)
-	}
-	go func() {
-		h.Start(fd)
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}()
-}
-
 // Start starts the helper in the cgroup cgroupFD (the run's guard's, which
 // it must be in; the descriptor is only used during the call), or leaves
 // it unstarted (Take then gives nothing). Call it once, on any goroutine:
