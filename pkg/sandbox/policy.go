@@ -241,6 +241,10 @@ type Prepared struct {
 	// start was prepared already.
 	refresh  func() error
 	launched bool
+	// hideable are the paths a start covers when they are there: those
+	// Prepare hid and the --deny-read paths missing then (Stale,
+	// WatchReplaced).
+	hideable []string
 
 	// traced are the limit deaths the runtime guard saw (NoteTraced).
 	tmu    sync.Mutex

@@ -15,7 +15,8 @@ import (
 // hidden paths of a prepared sandbox whose run goes on (a session's shell,
 // its background jobs): a process outside that replaces one (git config
 // renames a new .git/config into place, an editor's save) leaves a new
-// file at the path, which no mount of the running sandbox covers. The
+// file at the path, which no mount of the running sandbox covers; so does
+// one that makes a --deny-read path missing at the start. The
 // channel gets the path as soon as that is seen (inotify on the
 // directories on the way to the paths, the identities then compared as
 // Stale does), so that the caller stops everything the old sandbox runs before
@@ -26,7 +27,7 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 		return nil, func() {}
 	}
 	p.smu.Lock()
-	paths := slices.Concat(p.spec.ReadOnly, p.spec.Hidden)
+	paths := slices.Concat(p.spec.ReadOnly, p.spec.Hidden, p.hideable)
 	p.smu.Unlock()
 	if len(paths) == 0 {
 		return nil, func() {}

@@ -319,7 +319,9 @@ func (b *builder) build() (*Prepared, error) {
 		},
 	}
 	prep.useHelper(self, sp)
-	prep.refresh = refresher(prep.spec, b.missingDeny)
+	late := lateDeny(prep.spec, b.missingDeny)
+	prep.hideable = slices.Concat(prep.spec.Hidden, late)
+	prep.refresh = refresher(prep.spec, late)
 	return prep, nil
 }
 
@@ -346,6 +348,16 @@ func (p *Prepared) Stale() string {
 			return path
 		}
 	}
+	// A hidden path that was gone at the last start, or a --deny-read
+	// path missing at Prepare, made since (the user's new key file while
+	// a session lives): not covered until a new start is.
+	for _, path := range p.hideable {
+		if !under(path, sp.Hidden) {
+			if _, err := identify(path); err == nil {
+				return path
+			}
+		}
+	}
 	return ""
 }
 
@@ -363,11 +375,6 @@ func (p *Prepared) Stale() string {
 // identities the lock's floor was checked on.
 func refresher(sp *spec, missing []string) func() error {
 	hidden := slices.Clone(sp.Hidden)
-	missing = slices.DeleteFunc(slices.Clone(missing), func(p string) bool {
-		// Those covered by their path (below the helper's own mounts, in
-		// a temp area) or inside a hidden directory: nothing to add.
-		return under(p, helperMounts) || under(p, sp.TempAreas) || under(p, hidden)
-	})
 	if len(sp.ReadOnly) == 0 && len(hidden) == 0 && len(missing) == 0 {
 		return nil
 	}
@@ -452,6 +459,16 @@ func (b *builder) network() (bool, error) {
 	// Sockets bound later are stopped by the helper's gate.
 	b.report["unix_socket_gate"] = confine.GateSyscalls
 	return true, nil
+}
+
+// lateDeny are the --deny-read paths missing when the run was prepared
+// (missing) that a later start covers once they are there: not those
+// covered by their path (below the helper's own mounts, in a temp area)
+// or inside a hidden directory.
+func lateDeny(sp *spec, missing []string) []string {
+	return slices.DeleteFunc(slices.Clone(missing), func(p string) bool {
+		return under(p, helperMounts) || under(p, sp.TempAreas) || under(p, sp.Hidden)
+	})
 }
 
 // control adds agentplane's control files to the spec: read-only those

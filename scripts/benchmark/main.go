@@ -318,17 +318,22 @@ func allCases() []benchCase {
 			"What is left is mostly fixed (a second Go program's start, a network namespace, the mount\n" +
 			"recipe and the filters): two thirds of the plain call's CPU, which a loaded machine shows as\n" +
 			"about that much more wall time.\n\n" +
-			"The same call's timeline in wall time (timestamps from the harness's fork, medians of 300\n" +
-			"calls each way, quiet machine; plain in parentheses): main at 3.64 ms (3.21); the policy's\n" +
-			"preparation 0.76 ms (none); the helper's clone with its namespaces and exec 1.25 ms (the\n" +
-			"command's 0.41); the helper's Go runtime until its main 1.24; its setup until the target's\n" +
-			"fork 1.29 (the spec 0.18, the loopback 0.11, the mounts 0.53, Landlock 0.07, seccomp 0.11, the\n" +
-			"gate 0.08, the PATH search 0.07); the target's fork and exec 0.40; `true` and the empty-namespace\n" +
-			"check 0.65; the report to the result 0.17; the result, the audit record and Release 0.35\n" +
-			"(0.25); main's return to the harness's wait 1.32 (0.87). The next structural step would be to\n" +
-			"start the helper before the preparation, so that its runtime's start (1.24 ms) overlaps the\n" +
-			"preparation (0.76): it needs the helper to take its argv from the spec, and its namespaces\n" +
-			"from the policy before the preparation has checked it; not done.\n\n" +
+			"The helper starts while agentsh itself is still starting (package spawn, on the guard's\n" +
+			"goroutine in package init, right after the guard's cgroup is made and before the watchdog),\n" +
+			"and waits for its spec, which carries the command's argv, environment, directory and\n" +
+			"streams; the command starts without waiting for the watchdog, since the helper (PID 1 of its\n" +
+			"namespaces, with a parent-death signal) contains the tree itself. Before, its clone and exec\n" +
+			"(1.25 ms) and its runtime's start (1.24 ms) came after the policy's preparation (0.76 ms) and\n" +
+			"the watchdog: 1.62x then against 1.47x now, 200 interleaved runs each on a quiet machine. The\n" +
+			"call's timeline now (timestamps from the harness's fork, medians of 300 calls, quiet machine;\n" +
+			"the plain call's in parentheses): the helper's clone and exec from 2.69 to 3.85 ms, beside the\n" +
+			"package init; main at 2.84 (2.98); the policy's preparation from 3.35 to 3.88; the spec sent\n" +
+			"at 3.92 (the command's fork 4.30); the helper, its runtime started, reads it at 5.10; its setup\n" +
+			"until the target's fork 0.98 (the mounts 0.32); the target's fork and exec 0.38; `true`, the\n" +
+			"empty-namespace check and the report 0.79; the result at 7.10 (5.14); main's return at 7.46\n" +
+			"(5.32) and the harness's wait at 8.04 (5.80). The helper's own start, on the second core while\n" +
+			"the first runs agentsh's start, is now the longest step: a second Go program's exec and\n" +
+			"runtime, which a loaded machine slows most.\n\n" +
 			"Each hidden directory is an empty tmpfs mounted in the helper (about 0.15 ms between its\n" +
 			"fsopen and its fsmount in a trace). The call's own state directory has its undo history and session-token\n" +
 			"directories made before the sandbox, so that what appears in them during the run stays hidden\n" +
