@@ -50,7 +50,7 @@ func (s *server) serveConn(c net.Conn) {
 		_ = enc.send(message{Type: "stopped"})
 	case "status":
 		// The live record: status.json lags it by up to recordDelay.
-		b, err := json.Marshal(s.record())
+		b, err := json.Marshal(s.liveRecord())
 		if err != nil {
 			_ = enc.send(message{Type: "error", Error: toWire(err)})
 			return

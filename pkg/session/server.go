@@ -248,6 +248,22 @@ func (s *server) record() Record {
 	return rec
 }
 
+// liveRecord is the record as a status call reports it: without a shell
+// pid while there is no shell (the sandbox's watch killed it, and the next
+// call starts another), where status.json keeps the last one's, which a
+// stop without the server kills by.
+func (s *server) liveRecord() Record {
+	rec := s.record()
+	if sh := s.currentShell(); sh != nil {
+		select {
+		case <-sh.exited:
+			rec.ShellPID, rec.ShellStart = 0, 0
+		default:
+		}
+	}
+	return rec
+}
+
 func (s *server) currentShell() *shell {
 	s.mu.Lock()
 	defer s.mu.Unlock()
