@@ -279,6 +279,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	o.Sandbox.StateDir, o.Sandbox.Control = stateDir, guard.ControlFiles(env, &o.Guard)
 	policy := o.Sandbox.Policy(env, s.cwd)
+	if policy.Empty() {
+		o.helper.Discard() // the flags' guess was wrong
+	}
 	var prep *sandbox.Prepared
 	// A command string too long for one argument reaches the shell
 	// through a file, in the sandbox's temp dir when there is one.
@@ -322,6 +325,9 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 				return prep.StartEarly(target, env, dir, stdio)
 			}
 		} else {
+			// Not this run's: it goes now, not in the guard's cgroup
+			// beside the run's own helper until the end.
+			o.helper.Discard()
 			files, started, err := prep.Launch()
 			if err != nil {
 				return startErr(err)
