@@ -1416,3 +1416,26 @@ try 'echo x > dotfiles/other' ordinary
 		t.Errorf("the next run read the hidden key: %q", o)
 	}
 }
+
+// TestProtectedMissingDirModes: a missing protected directory inside a
+// writable root is made empty before the run (the command must not create
+// it), private, but readable by every user when it is the system-wide
+// config file's (Public): a workspace of / once left a 0700
+// /etc/agentplane, and every other user's agentsh failed on its config.
+func TestProtectedMissingDirModes(t *testing.T) {
+	requireRoot(t)
+	requireLandlock(t)
+	_, ws, _ := dirs(t)
+	sys, state := filepath.Join(ws, "etc", "agentplane"), filepath.Join(ws, "state", "agentplane")
+	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{sys, state}, Public: []string{sys}}, self(t))
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	t.Cleanup(prep.Cleanup)
+	for dir, want := range map[string]os.FileMode{sys: 0o755, state: 0o700} {
+		st, err := os.Stat(dir)
+		if err != nil || !st.IsDir() || st.Mode().Perm() != want {
+			t.Errorf("%s: %v %v, want a directory of mode %o", dir, st.Mode(), err, want)
+		}
+	}
+}

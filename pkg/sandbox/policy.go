@@ -138,6 +138,10 @@ type Policy struct {
 	// never by a request.
 	Protect []string `json:",omitempty"`
 	Hide    []string `json:",omitempty"`
+	// Public are the directories of Protect that, created so, every user
+	// must be able to read (the system-wide config file's, which every
+	// user's agentsh reads): made 0755, where the others are made 0700.
+	Public []string `json:",omitempty"`
 	// CacheDir is the private, per-environment directory where toolchain
 	// caches go (GOCACHE, GOMODCACHE, npm, pip, cargo, XDG_CACHE_HOME) in the
 	// filesystem modes; "" leaves the caller's caches alone. UserCaches,

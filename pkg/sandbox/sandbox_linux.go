@@ -535,8 +535,14 @@ func (b *builder) control() error {
 		if _, err := os.Stat(real); errors.Is(err, fs.ErrNotExist) && under(real, b.sp.Writable) {
 			// The command could create it (a config file, a state
 			// directory with a forged key); an empty directory in its
-			// place is protected instead.
-			_ = os.MkdirAll(real, 0o700)
+			// place is protected instead, private unless every user reads
+			// there (a 0700 /etc/agentplane would make every other user's
+			// agentsh fail on its system-wide config).
+			mode := os.FileMode(0o700)
+			if slices.Contains(b.p.Public, path) {
+				mode = 0o755
+			}
+			_ = os.MkdirAll(real, mode)
 		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
 			if err := soleName(real, "protected"); err != nil {

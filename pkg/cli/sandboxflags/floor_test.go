@@ -352,3 +352,23 @@ func TestFilesHelperSymlinkTarget(t *testing.T) {
 		t.Errorf("a file beside the programs' directory: %v", err)
 	}
 }
+
+// TestSystemConfigDirPublic: the system-wide config file's directory is
+// protected, and made readable by every user should the sandbox create it
+// (sandbox.Policy.Public); the user's own is private.
+func TestSystemConfigDirPublic(t *testing.T) {
+	home := t.TempDir()
+	var o Options
+	o.Mode = sandbox.ModeWorkspaceWrite
+	env := &clikit.Env{Program: &clikit.Program{Name: "agentsh"}, LookupEnv: func(k string) (string, bool) {
+		if k == "HOME" || k == "XDG_CONFIG_HOME" || k == "XDG_STATE_HOME" {
+			return home, true
+		}
+		return "", false
+	}}
+	p := o.Policy(env, home)
+	sys := filepath.Dir(clikit.DefaultSystemConfig)
+	if !slices.Contains(p.Protect, sys) || !slices.Equal(p.Public, []string{sys}) {
+		t.Errorf("protected %v, public %v: want %s in both, and alone in the public ones", p.Protect, p.Public, sys)
+	}
+}

@@ -144,6 +144,9 @@ func (o *Options) control(env *clikit.Env, p *sandbox.Policy) {
 		path := ctlfile.Abs(cfg.Path)
 		if !cfg.Explicit {
 			p.Protect = append(p.Protect, filepath.Dir(path))
+			if cfg.System {
+				p.Public = append(p.Public, filepath.Dir(path))
+			}
 			if _, err := os.Lstat(path); err != nil {
 				continue
 			}
