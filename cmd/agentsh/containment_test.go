@@ -21,6 +21,7 @@ import (
 	"github.com/agentplane/agentplane/internal/testkit"
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/reexec"
+	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
@@ -1389,4 +1390,116 @@ exec sleep 4622`
 	exited, alive := startWatched(t, cmd)
 	ids := awaitReady(t, pidfile, alive)
 	killAgentsh(t, cmd, exited, ids)
+}
+
+// TestGuardFailedLeavesNoCgroup: when the watchdog cannot start (too few
+// descriptors), a sandboxed call whose helper agentsh started ahead in the
+// guard's cgroup runs contained by that helper, and the cgroup, which the
+// guard could not remove with the helper in it, is removed once the run is
+// over (red team 7, F3): at every descriptor limit around the one where
+// the watchdog's start fails, no guard cgroup of the call is left.
+func TestGuardFailedLeavesNoCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces and the guard's cgroup")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
+		t.Skip("the sandbox is not enforceable here")
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	var parent string
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st syscall.Statfs_t
+		if syscall.Statfs(root, &st) == nil && st.Type == 0x63677270 { // CGROUP2_SUPER_MAGIC
+			parent = filepath.Join(root, own)
+		}
+	}
+	if parent == "" {
+		t.Skip("no cgroup v2")
+	}
+	dir, exe := publicDir(t)
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for n := 14; n <= 32; n++ {
+		cmd := exec.Command("sh", "-c", `ulimit -n "$1" && exec "$2" --sandbox workspace-write --net none --cwd "$3" -- true`, "sh", strconv.Itoa(n), exe, ws)
+		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		out, _ := cmd.Output()
+		pid := cmd.Process.Pid // sh execs agentsh
+		// A run that ended well hands the cgroup's removal to its
+		// watchdog, which does it once the helper's exit is done.
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			left, _ := filepath.Glob(filepath.Join(parent, "agentplane-guard-"+strconv.Itoa(pid)+".*"))
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nofile %d: the call left its guard cgroup %v; it printed %s", n, left, out)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the cgroup filesystem for the removal
+		}
+	}
+}
+
+// TestSandboxHelperDiedBeforeStart: a helper that dies before it starts
+// the command (its Go runtime aborts for want of a thread, the OOM killer)
+// exits with a status of its own, which was reported as the command's
+// ("completed", exit 2; red team 7, F4). Here the helper's program beside
+// agentsh is one that exits 2 at once: the call fails with
+// sandbox_failed, its helper started ahead or not, and never says the
+// command completed.
+func TestSandboxHelperDiedBeforeStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true {
+		t.Skip("the sandbox is not enforceable here")
+	}
+	dir, exe := publicDir(t)
+	if err := os.WriteFile(filepath.Join(dir, sandbox.HelperProgram), []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws := filepath.Join(dir, "ws")
+	cfg := filepath.Join(dir, "agentplane")
+	for _, d := range []string{ws, cfg} {
+		if err := os.Mkdir(d, 0o777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		config string
+		codes  []string
+	}{
+		// The configuration's sandbox: the helper starts with its spec
+		// written, and dies.
+		{"config", []string{"--cwd", ws, "--", "true"}, "sandbox = \"workspace-write\"\n", []string{result.CodeSandboxFailed}},
+		// Started ahead: it may be gone before its spec is sent.
+		{"ahead", []string{"--sandbox", "workspace-write", "--cwd", ws, "--", "true"}, "", []string{result.CodeSandboxFailed, result.CodeStartFailed}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(cfg, "config.toml"), []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 10; i++ {
+				cmd := exec.Command(exe, tc.args...)
+				cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+				out, _ := cmd.Output()
+				if code := gjson.GetBytes(out, "error.code").String(); !slices.Contains(tc.codes, code) || gjson.GetBytes(out, "status").String() == "completed" {
+					t.Fatalf("a helper that exits 2 before the command: %s, want an error of %v", out, tc.codes)
+				}
+			}
+		})
+	}
 }

@@ -91,12 +91,14 @@ const EnvJobMark = "AGENTJOB_SUPERVISOR"
 // StartGuard starts the watchdog as argv (a hidden entry point of the
 // caller's program that calls RunWatchdog) and prepares a cgroup when it
 // can. The caller must Release the guard once the tree is dead.
-func StartGuard(argv []string) (*Guard, error) { return startGuard(argv, nil) }
+func StartGuard(argv []string) (*Guard, error) { return startGuard(argv, nil, nil) }
 
 // startGuard is StartGuard, calling cgroup (when not nil) with the
 // guard's cgroup descriptor (-1 in environ mode) as soon as the cgroup is
-// made, before the watchdog starts.
-func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
+// made, before the watchdog starts. A start that fails with a process in
+// the cgroup (one cgroup started) leaves the cgroup, named in *left, for
+// the caller to remove once that process is done (Pending.Close).
+func startGuard(argv []string, cgroup func(fd int), left *string) (*Guard, error) {
 	if len(argv) == 0 {
 		if cgroup != nil {
 			cgroup(-1)
@@ -120,6 +122,11 @@ func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
 	if cgroup != nil {
 		cgroup(g.cgFD)
 	}
+	drop := func() {
+		if !g.dropCgroup() && left != nil {
+			*left = g.cgDir
+		}
+	}
 	// Sockets, not pipes: a pipe can be opened again through
 	// /proc/PID/fd/N by whoever may look into the watchdog (the command,
 	// unsandboxed, as root or as the same user), and a write end held so
@@ -127,7 +134,7 @@ func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
 	// socket cannot be opened so.
 	r, w, err := guardPipe()
 	if err != nil {
-		g.dropCgroup()
+		drop()
 		return nil, err
 	}
 	// A second pipe the other way, whose write end only the watchdog
@@ -138,7 +145,7 @@ func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
 	if err != nil {
 		r.Close()
 		w.Close()
-		g.dropCgroup()
+		drop()
 		return nil, err
 	}
 	// Its own process group: a killpg of the caller's group (an agent
@@ -184,7 +191,7 @@ func startGuard(argv []string, cgroup func(fd int)) (*Guard, error) {
 	if err != nil {
 		w.Close()
 		lr.Close()
-		g.dropCgroup()
+		drop()
 		return nil, fmt.Errorf("proctree: start the watchdog: %w", err)
 	}
 	g.w, g.wd = w, wd
@@ -252,7 +259,7 @@ func (g *Guard) Lost() bool { return g.lost.Load() }
 func StartGuardAsync(argv []string, cgroup func(fd int), after func()) *Pending {
 	p := &Pending{done: make(chan struct{})}
 	go func() {
-		g, err := startGuard(argv, cgroup)
+		g, err := startGuard(argv, cgroup, &p.left)
 		if after != nil {
 			after()
 		}
@@ -267,12 +274,28 @@ type Pending struct {
 	done chan struct{}
 	g    *Guard
 	err  error
+	left string // the cgroup a failed start left (startGuard)
 }
 
 // Wait waits for the guard's start; it may be called any number of times.
 func (p *Pending) Wait() (*Guard, error) {
 	<-p.done
 	return p.g, p.err
+}
+
+// Close ends the guard: Release when it started; else it removes the
+// cgroup a start that failed left behind, where the cgroup hook had
+// started a process (which contains its own tree), killing what is left
+// in it. Call it once the run is over.
+func (p *Pending) Close() {
+	g, err := p.Wait()
+	if err == nil {
+		g.Release()
+		return
+	}
+	if p.left != "" {
+		dropLeftCgroup(p.left)
+	}
 }
 
 // Mode is GuardCgroup or GuardEnviron.

@@ -522,6 +522,19 @@ func killGuardCgroup(cg string) bool {
 // owner removes it on Release).
 func killGuardCgroupOnly(cg string) bool { return killCgroup(cg, 10*time.Second) }
 
+// dropLeftCgroup kills what is left in the cgroup of a guard whose
+// watchdog never started and removes it, once the kernel has let its last
+// member go (a sandbox helper's exit waits for its namespaces' teardown).
+func dropLeftCgroup(dir string) {
+	killCgroup(dir, 2*time.Second)
+	for i := 0; i < 200; i++ {
+		if err := unix.Rmdir(dir); !errors.Is(err, unix.EBUSY) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the emptying of a cgroup has no event here to wait on
+	}
+}
+
 // leaveGuardCgroup makes cmd start in the nearest cgroup above every
 // guard's, when the caller runs in a guard's cgroup.
 func leaveGuardCgroup(cmd *exec.Cmd) (done func(), err error) {

@@ -21,12 +21,13 @@ type earlyTarget struct {
 // helper Prepare made p's (the same program and namespaces), p starts no
 // other first, and needs nothing at the helper's own start that h was not
 // given (a control socket, kept descriptors, the proxy's listener). It
-// waits for h's start and reports whether it adopted it; one it did not
+// waits for h's start and reports whether it adopted it (not one that did
+// not start); one it did not
 // is the caller's to Discard. The run then starts through StartEarly, not
 // Wrap's argv and Launch; Cleanup discards an adopted helper that was
 // never started.
 func (p *Prepared) Adopt(h *spawn.Helper) bool {
-	if h == nil || p.spec == nil || p.early != nil || p.Control || p.KeepFDs != 0 || p.net != nil ||
+	if h == nil || !h.Started() || p.spec == nil || p.early != nil || p.Control || p.KeepFDs != 0 || p.net != nil ||
 		p.launched || h.Path() != p.Path || p.SysProcAttr == nil || len(p.SysProcAttr.UidMappings) > 0 ||
 		p.SysProcAttr.Cloneflags != h.Cloneflags() {
 		return false
@@ -89,7 +90,7 @@ func sendWithFiles(f *os.File, b []byte, fds []int) (int, error) {
 	n := 0
 	ctlErr := rc.Control(func(fd uintptr) {
 		for {
-			n, err = unix.SendmsgN(int(fd), b, unix.UnixRights(fds...), nil, 0)
+			n, err = unix.SendmsgN(int(fd), b, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL)
 			if err != unix.EINTR {
 				return
 			}

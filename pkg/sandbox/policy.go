@@ -258,6 +258,10 @@ type Prepared struct {
 	// which the helper reports the command's end (Ended); nil without one.
 	emu sync.Mutex
 	end *os.File
+	// read is closed once Ended has read the last start's reports (nil:
+	// none read); started: the helper said it started the target.
+	read    chan struct{}
+	started bool
 
 	// loaderEnv are the dynamic loader's variables of the last Wrap's
 	// environment, which go to the helper in its spec (Spec.Env).
@@ -506,16 +510,32 @@ func (p *Prepared) setEnd(f *os.File) {
 func (p *Prepared) Ended() (exitCode int, ok bool) {
 	p.emu.Lock()
 	f := p.end
-	p.emu.Unlock()
 	if f == nil || (p.spec != nil && len(p.spec.Cgroups) > 0) {
+		p.emu.Unlock()
 		return 0, false
 	}
-	var buf [16]byte
+	read := make(chan struct{})
+	p.read = read
+	p.started = false
+	p.emu.Unlock()
+	defer close(read)
+	var buf [32]byte
 	n := 0
 	for n < len(buf) {
 		m, err := f.Read(buf[n:])
 		n += m
-		if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+		for {
+			i := bytes.IndexByte(buf[:n], '\n')
+			if i < 0 {
+				break
+			}
+			if bytes.Equal(buf[:i+1], confine.StartedMessage) {
+				p.emu.Lock()
+				p.started = true
+				p.emu.Unlock()
+				n = copy(buf[:], buf[i+1:n])
+				continue
+			}
 			return confine.ParseEnd(buf[:i+1])
 		}
 		if err != nil {
@@ -523,6 +543,25 @@ func (p *Prepared) Ended() (exitCode int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// DiedBeforeStart reports that the helper of the last start, whose
+// reports Ended read until the socket's end, never said that it started
+// the target: it died first (its runtime crashed, the OOM killer or anyone
+// killed it), and the exit status is its own, not the command's. Call it
+// once the helper is dead and its socket's other copies are closed (after
+// run.Run); without an Ended that read, it is false.
+func (p *Prepared) DiedBeforeStart() bool {
+	p.emu.Lock()
+	read := p.read
+	p.emu.Unlock()
+	if read == nil {
+		return false
+	}
+	<-read // the helper is gone: its end of the socket is closed
+	p.emu.Lock()
+	defer p.emu.Unlock()
+	return !p.started
 }
 
 // EndReport is Report for the result of a run that ended (a one-shot

@@ -117,11 +117,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	p.Signals = early.Signals
 	guarded := early.Guard()
 	if guarded != nil {
-		defer func() {
-			if g, err := guarded.Wait(); err == nil {
-				g.Release()
-			}
-		}()
+		defer guarded.Close()
 	}
 	// The sandbox's helper, when the call asked for one, started beside
 	// the watchdog: the run takes it, or this ends it.

@@ -214,11 +214,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 			c()
 		}
 	}()
-	defer func() {
-		if g, err := guarded.Wait(); err == nil {
-			g.Release()
-		}
-	}()
+	defer guarded.Close()
 	// Every run, and every refusal, leaves one line in the audit log.
 	began := time.Now()
 	rec := audit.Record{Program: "agentsh", Operation: "run", Command: s.command, Cwd: s.cwd}
@@ -388,6 +384,11 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 	}
 	if err == nil && prep != nil {
 		err = prep.Failure()
+		if err == nil && res.Status == run.StatusCompleted && prep.DiedBeforeStart() {
+			// Its exit status is not the command's: a crash of the
+			// helper's runtime (no thread or memory to start with).
+			err = result.Errorf(result.CodeSandboxFailed, "the sandbox helper died (exit status %d%s) before it said it had started the command: that status is the helper's, not the command's", res.ExitCode, signalText(res.Signal))
+		}
 		res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	}
 	if err != nil {
@@ -544,6 +545,14 @@ func (s *streamer) flush() {
 			s.emit(name, c.Flush())
 		}
 	}
+}
+
+// signalText is ", signal NAME" for a signal death, else "".
+func signalText(sig string) string {
+	if sig == "" {
+		return ""
+	}
+	return ", signal " + sig
 }
 
 // fillFromResult copies the outcome of a run into its audit record.

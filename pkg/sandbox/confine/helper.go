@@ -150,11 +150,21 @@ func (h *helper) exec(argv []string) int {
 			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set resource limit %d: %v", r.Resource, err)
 		}
 	}
-	err = syscall.Exec(path, argv, os.Environ())
-	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(ExitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
+	return h.execFailed(argv[0], syscall.Exec(path, argv, os.Environ()))
+}
+
+// execFailed reports a target that could not be executed the way the
+// runner reports a command it cannot start (run's startError): not found
+// (127), not executable (126: permission, not a program), or not started
+// (125: an argument list too long, no memory, too many processes).
+func (h *helper) execFailed(name string, err error) int {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return h.fail(ExitNotFound, result.CodeCommandNotFound, "command not found: %s", name)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM), errors.Is(err, syscall.ENOEXEC):
+		return h.fail(ExitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", name, err)
 	}
-	return h.fail(ExitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+	return h.fail(ExitSetupFailed, result.CodeStartFailed, "cannot start %s: %v", name, err)
 }
 
 // lookPath resolves name against the PATH of the helper's environment, which

@@ -174,11 +174,14 @@ func (h *helper) run(argv []string) int {
 		Files: files,
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
-	if errors.Is(err, syscall.ENOENT) {
-		return h.fail(ExitNotFound, result.CodeCommandNotFound, "command not found: %s", argv[0])
-	}
 	if err != nil {
-		return h.fail(ExitNotExecutable, result.CodeCommandNotExecutable, "cannot run %s: %v", argv[0], err)
+		return h.execFailed(argv[0], err)
+	}
+	if h.end >= 0 {
+		// The runner's word that the target started: a helper that dies
+		// before this (a crash of its runtime, the OOM killer) did not
+		// run the command, whatever its exit status says.
+		_ = unix.Sendto(h.end, StartedMessage, unix.MSG_NOSIGNAL, nil)
 	}
 	if sp.Control {
 		return h.serve(pid, os.NewFile(ControlFD, "sandbox-control"))

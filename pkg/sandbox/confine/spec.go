@@ -169,6 +169,10 @@ type FileID struct {
 	Ino uint64 `json:"ino"`
 }
 
+// StartedMessage is the helper's report, on the end report's socket,
+// that the target started; EndMessage follows it.
+var StartedMessage = []byte("started\n")
+
 // EndMessage is the helper's report of the command's end: exit is the
 // status the helper is about to exit with (a signal death as 128+N, the
 // signal itself in the status file, which is complete before the report

@@ -70,6 +70,13 @@ type Helper struct {
 // Path is the helper's executable, as HelperPath chose it.
 func (h *Helper) Path() string { return h.path }
 
+// Started waits for Start and reports whether the helper runs (a guard
+// without a cgroup starts none).
+func (h *Helper) Started() bool {
+	<-h.started
+	return h.proc != nil
+}
+
 // Take waits for Start and hands over the started helper and this
 // process's end of its spec's socket, once (nil after that, or when it did
 // not start): the caller sends the spec there and reads the end report.
