@@ -146,3 +146,38 @@ func TestStopLostJobKillsEnvClearedSetsid(t *testing.T) {
 		t.Fatalf("the job's cgroup %s is left: %v", rec.Cgroup, err)
 	}
 }
+
+// TestStopLostJobNothingLeftRemovesCgroup: a lost job of which nothing
+// lives any more (its supervisor SIGKILLed, its process gone since) has
+// its empty cgroup removed by stop too (one never stopped is swept once
+// empty: proctree's sweep of dead owners' cgroups).
+func TestStopLostJobNothingLeftRemovesCgroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the job's cgroup")
+	}
+	st := newStore(t)
+	m := marker(t)
+	s := start(t, st, Spec{Shell: "exec sleep 300", Env: append(os.Environ(), markEnv+"="+m)})
+	waitMarkedCmds(t, m, "sleep\x00300\x00")
+	killSupervisor(t, st, s)
+	rec := recordOf(t, st, s)
+	if rec.Cgroup == "" {
+		t.Skip("no cgroup v2 for the job here")
+	}
+	for _, p := range markedLive(m) {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(markedLive(m)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the job's process did not die")
+		}
+		time.Sleep(10 * time.Millisecond) // polling /proc for the kill
+	}
+	if _, err := st.Stop(ctxT(t, 30*time.Second), s.Handle, syscall.SIGTERM, time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if _, err := os.Stat(rec.Cgroup); !os.IsNotExist(err) {
+		t.Fatalf("the job's empty cgroup %s is left: %v", rec.Cgroup, err)
+	}
+}

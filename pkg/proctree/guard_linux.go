@@ -73,8 +73,10 @@ func (g *Guard) startSweep() {
 }
 
 // sweepGuardCgroups removes, in parent, the guard cgroups whose owner is
-// dead, killing what is left in one first. An rmdir fails on a cgroup that
-// still has members or children, so what it removes was empty.
+// dead, killing what is left in one first, and the empty tree cgroups
+// (MakeTreeCgroup: a job's) whose owner is dead: one that holds a lost
+// job's processes is left to the job's stop. An rmdir fails on a cgroup
+// that still has members or children, so what it removes was empty.
 func sweepGuardCgroups(parent string) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
@@ -82,15 +84,36 @@ func sweepGuardCgroups(parent string) {
 	}
 	for _, e := range entries {
 		pid, start, ok := guardCgroupOwner(e.Name())
+		kill := ok
+		if !ok {
+			pid, start, ok = treeCgroupOwner(e.Name())
+		}
 		if !e.IsDir() || !ok || Alive(pid, start) {
 			continue
 		}
 		dir := filepath.Join(parent, e.Name())
-		if populated, err := cgroupPopulated(dir); err == nil && populated {
+		if populated, err := cgroupPopulated(dir); err == nil && populated && kill {
 			killCgroup(dir, 2*time.Second)
 		}
 		_ = unix.Rmdir(dir)
 	}
+}
+
+// treeCgroupOwner parses the name of a job's tree cgroup, made as
+// "job-ID-PID.START" (jobs.jobCgroupName), into its owner, the supervisor.
+func treeCgroupOwner(name string) (pid int, start uint64, ok bool) {
+	rest, found := strings.CutPrefix(name, cgroupPrefix+"job-")
+	i := strings.LastIndexByte(rest, '-')
+	if !found || i < 0 {
+		return 0, 0, false
+	}
+	p, s, found := strings.Cut(rest[i+1:], ".")
+	pid, err1 := strconv.Atoi(p)
+	start, err2 := strconv.ParseUint(s, 10, 64)
+	if !found || err1 != nil || err2 != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	return pid, start, true
 }
 
 // Apply puts the process that attr starts into the guard's cgroup.
@@ -286,8 +309,9 @@ func makeCgroup(token string) (string, int, error) {
 
 // makeNamedCgroup creates the cgroup base below the caller's own and
 // returns it with an fd for CLONE_INTO_CGROUP. A guard's name carries its
-// owner, so the sweep may remove it once the owner is dead; a tree
-// cgroup's (MakeTreeCgroup) does not parse as one, and is never swept.
+// owner, so the sweep may remove it once the owner is dead, killing what
+// is left; a tree cgroup's (MakeTreeCgroup) does not parse as one, and the
+// sweep removes it only when it is empty (treeCgroupOwner).
 func makeNamedCgroup(base string) (string, int, error) {
 	if !clone3Works() {
 		return "", -1, errors.New("proctree: clone3 is refused here: no CLONE_INTO_CGROUP")

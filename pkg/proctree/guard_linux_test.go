@@ -206,16 +206,35 @@ func TestGuardCgroupSweep(t *testing.T) {
 		}
 		defer syscall.Rmdir(d)
 	}
-	// A job's tree cgroup, named after its dead maker as pkg/jobs names
-	// it: the tree outlives its maker on purpose (a lost job, until stop).
-	tree, err := MakeTreeCgroup("job-sweeptest5-" + strconv.Itoa(dead.Process.Pid) + "." + strconv.FormatUint(deadStart, 10))
+	// Jobs' tree cgroups, named after their dead maker as pkg/jobs names
+	// them: the tree outlives its maker on purpose (a lost job, until
+	// stop), and is never killed by the sweep; an empty one goes.
+	deadMaker := strconv.Itoa(dead.Process.Pid) + "." + strconv.FormatUint(deadStart, 10)
+	tree, err := MakeTreeCgroup("job-sweeptest5-" + deadMaker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tree.Remove()
-	if pid, _, ok := guardCgroupOwner(filepath.Base(tree.Dir)); ok {
-		t.Errorf("the tree cgroup %s names an owner (%d): the sweep would kill a lost job once its maker is dead", filepath.Base(tree.Dir), pid)
+	busyTree, err := MakeTreeCgroup("job-sweep-test-6-" + deadMaker)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer busyTree.Remove()
+	if pid, _, ok := guardCgroupOwner(filepath.Base(tree.Dir)); ok {
+		t.Errorf("the tree cgroup %s names a guard's owner (%d): the sweep would kill a lost job once its maker is dead", filepath.Base(tree.Dir), pid)
+	}
+	lost := exec.Command("sleep", "60")
+	lost.SysProcAttr = &syscall.SysProcAttr{}
+	busyTree.Apply(lost.SysProcAttr)
+	if err := lost.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lostWaited := make(chan error, 1)
+	go func() { lostWaited <- lost.Wait() }()
+	defer func() {
+		_ = lost.Process.Kill()
+		<-lostWaited
+	}()
 	// A member left behind in the dead owner's cgroup.
 	fd, err := syscall.Open(busyDead, unix.O_PATH|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -234,12 +253,17 @@ func TestGuardCgroupSweep(t *testing.T) {
 
 	sweepGuardCgroups(parent)
 
-	for _, d := range []string{emptyDead, busyDead} {
+	for _, d := range []string{emptyDead, busyDead, tree.Dir} {
 		if _, err := os.Stat(d); err == nil {
 			t.Errorf("%s of a dead owner was not swept", filepath.Base(d))
 		}
 	}
-	for _, d := range []string{live, noOwner, g.cgDir, tree.Dir} {
+	select {
+	case <-lostWaited:
+		t.Error("the sweep killed a lost job's process in its tree cgroup")
+	default:
+	}
+	for _, d := range []string{live, noOwner, g.cgDir, busyTree.Dir} {
 		if _, err := os.Stat(d); err != nil {
 			t.Errorf("%s was swept: %v", filepath.Base(d), err)
 		}
@@ -262,6 +286,14 @@ func TestGuardCgroupOwner(t *testing.T) {
 	for _, bad := range []string{"agentplane-guard-0123abcd", "agentplane-guard-1.2.", "agentplane-guard-x.2.t", "agentplane-guard--1.2.t", "agentplane-1.2.t", "agentplane-guard-1.2.t.u"} {
 		if _, _, ok := guardCgroupOwner(bad); ok {
 			t.Errorf("guardCgroupOwner(%q) ok", bad)
+		}
+	}
+	if pid, start, ok := treeCgroupOwner("agentplane-guard-job-7-x-12.34"); !ok || pid != 12 || start != 34 {
+		t.Errorf("treeCgroupOwner = %d, %d, %v", pid, start, ok)
+	}
+	for _, bad := range []string{"agentplane-guard-job-12.34", "agentplane-guard-7-12.34", "agentplane-guard-job-7-12", "agentplane-guard-job-7-0.34", "agentplane-guard-job-7-12.x"} {
+		if _, _, ok := treeCgroupOwner(bad); ok {
+			t.Errorf("treeCgroupOwner(%q) ok", bad)
 		}
 	}
 }
