@@ -324,7 +324,10 @@ func allCases() []benchCase {
 			"streams; the command starts without waiting for the watchdog, since the helper (PID 1 of its\n" +
 			"namespaces, with a parent-death signal) contains the tree itself. Before, its clone and exec\n" +
 			"(1.25 ms) and its runtime's start (1.24 ms) came after the policy's preparation (0.76 ms) and\n" +
-			"the watchdog: 1.62x then against 1.47x now, 200 interleaved runs each on a quiet machine. The\n" +
+			"the watchdog: 1.62x then, 1.47x right after on the same quiet machine (200 runs each); an hour\n" +
+			"later the same machine gave 1.51x to 1.58x for this build and 1.57x and 1.58x for the first\n" +
+			"build with the change, interleaved: the machine's state moves the ratio about as much as the\n" +
+			"margin to the target. The\n" +
 			"call's timeline now (timestamps from the harness's fork, medians of 300 calls, quiet machine;\n" +
 			"the plain call's in parentheses): the helper's clone and exec from 2.69 to 3.85 ms, beside the\n" +
 			"package init; main at 2.84 (2.98); the policy's preparation from 3.35 to 3.88; the spec sent\n" +
