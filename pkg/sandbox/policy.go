@@ -258,10 +258,8 @@ type Prepared struct {
 	// which the helper reports the command's end (Ended); nil without one.
 	emu sync.Mutex
 	end *os.File
-	// read is closed once Ended has read the last start's reports (nil:
-	// none read); started: the helper said it started the target.
-	read    chan struct{}
-	started bool
+	// reports are what the helper of the last start says on end.
+	reports *reports
 
 	// loaderEnv are the dynamic loader's variables of the last Wrap's
 	// environment, which go to the helper in its spec (Spec.Env).
@@ -487,6 +485,10 @@ func (p *Prepared) setEnd(f *os.File) {
 	p.emu.Lock()
 	old := p.end
 	p.end = f
+	p.reports = nil
+	if f != nil {
+		p.reports = &reports{f: f}
+	}
 	p.emu.Unlock()
 	if old != nil {
 		old.Close()
@@ -509,59 +511,69 @@ func (p *Prepared) setEnd(f *os.File) {
 // which an exiting helper still belongs to until its exit is done.
 func (p *Prepared) Ended() (exitCode int, ok bool) {
 	p.emu.Lock()
-	f := p.end
-	if f == nil || (p.spec != nil && len(p.spec.Cgroups) > 0) {
-		p.emu.Unlock()
+	r := p.reports
+	p.emu.Unlock()
+	if r == nil || (p.spec != nil && len(p.spec.Cgroups) > 0) {
 		return 0, false
 	}
-	read := make(chan struct{})
-	p.read = read
-	p.started = false
-	p.emu.Unlock()
-	defer close(read)
-	var buf [32]byte
-	n := 0
-	for n < len(buf) {
-		m, err := f.Read(buf[n:])
-		n += m
-		for {
-			i := bytes.IndexByte(buf[:n], '\n')
-			if i < 0 {
-				break
-			}
-			if bytes.Equal(buf[:i+1], confine.StartedMessage) {
-				p.emu.Lock()
-				p.started = true
-				p.emu.Unlock()
-				n = copy(buf[:], buf[i+1:n])
-				continue
-			}
-			return confine.ParseEnd(buf[:i+1])
-		}
-		if err != nil {
-			return 0, false
-		}
-	}
-	return 0, false
+	r.read()
+	return r.exit, r.ended
 }
 
-// DiedBeforeStart reports that the helper of the last start, whose
-// reports Ended read until the socket's end, never said that it started
-// the target: it died first (its runtime crashed, the OOM killer or anyone
-// killed it), and the exit status is its own, not the command's. Call it
-// once the helper is dead and its socket's other copies are closed (after
-// run.Run); without an Ended that read, it is false.
+// DiedBeforeStart reports that the helper of the last start never said
+// on its report socket that it started the target: it died first (its
+// runtime crashed, the OOM killer or anyone killed it), and the exit
+// status is its own, not the command's. It reads the socket to its end
+// (once, with Ended): call it once the helper is dead and the socket's
+// other copies are closed (after run.Run). False without a report socket.
 func (p *Prepared) DiedBeforeStart() bool {
 	p.emu.Lock()
-	read := p.read
+	r := p.reports
 	p.emu.Unlock()
-	if read == nil {
+	if r == nil {
 		return false
 	}
-	<-read // the helper is gone: its end of the socket is closed
-	p.emu.Lock()
-	defer p.emu.Unlock()
-	return !p.started
+	r.read()
+	return !r.started
+}
+
+// reports are what a helper says on its report socket (f) for one start:
+// that it started the target (confine.StartedMessage), then the
+// command's end (confine.EndMessage), read once by whichever of Ended
+// and DiedBeforeStart asks first.
+type reports struct {
+	f       *os.File
+	once    sync.Once
+	started bool
+	ended   bool
+	exit    int
+}
+
+func (r *reports) read() {
+	r.once.Do(func() {
+		var buf [32]byte
+		n := 0
+		for n < len(buf) {
+			m, err := r.f.Read(buf[n:])
+			n += m
+			for {
+				i := bytes.IndexByte(buf[:n], '\n')
+				if i < 0 {
+					break
+				}
+				if bytes.Equal(buf[:i+1], confine.StartedMessage) {
+					r.started = true
+					n = copy(buf[:], buf[i+1:n])
+					continue
+				}
+				r.exit, r.ended = confine.ParseEnd(buf[:i+1])
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
 }
 
 // EndReport is Report for the result of a run that ended (a one-shot
