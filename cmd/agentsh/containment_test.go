@@ -1503,3 +1503,30 @@ func TestSandboxHelperDiedBeforeStart(t *testing.T) {
 		})
 	}
 }
+
+// TestSandboxCommandKillsHelper: a command that crashes its helper (PID 1
+// of its namespace: SIGSEGV ends the Go runtime) has run, however soon it
+// does it: the call is never reported as one whose helper died before the
+// command started (red team 8, F5: the helper said it had started the
+// command only after the fork, which the command could outrun).
+func TestSandboxCommandKillsHelper(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true {
+		t.Skip("the sandbox is not enforceable here")
+	}
+	dir, exe := publicDir(t)
+	ws := filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		cmd := exec.Command(exe, "--sandbox", "workspace-write", "--cwd", ws, "--", "sh", "-c", "kill -SEGV 1; echo ran >> ran.log")
+		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		out, _ := cmd.Output()
+		if gjson.GetBytes(out, "error.code").String() == result.CodeSandboxFailed {
+			t.Fatalf("run %d: a command that ran is reported as not started: %s", i, out)
+		}
+	}
+}

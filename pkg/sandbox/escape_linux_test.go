@@ -1420,13 +1420,16 @@ try 'echo x > dotfiles/other' ordinary
 // TestProtectedMissingDirModes: a missing protected directory inside a
 // writable root is made empty before the run (the command must not create
 // it), private, but readable by every user when it is the system-wide
-// config file's (Public): a workspace of / once left a 0700
-// /etc/agentplane, and every other user's agentsh failed on its config.
+// config file's (Public), whatever the umask: a workspace of / once left a
+// 0700 /etc/agentplane, and every other user's agentsh failed on its
+// config.
 func TestProtectedMissingDirModes(t *testing.T) {
 	requireRoot(t)
 	requireLandlock(t)
 	_, ws, _ := dirs(t)
 	sys, state := filepath.Join(ws, "etc", "agentplane"), filepath.Join(ws, "state", "agentplane")
+	// Under a session server's umask (no test here runs in parallel).
+	defer syscall.Umask(syscall.Umask(0o077))
 	prep, err := Prepare(Policy{Mode: ModeWorkspaceWrite, Workspace: ws, Protect: []string{sys, state}, Public: []string{sys}}, self(t))
 	if err != nil {
 		t.Fatalf("Prepare: %v", err)

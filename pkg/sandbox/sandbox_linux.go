@@ -538,11 +538,14 @@ func (b *builder) control() error {
 			// place is protected instead, private unless every user reads
 			// there (a 0700 /etc/agentplane would make every other user's
 			// agentsh fail on its system-wide config).
-			mode := os.FileMode(0o700)
 			if slices.Contains(b.p.Public, path) {
-				mode = 0o755
+				// Whatever the umask (a session server's is 077).
+				if os.MkdirAll(real, 0o755) == nil {
+					_ = os.Chmod(real, 0o755)
+				}
+			} else {
+				_ = os.MkdirAll(real, 0o700)
 			}
-			_ = os.MkdirAll(real, mode)
 		}
 		if _, err := os.Stat(real); err == nil && !slices.Contains(ro, real) {
 			if err := soleName(real, "protected"); err != nil {

@@ -387,7 +387,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		if err == nil && res.Status == run.StatusCompleted && s.req.Ended != nil && prep.DiedBeforeStart() {
 			// Its exit status is not the command's: a crash of the
 			// helper's runtime (no thread or memory to start with).
-			err = result.Errorf(result.CodeSandboxFailed, "the sandbox helper died (exit status %d%s) before it said it had started the command: that status is the helper's, not the command's", res.ExitCode, signalText(res.Signal))
+			err = result.Errorf(result.CodeSandboxFailed, "the sandbox helper died (exit status %d%s) before it started the command: that status is the helper's, and the command did not run", res.ExitCode, signalText(res.Signal))
 		}
 		res.ExitCode, res.Signal = prep.ExitStatus(res.ExitCode, res.Signal)
 	}

@@ -169,6 +169,16 @@ func (h *helper) run(argv []string) int {
 	// credentials, Landlock domain and seccomp filter; it dies with the
 	// helper (and, the helper being PID 1, so does every process of the
 	// namespace).
+	if h.end >= 0 {
+		// The runner's word that the target may run from here: a helper
+		// that dies before this (a crash of its runtime, the OOM killer)
+		// did not start the command, whatever its exit status says. Not
+		// after the fork: the target can run (and kill the helper) before
+		// the helper's thread runs again on a busy machine, and a
+		// command that ran would be reported as not started. A fork that
+		// fails after it is reported in the status file.
+		_ = unix.Sendto(h.end, StartedMessage, unix.MSG_NOSIGNAL, nil)
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: files,
@@ -176,12 +186,6 @@ func (h *helper) run(argv []string) int {
 	})
 	if err != nil {
 		return h.execFailed(argv[0], err)
-	}
-	if h.end >= 0 {
-		// The runner's word that the target started: a helper that dies
-		// before this (a crash of its runtime, the OOM killer) did not
-		// run the command, whatever its exit status says.
-		_ = unix.Sendto(h.end, StartedMessage, unix.MSG_NOSIGNAL, nil)
 	}
 	if sp.Control {
 		return h.serve(pid, os.NewFile(ControlFD, "sandbox-control"))

@@ -170,7 +170,8 @@ type FileID struct {
 }
 
 // StartedMessage is the helper's report, on the end report's socket,
-// that the target started; EndMessage follows it.
+// that it is starting the target (the fork comes right after it; a
+// failure of it is in the status file); EndMessage follows it.
 var StartedMessage = []byte("started\n")
 
 // EndMessage is the helper's report of the command's end: exit is the
