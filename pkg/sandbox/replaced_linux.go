@@ -49,7 +49,15 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 	// a while (mv .git .git.old, then a copy back) is watched again once
 	// its parent sees it come back.
 	watch := func() {
-		for _, path := range paths {
+		// And what a path to hide leads to now: a link made at it (to a
+		// file not there yet) is watched where the file would be made.
+		targets := slices.Clone(paths)
+		for _, path := range p.hideable {
+			if real := leadsTo(path); real != path {
+				targets = append(targets, real)
+			}
+		}
+		for _, path := range targets {
 			for p := path; p != filepath.Dir(p); p = filepath.Dir(p) {
 				dir, name := filepath.Dir(p), filepath.Base(p)
 				if wd, err := unix.InotifyAddWatch(fd, dir, mask); err == nil {
@@ -93,14 +101,21 @@ func (p *Prepared) WatchReplaced() (replaced <-chan string, stop func()) {
 			if !hit {
 				continue
 			}
-			if path := p.Stale(); path != "" {
+			send := func(path string) {
 				select {
 				case out <- path:
 				default: // one not taken yet says it already
 				}
 			}
-			// A directory replaced is a new one to watch.
+			if path := p.Stale(); path != "" {
+				send(path)
+			}
+			// A directory replaced, or made, is a new one to watch; what
+			// appeared in it before its watch is seen by a second look.
 			watch()
+			if path := p.Stale(); path != "" {
+				send(path)
+			}
 		}
 	}()
 	return out, func() { f.Close() }
@@ -125,4 +140,26 @@ func (p *Prepared) KeptIDs() map[string]string {
 		}
 	}
 	return out
+}
+
+// leadsTo is where path leads through the symbolic links on its way, its
+// own included, also when the end is not there (yet): a dangling link's
+// target, where the file it names would be made.
+func leadsTo(path string) string {
+	for range 40 {
+		dir, err := realPath(filepath.Dir(path))
+		if err != nil {
+			return path
+		}
+		path = filepath.Join(dir, filepath.Base(path))
+		t, err := os.Readlink(path)
+		if err != nil {
+			return path
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(dir, t)
+		}
+		path = t
+	}
+	return path
 }

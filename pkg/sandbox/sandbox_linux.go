@@ -352,10 +352,12 @@ func (p *Prepared) Stale() string {
 	// path missing at Prepare, made since (the user's new key file while
 	// a session lives): not covered until a new start is.
 	for _, path := range p.hideable {
-		if !under(path, sp.Hidden) {
-			if _, err := identify(path); err == nil {
-				return path
-			}
+		real, err := realPath(path)
+		if err != nil || under(real, sp.Hidden) {
+			continue
+		}
+		if _, err := identify(real); err == nil {
+			return path
 		}
 	}
 	return ""
@@ -397,19 +399,28 @@ func refresher(sp *spec, missing []string) func() error {
 			if err != nil {
 				return result.Errorf(result.CodeSandboxFailed, "hidden path %s cannot be checked again for this start: %v", path, unwrap(err))
 			}
+			// A second name made since (a command that linked the name
+			// before the file was written there) would be read uncovered.
+			if err := soleName(path, "hidden"); err != nil {
+				return err
+			}
 			paths, ids = append(paths, path), append(ids, id)
 		}
 		for _, path := range missing {
-			if under(path, paths) {
+			// What it leads to now, as Prepare resolves a --deny-read
+			// path (a ~/.aws made a link to a dotfiles directory since).
+			real, err := realPath(path)
+			if err != nil || under(real, paths) {
 				continue
 			}
-			// (A symlink or anything else that cannot be opened without
-			// following one is not hidden: what it leads to is hidden by
-			// its own path if it is to be.)
-			id, err := identify(path)
+			id, err := identify(real)
 			if err != nil {
 				continue
 			}
+			if err := soleName(real, "hidden"); err != nil {
+				return err
+			}
+			path := real
 			for i := 0; i < len(paths); i++ {
 				if under(paths[i], []string{path}) {
 					paths, ids = slices.Delete(paths, i, i+1), slices.Delete(ids, i, i+1)
