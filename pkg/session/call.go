@@ -315,6 +315,9 @@ type outcome struct {
 	// restartErr: the shell had to be replaced and its replacement did
 	// not start; the session ends (EndedRestartFailed).
 	restartErr error
+	// pending: killed for killedFor, no replacement held still: the next
+	// call starts the shell (callReady), and the session goes on.
+	pending bool
 }
 
 // stillReplaced reports whether a protected or hidden path was replaced
@@ -498,6 +501,9 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 		obj.Set("session_reset_reason", "sandbox_refreshed").Set("sandbox_refreshed", out.killedFor)
 	}
 	switch {
+	case out.killedFor != "" && out.pending:
+		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
+			"%s, which the session's sandbox protects, was replaced outside the session while the call ran; so that nothing in that sandbox could write the new file, the shell and everything it ran (background jobs too) were killed; it was replaced again each time a new shell was started for it, so the next call starts one", out.killedFor)))
 	case out.killedFor != "":
 		obj.Set("success", false).Set("status", run.StatusError).Set("error", result.ErrorObject(result.Errorf(result.CodeSessionReset,
 			"%s, which the session's sandbox protects, was replaced outside the session while the call ran; so that nothing in that sandbox could write the new file, the shell and everything it ran (background jobs too) were killed, and the shell was restarted in a new sandbox in its last cwd", out.killedFor)))
@@ -952,6 +958,16 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 				// As in callReady: once more.
 				out.ended, out.restartErr = false, nil
 				s.forgetRestartErr()
+			}
+			if out.restartErr != nil && s.stillReplaced() {
+				// The host keeps replacing it (a loop of git config), as
+				// in callReady: the session goes on without a shell, and
+				// the next call starts one once the file holds still.
+				out.ended, out.restartErr, out.pending = false, nil, true
+				s.forgetRestartErr()
+				s.mu.Lock()
+				s.replaced = path
+				s.mu.Unlock()
 			}
 		}
 	}
