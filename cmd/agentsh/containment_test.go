@@ -536,12 +536,7 @@ func TestContainmentEarlyKill(t *testing.T) { earlyKill(t, "7207", false) }
 // or once the command runs, agentsh leaves neither the command nor the
 // helper behind.
 func TestContainmentEarlyKillSandboxed(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the sandbox's namespaces")
-	}
-	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
-		t.Skip("the sandbox is not enforceable here")
-	}
+	requireSandbox(t)
 	before := orphanHelpers()
 	earlyKill(t, "7208", true)
 	deadline := time.Now().Add(20 * time.Second)
@@ -554,6 +549,18 @@ func TestContainmentEarlyKillSandboxed(t *testing.T) {
 			t.Fatalf("sandbox helpers %v outlived their agentsh", left)
 		}
 		time.Sleep(10 * time.Millisecond) // polling /proc for the kills
+	}
+}
+
+// requireSandbox skips a test that needs the sandbox's namespaces (root)
+// and its filesystem and network modes.
+func requireSandbox(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for the sandbox's namespaces")
+	}
+	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
+		t.Skip("the sandbox is not enforceable here")
 	}
 }
 
@@ -1123,12 +1130,7 @@ func startWatched(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, func() bool) {
 // guard's cgroup, which the exiting helper may still be in, is removed
 // after agentsh exits (by the watchdog).
 func TestSandboxEndLeavesNothing(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the sandbox's namespaces")
-	}
-	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
-		t.Skip("the sandbox is not enforceable here")
-	}
+	requireSandbox(t)
 	dir, exe := publicDir(t)
 	// The workspace beside the program, not the directory holding it (a
 	// writable root that holds agentplane's programs is refused).
@@ -1399,12 +1401,7 @@ exec sleep 4622`
 // over (red team 7, F3): at every descriptor limit around the one where
 // the watchdog's start fails, no guard cgroup of the call is left.
 func TestGuardFailedLeavesNoCgroup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the sandbox's namespaces and the guard's cgroup")
-	}
-	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true || c["net_none"] != true {
-		t.Skip("the sandbox is not enforceable here")
-	}
+	requireSandbox(t)
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		t.Fatal(err)
@@ -1459,12 +1456,7 @@ func TestGuardFailedLeavesNoCgroup(t *testing.T) {
 // sandbox_failed, its helper started ahead or not, and never says the
 // command completed.
 func TestSandboxHelperDiedBeforeStart(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the sandbox's namespaces")
-	}
-	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true {
-		t.Skip("the sandbox is not enforceable here")
-	}
+	requireSandbox(t)
 	dir, exe := publicDir(t)
 	if err := os.WriteFile(filepath.Join(dir, sandbox.HelperProgram), []byte("#!/bin/sh\nexit 2\n"), 0o755); err != nil {
 		t.Fatal(err)
@@ -1510,12 +1502,7 @@ func TestSandboxHelperDiedBeforeStart(t *testing.T) {
 // command started (red team 8, F5: the helper said it had started the
 // command only after the fork, which the command could outrun).
 func TestSandboxCommandKillsHelper(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for the sandbox's namespaces")
-	}
-	if c := sandbox.Check()["enforceable"].(map[string]any); c["workspace-write"] != true {
-		t.Skip("the sandbox is not enforceable here")
-	}
+	requireSandbox(t)
 	dir, exe := publicDir(t)
 	ws := filepath.Join(dir, "ws")
 	if err := os.Mkdir(ws, 0o777); err != nil {

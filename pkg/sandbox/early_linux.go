@@ -9,14 +9,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 )
 
-// earlyTarget is what a helper started ahead of its run (package spawn)
-// gets in its spec that a helper started for its run has on its command
-// line.
-type earlyTarget struct {
-	argv, env []string
-	dir       string
-}
-
 // Adopt makes p's start the helper h started ahead (spawn) when h is the
 // helper Prepare made p's (the same program and namespaces), p starts no
 // other first, and needs nothing at the helper's own start that h was not
@@ -50,11 +42,7 @@ func (p *Prepared) StartEarly(argv, env []string, dir string, stdio [3]*os.File)
 	p.launched = true
 	_, enc, err := p.encodeSpec(&earlyTarget{argv: argv, env: env, dir: dir})
 	p.smu.Unlock()
-	abandon := func() {
-		ours.Close()
-		_ = proc.Kill()
-		go func() { _, _ = proc.Wait() }()
-	}
+	abandon := func() { spawn.Abandon(proc, ours) }
 	if err != nil {
 		abandon()
 		return nil, err

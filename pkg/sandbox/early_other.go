@@ -9,11 +9,6 @@ import (
 	"github.com/agentplane/agentplane/pkg/sandbox/spawn"
 )
 
-type earlyTarget struct {
-	argv, env []string
-	dir       string
-}
-
 // Adopt never adopts here: no helper is started ahead (package spawn).
 func (p *Prepared) Adopt(h *spawn.Helper) bool { return false }
 

@@ -425,6 +425,14 @@ func (p *Prepared) sendSpec() (*os.File, error) {
 	return theirs, nil
 }
 
+// earlyTarget is what a helper started ahead of its run (package spawn)
+// gets in its spec that a helper started for its run has on its command
+// line.
+type earlyTarget struct {
+	argv, env []string
+	dir       string
+}
+
 // encodeSpec is the spec of the next start, with the target's argv,
 // environment and directory from early (nil: none, the helper's own).
 func (p *Prepared) encodeSpec(early *earlyTarget) (confine.Spec, []byte, error) {

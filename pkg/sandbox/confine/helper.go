@@ -54,11 +54,7 @@ func Main(args []string) int {
 	if early {
 		argv = sp.Argv
 		os.Clearenv()
-		for _, kv := range sp.Environ {
-			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-				_ = os.Setenv(k, v)
-			}
-		}
+		setenv(sp.Environ)
 	}
 	// O_CLOEXEC (os.OpenFile's default) keeps the target from inheriting
 	// it; the descriptor stays writable after the uid and Landlock changes.
@@ -90,17 +86,22 @@ func Main(args []string) int {
 	}
 	// The loader's variables, kept out of this process's start (Spec.Env),
 	// are the target's again.
-	for _, kv := range sp.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			_ = os.Setenv(k, v)
-		}
-	}
+	setenv(sp.Env)
 	if sp.Dir != "" {
 		if err := os.Chdir(sp.Dir); err != nil {
 			return h.fail(ExitSetupFailed, result.CodeCwdNotFound, "cannot enter the working directory %s: %v", sp.Dir, unwrap(err))
 		}
 	}
 	return h.run(argv)
+}
+
+// setenv sets each NAME=value of kvs in this process's environment.
+func setenv(kvs []string) {
+	for _, kv := range kvs {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			_ = os.Setenv(k, v)
+		}
+	}
 }
 
 func args0(args []string) string {

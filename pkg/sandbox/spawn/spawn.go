@@ -105,9 +105,17 @@ func (h *Helper) Discard() {
 		return
 	}
 	h.ended = true
-	h.ours.Close()
-	_ = h.proc.Kill()
-	go func() { _, _ = h.proc.Wait() }()
+	end(h.proc, h.ours)
+}
+
+// Abandon ends a helper taken (Take) whose run could not be started in
+// it, as Discard ends one no run took.
+func Abandon(proc *os.Process, ours *os.File) { end(proc, ours) }
+
+func end(proc *os.Process, ours *os.File) {
+	ours.Close()
+	_ = proc.Kill()
+	go func() { _, _ = proc.Wait() }()
 }
 
 // Command is the hidden first argument that marks a re-exec of a program
