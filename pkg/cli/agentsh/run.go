@@ -346,7 +346,7 @@ func runRun(cmd *cobra.Command, env *clikit.Env, o *RunOptions, stateDir string,
 		return nil, err
 	}
 	if g != nil && s.req.Start != nil {
-		// Never: startEarly starts none under a runtime policy.
+		// Never: no helper started ahead is adopted under a command policy.
 		return nil, result.Errorf(result.CodeInternal, "the sandbox's helper was started before the runtime guard")
 	}
 	if g != nil {
