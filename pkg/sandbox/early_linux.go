@@ -40,7 +40,7 @@ func (p *Prepared) StartEarly(argv, env []string, dir string, stdio [3]*os.File)
 	}
 	p.smu.Lock()
 	p.launched = true
-	_, enc, err := p.encodeSpec(&earlyTarget{argv: argv, env: env, dir: dir})
+	_, enc, err := p.encodeSpec(&earlyTarget{argv: argv, env: env, dir: dir, slack: p.early.TimerSlack()})
 	p.smu.Unlock()
 	abandon := func() { spawn.Abandon(proc, ours) }
 	if err != nil {

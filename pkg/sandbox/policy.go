@@ -431,6 +431,7 @@ func (p *Prepared) sendSpec() (*os.File, error) {
 type earlyTarget struct {
 	argv, env []string
 	dir       string
+	slack     int // the target's timer slack (spawn.Helper.TimerSlack)
 }
 
 // encodeSpec is the spec of the next start, with the target's argv,
@@ -443,7 +444,7 @@ func (p *Prepared) encodeSpec(early *earlyTarget) (confine.Spec, []byte, error) 
 	p.lmu.Unlock()
 	s.Report = endReports && !p.Control
 	if early != nil {
-		s.Argv, s.Environ, s.Dir = early.argv, early.env, early.dir
+		s.Argv, s.Environ, s.Dir, s.TimerSlack = early.argv, early.env, early.dir, early.slack
 	}
 	enc, err := confine.EncodeSpec(s)
 	if err != nil {

@@ -179,6 +179,13 @@ func (h *helper) run(argv []string) int {
 		// fails after it is reported in the status file.
 		_ = unix.Sendto(h.end, StartedMessage, unix.MSG_NOSIGNAL, nil)
 	}
+	if sp.TimerSlack > 0 {
+		// The target is this thread's child and takes its timer slack:
+		// the caller's, not the coarse one the helper started with.
+		if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(sp.TimerSlack), 0, 0, 0); err != nil {
+			return h.fail(ExitSetupFailed, result.CodeSandboxFailed, "cannot set the command's timer slack: %v", err)
+		}
+	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env:   os.Environ(),
 		Files: files,

@@ -58,8 +58,9 @@ const (
 // (Env), not in the helper's own. 16: a helper whose argv names only the
 // spec's descriptor was started before its run was prepared, and takes the
 // target's argv, environment, directory and streams with the spec (Argv,
-// Environ, Dir, ReadEarlySpec).
-const SpecVersion = 16
+// Environ, Dir, ReadEarlySpec). 17: such a helper starts with a coarse
+// timer slack, and sets the target's own (TimerSlack) before it starts it.
+const SpecVersion = 17
 
 // Spec is what the runner hands to the helper, encoded by EncodeSpec on
 // the pipe at SpecFD. Never in argv: the helper is PID 1 of the sandbox, and the
@@ -155,6 +156,11 @@ type Spec struct {
 	Argv    []string `json:"argv,omitempty"`
 	Environ []string `json:"environ,omitempty"`
 	Dir     string   `json:"dir,omitempty"`
+	// TimerSlack, when not 0, is the timer slack in nanoseconds the
+	// helper gives the target's thread before it starts it: a helper
+	// started ahead starts with a coarse one (package spawn), which the
+	// target, its child, would inherit.
+	TimerSlack int `json:"timer_slack,omitempty"`
 	// Env are the dynamic loader's variables (LD_PRELOAD, LD_AUDIT, …,
 	// DYLD_*, as NAME=value) of the target's environment, which the runner
 	// keeps out of the helper's own: the loader would run the code they

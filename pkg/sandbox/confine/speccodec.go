@@ -133,6 +133,7 @@ var specFields = []specField{
 	listField("argv", func(sp *Spec) *[]string { return &sp.Argv }),
 	listField("environ", func(sp *Spec) *[]string { return &sp.Environ }),
 	strField("dir", func(sp *Spec) *string { return &sp.Dir }),
+	intField("timer_slack", func(sp *Spec) *int { return &sp.TimerSlack }),
 }
 
 // idsField is a list of identities, each as "DEV INO".

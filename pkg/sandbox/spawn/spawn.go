@@ -61,6 +61,7 @@ type Helper struct {
 	started chan struct{}        // closed once Start is over
 	proc    *os.Process          // nil when it failed
 	ours    *os.File             // this process's end of the spec's socket
+	slack   int                  // the target's timer slack (TimerSlack)
 
 	mu    sync.Mutex
 	taken bool // by Take
@@ -75,6 +76,14 @@ func (h *Helper) Path() string { return h.path }
 func (h *Helper) Started() bool {
 	<-h.started
 	return h.proc != nil
+}
+
+// TimerSlack is the timer slack, in nanoseconds, the helper must give
+// its target (confine.Spec.TimerSlack): the caller's, where the helper
+// started with a coarser one; 0 when it kept the caller's.
+func (h *Helper) TimerSlack() int {
+	<-h.started
+	return h.slack
 }
 
 // Take waits for Start and hands over the started helper and this
