@@ -121,12 +121,24 @@ func (h *Helper) Start(cgroupFD int) {
 	runtime.LockOSThread()
 	slack, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	coarse := err == nil && slack > 0 && unix.Prctl(unix.PR_SET_TIMERSLACK, helperSlack, 0, 0, 0) == nil
-	proc, err := os.StartProcess(h.path, []string{h.program, Command, strconv.Itoa(SpecFD)},
-		&os.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"}, Files: []*os.File{null, null, null, theirs}, Sys: &a})
+	// syscall's fork, not os's: the os package's first start of a process
+	// checks that pidfds work by cloning a child of its own and waiting
+	// for it, which here would delay the helper's start; it runs in
+	// FindProcess instead, once the helper is on its way.
+	n, t := null.Fd(), theirs.Fd()
+	pid, err := syscall.ForkExec(h.path, []string{h.program, Command, strconv.Itoa(SpecFD)},
+		&syscall.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"}, Files: []uintptr{n, n, n, t}, Sys: &a})
 	if coarse {
 		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(slack), 0, 0, 0)
 	}
 	runtime.UnlockOSThread()
+	if err != nil {
+		ours.Close()
+		return
+	}
+	// The helper is this process's child, not yet waited for: its pid
+	// cannot name another process until it is reaped.
+	proc, err := os.FindProcess(pid)
 	if err != nil {
 		ours.Close()
 		return
