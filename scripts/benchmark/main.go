@@ -337,6 +337,28 @@ func allCases() []benchCase {
 			"(5.32) and the harness's wait at 8.04 (5.80). The helper's own start, on the second core while\n" +
 			"the first runs agentsh's start, is now the longest step: a second Go program's exec and\n" +
 			"runtime, which a loaded machine slows most.\n\n" +
+			"That start was then made cheaper on three counts. The helper runs with one processor\n" +
+			"(`GOMAXPROCS=1` in its own environment, which the command never sees) and a timer slack of\n" +
+			"1 ms, inherited from the thread that forks it, which it gives back to the command from the\n" +
+			"spec: in its first milliseconds a Go runtime's monitor thread wakes every 20 us plus the\n" +
+			"slack (50 us by default), and idle processors hunt for work, each wake-up taking a core from\n" +
+			"agentsh's start or the helper's own on a two-core machine (a wrapper giving every process a\n" +
+			"1 ms slack took 0.6 ms off a sandboxed call, 0.15 ms off a plain one). And it is forked by\n" +
+			"syscall rather than os: the os package's first start of a process checks pidfds with a clone\n" +
+			"and a wait of its own, which now runs once the helper is on its way. Interleaved, each took\n" +
+			"2 to 4% off a sandboxed `true`; this section's own measure, run alternately for the build\n" +
+			"before and after within ten minutes, went from 1.55x and 1.54x to 1.45x and 1.45x (100 runs\n" +
+			"each). Two limits on such measures: the same build gave 1.46x to 1.55x over one day on this\n" +
+			"machine (a Firecracker guest, where a `cpuid` costs 7 us and every Go program's start makes\n" +
+			"several), and a rebuild that changes no code a call runs moves a call by up to 3% (code\n" +
+			"layout). Tried and not kept: holding the watchdog's start until the helper had its spec, so\n" +
+			"that only the helper starts beside agentsh (no gain: the helper then waits for agentsh's\n" +
+			"preparation instead); yielding the guard's processor after the helper's start (worse by 2%);\n" +
+			"starting the helper before the guard's cgroup exists and moving it in (writing to\n" +
+			"`cgroup.procs` takes 35 us when another move just happened and 6.5 ms, an RCU grace period,\n" +
+			"on a quiet machine: CLONE_INTO_CGROUP avoids it). With the helper's start shortened, agentsh's\n" +
+			"own preparation (the policy's, about 0.6 ms) and the helper's start now end about together,\n" +
+			"and about half the calls wait a little for the helper's exec.\n\n" +
 			"Each hidden directory is an empty tmpfs mounted in the helper (about 0.15 ms between its\n" +
 			"fsopen and its fsmount in a trace). The call's own state directory has its undo history and session-token\n" +
 			"directories made before the sandbox, so that what appears in them during the run stays hidden\n" +
@@ -465,6 +487,20 @@ func benchStartup(b *bench) error {
 		"the cobra tree, the config and the request's checks (0.5), the cgroup's clone3 and the\n"+
 		"command's own pipes, and the exit of a process with more threads: no single step reaches\n"+
 		"the target, and the guard is the price of item 9.\n")
+	fmt.Fprintf(&b.out, "\nThe latest timeline (medians of 300 calls; libfloor's in parentheses): main at 2.95 (2.41);\n"+
+		"the flags, the configuration and the request's checks until 3.32; the runner ready at 3.45\n"+
+		"(2.47); the guard, started in package init at 2.26, has its cgroup at 2.74 (its goroutine\n"+
+		"starts 0.17 ms after it is made, and the cgroup's reads of /proc and its mkdir take 0.26), the\n"+
+		"watchdog started at 3.51 (the fork and exec of a static program of a few hundred bytes take\n"+
+		"0.72 ms beside the package init, 0.3 alone: the two cores are busy) and the signals caught at\n"+
+		"3.93; the command forked and exec'd at 4.28 (2.84); its end at 5.11 (3.59), `true` itself\n"+
+		"about 0.8 ms of CPU on both sides; main's return at 5.32 (3.63) and the harness's wait at\n"+
+		"5.80 (3.95). The gap is the guard's 0.5 ms beyond the runner's readiness, the 0.55 ms of\n"+
+		"package init and CLI before it, 0.2 after the command and 0.17 more for the exit. Tried this\n"+
+		"round and not kept: the watchdog forked by syscall with the os package's pidfd check moved\n"+
+		"to the watchdog's reaper goroutine (1.00x), and a coarse timer slack, which cannot reach the\n"+
+		"runtime's monitor thread (started before any package's code, and another thread's slack\n"+
+		"needs CAP_SYS_NICE): a wrapper that gave agentsh a 1 ms slack from its start took 2%% off.\n")
 	return nil
 }
 
