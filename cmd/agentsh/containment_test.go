@@ -854,6 +854,42 @@ echo ready >> $p` + tc.tail
 	}
 }
 
+// TestContainmentKeeperStoppedKilledNobody: as nobody, the command stops
+// its keeper (its $PPID) and SIGKILLs agentsh at once, before agentsh can
+// continue the keeper (ResumeStops), and leaves a descendant that cleared
+// its environment and left the session. The keeper's parent-death signal,
+// SIGCONT, continues it when agentsh dies, and it kills what is below it;
+// before, it stayed stopped for ever and the descendant ran on.
+func TestContainmentKeeperStoppedKilledNobody(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to drop to nobody")
+	}
+	for i := 0; i < 3; i++ {
+		dir, exe := publicDir(t)
+		pidfile := filepath.Join(dir, "pids")
+		script := `p=$1
+env -i /bin/sh -c 'setsid sleep 5871 & echo $! >> "$1"' sh "$p"
+a=$(ps -o ppid= -p $PPID)
+echo $PPID >> $p
+echo ready >> $p
+while [ ! -e "$p.go" ]; do sleep 0.01; done
+kill -STOP $PPID; kill -KILL $a
+exec sleep 5872`
+		cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
+		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		exited, alive := startWatched(t, cmd)
+		ids := awaitReady(t, pidfile, alive)
+		if err := os.WriteFile(pidfile+".go", nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		<-exited
+		// The descendant, and the keeper, which must not be left stopped.
+		awaitGone(t, ids, time.Now())
+	}
+}
+
 // TestContainmentSessionNobody: as nobody (no cgroup), SIGKILL of a
 // session server kills its shell and what the shell started in the
 // background, also descendants that cleared their environment and left
@@ -1358,6 +1394,48 @@ func TestContainmentWatchdogLimitedAsRoot(t *testing.T) {
 		t.Fatalf("the watchdog's limits: %v", err)
 	}
 	killAgentsh(t, cmd, exited, ids)
+}
+
+// TestContainmentWatchdogStoppedAsRoot: the command (as root, or as the
+// user) stops the watchdog and SIGKILLs agentsh at once, before agentsh
+// can continue the watchdog (ResumeStops): the watchdog's parent-death
+// signal, SIGCONT, continues it when agentsh dies (a stop still pending is
+// dropped), and it kills the tree. Before, it stayed stopped for ever, or
+// died of the SIGHUP the kernel sends a stopped process group orphaned by
+// agentsh's exit, and the tree ran on.
+func TestContainmentWatchdogStoppedAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	for i := 0; i < 5; i++ {
+		dir, exe := publicDir(t)
+		pidfile := filepath.Join(dir, "pids")
+		cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", treeScript, "sh", pidfile)
+		exited, alive := startWatched(t, cmd)
+		ids := awaitReady(t, pidfile, alive)
+		// What the command may do to the watchdog, done by the test for it
+		// to the process it finds the same way.
+		wd := findWatchdog(t, cmd.Process.Pid)
+		if err := syscall.Kill(wd, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		wdID, err := proctree.Identify(wd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		killAgentsh(t, cmd, exited, ids)
+		// Another call's sweep of dead owners' cgroups (a minute at most,
+		// in a suite that runs many) may have killed the tree: the
+		// watchdog itself must not be left stopped.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = proctree.Wait(ctx, wdID)
+		cancel()
+		if err != nil {
+			st, _ := os.ReadFile("/proc/" + strconv.Itoa(wd) + "/stat")
+			_ = syscall.Kill(wd, syscall.SIGKILL)
+			t.Fatalf("the watchdog stopped before agentsh's SIGKILL is still there: %s", st)
+		}
+	}
 }
 
 // TestContainmentKeeperLimitedNobody: as nobody, the command lowers the

@@ -174,8 +174,7 @@ func startGuard(argv []string, cgroup func(fd int), left *string) (*Guard, error
 	}
 	var wd *os.Process
 	for _, try := range g.watchdogArgvs(argv) {
-		wd, err = os.StartProcess(try[0], try[1:], &os.ProcAttr{Dir: "/", Files: files,
-			Sys: &syscall.SysProcAttr{Setpgid: true}})
+		wd, err = os.StartProcess(try[0], try[1:], &os.ProcAttr{Dir: "/", Files: files, Sys: watchdogAttr()})
 		if err == nil {
 			break
 		}

@@ -46,6 +46,10 @@ func (g *Guard) Members() []int { return nil }
 // caller kills its descendants itself.
 func (g *Guard) Kill(time.Duration) bool { return false }
 
+// watchdogAttr is how the watchdog starts: in a process group of its own
+// (macOS has no parent-death signal).
+func watchdogAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
 func (g *Guard) watchdogArgvs(argv []string) [][]string {
 	return [][]string{append([]string{argv[0]}, append(argv[:len(argv):len(argv)], g.mode, g.token, g.cgDir)...)}
 }

@@ -427,6 +427,24 @@ func killCgroup(dir string, timeout time.Duration) bool {
 	}
 }
 
+// watchdogAttr is how the watchdog starts: in a process group of its own
+// (StartGuard), and with SIGCONT as its parent-death signal. The command,
+// as the same user, may stop it (SIGSTOP needs no more than kill(2)) and
+// SIGKILL the guarded process at once: the guarded process continues a
+// stopped helper (ResumeStops), but not from the grave, and the watchdog
+// stayed stopped for ever, or died of the SIGHUP the kernel sends to a
+// stopped process group that the guarded process's exit orphans. The
+// kernel sends the parent-death signal in that exit, before it looks for
+// stopped groups to hang up: SIGCONT continues the watchdog, or drops the
+// stop still pending, and the watchdog kills the tree. It is sent again,
+// harmless, each time a thread of the guarded process that is the
+// watchdog's parent ends; and it survives the front's exec of the shell.
+// A command that keeps stopping the watchdog after the guarded process is
+// gone still wins: unsandboxed, it can leave in other ways too (README).
+func watchdogAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGCONT}
+}
+
 // watchdogArgvs are the ways to start the watchdog, in the order to try
 // them (a program and its argv each): argv with StartGuard's arguments
 // or, in cgroup mode, the shell, behind the front where there is one. A

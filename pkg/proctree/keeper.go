@@ -104,6 +104,7 @@ func (g *Guard) Keep(cmd *exec.Cmd) (*Keeper, error) {
 	cmd.Args = append(args, cmd.Args...)
 	cmd.Path = g.exe
 	cmd.ExtraFiles = append([]*os.File{theirs}, cmd.ExtraFiles...)
+	cmd.SysProcAttr = keeperAttr(cmd.SysProcAttr)
 	return &Keeper{ctl: ours, theirs: theirs, rd: bufio.NewReader(ours), cmd: cmd, exited: make(chan struct{})}, nil
 }
 

@@ -23,3 +23,6 @@ func waitExit(pid int) (syscall.WaitStatus, error) {
 	_, err := syscall.Wait4(pid, &ws, 0, nil)
 	return ws, err
 }
+
+// keeperAttr is attr: macOS has no parent-death signal (and no keeper).
+func keeperAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr { return attr }

@@ -39,6 +39,21 @@ func releaseStdio(nextra int) {
 	}
 }
 
+// keeperAttr is attr (the command's, which plainAttr accepted) for the
+// keeper, with SIGCONT as its parent-death signal, for the reason the
+// watchdog has one (watchdogAttr): a keeper the command stopped right
+// before it SIGKILLed the guarded process is continued by the kernel in
+// that process's exit, and kills what is below it. The command, the
+// keeper's child, does not inherit it.
+func keeperAttr(attr *syscall.SysProcAttr) *syscall.SysProcAttr {
+	a := syscall.SysProcAttr{}
+	if attr != nil {
+		a = *attr
+	}
+	a.Pdeathsig = syscall.SIGCONT
+	return &a
+}
+
 // plainAttrOS: nothing of attr but its session and group settings, and a
 // cgroup, which the keeper's child joins by inheritance.
 func plainAttrOS(a *syscall.SysProcAttr) bool {
