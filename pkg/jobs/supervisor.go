@@ -249,6 +249,7 @@ func runSupervisor(ctx context.Context, d *state.Dir, id, slurmJobID, specDigest
 			return err
 		}
 		defer sv.sandbox.Cleanup()
+		faultpoint.Hit("supervisor.prepared")
 		var stopWatch func()
 		sv.replaced, stopWatch = sv.sandbox.WatchReplaced()
 		defer stopWatch()
@@ -438,12 +439,17 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 	for {
 		began := time.Now()
 		res, err := sv.runOnce(ctx, first, outSink, errSink, sigs, chld, deadline)
-		if err != nil && !first && sv.sandbox != nil && changed < restartsOnChange && sv.sandbox.Stale() != "" {
+		if err != nil && (!first || sv.hs == nil) && sv.sandbox != nil && changed < restartsOnChange && sv.sandbox.Stale() != "" {
 			// A file the sandbox protects was replaced again between
 			// this start's record of it and the helper's check (a host
 			// rewriting .git/config in a loop): the start is tried
-			// again, as a session's new shell is, not made final.
+			// again, as a session's new shell is, not made final. The
+			// first start too, once Start's caller has its answer (the
+			// helper checks after the record is written: on a loaded
+			// machine the host's first rewrite came in between, and
+			// the job was failed with sandbox_failed), as a restart.
 			changed++
+			first = false
 			continue
 		}
 		changed = 0
