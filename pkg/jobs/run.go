@@ -309,9 +309,11 @@ func (sv *supervisor) recordRunning(r *jobRun, first bool) error {
 	// for the record, and the event's fsync need not delay it.
 	sv.answer(nil)
 	faultpoint.Hit("supervisor.confirmed")
-	if first && sv.rec.Run == 1 {
+	switch {
+	case sv.retrying: // the same start, tried again: its event is out already
+	case first && sv.rec.Run == 1:
 		sv.event("started")
-	} else {
+	default:
 		sv.event("restarted")
 	}
 	return nil

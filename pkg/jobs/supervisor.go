@@ -69,6 +69,9 @@ type supervisor struct {
 	// replaced tells of a protected or hidden path a process outside
 	// replaced (sandbox.WatchReplaced): the run is killed at once.
 	replaced <-chan string
+	// retrying: the next start is one tried again because the last was
+	// overtaken (loop): it appends no started or restarted event.
+	retrying bool
 	// ctl reaches the sandbox helper of the current run, which runs the
 	// readiness probes inside the sandbox (ready_sandbox.go); nil without.
 	ctl *sandbox.Control
@@ -439,7 +442,9 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 	for {
 		began := time.Now()
 		res, err := sv.runOnce(ctx, first, outSink, errSink, sigs, chld, deadline)
-		if err != nil && (!first || sv.hs == nil) && sv.sandbox != nil && changed < restartsOnChange && sv.sandbox.Stale() != "" {
+		sv.retrying = false
+		answered := sv.hs == nil
+		if err != nil && (!first || answered) && sv.overtaken(err) && changed < restartsOnChange {
 			// A file the sandbox protects was replaced again between
 			// this start's record of it and the helper's check (a host
 			// rewriting .git/config in a loop): the start is tried
@@ -447,9 +452,18 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			// first start too, once Start's caller has its answer (the
 			// helper checks after the record is written: on a loaded
 			// machine the host's first rewrite came in between, and
-			// the job was failed with sandbox_failed), as a restart.
+			// the job was failed with sandbox_failed). The command did
+			// not run: no event, no restart counted; only a stop asked
+			// for meanwhile ends the job instead.
+			if sv.stopPending(sigs) {
+				sv.rec.Status, sv.rec.Final, sv.rec.Ready = StatusStopped, true, false
+				sv.rec.PID, sv.rec.PIDStart = 0, 0
+				sv.event(StatusStopped)
+				sv.finish(outSink, errSink)
+				return nil
+			}
 			changed++
-			first = false
+			first, sv.retrying = false, true
 			continue
 		}
 		changed = 0
@@ -466,7 +480,8 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 			} else {
 				sv.rec.Reason = result.CodeStartFailed
 			}
-			if !first {
+			if !first || answered {
+				// A job whose start was confirmed ends with an event.
 				sv.event(StatusFailed)
 			}
 			sv.finish(outSink, errSink)
@@ -525,6 +540,39 @@ func (sv *supervisor) loop(ctx context.Context, sigs, chld chan os.Signal) error
 		}
 		backoff = min(2*backoff, backoffMax)
 		sv.rec.Restarts++
+	}
+}
+
+// overtaken reports whether err, a start's failure, is the sandbox
+// helper's refusal of a protected file that a process outside replaced
+// during the start: by the helper's word (sandbox.ChangedError), or by
+// the file's identity now (Stale), which a new file that took the old
+// one's inode number hides.
+func (sv *supervisor) overtaken(err error) bool {
+	if sv.sandbox == nil {
+		return false
+	}
+	var ce *sandbox.ChangedError
+	return errors.As(err, &ce) || sv.sandbox.Stale() != ""
+}
+
+// stopPending reports a stop asked for while no run was supervised: Stop's
+// request file, written before its SIGTERM (which may not have been
+// delivered yet), or a stop signal that came; SIGHUP is dropped, as
+// supervise drops it.
+func (sv *supervisor) stopPending(sigs chan os.Signal) bool {
+	if _, err := os.Lstat(filepath.Join(sv.dir, stopFile)); err == nil {
+		return true
+	}
+	for {
+		select {
+		case s := <-sigs:
+			if s != syscall.SIGHUP {
+				return true
+			}
+		default:
+			return false
+		}
 	}
 }
 

@@ -1072,8 +1072,19 @@ func readFailure(status string) error {
 	if e == nil || e.Code == "" {
 		return nil
 	}
-	return result.Errorf(e.Code, "%s", e.Message)
+	err := result.Errorf(e.Code, "%s", e.Message)
+	if e.Changed != "" {
+		err = err.Wrap(&ChangedError{Path: e.Changed})
+	}
+	return err
 }
+
+// ChangedError, in the chain of a run's Failure, names the path the
+// helper refused because a process outside replaced it during the start
+// (a host's git rewriting .git/config by a rename): that start may be
+// tried again, where Stale cannot always tell (the new file may have the
+// old one's inode number by then).
+type ChangedError = confine.ChangedError
 
 // exitStatus restores a signal death that the helper recorded.
 func exitStatus(status string, exitCode int, signal string) (int, string) {

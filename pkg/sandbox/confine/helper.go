@@ -126,7 +126,16 @@ type helper struct {
 }
 
 func (h *helper) fail(exit int, code, format string, args ...any) int {
-	data, _ := json.Marshal(Failure{Code: code, Message: fmt.Sprintf(format, args...)})
+	f := Failure{Code: code, Message: fmt.Sprintf(format, args...)}
+	// A path that changed since the runner checked it, wherever on the
+	// way the error was wrapped, is named for the runner (Failure.Changed).
+	for _, a := range args {
+		var ce *ChangedError
+		if err, ok := a.(error); ok && errors.As(err, &ce) {
+			f.Changed = ce.Path
+		}
+	}
+	data, _ := json.Marshal(f)
 	_, _ = h.status.Write(data)
 	return exit
 }

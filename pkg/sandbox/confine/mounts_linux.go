@@ -43,7 +43,7 @@ type clonedMount struct {
 // below a temp area's cover (see keepDetached).
 func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("cannot make the mount namespace private: %v", err)
+		return fmt.Errorf("cannot make the mount namespace private: %w", err)
 	}
 	// Detached copies of what must survive the read-only remount or the
 	// new /dev: the writable roots with their own flags, and the devices.
@@ -60,7 +60,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		for i, w := range sp.Writable {
 			fd, err := cloneChecked(w, sp.WritableIDs[i])
 			if err != nil {
-				return fmt.Errorf("cannot clone writable root %s: %v", w, unwrap(err))
+				return fmt.Errorf("cannot clone writable root %s: %w", w, unwrap(err))
 			}
 			writable = append(writable, clonedMount{path: w, fd: fd, id: sp.WritableIDs[i]})
 		}
@@ -72,7 +72,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			err = restrictDetached(fd)
 		}
 		if err != nil {
-			return fmt.Errorf("cannot clone the temp dir %s: %v", sp.TempDir, err)
+			return fmt.Errorf("cannot clone the temp dir %s: %w", sp.TempDir, err)
 		}
 		writable = append(writable, clonedMount{path: sp.TempDir, fd: fd})
 	}
@@ -84,7 +84,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 				continue
 			}
 			if err != nil {
-				return fmt.Errorf("cannot clone %s: %v", path, err)
+				return fmt.Errorf("cannot clone %s: %w", path, err)
 			}
 			devs = append(devs, clonedMount{path: path, fd: fd})
 			// The node is the host's own (a clone of the host's /dev, which
@@ -93,7 +93,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 			// (Landlock restricts none of them). A read-only mount still
 			// lets the device be opened for writing.
 			if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
-				return fmt.Errorf("cannot make %s read-only: %v", path, err)
+				return fmt.Errorf("cannot make %s read-only: %w", path, err)
 			}
 		}
 	}
@@ -108,14 +108,14 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		}
 		_ = unix.Close(status.fd)
 		if err != nil {
-			return fmt.Errorf("cannot make the root read-only: %v", err)
+			return fmt.Errorf("cannot make the root read-only: %w", err)
 		}
 		// Parents before children, so that a nested root lands on top.
 		sort.SliceStable(writable, func(i, j int) bool { return len(writable[i].path) < len(writable[j].path) })
 	} else if err := setAttr("/sys/fs/cgroup", true, unix.MOUNT_ATTR_RDONLY, 0); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		// Without a read-only root, the cgroup tree still must not be
 		// writable: a command would move itself out of its limits.
-		return fmt.Errorf("cannot make /sys/fs/cgroup read-only: %v", err)
+		return fmt.Errorf("cannot make /sys/fs/cgroup read-only: %w", err)
 	}
 	// Other runs' temp dirs are covered (tempareas_linux.go), after the
 	// writable roots that contain them and before those inside them.
@@ -127,7 +127,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 		return err
 	}
 	if err := pinDirs(sp.Pinned); err != nil {
-		return fmt.Errorf("cannot pin the directories above protected paths: %v", err)
+		return fmt.Errorf("cannot pin the directories above protected paths: %w", err)
 	}
 	if err := freshProc(sp.ReadOnlyRoot); err != nil {
 		return err
@@ -145,7 +145,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	}
 	for i, p := range sp.ReadOnly {
 		if err := bindReadOnlyChecked(p, sp.ReadOnlyIDs[i]); err != nil {
-			return fmt.Errorf("cannot protect %s: %v", p, unwrap(err))
+			return fmt.Errorf("cannot protect %s: %w", p, unwrap(err))
 		}
 	}
 	// The checked paths first: a host socket among them (a session's) is
@@ -156,7 +156,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 	}
 	for i, p := range sp.Hidden {
 		if err := hideChecked(p, sp.HiddenIDs[i]); err != nil {
-			return fmt.Errorf("cannot hide %s: %v", p, unwrap(err))
+			return fmt.Errorf("cannot hide %s: %w", p, unwrap(err))
 		}
 	}
 	return hidePaths(sp.DenyDirs, sp.DenyFiles)
@@ -170,7 +170,7 @@ func setupMounts(sp Spec, beforeReadOnly func() (clonedMount, error)) error {
 func hideChecked(path string, id FileID) error {
 	fd, err := OpenChecked(path, id)
 	if errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("%s changed since it was checked: it is gone", path)
+		return &ChangedError{Path: path, What: "it is gone"}
 	}
 	if err != nil {
 		return err
@@ -216,7 +216,7 @@ func detachedTmpfs(source, inodes, mode string, attr uint64) (int, error) {
 	defer unix.Close(fs)
 	for _, kv := range [][2]string{{"source", source}, {"size", "4k"}, {"nr_inodes", inodes}, {"mode", mode}} {
 		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {
-			return -1, fmt.Errorf("tmpfs %s: %v", kv[0], err)
+			return -1, fmt.Errorf("tmpfs %s: %w", kv[0], err)
 		}
 	}
 	if err := unix.FsconfigCreate(fs); err != nil {
@@ -265,13 +265,13 @@ func bindWritable(mounts []clonedMount) error {
 		if c.id != (FileID{}) {
 			fd, err := OpenChecked(c.path, c.id)
 			if err != nil {
-				return fmt.Errorf("cannot bind writable root %s: %v", c.path, unwrap(err))
+				return fmt.Errorf("cannot bind writable root %s: %w", c.path, unwrap(err))
 			}
 			defer unix.Close(fd)
 			to, path, flags = fd, "", flags|unix.MOVE_MOUNT_T_EMPTY_PATH
 		}
 		if err := unix.MoveMount(c.fd, "", to, path, flags); err != nil {
-			return fmt.Errorf("cannot bind writable root %s: %v", c.path, err)
+			return fmt.Errorf("cannot bind writable root %s: %w", c.path, err)
 		}
 	}
 	return nil
@@ -337,13 +337,13 @@ func freshProc(readOnly bool) error {
 		flags |= unix.MS_RDONLY
 	}
 	if err := unix.Mount("proc", "/proc", "proc", flags, ""); err != nil {
-		return fmt.Errorf("cannot mount a private /proc: %v", err)
+		return fmt.Errorf("cannot mount a private /proc: %w", err)
 	}
 	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"} {
 		if err := bindReadOnly(p); errors.Is(err, unix.ENOENT) {
 			continue // not in this kernel's procfs: nothing to keep read-only
 		} else if err != nil {
-			return fmt.Errorf("cannot make %s read-only: %v", p, err)
+			return fmt.Errorf("cannot make %s read-only: %w", p, err)
 		}
 	}
 	return nil
@@ -354,15 +354,15 @@ func freshProc(readOnly bool) error {
 // links.
 func minimalDev(devs []clonedMount) error {
 	if err := unix.Mount("agentplane-dev", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64"); err != nil {
-		return fmt.Errorf("cannot mount a private /dev: %v", err)
+		return fmt.Errorf("cannot mount a private /dev: %w", err)
 	}
 	for _, d := range devs {
 		// The mount point: an empty file, by one system call.
 		if err := unix.Mknod(d.path, unix.S_IFREG|0o666, 0); err != nil {
-			return fmt.Errorf("cannot create %s: %v", d.path, err)
+			return fmt.Errorf("cannot create %s: %w", d.path, err)
 		}
 		if err := unix.MoveMount(d.fd, "", unix.AT_FDCWD, d.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("cannot bind %s: %v", d.path, err)
+			return fmt.Errorf("cannot bind %s: %w", d.path, err)
 		}
 	}
 	for _, dir := range []string{"/dev/pts", "/dev/shm"} {
@@ -371,10 +371,10 @@ func minimalDev(devs []clonedMount) error {
 		}
 	}
 	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
-		return fmt.Errorf("cannot mount a private /dev/pts: %v", err)
+		return fmt.Errorf("cannot mount a private /dev/pts: %w", err)
 	}
 	if err := unix.Mount("agentplane-shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("cannot mount /dev/shm: %v", err)
+		return fmt.Errorf("cannot mount /dev/shm: %w", err)
 	}
 	links := [][2]string{{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
 		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"}, {"pts/ptmx", "/dev/ptmx"}}
@@ -385,7 +385,7 @@ func minimalDev(devs []clonedMount) error {
 	}
 	// Nothing can be added to /dev afterwards (the submounts stay as they are).
 	if err := setAttr("/dev", false, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
-		return fmt.Errorf("cannot make /dev read-only: %v", err)
+		return fmt.Errorf("cannot make /dev read-only: %w", err)
 	}
 	return nil
 }
@@ -398,7 +398,7 @@ func hidePaths(dirs, files []string) error {
 	for _, d := range dirs {
 		flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
 		if err := unix.Mount("agentplane-deny", d, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555"); err != nil {
-			return fmt.Errorf("cannot hide %s: %v", d, err)
+			return fmt.Errorf("cannot hide %s: %w", d, err)
 		}
 	}
 	for _, f := range files {
@@ -406,7 +406,7 @@ func hidePaths(dirs, files []string) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue // gone since Prepare looked: nothing to hide
 			}
-			return fmt.Errorf("cannot hide %s: %v", f, err)
+			return fmt.Errorf("cannot hide %s: %w", f, err)
 		}
 		_ = setAttr(f, false, unix.MOUNT_ATTR_RDONLY, 0)
 	}
@@ -468,7 +468,7 @@ func cgroupView(own []string) error {
 		// every mount made above, and reading it costs more than all of
 		// them.
 		if mounts, err = cgroupMounts(); err != nil {
-			return fmt.Errorf("cannot read the cgroup mounts: %v", err)
+			return fmt.Errorf("cannot read the cgroup mounts: %w", err)
 		}
 	}
 	var mine []cgroupMount
@@ -486,20 +486,20 @@ func cgroupView(own []string) error {
 	}
 	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
 	if err := unix.Mount("agentplane-cgroup", cgroupRoot, "tmpfs", flags, "mode=0755,size=16k,nr_inodes=64"); err != nil {
-		return fmt.Errorf("cannot cover %s: %v", cgroupRoot, err)
+		return fmt.Errorf("cannot cover %s: %w", cgroupRoot, err)
 	}
 	for _, h := range mine {
 		if err := os.MkdirAll(h.point, 0o755); err != nil {
-			return fmt.Errorf("cannot create %s: %v", h.point, err)
+			return fmt.Errorf("cannot create %s: %w", h.point, err)
 		}
 		if err := unix.Mount("cgroup", h.point, h.fstype, flags, h.data); err != nil {
-			return fmt.Errorf("cannot mount the run's own cgroup at %s: %v", h.point, err)
+			return fmt.Errorf("cannot mount the run's own cgroup at %s: %w", h.point, err)
 		}
 	}
 	// The tmpfs and every hierarchy on it: nothing to move to, nothing to
 	// create.
 	if err := setAttr(cgroupRoot, true, unix.MOUNT_ATTR_RDONLY, 0); err != nil {
-		return fmt.Errorf("cannot make %s read-only: %v", cgroupRoot, err)
+		return fmt.Errorf("cannot make %s read-only: %w", cgroupRoot, err)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func OpenChecked(path string, want FileID) (int, error) {
 	fd, err := openNoSymlinks(path)
 	if err != nil {
 		if errors.Is(err, unix.ELOOP) {
-			return -1, fmt.Errorf("%s changed since it was checked: a symbolic link is on it now", path)
+			return -1, &ChangedError{Path: path, What: "a symbolic link is on it now"}
 		}
 		return -1, err
 	}
@@ -51,8 +51,8 @@ func OpenChecked(path string, want FileID) (int, error) {
 	}
 	if got != want {
 		unix.Close(fd)
-		return -1, fmt.Errorf("%s changed since it was checked: it is another file now (device %d inode %d, checked %d %d)",
-			path, got.Dev, got.Ino, want.Dev, want.Ino)
+		return -1, &ChangedError{Path: path, What: fmt.Sprintf("it is another file now (device %d inode %d, checked %d %d)",
+			got.Dev, got.Ino, want.Dev, want.Ino)}
 	}
 	return fd, nil
 }

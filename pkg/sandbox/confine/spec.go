@@ -220,7 +220,22 @@ type Failure struct {
 	// run other than the target that the helper reaped died of a signal
 	// a limit sends (deaths.go).
 	Deaths Deaths `json:"deaths,omitempty"`
+	// Changed, with the code, is the path the helper refused because it
+	// is another file than the one the runner checked (ChangedError): a
+	// process outside replaced it during the start, as a host's git
+	// rewrites .git/config by a rename. The runner may start again.
+	Changed string `json:"changed,omitempty"`
 }
+
+// ChangedError is the helper's refusal of a path that changed since the
+// runner checked it (OpenChecked): a file the sandbox binds, covers or
+// grants is then not the one the runner saw.
+type ChangedError struct {
+	Path string
+	What string // how: "it is another file now (...)", "it is gone", ...
+}
+
+func (e *ChangedError) Error() string { return e.Path + " changed since it was checked: " + e.What }
 
 // Probe kinds of a control request.
 const (
