@@ -875,10 +875,8 @@ echo ready >> $p
 while [ ! -e "$p.go" ]; do sleep 0.01; done
 kill -STOP $PPID; kill -KILL $a
 exec sleep 5872`
-		cmd := exec.Command(exe, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
-		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-		cmd.Dir = dir
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		cmd := oneShot(exe, dir, "--timeout", "10m", "--", "sh", "-c", script, "sh", pidfile)
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
 		exited, alive := startWatched(t, cmd)
 		ids := awaitReady(t, pidfile, alive)
 		if err := os.WriteFile(pidfile+".go", nil, 0o644); err != nil {
