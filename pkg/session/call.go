@@ -22,6 +22,7 @@ import (
 	"github.com/agentplane/agentplane/pkg/proctree"
 	"github.com/agentplane/agentplane/pkg/result"
 	"github.com/agentplane/agentplane/pkg/run"
+	"github.com/agentplane/agentplane/pkg/sandbox"
 )
 
 // This file is call execution: a connection's operation, the busy token,
@@ -329,6 +330,15 @@ func (s *server) stillReplaced() bool {
 	return replaced || (s.sandbox != nil && s.sandbox.Stale() != "")
 }
 
+// overtaken reports whether a new shell's failure to start err is a
+// protected or hidden path replaced again meanwhile: by the helper's word
+// (sandbox.ChangedError), or as stillReplaced sees it, which a new file
+// that took the old one's inode number hides.
+func (s *server) overtaken(err error) bool {
+	var ce *sandbox.ChangedError
+	return errors.As(err, &ce) || s.stillReplaced()
+}
+
 // forgetRestartErr drops the failure of a replacement shell that is tried
 // again: the session does not end for it.
 func (s *server) forgetRestartErr() {
@@ -403,7 +413,7 @@ func (s *server) callReady(req CallRequest, cancel <-chan struct{}, cancelSig fu
 			pending = path
 			continue
 		}
-		if out.restartErr != nil && s.stillReplaced() {
+		if out.restartErr != nil && s.overtaken(out.restartErr) {
 			// The host keeps replacing it (a loop of git config): no
 			// new sandbox held still long enough to run the command
 			// in. Nothing ran; the session goes on, and the next call
@@ -959,7 +969,7 @@ func (s *server) execute(c *pendingCall, req CallRequest, cancel <-chan struct{}
 				out.ended, out.restartErr = false, nil
 				s.forgetRestartErr()
 			}
-			if out.restartErr != nil && s.stillReplaced() {
+			if out.restartErr != nil && s.overtaken(out.restartErr) {
 				// The host keeps replacing it (a loop of git config), as
 				// in callReady: the session goes on without a shell, and
 				// the next call starts one once the file holds still.

@@ -1,7 +1,9 @@
 package confine
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,5 +61,46 @@ func TestOpenNoSymlinks(t *testing.T) {
 	if fd, err := OpenChecked(real, id); err == nil {
 		unix.Close(fd)
 		t.Fatal("OpenChecked accepted another directory at the checked path")
+	}
+}
+
+// TestChangedRecorded: OpenChecked's refusal of a path that is another
+// file now is a *ChangedError, and the helper's failure names the path
+// (Failure.Changed) however the error was wrapped on the way, so that a
+// runner can tell an overtaken start from any other failure.
+func TestChangedRecorded(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config")
+	if err := os.WriteFile(path, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, err := Identify(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Replaced by a rename, as git writes .git/config; the old file kept
+	// under another name so that its inode number is not reused.
+	if err := os.Rename(path, path+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, refused := OpenChecked(path, id)
+	var ce *ChangedError
+	if !errors.As(refused, &ce) || ce.Path != path {
+		t.Fatalf("OpenChecked of a replaced file: %v, want a *ChangedError for %s", refused, path)
+	}
+	status, err := os.Create(filepath.Join(dir, "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &helper{status: status}
+	h.fail(ExitSetupFailed, "sandbox_failed", "cannot protect %s: %v", path, fmt.Errorf("wrapped: %w", refused))
+	status.Close()
+	data, _ := os.ReadFile(status.Name())
+	var f Failure
+	if err := json.Unmarshal(data, &f); err != nil || f.Changed != path || f.Code != "sandbox_failed" {
+		t.Fatalf("the helper's failure %s (%v), want changed %q", data, err, path)
 	}
 }
