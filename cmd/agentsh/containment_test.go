@@ -554,6 +554,21 @@ func TestContainmentEarlyKillSandboxed(t *testing.T) {
 
 // requireSandbox skips a test that needs the sandbox's namespaces (root)
 // and its filesystem and network modes.
+// sandboxWorkspace skips the test without a sandbox, and returns
+// publicDir's directory and program with a workspace "ws" in it, beside
+// the program (a writable root that holds agentplane's programs is
+// refused).
+func sandboxWorkspace(t *testing.T) (dir, exe, ws string) {
+	t.Helper()
+	requireSandbox(t)
+	dir, exe = publicDir(t)
+	ws = filepath.Join(dir, "ws")
+	if err := os.Mkdir(ws, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return dir, exe, ws
+}
+
 func requireSandbox(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -1164,14 +1179,7 @@ func startWatched(t *testing.T, cmd *exec.Cmd) (<-chan struct{}, func() bool) {
 // guard's cgroup, which the exiting helper may still be in, is removed
 // after agentsh exits (by the watchdog).
 func TestSandboxEndLeavesNothing(t *testing.T) {
-	requireSandbox(t)
-	dir, exe := publicDir(t)
-	// The workspace beside the program, not the directory holding it (a
-	// writable root that holds agentplane's programs is refused).
-	ws := filepath.Join(dir, "ws")
-	if err := os.Mkdir(ws, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir, exe, ws := sandboxWorkspace(t)
 	tag := fmt.Sprintf("agentsh-end-%d", time.Now().UnixNano())
 	script := `sh -c 'sleep 600; :' ` + tag + ` &
 setsid sh -c 'trap "" TERM HUP; sleep 600; :' ` + tag + ` &
@@ -1578,12 +1586,7 @@ func TestSandboxHelperDiedBeforeStart(t *testing.T) {
 // command started (red team 8, F5: the helper said it had started the
 // command only after the fork, which the command could outrun).
 func TestSandboxCommandKillsHelper(t *testing.T) {
-	requireSandbox(t)
-	dir, exe := publicDir(t)
-	ws := filepath.Join(dir, "ws")
-	if err := os.Mkdir(ws, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir, exe, ws := sandboxWorkspace(t)
 	for i := 0; i < 30; i++ {
 		cmd := exec.Command(exe, "--sandbox", "workspace-write", "--cwd", ws, "--", "sh", "-c", "kill -SEGV 1; echo ran >> ran.log")
 		cmd.Env = append(os.Environ(), "AGENTSH_TEST_MAIN=1", "XDG_STATE_HOME="+dir, "XDG_CONFIG_HOME="+dir)

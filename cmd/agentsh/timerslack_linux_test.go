@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -18,12 +17,7 @@ import (
 // the caller's timer slack, inherited as from any parent, and none of the
 // helper's own environment, on every path.
 func TestSandboxEarlyTimerSlack(t *testing.T) {
-	requireSandbox(t)
-	dir, exe := publicDir(t)
-	ws := filepath.Join(dir, "ws")
-	if err := os.Mkdir(ws, 0o777); err != nil {
-		t.Fatal(err)
-	}
+	dir, exe, ws := sandboxWorkspace(t)
 	// agentsh, started from this thread, and every thread it makes, take
 	// this thread's slack.
 	runtime.LockOSThread()
